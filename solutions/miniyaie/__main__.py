@@ -1,0 +1,3 @@
+from miniyaie.cli import main
+
+raise SystemExit(main())

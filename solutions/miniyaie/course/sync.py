@@ -1,0 +1,120 @@
+"""Generate the student tree (chapters/) from the reference tree (solutions/).
+
+`sync` writes it, `check` reports where the committed tree differs from what
+`sync` would write. A manifest of the generated files' hashes lets `sync`
+refuse to overwrite a file a learner has edited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from miniyaie._switch import CHAPTERS_ROOT
+from miniyaie.course.regions import Region, find_regions, stub_regions
+from miniyaie.course.registry import CHAPTERS, Chapter
+
+MANIFEST = CHAPTERS_ROOT.parent / ".generated.json"
+_SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}
+
+
+def chapter_files(ch: Chapter) -> list[Path]:
+    """The reference files of a chapter, sorted; empty if the chapter is not written yet."""
+    if not ch.solution_dir.is_dir():
+        return []
+    return sorted(
+        p
+        for p in ch.solution_dir.rglob("*")
+        if p.is_file() and not _SKIP_DIRS.intersection(p.parts) and p.suffix not in {".pyc", ".pyo"}
+    )
+
+
+def regions_of(ch: Chapter) -> list[Region]:
+    regions: list[Region] = []
+    for path in chapter_files(ch):
+        if path.suffix == ".py":
+            rel = path.relative_to(ch.solution_dir.parent).as_posix()
+            regions += find_regions(path.read_text(), rel)
+    return regions
+
+
+def generated_tree() -> dict[str, str]:
+    """Relative path under chapters/miniyaie -> content, for every chapter."""
+    tree: dict[str, str] = {}
+    for ch in CHAPTERS:
+        for path in chapter_files(ch):
+            rel = path.relative_to(ch.solution_dir.parent).as_posix()
+            text = path.read_text()
+            if path.suffix == ".py":
+                text = stub_regions(text, find_regions(text, rel), ch.page)
+            tree[rel] = text
+    return tree
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _manifest_text(tree: dict[str, str]) -> str:
+    return json.dumps({rel: _digest(text) for rel, text in sorted(tree.items())}, indent=1) + "\n"
+
+
+def _existing_files() -> set[str]:
+    if not CHAPTERS_ROOT.is_dir():
+        return set()
+    return {
+        p.relative_to(CHAPTERS_ROOT).as_posix()
+        for p in CHAPTERS_ROOT.rglob("*")
+        if p.is_file() and not _SKIP_DIRS.intersection(p.parts) and p.suffix != ".pyc"
+    }
+
+
+def check() -> list[str]:
+    """Problems that make chapters/ stale; empty when it is up to date."""
+    tree = generated_tree()
+    problems = []
+    for rel, text in sorted(tree.items()):
+        path = CHAPTERS_ROOT / rel
+        if not path.is_file():
+            problems.append(f"missing: chapters/miniyaie/{rel}")
+        elif path.read_text() != text:
+            problems.append(f"differs: chapters/miniyaie/{rel}")
+    for rel in sorted(_existing_files() - tree.keys()):
+        problems.append(f"not generated: chapters/miniyaie/{rel}")
+    if not MANIFEST.is_file() or MANIFEST.read_text() != _manifest_text(tree):
+        problems.append(f"stale manifest: {MANIFEST.relative_to(CHAPTERS_ROOT.parent.parent)}")
+    return problems
+
+
+def sync(force: bool = False) -> list[str]:
+    """Write chapters/ from solutions/; returns the files written or removed.
+
+    A file whose content differs from what the last sync wrote was edited by
+    hand (a learner's work): sync refuses to touch it unless `force`.
+    """
+    tree = generated_tree()
+    previous = json.loads(MANIFEST.read_text()) if MANIFEST.is_file() else {}
+    edited = [
+        rel
+        for rel in sorted(_existing_files())
+        if rel in previous
+        and _digest(current := (CHAPTERS_ROOT / rel).read_text()) != previous[rel]
+        and tree.get(rel) != current
+    ]
+    if edited and not force:
+        listing = ", ".join(f"chapters/miniyaie/{r}" for r in edited)
+        raise RuntimeError(f"refusing to overwrite files edited by hand: {listing} (use --force)")
+    changed = []
+    for rel, text in tree.items():
+        path = CHAPTERS_ROOT / rel
+        if not path.is_file() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            changed.append(f"wrote chapters/miniyaie/{rel}")
+    for rel in sorted((_existing_files() & previous.keys()) - tree.keys()):
+        (CHAPTERS_ROOT / rel).unlink()  # generated before, no longer: only files sync itself wrote
+        changed.append(f"removed chapters/miniyaie/{rel}")
+    MANIFEST.parent.mkdir(parents=True, exist_ok=True)
+    MANIFEST.write_text(_manifest_text(tree))
+    return changed
