@@ -1,0 +1,122 @@
+"""Task 0.4: causal attention of new queries over a KV cache, and the torch backend."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.model import AttentionMetadata, TorchAttentionBackend, causal_attention
+
+
+def reference_attention(q, k, v, scale):
+    """scaled_dot_product_attention with the causal mask offset by the cached prefix."""
+    num_new, heads, _ = q.shape
+    context = k.shape[0]
+    group = heads // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    positions = torch.arange(context - num_new, context)
+    mask = torch.arange(context)[None, :] <= positions[:, None]
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).double(), k.transpose(0, 1).double(), v.transpose(0, 1).double(), attn_mask=mask, scale=scale
+    )
+    return out.transpose(0, 1)
+
+
+def random_qkv(num_new, context, kv_heads, group, head_dim, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(num_new, kv_heads * group, head_dim, generator=g)
+    k = torch.randn(context, kv_heads, head_dim, generator=g)
+    v = torch.randn(context, kv_heads, head_dim, generator=g)
+    return q, k, v
+
+
+attention_cases = dict(
+    context=st.integers(1, 24),
+    new_fraction=st.floats(0, 1),
+    kv_heads=st.integers(1, 3),
+    group=st.integers(1, 3),
+    head_dim=st.sampled_from([4, 8, 16]),
+    seed=st.integers(0, 2**16),
+)
+
+
+@pytest.mark.task("0.4")
+@given(**attention_cases)
+@example(context=1, new_fraction=1.0, kv_heads=1, group=1, head_dim=4, seed=0)  # one token, nothing cached
+@example(context=17, new_fraction=0.0, kv_heads=3, group=3, head_dim=16, seed=1)  # decode: one new token
+@example(context=9, new_fraction=1.0, kv_heads=2, group=2, head_dim=8, seed=2)  # prefill: nothing cached
+def test_causal_attention_matches_sdpa(context, new_fraction, kv_heads, group, head_dim, seed):
+    num_new = max(1, round(new_fraction * context))
+    q, k, v = random_qkv(num_new, context, kv_heads, group, head_dim, seed)
+    scale = head_dim**-0.5
+    out = causal_attention(q, k, v, scale)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    torch.testing.assert_close(out.double(), reference_attention(q, k, v, scale), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.task("0.4")
+@given(context=st.integers(2, 20), kv_heads=st.integers(1, 2), group=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_decode_rows_equal_full_prefill_rows(context, kv_heads, group, seed):
+    """Attending the last n queries over the cache gives the last n rows of a full causal prefill."""
+    q, k, v = random_qkv(context, context, kv_heads, group, 8, seed)
+    full = causal_attention(q, k, v, 0.3)
+    for num_new in (1, context // 2, context - 1):
+        num_new = max(num_new, 1)
+        torch.testing.assert_close(causal_attention(q[-num_new:], k, v, 0.3), full[-num_new:], rtol=1e-5, atol=1e-5)
+    # the first query sees only the first key, so its output is that key's value
+    torch.testing.assert_close(full[0], v[0].repeat_interleave(group, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.task("0.4")
+@given(
+    seq_lens=st.lists(st.integers(1, 20), min_size=1, max_size=4),
+    cached_fraction=st.floats(0, 1),
+    block_size=st.sampled_from([1, 4, 7, 16]),
+    seed=st.integers(0, 2**16),
+)
+@example(seq_lens=[16], cached_fraction=0.5, block_size=16, seed=0)  # ends exactly on a block boundary
+@example(seq_lens=[1, 1], cached_fraction=0.0, block_size=1, seed=1)
+def test_torch_backend_reads_cache_through_block_tables(seq_lens, cached_fraction, block_size, seed):
+    """New K/V land in their slots; each sequence attends over exactly its own context."""
+    g = torch.Generator().manual_seed(seed)
+    kv_heads, heads, head_dim = 2, 4, 8
+    blocks_per_seq = [-(-n // block_size) for n in seq_lens]
+    num_blocks = sum(blocks_per_seq) + 3
+    order = torch.randperm(num_blocks, generator=g)  # scattered, non-contiguous blocks
+    tables, used = [], 0
+    for count in blocks_per_seq:
+        tables.append(order[used : used + count].tolist() + [0] * (max(blocks_per_seq) - count))
+        used += count
+    block_tables = torch.tensor(tables)
+    k_cache = torch.randn(num_blocks * block_size, kv_heads, head_dim, generator=g)  # garbage everywhere
+    v_cache = torch.randn(num_blocks * block_size, kv_heads, head_dim, generator=g)
+
+    cached = [min(n - 1, int(cached_fraction * n)) for n in seq_lens]
+    full_k = [torch.randn(n, kv_heads, head_dim, generator=g) for n in seq_lens]
+    full_v = [torch.randn(n, kv_heads, head_dim, generator=g) for n in seq_lens]
+
+    def slots(seq, positions):
+        return [tables[seq][p // block_size] * block_size + p % block_size for p in positions]
+
+    for s, c in enumerate(cached):  # the prefix is already in the cache
+        k_cache[slots(s, range(c))] = full_k[s][:c]
+        v_cache[slots(s, range(c))] = full_v[s][:c]
+    q = torch.randn(sum(n - c for n, c in zip(seq_lens, cached)), heads, head_dim, generator=g)
+    meta = AttentionMetadata(
+        query_lens=[n - c for n, c in zip(seq_lens, cached)],
+        seq_lens=list(seq_lens),
+        slot_mapping=torch.tensor([x for s, (n, c) in enumerate(zip(seq_lens, cached)) for x in slots(s, range(c, n))]),
+        block_tables=block_tables,
+        block_size=block_size,
+    )
+    new_k = torch.cat([full_k[s][c:] for s, c in enumerate(cached)])
+    new_v = torch.cat([full_v[s][c:] for s, c in enumerate(cached)])
+    out = TorchAttentionBackend().forward(q, new_k, new_v, k_cache, v_cache, meta, 0.35)
+
+    start = 0
+    for s, (n, c) in enumerate(zip(seq_lens, cached)):
+        expected = reference_attention(q[start : start + n - c], full_k[s], full_v[s], 0.35)
+        torch.testing.assert_close(out[start : start + n - c].double(), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(k_cache[slots(s, range(n))], full_k[s])
+        start += n - c

@@ -1,0 +1,99 @@
+"""Tasks 0.1-0.3: RMSNorm, RoPE and SwiGLU, each against its mathematical definition."""
+
+import pytest
+import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.model import ModelConfig, apply_rotary, rms_norm, rope_cos_sin, rope_inverse_frequencies, swiglu
+
+shapes = st.tuples(st.integers(1, 5), st.integers(1, 48))
+
+
+@pytest.mark.task("0.1")
+@given(shape=shapes, seed=st.integers(0, 2**16), dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+@example(shape=(1, 1), seed=0, dtype=torch.float32)
+@example(shape=(3, 64), seed=1, dtype=torch.bfloat16)
+def test_rms_norm_matches_definition(shape, seed, dtype):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=g) * 3).to(dtype)
+    weight = torch.randn(shape[-1], generator=g).to(dtype)
+    eps = 1e-6
+    x64 = x.double()
+    expected = weight.double() * (x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps))
+    out = rms_norm(x, weight, eps)
+    assert out.shape == x.shape and out.dtype == dtype
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.double(), expected, **tol)
+
+
+@pytest.mark.task("0.1")
+@given(scale=st.floats(0.01, 100), seed=st.integers(0, 2**16))
+def test_rms_norm_is_scale_invariant(scale, seed):
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(seed))
+    weight = torch.ones(32)
+    torch.testing.assert_close(rms_norm(x * scale, weight, 1e-12), rms_norm(x, weight, 1e-12), rtol=1e-4, atol=1e-4)
+    zeros = rms_norm(torch.zeros(2, 8), torch.ones(8), 1e-6)
+    assert torch.equal(zeros, torch.zeros(2, 8)), "eps keeps an all-zero row finite"
+
+
+def _config(head_dim: int, **rope) -> ModelConfig:
+    return ModelConfig(
+        family="llama", vocab_size=8, hidden_size=head_dim, intermediate_size=8, num_layers=1, num_heads=1,
+        num_kv_heads=1, head_dim=head_dim, rms_norm_eps=1e-6, max_position_embeddings=4096,
+        rope_theta=10000.0, rope_scaling=rope,
+    )
+
+
+@pytest.mark.task("0.2")
+@given(
+    head_dim=st.sampled_from([2, 8, 64, 80]),
+    num_heads=st.integers(1, 3),
+    positions=st.lists(st.integers(0, 4000), min_size=1, max_size=6),
+    seed=st.integers(0, 2**16),
+)
+@example(head_dim=2, num_heads=1, positions=[0], seed=0)
+def test_apply_rotary_matches_complex_rotation(head_dim, num_heads, positions, seed):
+    """Pair (x[i], x[i + d/2]) as the complex number x[i] + j x[i + d/2]; RoPE multiplies it by cos + j sin."""
+    config = _config(head_dim)
+    pos = torch.tensor(positions)
+    x = torch.randn(len(positions), num_heads, head_dim, generator=torch.Generator().manual_seed(seed))
+    cos, sin = rope_cos_sin(config, pos, rope_inverse_frequencies(config))
+    half = head_dim // 2
+    z = torch.complex(x[..., :half].double(), x[..., half:].double())
+    turn = torch.complex(cos[:, :half].double(), sin[:, :half].double())  # e^(j pos theta_i)
+    rotated = z * turn[:, None, :]
+    expected = torch.cat([rotated.real, rotated.imag], dim=-1)
+    torch.testing.assert_close(apply_rotary(x, cos, sin).double(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.task("0.2")
+@given(m=st.integers(0, 500), n=st.integers(0, 500), shift=st.integers(0, 500), seed=st.integers(0, 2**16))
+def test_rotary_scores_depend_only_on_distance(m, n, shift, seed):
+    """<RoPE(q, m), RoPE(k, n)> depends on m - n only, and rotation keeps vector norms."""
+    config = _config(16)
+    inv_freq = rope_inverse_frequencies(config)
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(1, 1, 16, generator=g), torch.randn(1, 1, 16, generator=g)
+
+    def rotate(x, position):
+        cos, sin = rope_cos_sin(config, torch.tensor([position]), inv_freq)
+        return apply_rotary(x, cos, sin)
+
+    score = (rotate(q, m) * rotate(k, n)).sum()
+    shifted = (rotate(q, m + shift) * rotate(k, n + shift)).sum()
+    torch.testing.assert_close(score, shifted, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(rotate(q, m).norm(), q.norm(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.task("0.3")
+@given(tokens=st.integers(1, 5), hidden=st.integers(1, 24), inner=st.integers(1, 40), bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_swiglu_matches_definition(tokens, hidden, inner, bias, seed):
+    torch.manual_seed(seed)
+    gate, up = torch.nn.Linear(hidden, inner, bias=bias), torch.nn.Linear(hidden, inner, bias=bias)
+    down = torch.nn.Linear(inner, hidden, bias=bias)
+    x = torch.randn(tokens, hidden)
+    with torch.no_grad():
+        g = gate(x)
+        expected = down(g * torch.sigmoid(g) * up(x))
+        torch.testing.assert_close(swiglu(x, gate, up, down), expected, rtol=1e-5, atol=1e-5)

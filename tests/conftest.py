@@ -1,0 +1,28 @@
+"""Shared test setup: hypothesis profiles and model fixtures.
+
+The implementation under test (reference or student tree) is chosen by the
+course plugin (`--impl`, see miniyaie/course/pytest_plugin.py); tests import
+chapter code only through `miniyaie.<package>`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# "ci": deterministic and without deadlines (a 2-core machine has noisy timing).
+settings.register_profile(
+    "ci", deadline=None, derandomize=True, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", deadline=None, max_examples=200)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """The bundled SmolLM2-135M-Instruct as a Hugging Face directory (converted once)."""
+    from miniyaie.model.loader import bundled_model_dir
+
+    return bundled_model_dir()

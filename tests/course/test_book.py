@@ -1,0 +1,111 @@
+"""The book, the code and the tests never drift apart (mdBook cannot run here, so this is its check)."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from miniyaie.course import sync
+from miniyaie.course.registry import CHAPTERS
+
+pytestmark = pytest.mark.ungraded
+REPO = Path(__file__).resolve().parents[2]
+SRC = REPO / "book" / "src"
+INCLUDE = re.compile(r"\{\{#include ([^}:]+)(?::([^}]+))?\}\}")
+TASK_HEADING = re.compile(r"^### Task (\d+\.\d+): (.+)$", re.M)
+
+
+def pages() -> list[Path]:
+    return sorted(SRC.rglob("*.md"))
+
+
+def test_every_summary_link_exists():
+    summary = (SRC / "SUMMARY.md").read_text()
+    links = re.findall(r"\]\(([^)]+)\)", summary)
+    assert links
+    for link in links:
+        assert (SRC / link).is_file(), f"SUMMARY.md links to missing {link}"
+    for ch in CHAPTERS:
+        assert Path(ch.page).name in links, f"chapter {ch.number}'s page is not in SUMMARY.md"
+
+
+def _anchor_lines(text: str, anchor: str) -> tuple[int, int]:
+    lines = text.splitlines()
+    begin = [i for i, line in enumerate(lines) if re.search(rf"ANCHOR: {re.escape(anchor)}\s*$", line)]
+    end = [i for i, line in enumerate(lines) if re.search(rf"ANCHOR_END: {re.escape(anchor)}\s*$", line)]
+    assert len(begin) == 1 and len(end) == 1 and begin[0] < end[0], f"anchor {anchor!r} must open once and close once"
+    return begin[0], end[0]
+
+
+def test_every_include_and_anchor_exists():
+    found = 0
+    for page in pages():
+        for path, anchor in INCLUDE.findall(page.read_text()):
+            target = (page.parent / path.strip()).resolve()
+            assert target.is_file(), f"{page.name} includes missing {path}"
+            assert REPO in target.parents, f"{page.name} includes {path} from outside the repository"
+            if anchor:
+                assert not anchor.replace(":", "").isdigit(), f"{page.name}: include {path} by anchor, not line numbers"
+                _anchor_lines(target.read_text(), anchor)
+            found += 1
+    assert found, "the book shows code from solutions/ through includes"
+
+
+def _test_functions(path: Path) -> dict[str, set[str]]:
+    """'name' or 'Class::name' -> the task ids marked directly on that test function."""
+    tree = ast.parse(path.read_text())
+    out: dict[str, set[str]] = {}
+
+    def tasks_of(fn) -> set[str]:
+        return {
+            d.args[0].value
+            for d in fn.decorator_list
+            if isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "task" and d.args
+        }
+
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            out[node.name] = tasks_of(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name.startswith("test"):
+                    out[f"{node.name}::{item.name}"] = tasks_of(item)
+    return out
+
+
+def _sections(text: str) -> dict[str, tuple[str, str]]:
+    """task id -> (heading title, section body)."""
+    matches = list(TASK_HEADING.finditer(text))
+    return {
+        m.group(1): (m.group(2).strip(), text[m.end() : matches[i + 1].start() if i + 1 < len(matches) else len(text)])
+        for i, m in enumerate(matches)
+    }
+
+
+@pytest.mark.parametrize("ch", [ch for ch in CHAPTERS if sync.regions_of(ch)], ids=lambda ch: f"chapter{ch.number}")
+def test_every_task_names_its_file_command_and_existing_tests(ch):
+    regions = sync.regions_of(ch)
+    sections = _sections((REPO / ch.page).read_text())
+    assert set(sections) == {r.task for r in regions}, "one book section per task, no more, no less"
+    marked: dict[str, set[str]] = {}  # task -> test ids marked with it directly
+    for test_file in sorted((REPO / ch.tests).glob("test_*.py")):
+        for name, tasks in _test_functions(test_file).items():
+            for task in tasks:
+                marked.setdefault(task, set()).add(f"{test_file.relative_to(REPO).as_posix()}::{name}")
+    for task, (title, body) in sections.items():
+        task_regions = [r for r in regions if r.task == task]
+        assert title == task_regions[0].what, f"Task {task}: heading must be the region's name {task_regions[0].what!r}"
+        file_line = re.search(r"^- \*\*File:\*\* `([^`]+)`(?:, function `(\w+)`)?", body, re.M)
+        assert file_line, f"Task {task}: missing '- **File:**' line"
+        student_file = REPO / file_line.group(1)
+        assert student_file.is_file(), f"Task {task}: {file_line.group(1)} does not exist"
+        assert any(("chapters/miniyaie/" + r.path) == file_line.group(1) for r in task_regions), f"Task {task}: wrong file"
+        if file_line.group(2):
+            assert f"def {file_line.group(2)}(" in student_file.read_text()
+        run_line = re.search(r"^- \*\*Run:\*\* (.+)$", body, re.M)
+        assert run_line and f"miniyaie grade {ch.number}" in run_line.group(1), f"Task {task}: missing Run line"
+        tests_line = re.search(r"^- \*\*Tests:\*\* (.+)$", body, re.M)
+        assert tests_line, f"Task {task}: missing '- **Tests:**' line"
+        listed = set(re.findall(r"`([^`]+)`", tests_line.group(1)))
+        assert listed == marked.get(task, set()), f"Task {task}: the book's test ids and the tests marked task({task!r}) differ"

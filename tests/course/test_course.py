@@ -1,0 +1,103 @@
+"""One source for two trees, and the switch that selects what is graded (not graded itself)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from miniyaie import _switch
+from miniyaie.course import sync
+from miniyaie.course.regions import RegionError, find_regions, stub_regions
+from miniyaie.course.registry import CHAPTERS
+
+pytestmark = pytest.mark.ungraded
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_chapters_tree_is_generated_from_solutions():
+    assert sync.check() == [], "run `miniyaie course sync` and commit chapters/"
+
+
+def test_every_region_becomes_a_stub_naming_chapter_task_and_page():
+    for ch in CHAPTERS:
+        for region in sync.regions_of(ch):
+            student = (REPO / "chapters" / "miniyaie" / region.path).read_text()
+            message = f"Chapter {region.chapter}, Task {region.number}: {region.what} — see {ch.page}"
+            assert f"raise NotImplementedError({message!r})" in student
+            assert region.chapter == ch.number, f"{region.path}: task {region.task} is in chapter {ch.number}'s package"
+            assert (REPO / ch.page).is_file()
+
+
+def test_stubbing_keeps_everything_outside_the_region():
+    text = "def f(x):\n    # Hint: add one.\n    # BEGIN SOLUTION 3.2: Add one\n    y = x + 1\n    return y\n    # END SOLUTION\n\nZ = 1\n"
+    (region,) = find_regions(text, "radix/f.py")
+    assert (region.task, region.what, region.begin, region.end) == ("3.2", "Add one", 3, 6)
+    stubbed = stub_regions(text, [region], "book/src/ch03_radix_tree.md")
+    assert stubbed.startswith("def f(x):\n    # Hint: add one.\n")
+    assert "x + 1" not in stubbed and stubbed.endswith("\nZ = 1\n")
+    assert "raise NotImplementedError('Chapter 3, Task 2: Add one — see book/src/ch03_radix_tree.md')" in stubbed
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# BEGIN SOLUTION 0.1: a\n",  # never closed
+        "# END SOLUTION\n",  # never opened
+        "# BEGIN SOLUTION 0.1: a\n# BEGIN SOLUTION 0.2: b\n# END SOLUTION\n",  # nested
+        "# BEGIN SOLUTION: no task id\n# END SOLUTION\n",
+    ],
+)
+def test_malformed_regions_are_rejected(text):
+    with pytest.raises(RegionError):
+        find_regions(text, "x.py")
+
+
+def test_impl_spec_selects_per_chapter():
+    solutions, chapters = _switch.SOLUTIONS_ROOT, _switch.CHAPTERS_ROOT
+    assert set(_switch.parse_impl("solutions").values()) == {solutions}
+    assert set(_switch.parse_impl("chapters").values()) == {chapters}
+    mix = _switch.parse_impl("scheduler=chapters")
+    assert mix["scheduler"] == chapters and mix["model"] == solutions
+    assert _switch.parse_impl("chapters,0=solutions")["model"] == solutions
+    assert _switch.parse_impl("chapters,0=solutions")["radix"] == chapters
+    for bad in ("nonsense", "spaceship=chapters", "model=/no/such/dir"):
+        with pytest.raises(_switch.ImplError):
+            _switch.parse_impl(bad)
+
+
+def test_student_tree_raises_the_named_error_through_miniyaie_imports():
+    code = (
+        "import torch, miniyaie.model as m; print(m.__file__);"
+        "m.rms_norm(torch.ones(2), torch.ones(2), 1e-6)"
+    )
+    env = {**os.environ, _switch.ENV_VAR: "model=chapters"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert "chapters/miniyaie/model/__init__.py" in result.stdout
+    assert "NotImplementedError: Chapter 0, Task 1: RMSNorm — see book/src/ch00_model.md" in result.stderr
+
+
+def test_sync_refuses_to_overwrite_a_learners_edit(tmp_path, monkeypatch):
+    root = tmp_path / "chapters" / "miniyaie"
+    monkeypatch.setattr(sync, "CHAPTERS_ROOT", root)
+    monkeypatch.setattr(sync, "MANIFEST", root.parent / ".generated.json")
+    sync.sync()
+    assert sync.check() == []
+    edited = root / "model" / "layers.py"
+    edited.write_text(edited.read_text() + "\n# my work\n")
+    (root / "model" / "scratch.py").write_text("x = 1\n")  # a learner's own file
+    with pytest.raises(RuntimeError, match="edited by hand"):
+        sync.sync()
+    assert edited.read_text().endswith("# my work\n")
+    sync.sync(force=True)
+    assert (root / "model" / "scratch.py").exists(), "sync only ever deletes files it generated"
+    assert sync.check() == ["not generated: chapters/miniyaie/model/scratch.py"]
+
+
+def test_ci_runs_the_readmes_test_command():
+    readme = (REPO / "README.md").read_text()
+    commands = [line.strip() for line in readme.splitlines() if line.strip().startswith(("python3 -m venv", "bash", "pip"))]
+    ci = (REPO / ".ci" / "run").read_text()
+    assert len(commands) >= 2, "the README starts with its two commands"
+    assert commands[1] in ci, ".ci/run must run exactly the README's second command"
