@@ -8,6 +8,14 @@ from miniyaie.course.sync import regions_of
 from miniyaie.course.testrun import TestResult, run_tests
 
 
+END_TO_END = "all"
+
+
+def heading_id(text: str) -> str:
+    """The id mdBook gives a heading: lower case, spaces to '-', other punctuation dropped."""
+    return "".join(c if c.isalnum() or c in "-_" else "-" if c.isspace() else "" for c in text.lower())
+
+
 def task_table(number: int, results: list[TestResult]) -> tuple[list[list[str]], bool]:
     """Rows of (task, what, tests passed, status, where to read) and whether all pass."""
     ch = chapter(number)
@@ -15,7 +23,7 @@ def task_table(number: int, results: list[TestResult]) -> tuple[list[list[str]],
     by_task: dict[str, list[TestResult]] = {task: [] for task in sorted(what, key=_task_key)}
     for result in results:
         if result.chapter == number and result.graded:
-            for task in result.tasks or ["other"]:
+            for task in result.tasks or [END_TO_END if result.end_to_end else "other"]:
                 by_task.setdefault(task, []).append(result)
     rows, all_pass = [], True
     for task, tests in by_task.items():
@@ -23,8 +31,12 @@ def task_table(number: int, results: list[TestResult]) -> tuple[list[list[str]],
         ok = bool(tests) and passed == len(tests)
         all_pass &= ok
         status = "pass" if ok else ("no tests" if not tests else "FAIL")
-        anchor = f"{ch.page}#task-{task.replace('.', '')}" if task != "other" else ch.page
-        rows.append([task, what.get(task, "tests without a task mark"), f"{passed}/{len(tests)}", status, "" if ok else anchor])
+        if task in what:
+            label, read = what[task], f"{ch.page}#{heading_id(f'Task {task}: {what[task]}')}"
+        else:
+            label = "end to end: needs every task" if task == END_TO_END else "tests without a task mark"
+            read = ch.page
+        rows.append([task, label, f"{passed}/{len(tests)}", status, "" if ok else read])
     return rows, all_pass
 
 

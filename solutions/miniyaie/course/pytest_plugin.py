@@ -45,9 +45,13 @@ def chapter_of(nodeid: str) -> int | None:
 
 
 def _describe(item) -> dict:
+    own = [m.args[0] for m in getattr(item, "own_markers", []) if m.name == "task"]
     return {
         "chapter": chapter_of(item.nodeid),
-        "tasks": [m.args[0] for m in item.iter_markers("task")],
+        # Marks on the test itself name the task it grades; marks on the whole
+        # module (pytestmark) mean an end-to-end test that needs every task.
+        "tasks": own,
+        "end_to_end": not own and item.get_closest_marker("task") is not None,
         "graded": item.get_closest_marker("ungraded") is None,
         "outcome": "not run",
         "message": "",

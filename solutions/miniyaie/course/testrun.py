@@ -15,9 +15,12 @@ from miniyaie.course.pytest_plugin import RESULTS_ENV
 
 @dataclass
 class TestResult:
+    __test__ = False  # not a pytest test class
+
     nodeid: str
     chapter: int | None
-    tasks: list[str]
+    tasks: list[str]  # the tasks this test grades on its own
+    end_to_end: bool  # needs every task of its chapter
     graded: bool
     outcome: str  # passed | failed | skipped | not run
     message: str
@@ -40,5 +43,7 @@ def run_tests(paths: list[str], impl: str, extra_args: list[str] = (), quiet: bo
     results = []
     for nodeid, r in raw.items():
         outcome = r["outcome"]
-        results.append(TestResult(nodeid, r["chapter"], r["tasks"], r["graded"], outcome, r["message"]))
+        results.append(
+            TestResult(nodeid, r["chapter"], r["tasks"], r["end_to_end"], r["graded"], outcome, r["message"])
+        )
     return results

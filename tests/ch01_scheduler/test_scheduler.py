@@ -1,0 +1,200 @@
+"""Chapter 1 tasks, one behaviour at a time, through the scheduler's public interface."""
+
+import itertools
+
+import pytest
+from fake_model import Driver, reference_output
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.scheduler import FinishReason, Request, RequestStatus, Scheduler, SchedulerConfig, TokenCountingMemory
+
+_ids = itertools.count()
+
+
+def request(prompt_len: int, max_tokens: int = 4, **kwargs) -> Request:
+    rid = f"r{next(_ids)}"
+    return Request(rid, [(7 * i + len(rid)) % 50 + 1 for i in range(prompt_len)], max_tokens, ignore_eos=True, **kwargs)
+
+
+def scheduler(budget=64, seqs=8, capacity=1000, policy="fcfs", memory=None, prefix_len=None) -> Scheduler:
+    config = SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=seqs, policy=policy)
+    return Scheduler(config, memory or TokenCountingMemory(capacity), prefix_len)
+
+
+@pytest.mark.task("1.1")
+@given(capacity=st.integers(1, 40), wants=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 15)), max_size=20))
+@example(capacity=5, wants=[(0, 5), (1, 1)])  # the pool exactly full, then one token more
+def test_counting_memory_contract(capacity, wants):
+    memory = TokenCountingMemory(capacity)
+    requests = [request(1) for _ in range(4)]
+    held = {r.request_id: 0 for r in requests}
+    for index, n in wants:
+        r = requests[index]
+        fits = memory.can_allocate(r, n)
+        assert fits == (max(0, r.num_computed_tokens + n - held[r.request_id]) <= capacity - sum(held.values()))
+        if fits:
+            memory.allocate(r, n)
+            held[r.request_id] = max(held[r.request_id], r.num_computed_tokens + n)
+            r.num_computed_tokens += n
+        else:
+            with pytest.raises(MemoryError):
+                memory.allocate(r, n)
+        assert memory.num_used_tokens == sum(held.values()) <= capacity
+    for r in requests:
+        memory.free(r)
+    assert memory.num_used_tokens == 0
+
+
+@pytest.mark.task("1.2")
+@given(prompt_len=st.integers(1, 40), budget=st.integers(1, 16), max_tokens=st.integers(1, 5))
+@example(prompt_len=10, budget=1, max_tokens=2)  # budget 1
+@example(prompt_len=33, budget=8, max_tokens=3)  # a prompt longer than the budget: chunked prefill
+def test_running_requests_get_their_next_chunk(prompt_len, budget, max_tokens):
+    s = scheduler(budget=budget)
+    r = request(prompt_len, max_tokens)
+    driver = Driver(s)
+    driver.add(r)
+    driver.run_to_completion(max_steps=prompt_len + max_tokens + 2)
+    chunks = [c.num_tokens for out in driver.trace.steps for c in out.chunks]
+    assert sum(chunks) == prompt_len + max_tokens - 1, "every token computed once (the last sampled one is never fed)"
+    assert chunks[: -(max_tokens - 1) or None] == [min(budget, prompt_len - i) for i in range(0, prompt_len, budget)]
+    assert r.output_token_ids == reference_output(r.prompt_token_ids, max_tokens)
+
+
+@pytest.mark.task("1.2")
+def test_running_requests_are_served_before_new_ones():
+    s = scheduler(budget=4)
+    a, b = request(3, max_tokens=5), request(3, max_tokens=5)
+    driver = Driver(s)
+    driver.add(a)
+    driver.step()  # a's prompt (3 tokens)
+    driver.add(b)
+    out = driver.step()
+    assert [(c.request, c.num_tokens) for c in out.chunks] == [(a, 1), (b, 3)]
+    out = driver.step()
+    assert [(c.request, c.num_tokens) for c in out.chunks] == [(a, 1), (b, 1)], "two decodes share a step"
+
+
+@pytest.mark.task("1.3")
+@given(
+    prompt_lens=st.lists(st.integers(1, 12), min_size=1, max_size=10),
+    budget=st.integers(1, 30),
+    seqs=st.integers(1, 4),
+)
+@example(prompt_lens=[5, 5, 5, 5], budget=100, seqs=4)  # all arrive at once, all fit
+def test_admission_respects_budget_seats_and_arrival_order(prompt_lens, budget, seqs):
+    s = scheduler(budget=budget, seqs=seqs)
+    driver = Driver(s)
+    requests = [request(n, max_tokens=2) for n in prompt_lens]
+    for r in requests:  # all arrive at once
+        driver.add(r)
+    out = driver.step()
+    admitted = [c.request for c in out.chunks]
+    assert admitted == requests[: len(admitted)], "FCFS admits in arrival order"
+    assert len(admitted) == min(len(requests), seqs) or out.num_batched_tokens == budget
+    assert all(r.status is RequestStatus.RUNNING for r in admitted)
+    driver.run_to_completion(max_steps=200)
+    assert driver.trace.first_admissions == [r.request_id for r in requests]
+
+
+class PrefixCachingMemory(TokenCountingMemory):
+    """Counting memory that claims the first `cached` tokens of every prompt are already cached."""
+
+    def __init__(self, capacity, cached):
+        super().__init__(capacity)
+        self.cached = cached
+
+    def cached_prefix_len(self, request):
+        return min(self.cached, len(request.prompt_token_ids))
+
+
+@pytest.mark.task("1.3")
+@given(prompt_len=st.integers(1, 20), cached=st.integers(0, 25))
+@example(prompt_len=8, cached=8)  # a full-prompt hit still computes the last token
+def test_admission_starts_after_the_cached_prefix(prompt_len, cached):
+    s = scheduler(memory=PrefixCachingMemory(100, cached))
+    r = request(prompt_len, max_tokens=3)
+    s.add_request(r)
+    out = s.schedule()
+    (chunk,) = out.chunks
+    expected_start = min(cached, prompt_len - 1)
+    assert (chunk.start, chunk.num_tokens) == (expected_start, prompt_len - expected_start)
+    assert r.num_cached_tokens == expected_start
+
+
+@pytest.mark.task("1.4")
+def test_preempted_request_recomputes_and_matches_unpreempted_output():
+    # Memory for one long request: the newer one is preempted when the older grows.
+    s = scheduler(budget=16, capacity=24)
+    driver = Driver(s, used_tokens=lambda: s.memory.num_used_tokens)
+    old, new = request(10, max_tokens=12), request(8, max_tokens=12)
+    driver.add(old)
+    driver.step()
+    driver.add(new)
+    driver.run_to_completion(max_steps=200)
+    assert new.num_preemptions >= 1 and s.num_preemptions >= 1
+    assert old.num_preemptions == 0, "the newest request is preempted first"
+    for r in (old, new):
+        assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens)
+    preempted_step = next(i for i, out in enumerate(driver.trace.steps) if out.preempted)
+    resumed = next(
+        c for out in driver.trace.steps[preempted_step + 1 :] for c in out.chunks if c.request is new
+    )
+    assert resumed.start == 0, "recompute: the prompt and the tokens generated so far are prefilled again"
+    assert s.memory.num_used_tokens == 0
+
+
+@pytest.mark.task("1.5")
+@given(prefix_lens=st.lists(st.integers(0, 10), min_size=2, max_size=8), seqs=st.integers(1, 3))
+def test_lpm_admits_longest_cached_prefix_first(prefix_lens, seqs):
+    requests = [request(12, max_tokens=1) for _ in prefix_lens]
+    oracle = {r.request_id: n for r, n in zip(requests, prefix_lens)}
+    s = scheduler(budget=1000, seqs=seqs, policy="lpm", prefix_len=lambda r: oracle[r.request_id])
+    for r in requests:
+        s.add_request(r)
+    admitted = [c.request for c in s.schedule().chunks]
+    assert len(admitted) == min(seqs, len(requests))
+    rest = [r for r in requests if r not in admitted]
+    assert min(oracle[r.request_id] for r in admitted) >= max((oracle[r.request_id] for r in rest), default=0)
+    ties = [r for r in requests if oracle[r.request_id] == oracle[admitted[-1].request_id]]
+    assert [r for r in ties if r in admitted] == ties[: len([r for r in ties if r in admitted])], "ties keep arrival order"
+
+
+@pytest.mark.task("1.6")
+@given(abort_when=st.integers(0, 6), which=st.integers(0, 2))
+@example(abort_when=0, which=2)  # abort a request that is still waiting
+def test_abort_returns_all_memory(abort_when, which):
+    s = scheduler(budget=6, seqs=2, capacity=60)
+    driver = Driver(s, used_tokens=lambda: s.memory.num_used_tokens)
+    requests = [request(5, max_tokens=6) for _ in range(3)]
+    for r in requests:
+        driver.add(r)
+    for _ in range(abort_when):
+        driver.step()
+    victim = requests[which]
+    was_unfinished = not victim.is_finished
+    assert (s.abort(victim.request_id) is victim) == was_unfinished
+    if was_unfinished:
+        assert victim.finish_reason is FinishReason.ABORT
+    assert victim not in s.waiting and victim not in s.running
+    driver.run_to_completion(max_steps=200)
+    assert s.memory.num_used_tokens == 0
+    assert s.abort("no-such-request") is None
+
+
+@pytest.mark.ungraded
+def test_bad_requests_are_rejected_clearly():
+    s = scheduler(capacity=10)
+    with pytest.raises(ValueError, match="needs up to 14 tokens"):
+        s.add_request(request(10, max_tokens=4))
+    with pytest.raises(ValueError, match="empty"):
+        Request("x", [], 3)
+    with pytest.raises(ValueError, match="max_tokens"):
+        Request("x", [1], 0)
+    r = request(2)
+    s.add_request(r)
+    with pytest.raises(ValueError, match="already in use"):
+        s.add_request(Request(r.request_id, [1], 1))
+    with pytest.raises(ValueError, match="policy"):
+        SchedulerConfig(policy="random")
