@@ -13,7 +13,7 @@ def test_notebook_runs_and_draws(path, monkeypatch):
     import jupytext
     import nbclient
 
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel draws inline, headless
     notebook = jupytext.read(path)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()

@@ -1,0 +1,22 @@
+"""Engine settings: the KV pool's size and the scheduler's limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    block_size: int = 16  # tokens per KV block
+    num_blocks: int | None = None  # KV pool size in blocks; or give kv_cache_bytes
+    kv_cache_bytes: int = 256 * 2**20  # used when num_blocks is None
+    max_num_batched_tokens: int = 512  # the token budget of one step
+    max_num_seqs: int = 64
+    policy: str = "fcfs"  # or "lpm"
+    enable_prefix_caching: bool = False
+
+    def __post_init__(self):
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be at least 1, got {self.block_size}")
+        if self.num_blocks is not None and self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be at least 1, got {self.num_blocks}")
