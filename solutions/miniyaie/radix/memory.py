@@ -98,6 +98,14 @@ class RadixMemory(PagedMemory):
             return
         tokens = request.all_token_ids[: num_blocks * self.block_size]
         node = self.cache.insert(tokens, table[:num_blocks])
+        # Where the tree already held these tokens (another request computed
+        # them first), use its blocks and give ours back: the pool keeps one
+        # copy, and free + evictable blocks stay what can_allocate counted.
+        for i, block in enumerate(self.cache.match_prefix(tokens, touch=False).blocks):
+            if table[i] != block:
+                self.allocator.share(block)
+                self.allocator.free(table[i])
+                table[i] = block
         self.cache.lock(node)
         old = self._locked.pop(request.request_id, None)
         if old is not None:
@@ -125,4 +133,4 @@ class RadixMemory(PagedMemory):
             assert self.allocator.ref_count(block) == count, f"block {block}: ref count != owners"
         cached_only = set(in_tree) - set(in_tables)
         assert self.allocator.num_free + len(cached_only) + len(set(in_tables)) == self.allocator.num_blocks
-        assert self.cache.root.lock_ref == 1 + len(self._locked), "one lock per request on the cache"
+        assert self.cache.root.lock_ref == len(self._locked), "one lock per request on the cache"

@@ -47,8 +47,7 @@ class PrefixMatch:
 class RadixCache:
     def __init__(self, allocator: BlockAllocator, block_size: int):
         self.allocator, self.block_size = allocator, block_size
-        self.root = Node()
-        self.root.lock_ref = 1  # the root is never evicted
+        self.root = Node()  # holds no tokens and is never evicted
         self.evictable_blocks = 0  # blocks of nodes no request has locked
         self.cached_blocks = 0  # blocks the tree holds a reference on
 
@@ -174,7 +173,7 @@ class RadixCache:
         # list), remove it from its parent's children and update the counters;
         # if the parent is now an unlocked leaf, push it too.
         # BEGIN SOLUTION 3.4: Evict least recently used leaves
-        heap = [(n.last_access, id(n), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0]
+        heap = [(n.last_access, id(n), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0 and n is not self.root]
         heapq.heapify(heap)
         freed = 0
         while freed < num_blocks and heap:
@@ -186,7 +185,7 @@ class RadixCache:
             self.evictable_blocks -= len(leaf.blocks)
             parent = leaf.parent
             del parent.children[self._first_block(leaf.key)]
-            if parent.is_leaf and parent.lock_ref == 0:
+            if parent.is_leaf and parent.lock_ref == 0 and parent is not self.root:
                 heapq.heappush(heap, (parent.last_access, id(parent), parent))
         return freed
         # END SOLUTION
@@ -206,7 +205,7 @@ class RadixCache:
 
     def reset(self) -> None:
         """Drop the whole cache; only when no request holds a lock."""
-        if self.root.lock_ref != 1:
+        if self.root.lock_ref != 0:
             raise RuntimeError("cannot reset the prefix cache while requests use it")
         self.evict(self.cached_blocks)
         assert self.cached_blocks == 0 and not self.root.children

@@ -1,0 +1,87 @@
+"""Task 3.5: the prefix cache behind the scheduler's memory interface (fake model, real scheduler)."""
+
+import pytest
+from fake_model import Driver, reference_output
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.radix import RadixMemory
+from miniyaie.scheduler import Request, Scheduler, SchedulerConfig
+
+
+def run(memory, prompts, max_tokens=4, budget=32, seqs=4, policy="fcfs", one_by_one=False):
+    scheduler = Scheduler(SchedulerConfig(budget, seqs, policy), memory)
+    driver = Driver(scheduler)
+    requests = [Request(f"q{i}", list(p), max_tokens, ignore_eos=True) for i, p in enumerate(prompts)]
+    for r in requests:
+        driver.add(r)
+        if one_by_one:
+            driver.run_to_completion(max_steps=500)
+    for _ in range(2000):
+        if not scheduler.has_unfinished():
+            break
+        driver.step()
+        memory.check_integrity()
+    assert not scheduler.has_unfinished()
+    return requests, driver
+
+
+@pytest.mark.task("3.5")
+@given(block_size=st.sampled_from([1, 2, 4, 16]), shared=st.integers(1, 40), suffix=st.integers(1, 9))
+@example(block_size=4, shared=8, suffix=1)  # the shared part ends on a block boundary
+@example(block_size=16, shared=5, suffix=3)  # less than one block shared: nothing to reuse
+def test_a_request_starts_after_the_cached_prefix(block_size, shared, suffix):
+    memory = RadixMemory(num_blocks=64, block_size=block_size)
+    system = [(7 * i) % 11 + 1 for i in range(shared)]
+    first, second = system + [20] * suffix, system + [30] * suffix
+    (a, b), driver = run(memory, [first, second], one_by_one=True)
+    b_first_chunk = next(c for out in driver.trace.steps for c in out.chunks if c.request is b)
+    aligned = shared // block_size * block_size
+    assert b_first_chunk.start == aligned, "the cached blocks are not computed again"
+    assert b.num_cached_tokens == aligned and memory.hit_tokens == aligned
+    for r in (a, b):
+        assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens)
+
+
+@pytest.mark.task("3.5")
+def test_a_full_hit_still_computes_the_last_token():
+    memory = RadixMemory(num_blocks=32, block_size=4)
+    prompt = list(range(1, 17))  # four whole blocks
+    (a, b), driver = run(memory, [prompt, prompt], one_by_one=True)
+    b_chunks = [c for out in driver.trace.steps for c in out.chunks if c.request is b]
+    assert (b_chunks[0].start, b_chunks[0].num_tokens) == (15, 1)
+    assert b.output_token_ids == a.output_token_ids == reference_output(prompt, 4)
+
+
+@pytest.mark.task("3.5")
+@given(
+    groups=st.integers(1, 3),
+    per_group=st.integers(1, 4),
+    block_size=st.sampled_from([1, 2, 4]),
+    num_blocks=st.integers(14, 60),  # block size 1 and 14 blocks: room for exactly one request
+    policy=st.sampled_from(["fcfs", "lpm"]),
+)
+@example(groups=2, per_group=4, block_size=2, num_blocks=14, policy="lpm")  # memory pressure: evictions
+def test_shared_prefix_workloads_reuse_and_return_every_block(groups, per_group, block_size, num_blocks, policy):
+    memory = RadixMemory(num_blocks, block_size)
+    prompts = [[g + 1] * 9 + [40 + q, 41 + g] for g in range(groups) for q in range(per_group)]
+    requests, _ = run(memory, prompts, max_tokens=3, budget=16, seqs=3, policy=policy)
+    for r in requests:
+        assert r.output_token_ids == reference_output(r.prompt_token_ids, 3)
+    if per_group > 1 and num_blocks >= 40:
+        assert memory.hit_tokens > 0, "requests of a group reuse their shared prefix"
+    assert memory.num_used_blocks == memory.cache.cached_blocks, "what is not free is only cached"
+    memory.cache.reset()
+    assert memory.num_free_blocks == num_blocks
+
+
+@pytest.mark.task("3.5")
+def test_lpm_admits_the_request_with_the_longest_cached_prefix():
+    memory = RadixMemory(num_blocks=64, block_size=2)
+    run(memory, [[5] * 12], max_tokens=1)  # leaves [5]*12 in the cache
+    scheduler = Scheduler(SchedulerConfig(max_num_batched_tokens=100, max_num_seqs=1, policy="lpm"), memory)
+    cold, warm = Request("cold", [9] * 12, 1), Request("warm", [5] * 10 + [6, 6], 1)
+    scheduler.add_request(cold)
+    scheduler.add_request(warm)
+    (chunk,) = scheduler.schedule().chunks
+    assert chunk.request is warm and chunk.start == 10

@@ -1,0 +1,114 @@
+"""Tasks 3.1-3.4: the radix tree, one behaviour at a time."""
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.paged import BlockAllocator
+from miniyaie.radix import RadixCache
+
+
+def cache_with(sequences, block_size, num_blocks=200):
+    """A tree holding `sequences`, inserted like finished requests leave them (the request's refs dropped)."""
+    allocator = BlockAllocator(num_blocks)
+    tree = RadixCache(allocator, block_size)
+    for seq in sequences:
+        insert(tree, seq)
+    return tree
+
+
+def insert(tree, seq):
+    seq = seq[: len(seq) // tree.block_size * tree.block_size]
+    blocks = tree.allocator.allocate_many(len(seq) // tree.block_size)
+    node = tree.insert(seq, blocks)
+    for block in blocks:
+        tree.allocator.free(block)  # the request is done; the tree keeps what it took
+    return node
+
+
+def longest_prefix(sequences, query, block_size):
+    """The model: the longest block-aligned prefix of `query` that is a prefix of an inserted sequence."""
+    best = 0
+    for seq in sequences:
+        seq = seq[: len(seq) // block_size * block_size]
+        n = 0
+        while n + block_size <= min(len(seq), len(query)) and seq[n : n + block_size] == query[n : n + block_size]:
+            n += block_size
+        best = max(best, n)
+    return best
+
+
+tokens = st.lists(st.integers(0, 2), max_size=14)  # a tiny vocabulary: lots of sharing and splits
+
+
+@pytest.mark.task("3.1")
+@given(sequences=st.lists(tokens, max_size=6), query=tokens, block_size=st.sampled_from([1, 2, 4]))
+@example(sequences=[], query=[1, 2, 3], block_size=1)  # empty tree
+@example(sequences=[[1, 2, 3, 4]], query=[1, 2, 3, 4], block_size=2)  # a full hit
+@example(sequences=[[1, 2, 3, 4]], query=[1, 2, 3, 5], block_size=2)  # diverges inside the second block
+def test_match_prefix_finds_the_longest_cached_prefix(sequences, query, block_size):
+    tree = cache_with(sequences, block_size)
+    match = tree.match_prefix(query)
+    assert match.length == longest_prefix(sequences, query, block_size)
+    assert len(match.blocks) == match.length // block_size
+    assert len(set(match.blocks)) == len(match.blocks)
+
+
+@pytest.mark.task("3.2")
+@given(sequences=st.lists(tokens, min_size=1, max_size=6), block_size=st.sampled_from([1, 2, 4]))
+@example(sequences=[[1, 1, 2, 2, 3, 3], [1, 1, 2, 2, 0, 0]], block_size=2)  # two requests share, then diverge
+@example(sequences=[[0, 1, 2, 0, 1, 2, 0, 1], [0, 1, 2, 0, 1, 1, 1, 1]], block_size=4)  # split in the middle of a block
+def test_insert_stores_each_shared_prefix_once(sequences, block_size):
+    tree = cache_with(sequences, block_size)
+    prefixes = {tuple(s[:n]) for s in sequences for n in range(block_size, len(s) + 1, block_size)}
+    assert tree.cached_blocks == len(prefixes), "one block per distinct cached block-aligned prefix"
+    assert tree.allocator.num_used == len(prefixes)
+    for seq in sequences:
+        aligned = len(seq) // block_size * block_size
+        match = tree.match_prefix(seq)
+        assert match.length == aligned
+        # a sequence's blocks are the same blocks any sequence sharing its prefix gets
+        for other in sequences:
+            common = longest_prefix([other], seq, block_size)
+            assert tree.match_prefix(other).blocks[: common // block_size] == match.blocks[: common // block_size]
+    tree.check_integrity()
+
+
+@pytest.mark.task("3.3")
+@given(sequences=st.lists(tokens, min_size=1, max_size=5), pick=st.integers(0, 4), block_size=st.sampled_from([1, 2]))
+def test_locked_paths_are_never_evicted(sequences, pick, block_size):
+    tree = cache_with(sequences, block_size)
+    seq = sequences[pick % len(sequences)]
+    match = tree.match_prefix(seq)
+    tree.lock(match.node)
+    locked_blocks = set(tree.match_prefix(seq).blocks)
+    assert tree.evictable_blocks <= tree.cached_blocks - len(locked_blocks)
+    tree.evict(10_000)
+    assert tree.match_prefix(seq).length >= match.length, "a locked prefix survives any eviction"
+    assert tree.cached_blocks >= len(locked_blocks)
+    tree.unlock(match.node)
+    assert tree.evictable_blocks == tree.cached_blocks
+    tree.evict(10_000)
+    assert tree.cached_blocks == 0 and tree.allocator.num_free == tree.allocator.num_blocks
+    with pytest.raises(ValueError):
+        tree.unlock(match.node)  # lock counts never go negative
+
+
+@pytest.mark.task("3.4")
+def test_eviction_takes_least_recently_used_leaves_first():
+    tree = cache_with([[1, 1], [2, 2], [3, 3]], block_size=2)
+    tree.match_prefix([1, 1])  # used again: now the most recent
+    free_before = tree.allocator.num_free
+    assert tree.evict(1) == 1
+    assert tree.allocator.num_free == free_before + 1, "evicted blocks go back to the pool"
+    assert tree.match_prefix([2, 2]).length == 0, "the least recently used leaf went first"
+    assert tree.match_prefix([1, 1]).length == 2 and tree.match_prefix([3, 3]).length == 2
+
+
+@pytest.mark.task("3.4")
+def test_evicting_a_leaf_can_make_its_parent_evictable():
+    tree = cache_with([[5, 5, 6, 6], [5, 5, 7, 7]], block_size=2)  # parent [5 5] with two leaves
+    assert tree.cached_blocks == 3
+    assert tree.evict(3) == 3, "once both leaves are gone the parent is a leaf and goes too"
+    assert tree.cached_blocks == 0 and tree.match_prefix([5, 5]).length == 0
+    assert tree.allocator.num_free == tree.allocator.num_blocks
