@@ -87,9 +87,10 @@ class RadixCache:
         assert len(tokens) == len(blocks) * self.block_size, "insert whole blocks only"
         # Hint: walk like match_prefix. When a child's key matches only in
         # part, split it there (self._split). When no child starts with the
-        # next block, add a leaf with the remaining tokens and blocks: share
-        # each block with the allocator, count them in cached_blocks and
-        # evictable_blocks (a new leaf is unlocked).
+        # next block, add a leaf with the remaining tokens and blocks (or, if
+        # the node is itself a leaf, extend its edge): share each new block
+        # with the allocator, count it in cached_blocks, and in
+        # evictable_blocks when its node is unlocked.
         # TODO(Task 3.2): Insert with node split. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 2: Insert with node split — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: insert

@@ -101,14 +101,26 @@ class RadixCache:
         assert len(tokens) == len(blocks) * self.block_size, "insert whole blocks only"
         # Hint: walk like match_prefix. When a child's key matches only in
         # part, split it there (self._split). When no child starts with the
-        # next block, add a leaf with the remaining tokens and blocks: share
-        # each block with the allocator, count them in cached_blocks and
-        # evictable_blocks (a new leaf is unlocked).
+        # next block, add a leaf with the remaining tokens and blocks (or, if
+        # the node is itself a leaf, extend its edge): share each new block
+        # with the allocator, count it in cached_blocks, and in
+        # evictable_blocks when its node is unlocked.
         # BEGIN SOLUTION 3.2: Insert with node split
         node, done, now = self.root, 0, next(_clock)
         while done < len(tokens):
             rest = tokens[done:]
             child = node.children.get(self._first_block(rest))
+            if child is None and node is not self.root and node.is_leaf:
+                # Extending a leaf (a request caching its next blocks): grow its edge.
+                new_blocks = list(blocks[done // self.block_size :])
+                for block in new_blocks:
+                    self.allocator.share(block)
+                node.key += tuple(rest)
+                node.blocks += new_blocks
+                self.cached_blocks += len(new_blocks)
+                if node.lock_ref == 0:
+                    self.evictable_blocks += len(new_blocks)
+                return node
             if child is None:
                 leaf = Node(tuple(rest), list(blocks[done // self.block_size :]), parent=node, last_access=now)
                 for block in leaf.blocks:
