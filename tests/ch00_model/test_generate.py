@@ -5,21 +5,13 @@ These tests use all four tasks (RMSNorm, RoPE, SwiGLU, attention over the cache)
 
 import pytest
 import torch
-from tiny_models import CONFIGS, save_tiny_model
+from tiny_models import CONFIGS, save_tiny_model, transformers_greedy
 
 from miniyaie.model import AttentionMetadata, KVCache, SamplingParams, generate, load_model
 
 pytestmark = [pytest.mark.task("0.1"), pytest.mark.task("0.2"), pytest.mark.task("0.3"), pytest.mark.task("0.4")]
 
 
-def transformers_greedy(hf_model, prompt: list[int], max_new_tokens: int) -> list[int]:
-    """The oracle: transformers' own greedy generate, one prompt at a time (no padding), never stopping early."""
-    hf_model.generation_config.eos_token_id = None
-    out = hf_model.generate(
-        torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-        max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0,
-    )
-    return out[0, len(prompt):].tolist()
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))

@@ -1,4 +1,4 @@
-"""Tiny random-weight Llama / Qwen2 / Qwen3 checkpoints, saved like real ones."""
+"""Tiny random-weight Llama / Qwen2 / Qwen3 checkpoints, saved like real ones, and the transformers oracle."""
 
 from __future__ import annotations
 
@@ -53,3 +53,13 @@ def save_tiny_model(kind: str, directory: Path, seed: int = 0):
                 param.normal_(0, 0.2)
     model.save_pretrained(directory)
     return model
+
+
+def transformers_greedy(hf_model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """The oracle: transformers' own greedy generate, one prompt at a time (no padding), never stopping early."""
+    hf_model.generation_config.eos_token_id = None
+    out = hf_model.generate(
+        torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0,
+    )
+    return out[0, len(prompt):].tolist()

@@ -3,8 +3,7 @@ and greedy output stays equal to transformers (end to end: every chapter 3 task)
 
 import pytest
 import torch
-from test_generate import transformers_greedy
-from tiny_models import save_tiny_model
+from tiny_models import save_tiny_model, transformers_greedy
 
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import SamplingParams, load_model

@@ -50,7 +50,7 @@ class RadixMemory(PagedMemory):
         end = start + num_new_tokens
         new_blocks = max(0, blocks_needed(end, self.block_size) - len(table))
         # Prefix blocks are shared with the tree, so writing into one copies it.
-        written = range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)))
+        written = range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)) if end > start else 0)
         copies = sum(1 for i in written if table[i] in prefix or self.allocator.ref_count(table[i]) > 1)
         return max(0, new_blocks + copies - self.allocator.num_free)
 

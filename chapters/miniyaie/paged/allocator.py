@@ -1,0 +1,114 @@
+"""The block allocator: a free list of fixed-size KV blocks with reference counts.
+
+The pool is cut into `num_blocks` blocks of `block_size` token slots each
+(see pool.py); the allocator deals only in block ids 0..num_blocks-1 and
+never touches a tensor. A block is free (reference count 0, on the free
+list) or in use by one or more owners: the block tables of requests, and in
+chapter 3 the prefix cache. Sharing a block adds an owner; freeing drops one;
+the block returns to the free list when its last owner lets go.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class OutOfBlocksError(MemoryError):
+    """The pool has fewer free blocks than asked for. Nothing was allocated."""
+
+
+# ANCHOR: allocator_state
+class BlockAllocator:
+    """Hands out block ids, counts their owners, and takes them back.
+
+    State: `_ref_counts[b]` is the number of owners of block b (0 when free);
+    `_free` holds exactly the blocks whose count is 0, oldest-freed first.
+    """
+
+    def __init__(self, num_blocks: int):
+        if num_blocks < 1:
+            raise ValueError(f"a pool needs at least one block, got {num_blocks}")
+        self._num_blocks = num_blocks
+        self._ref_counts = [0] * num_blocks
+        self._free: deque[int] = deque(range(num_blocks))
+
+    @property
+    def num_blocks(self) -> int:
+        return self._num_blocks
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self._num_blocks - len(self._free)
+
+    def ref_count(self, block: int) -> int:
+        """Owners of `block`: 0 when it is free."""
+        self._check(block)
+        return self._ref_counts[block]
+    # ANCHOR_END: allocator_state
+
+    # ANCHOR: allocate
+    def allocate(self) -> int:
+        """Take a free block; it gets one owner (the caller)."""
+        # Hint: raise OutOfBlocksError (with a message saying the pool is full)
+        # when self._free is empty; otherwise pop a block from the free list,
+        # set its reference count to 1 and return it.
+        # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
+
+    def allocate_many(self, n: int) -> list[int]:
+        """Take `n` free blocks, or none: raises OutOfBlocksError, changing nothing, when fewer are free."""
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} blocks")
+        if n > len(self._free):
+            raise OutOfBlocksError(
+                f"need {n} blocks but only {len(self._free)} of {self._num_blocks} are free"
+            )
+        return [self.allocate() for _ in range(n)]
+    # ANCHOR_END: allocate
+
+    # ANCHOR: free
+    def free(self, block: int) -> None:
+        """Drop one owner of `block`; with no owner left it goes back to the free list."""
+        self._check(block)
+        # Hint: freeing a block whose count is already 0 is a bug in the caller
+        # (a double free): raise ValueError and change nothing. Otherwise
+        # decrement its count, and append it to self._free when it reaches 0.
+        # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
+
+    def share(self, block: int) -> None:
+        """Add an owner to a block in use (a forked request, a prefix cache entry)."""
+        self._check(block)
+        if self._ref_counts[block] == 0:
+            raise ValueError(f"block {block} is free: only a block in use can be shared")
+        self._ref_counts[block] += 1
+    # ANCHOR_END: free
+
+    # ANCHOR: copy_on_write
+    def copy_on_write(self, block: int) -> int:
+        """The block the caller may write into instead of `block`.
+
+        The caller owns `block` and is about to write into it. If nobody else
+        owns it, that is `block` itself. Otherwise the caller gets a fresh
+        block and gives up its share of the old one (which the other owners
+        keep, unchanged); the caller must then copy the old block's K/V into
+        the new one before writing. Raises OutOfBlocksError, changing nothing,
+        when no block is free.
+        """
+        self._check(block)
+        if self._ref_counts[block] == 0:
+            raise ValueError(f"block {block} is free: nobody may write into it")
+        # Hint: an unshared block (count 1) is returned as it is. Otherwise
+        # allocate a new block first (if that raises, nothing has changed),
+        # then drop the caller's reference to the old block, and return the new one.
+        # TODO(Task 2.2): Copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: Copy-on-write — see book/src/ch02_paged_kv_cache.md')
+    # ANCHOR_END: copy_on_write
+
+    def _check(self, block: int) -> None:
+        if not 0 <= block < self._num_blocks:
+            raise ValueError(f"block {block} is not in this pool (0..{self._num_blocks - 1})")

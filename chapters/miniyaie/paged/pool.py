@@ -1,0 +1,62 @@
+"""The paged K/V pool: chapter 0's flat KVCache, cut into blocks.
+
+The pool is one tensor for K and one for V, [num_layers, num_blocks *
+block_size, num_kv_heads, head_dim]: block b owns slots b * block_size ..
+(b + 1) * block_size - 1 of every layer. Nothing about the tensor changes
+from chapter 0; only who gets which slots does. The attention backend writes
+new K/V through the slot mapping and reads each sequence's context through
+its block table (`AttentionMetadata.context_slots`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from miniyaie.model import KVCache, ModelConfig
+
+
+def block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes of one block: K and V of block_size tokens in every layer."""
+    return block_size * config.kv_bytes_per_token(dtype.itemsize)
+
+
+# ANCHOR: budget
+def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: int, dtype: torch.dtype) -> int:
+    """The most blocks whose K and V (all layers) fit in `budget_bytes`."""
+    # Hint: one token takes config.kv_bytes_per_token(dtype.itemsize) bytes
+    # (K and V, every layer); a block holds block_size tokens. Round down.
+    # TODO(Task 2.5): Size the pool from a byte budget. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 5: Size the pool from a byte budget — see book/src/ch02_paged_kv_cache.md')
+    if num_blocks < 1:
+        raise ValueError(
+            f"a KV budget of {budget_bytes} bytes holds no block of {block_size} tokens "
+            f"({block_bytes(config, block_size, dtype)} bytes each)"
+        )
+    return num_blocks
+# ANCHOR_END: budget
+
+
+# ANCHOR: make_pool
+def make_pool(
+    config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str | torch.device = "cpu"
+) -> KVCache:
+    """The K/V pool of `num_blocks` blocks: a KVCache of num_blocks * block_size slots."""
+    if num_blocks < 1 or block_size < 1:
+        raise ValueError(f"a pool needs at least one block of at least one slot, got {num_blocks} x {block_size}")
+    return KVCache(config, num_blocks * block_size, dtype, device)
+
+
+def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: int) -> None:
+    """Copy every (src, dst) block's K and V, all layers: what copy-on-write asks the runner to do."""
+    copies = list(copies)
+    if not copies:
+        return
+    device = pool.k.device
+    offsets = torch.arange(block_size, device=device)
+    src = (torch.tensor([s for s, _ in copies], device=device)[:, None] * block_size + offsets).flatten()
+    dst = (torch.tensor([d for _, d in copies], device=device)[:, None] * block_size + offsets).flatten()
+    pool.k[:, dst] = pool.k[:, src]
+    pool.v[:, dst] = pool.v[:, src]
+# ANCHOR_END: make_pool

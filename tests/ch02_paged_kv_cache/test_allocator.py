@@ -1,0 +1,213 @@
+"""Tasks 2.1 and 2.2: the block allocator, checked as a state machine against a model of owners.
+
+The model is a list of owners, each holding one block. The allocator may
+choose any block ids it likes; the tests only check what every correct
+allocator must do: a block in use is never handed out again, the counts
+add up after any sequence of operations, and copy-on-write never changes
+what another owner of a block sees.
+"""
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
+
+from miniyaie.paged import BlockAllocator, OutOfBlocksError
+
+MACHINE_SETTINGS = settings(max_examples=200, stateful_step_count=50)
+
+
+@dataclass(eq=False)
+class Owner:
+    block: int
+    expected: int  # what this owner last wrote into (or read from) its block
+
+
+class AllocatorMachine(RuleBasedStateMachine):
+    """allocate, allocate_many, free, share, and the errors of misuse."""
+
+    def __init__(self):
+        super().__init__()
+        self.allocator: BlockAllocator | None = None
+        self.owners: list[Owner] = []
+        self.contents: dict[int, int] = {}  # block -> value last written: a model of the K/V pool
+        self.values = itertools.count()
+
+    @initialize(num_blocks=st.integers(1, 8))
+    def make_allocator(self, num_blocks):
+        self.num_blocks = num_blocks
+        self.allocator = BlockAllocator(num_blocks)
+        assert self.allocator.num_blocks == num_blocks
+
+    def owned(self) -> Counter:
+        return Counter(o.block for o in self.owners)
+
+    def _new_owner(self, block: int) -> None:
+        assert 0 <= block < self.num_blocks
+        assert block not in self.owned(), f"block {block} was handed out while still in use"
+        value = next(self.values)
+        self.contents[block] = value  # the new owner fills its block
+        self.owners.append(Owner(block, value))
+
+    @rule()
+    def allocate(self):
+        if len(self.owned()) == self.num_blocks:
+            with pytest.raises(OutOfBlocksError):
+                self.allocator.allocate()
+        else:
+            self._new_owner(self.allocator.allocate())
+
+    @rule(n=st.integers(0, 9))
+    def allocate_many(self, n):
+        free = self.num_blocks - len(self.owned())
+        if n > free:
+            with pytest.raises(OutOfBlocksError):  # all or nothing: the invariants check that nothing changed
+                self.allocator.allocate_many(n)
+            return
+        blocks = self.allocator.allocate_many(n)
+        assert len(blocks) == n and len(set(blocks)) == n
+        for block in blocks:
+            self._new_owner(block)
+
+    @precondition(lambda self: self.owners)
+    @rule(i=st.integers(0, 10**6))
+    def free(self, i):
+        owner = self.owners.pop(i % len(self.owners))
+        self.allocator.free(owner.block)
+
+    @precondition(lambda self: self.owners)
+    @rule(i=st.integers(0, 10**6))
+    def share(self, i):
+        owner = self.owners[i % len(self.owners)]
+        self.allocator.share(owner.block)
+        self.owners.append(Owner(owner.block, owner.expected))
+
+    @rule(block=st.integers(0, 7))
+    def misuse_of_a_free_block_raises(self, block):
+        block %= self.num_blocks
+        if block in self.owned():
+            return
+        with pytest.raises(ValueError):
+            self.allocator.free(block)  # a double free
+        with pytest.raises(ValueError):
+            self.allocator.share(block)
+
+    @invariant()
+    def counts_add_up(self):
+        if self.allocator is None:
+            return
+        owned = self.owned()
+        assert self.allocator.num_used == len(owned)
+        assert self.allocator.num_free == self.num_blocks - len(owned)
+        assert self.allocator.num_free + self.allocator.num_used == self.num_blocks  # no leak
+        for block in range(self.num_blocks):
+            assert self.allocator.ref_count(block) == owned.get(block, 0)  # never negative, never lost
+
+    @invariant()
+    def every_owner_sees_its_data(self):
+        for owner in self.owners:
+            assert self.contents[owner.block] == owner.expected
+
+
+class CopyOnWriteMachine(AllocatorMachine):
+    """The same, plus owners that write into their block through copy-on-write."""
+
+    @precondition(lambda self: self.owners)
+    @rule(i=st.integers(0, 10**6))
+    def write(self, i):
+        owner = self.owners[i % len(self.owners)]
+        shared = self.owned()[owner.block] > 1
+        if shared and len(self.owned()) == self.num_blocks:
+            with pytest.raises(OutOfBlocksError):  # no block for the copy: nothing changes
+                self.allocator.copy_on_write(owner.block)
+            return
+        block = self.allocator.copy_on_write(owner.block)
+        if not shared:
+            assert block == owner.block, "an unshared block is written in place"
+        else:
+            assert block != owner.block, "a shared block must not be written in place"
+            old = owner.block
+            owner.block = -1  # no longer an owner of `old`
+            self._new_owner_of_copy(old, block, owner)
+        value = next(self.values)
+        self.contents[block] = value
+        owner.expected = value
+
+    def _new_owner_of_copy(self, old: int, new: int, owner: Owner) -> None:
+        assert 0 <= new < self.num_blocks
+        assert new not in self.owned(), f"copy-on-write handed out block {new} while still in use"
+        self.contents[new] = self.contents[old]  # the caller copies the K/V
+        owner.block = new
+
+
+@pytest.mark.task("2.1")
+def test_allocator_state_machine():
+    run_state_machine_as_test(AllocatorMachine, settings=MACHINE_SETTINGS)
+
+
+@pytest.mark.task("2.2")
+def test_copy_on_write_state_machine():
+    run_state_machine_as_test(CopyOnWriteMachine, settings=MACHINE_SETTINGS)
+
+
+@pytest.mark.task("2.1")
+@given(num_blocks=st.integers(1, 12), first=st.integers(0, 12), second=st.integers(0, 12))
+@example(num_blocks=4, first=4, second=0)  # the pool exactly full
+@example(num_blocks=4, first=4, second=1)  # full, then one more
+@example(num_blocks=4, first=3, second=2)  # does not fit although one block is free
+def test_allocate_many_is_all_or_nothing(num_blocks, first, second):
+    allocator = BlockAllocator(num_blocks)
+    taken = []
+    for n in (first, second):
+        free_before = allocator.num_free
+        if n <= free_before:
+            blocks = allocator.allocate_many(n)
+            assert len(set(blocks)) == n and not set(blocks) & set(taken)
+            taken += blocks
+        else:
+            with pytest.raises(OutOfBlocksError, match=str(n)):  # a clear message: how many were asked for
+                allocator.allocate_many(n)
+            assert allocator.num_free == free_before  # nothing was allocated
+        assert allocator.num_used == len(taken) and allocator.num_free == num_blocks - len(taken)
+    if allocator.num_free == 0:
+        with pytest.raises(OutOfBlocksError):
+            allocator.allocate()
+    for block in taken:
+        allocator.free(block)
+    assert allocator.num_free == num_blocks and allocator.num_used == 0
+    assert len(set(allocator.allocate_many(num_blocks))) == num_blocks  # every block comes back
+
+
+@pytest.mark.task("2.1")
+def test_a_block_returns_to_the_free_list_with_its_last_owner():
+    allocator = BlockAllocator(2)
+    block = allocator.allocate()
+    allocator.share(block)
+    assert allocator.ref_count(block) == 2
+    allocator.free(block)
+    assert allocator.ref_count(block) == 1 and allocator.num_used == 1  # still owned once
+    allocator.free(block)
+    assert allocator.ref_count(block) == 0 and allocator.num_free == 2
+    with pytest.raises(ValueError):
+        allocator.free(block)  # double free
+    assert allocator.ref_count(block) == 0 and allocator.num_free == 2
+
+
+@pytest.mark.task("2.2")
+def test_copy_on_write_copies_only_shared_blocks():
+    allocator = BlockAllocator(3)
+    block = allocator.allocate()
+    assert allocator.copy_on_write(block) == block and allocator.ref_count(block) == 1
+    allocator.share(block)
+    copy = allocator.copy_on_write(block)
+    assert copy != block
+    assert allocator.ref_count(block) == 1 and allocator.ref_count(copy) == 1 and allocator.num_used == 2
+    other = allocator.allocate()  # the pool is now full
+    allocator.share(other)
+    with pytest.raises(OutOfBlocksError):
+        allocator.copy_on_write(other)
+    assert allocator.ref_count(other) == 2 and allocator.num_free == 0  # nothing changed

@@ -1,0 +1,86 @@
+"""Tasks 2.3 and 2.4: block tables that grow token by token, and the slot of every position."""
+
+import pytest
+import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.model import AttentionMetadata
+from miniyaie.paged import BlockAllocator, OutOfBlocksError, blocks_needed, grow_block_table, slot_mapping
+
+block_sizes = st.one_of(st.sampled_from([1, 7, 16]), st.integers(1, 40))
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@pytest.mark.task("2.3")
+@given(num_tokens=st.integers(0, 500), block_size=block_sizes)
+@example(num_tokens=0, block_size=16)  # nothing to hold
+@example(num_tokens=1, block_size=1)
+@example(num_tokens=32, block_size=16)  # ends exactly on a block boundary
+@example(num_tokens=33, block_size=16)  # one token into the next block
+def test_blocks_needed_is_the_fewest_blocks_that_hold_the_tokens(num_tokens, block_size):
+    n = blocks_needed(num_tokens, block_size)
+    assert n * block_size >= num_tokens  # enough room
+    assert n == 0 or (n - 1) * block_size < num_tokens  # and not one block more
+
+
+@pytest.mark.task("2.3")
+@given(num_blocks=st.integers(1, 12), block_size=block_sizes, chunks=st.lists(st.integers(0, 20), max_size=12))
+@example(num_blocks=3, block_size=1, chunks=[1, 1, 1, 1])  # block size 1: a block per token, then full
+@example(num_blocks=4, block_size=16, chunks=[16, 1, 15])  # ends exactly on block boundaries
+@example(num_blocks=2, block_size=7, chunks=[14])  # the pool exactly full
+@example(num_blocks=2, block_size=7, chunks=[10, 5])  # does not fit: clear error, nothing changed
+def test_block_table_grows_token_by_token(num_blocks, block_size, chunks):
+    allocator = BlockAllocator(num_blocks)
+    table: list[int] = []
+    tokens = 0
+    for chunk in chunks:
+        target = tokens + chunk
+        before, free_before = list(table), allocator.num_free
+        if ceil_div(target, block_size) - len(table) > free_before:
+            with pytest.raises(OutOfBlocksError):
+                grow_block_table(table, target, block_size, allocator)
+            assert table == before and allocator.num_free == free_before  # nothing changed
+            continue
+        added = grow_block_table(table, target, block_size, allocator)
+        assert table == before + added  # old entries stay where they were; new blocks go at the end
+        assert len(table) == ceil_div(target, block_size)  # exactly the blocks needed, no more
+        assert len(set(table)) == len(table) and allocator.num_used == len(table)
+        assert grow_block_table(table, tokens, block_size, allocator) == [] and len(table) == ceil_div(target, block_size)
+        tokens = target
+
+
+@pytest.mark.task("2.4")
+@given(
+    table=st.lists(st.integers(0, 63), min_size=1, max_size=8, unique=True),
+    block_size=block_sizes,
+    bounds=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+)
+@example(table=[5, 0, 3], block_size=1, bounds=(0.0, 1.0))  # block size 1: slot = block id
+@example(table=[2, 9], block_size=16, bounds=(0.0, 1.0))  # the table exactly full: ends on a block boundary
+@example(table=[2, 9], block_size=16, bounds=(0.5, 0.5))  # an empty range
+@example(table=[7], block_size=7, bounds=(0.99, 1.0))  # the last slot alone
+def test_slot_mapping_puts_each_position_in_its_block(table, block_size, bounds):
+    capacity = len(table) * block_size
+    start, end = sorted(round(b * capacity) for b in bounds)
+    slots = slot_mapping(table, start, end, block_size)
+    assert len(slots) == end - start
+    for position, slot in zip(range(start, end), slots):
+        assert slot // block_size == table[position // block_size]  # in the position's block ...
+        assert slot % block_size == position % block_size  # ... at the position's offset
+    assert len(set(slots)) == len(slots)
+    # the reader (chapter 0's AttentionMetadata.context_slots) finds tokens exactly where the writer put them
+    meta = AttentionMetadata([end], [end], torch.tensor(slots), torch.tensor([table]), block_size)
+    assert meta.context_slots(0).tolist()[start:] == slots
+
+
+@pytest.mark.task("2.4")
+def test_slot_mapping_of_a_scattered_table():
+    assert slot_mapping([3, 0, 2], 0, 6, 2) == [6, 7, 0, 1, 4, 5]
+    assert slot_mapping([3, 0, 2], 3, 5, 2) == [1, 4]
+    assert slot_mapping([4, 1], 0, 2, 1) == [4, 1]
+    with pytest.raises(ValueError):
+        slot_mapping([3, 0, 2], 0, 7, 2)  # position 6 has no block

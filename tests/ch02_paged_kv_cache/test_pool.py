@@ -1,0 +1,70 @@
+"""Task 2.5: sizing the pool from a byte budget; and the provided pool helpers (ungraded)."""
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.model import KVCache, ModelConfig
+from miniyaie.paged import copy_blocks, make_pool, num_blocks_for_budget
+
+TINY = ModelConfig(
+    family="llama", vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=2, num_heads=4,
+    num_kv_heads=2, head_dim=4, rms_norm_eps=1e-6, max_position_embeddings=64, rope_theta=10000.0,
+)
+SMOLLM2_LIKE = dataclasses.replace(TINY, num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64)
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.task("2.5")
+@given(
+    num_layers=st.integers(1, 4), num_kv_heads=st.integers(1, 3), head_dim=st.sampled_from([4, 8, 80]),
+    dtype=st.sampled_from(DTYPES), block_size=st.sampled_from([1, 7, 16]), budget=st.integers(0, 2**20),
+)
+@example(num_layers=2, num_kv_heads=2, head_dim=4, dtype=torch.float32, block_size=16, budget=10 * 2048)  # exactly 10 blocks
+@example(num_layers=2, num_kv_heads=2, head_dim=4, dtype=torch.float32, block_size=16, budget=2047)  # less than one block
+def test_pool_sized_from_a_budget_fits_it_and_one_more_block_would_not(
+    num_layers, num_kv_heads, head_dim, dtype, block_size, budget
+):
+    config = dataclasses.replace(TINY, num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    one_block = make_pool(config, 1, block_size, dtype).nbytes  # measured on real tensors
+    if budget < one_block:
+        with pytest.raises(ValueError):
+            num_blocks_for_budget(config, budget, block_size, dtype)
+        return
+    num_blocks = num_blocks_for_budget(config, budget, block_size, dtype)
+    assert num_blocks * one_block <= budget < (num_blocks + 1) * one_block
+    assert make_pool(config, num_blocks, block_size, dtype).nbytes == num_blocks * one_block
+
+
+@pytest.mark.task("2.5")
+def test_budget_of_a_real_model():
+    # SmolLM2-135M: 30 layers x 3 KV heads x 64 dims, bf16: 2 x 30 x 3 x 64 x 2 = 23,040 bytes a token,
+    # 368,640 bytes a block of 16 tokens; 256 MiB holds 728 such blocks (11,648 tokens).
+    assert num_blocks_for_budget(SMOLLM2_LIKE, 256 * 2**20, 16, torch.bfloat16) == 728
+    assert num_blocks_for_budget(SMOLLM2_LIKE, 256 * 2**20, 1, torch.float32) == 256 * 2**20 // 46_080
+
+
+@pytest.mark.ungraded
+def test_the_pool_is_chapter_0s_flat_cache():
+    pool = make_pool(TINY, 5, 7, torch.float32)
+    assert isinstance(pool, KVCache) and pool.num_slots == 35
+    assert pool.k.shape == (TINY.num_layers, 35, TINY.num_kv_heads, TINY.head_dim) == pool.v.shape
+    with pytest.raises(ValueError):
+        make_pool(TINY, 0, 16, torch.float32)
+
+
+@pytest.mark.ungraded
+def test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else():
+    pool = make_pool(TINY, 4, 3, torch.float32)
+    pool.k.copy_(torch.randn_like(pool.k))
+    pool.v.copy_(torch.randn_like(pool.v))
+    k, v = pool.k.clone(), pool.v.clone()
+    copy_blocks(pool, [(2, 0), (1, 3)], 3)
+    for src, dst in [(2, 0), (1, 3)]:
+        assert torch.equal(pool.k[:, dst * 3 : dst * 3 + 3], k[:, src * 3 : src * 3 + 3])
+        assert torch.equal(pool.v[:, dst * 3 : dst * 3 + 3], v[:, src * 3 : src * 3 + 3])
+    assert torch.equal(pool.k[:, 3:9], k[:, 3:9]) and torch.equal(pool.v[:, 3:9], v[:, 3:9])  # blocks 1, 2 untouched
+    copy_blocks(pool, [], 3)
