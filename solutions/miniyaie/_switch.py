@@ -106,10 +106,15 @@ class _ChapterFinder(importlib.abc.MetaPathFinder):
         )
 
 
+def _is_chapter_module(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[0] == "miniyaie" and parts[1] in _PACKAGE_NAMES
+
+
 def select(spec: str) -> None:
     """Select implementations for this process; must run before chapter code is imported."""
     parse_impl(spec)  # fail early on a bad value
-    loaded = sorted(m for m in sys.modules if m.split(".")[:2][-1] in _PACKAGE_NAMES and m.startswith("miniyaie."))
+    loaded = sorted(name for name in sys.modules if _is_chapter_module(name))
     if loaded and spec != os.environ.get(ENV_VAR, "solutions"):
         raise ImplError(f"cannot switch implementations after importing {loaded[0]}")
     os.environ[ENV_VAR] = spec
