@@ -35,16 +35,13 @@ class ModelRunner:
         input_ids, positions, meta = self.prepare(out)
         hidden = self.model(input_ids, positions, self.pool, meta)
         last_rows = torch.tensor(meta.query_lens, device=self.device).cumsum(0) - 1
-        sampling = [(i, c.request.request_id) for i, c in enumerate(out.chunks) if c.samples_next_token]
-        if not sampling:
+        rows = [i for i, chunk in enumerate(out.chunks) if chunk.samples_next_token]
+        if not rows:
             return {}
-        logits = self.model.compute_logits(hidden[last_rows[[i for i, _ in sampling]]])
-        greedy = [row for row, (_, rid) in enumerate(sampling) if params[rid].temperature == 0]
-        tokens = [0] * len(sampling)
-        if greedy:  # one argmax for all greedy rows
-            for row, token in zip(greedy, logits[greedy].argmax(dim=-1).tolist()):
-                tokens[row] = token
-        for row, (_, rid) in enumerate(sampling):
-            if params[rid].temperature != 0:
-                tokens[row] = sample(logits[row : row + 1], params[rid], generators[rid]).item()
-        return {rid: token for (_, rid), token in zip(sampling, tokens)}
+        request_ids = [out.chunks[i].request.request_id for i in rows]
+        logits = self.model.compute_logits(hidden[last_rows[rows]])
+        tokens = logits.argmax(dim=-1)  # greedy for every row, in one op
+        for row, rid in enumerate(request_ids):
+            if params[rid].temperature > 0:
+                tokens[row] = sample(logits[row : row + 1], params[rid], generators[rid])
+        return dict(zip(request_ids, tokens.tolist()))
