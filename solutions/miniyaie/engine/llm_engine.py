@@ -19,6 +19,7 @@ from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.model import CausalLM, Generation, PromptTooLongError, SamplingParams
 from miniyaie.paged import PagedMemory, make_pool, num_blocks_for_budget
+from miniyaie.radix import RadixMemory
 from miniyaie.scheduler import Request, Scheduler, SchedulerConfig
 
 
@@ -34,7 +35,8 @@ class LLMEngine:
         self.model, self.config = model, config
         dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device
         num_blocks = config.num_blocks or num_blocks_for_budget(model.config, config.kv_cache_bytes, config.block_size, dtype)
-        self.memory = self._make_memory(num_blocks, config)
+        memory_class = RadixMemory if config.enable_prefix_caching else PagedMemory
+        self.memory = memory_class(num_blocks, config.block_size)
         self.pool = make_pool(model.config, num_blocks, config.block_size, dtype, device)
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_num_batched_tokens, config.max_num_seqs, config.policy), self.memory
@@ -44,14 +46,6 @@ class LLMEngine:
         self._generators: dict[str, torch.Generator | None] = {}
         self._ids = itertools.count()
         self.counters = dict(steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, max_used_blocks=0)
-
-    @staticmethod
-    def _make_memory(num_blocks: int, config: EngineConfig):
-        if config.enable_prefix_caching:
-            from miniyaie.radix import RadixMemory
-
-            return RadixMemory(num_blocks, config.block_size)
-        return PagedMemory(num_blocks, config.block_size)
 
     # ------------------------------------------------------------ requests
     def add_request(
