@@ -1,5 +1,9 @@
 """The `miniyaie chat` command answers with our own forward pass."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 from cli_helpers import miniyaie
 
@@ -12,3 +16,15 @@ def test_chat_answers_paris(smollm2_dir):
     result = miniyaie("chat", "--message", "What is the capital of France?", "--max-tokens", "24")
     assert result.returncode == 0, " | ".join(result.stderr.strip().splitlines()[-2:])
     assert "Paris" in result.stdout
+
+
+def test_interactive_chat_keeps_the_conversation(smollm2_dir):
+    result = subprocess.run(
+        [sys.executable, "-m", "miniyaie", "chat", "--max-tokens", "12"],
+        input="What is the capital of France?\nAnd of Italy?\n", capture_output=True, text=True, timeout=300, env=os.environ.copy(),
+    )
+    assert result.returncode == 0, " | ".join(result.stderr.strip().splitlines()[-2:])
+    answers = [a.strip() for a in result.stdout.split("> ")[1:] if a.strip()]
+    assert len(answers) == 2 and "Paris" in answers[0]
+    # Asked alone, "And of Italy?" gets no capital from this model: "Rome" needs the first turn.
+    assert "Rome" in answers[1]
