@@ -25,6 +25,7 @@ class RadixMemory(PagedMemory):
         super().__init__(num_blocks, block_size)
         self.cache = RadixCache(self.allocator, block_size)
         self._locked: dict[str, Node] = {}  # request id -> the node its lock is on
+        self._num_cached: dict[str, int] = {}  # request id -> its leading blocks already in the tree
         self.hit_tokens = 0  # prompt tokens served from the cache, over all admissions
 
     # ANCHOR: cached_prefix_len
@@ -80,11 +81,16 @@ class RadixMemory(PagedMemory):
     # ANCHOR_END: allocate
 
     # ANCHOR: cache_computed
-    def _cache_computed(self, request: Request) -> None:
-        """Put the request's computed whole blocks into the tree and move its lock to their end."""
+    def _cache_computed(self, request: Request, finishing: bool = False) -> None:
+        """Put the request's computed whole blocks into the tree and move its lock to their end.
+
+        Runs before every allocation, so it returns at once unless a block
+        was completed since last time (or the request is finishing, when the
+        walk also marks its path as just used for LRU).
+        """
         table = self.tables.get(request.request_id, [])
         num_blocks = min(len(table), request.num_computed_tokens // self.block_size)
-        if num_blocks == 0:
+        if num_blocks == 0 or (num_blocks <= self._num_cached.get(request.request_id, 0) and not finishing):
             return
         tokens = request.all_token_ids[: num_blocks * self.block_size]
         node = self.cache.insert(tokens, table[:num_blocks])
@@ -101,11 +107,13 @@ class RadixMemory(PagedMemory):
         if old is not None:
             self.cache.unlock(old)
         self._locked[request.request_id] = node
+        self._num_cached[request.request_id] = num_blocks
     # ANCHOR_END: cache_computed
 
     def free(self, request: Request) -> None:
         """Cache what the request computed, then drop its lock and its share of every block."""
-        self._cache_computed(request)
+        self._cache_computed(request, finishing=True)
+        self._num_cached.pop(request.request_id, None)
         node = self._locked.pop(request.request_id, None)
         if node is not None:
             self.cache.unlock(node)
