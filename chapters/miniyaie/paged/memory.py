@@ -64,12 +64,15 @@ class PagedMemory:
         return 0  # no prefix cache here; chapter 3 adds one
 
     # ANCHOR: can_allocate
+    def _blocks_written(self, table: list[int], start: int, end: int) -> range:
+        """Indexes into `table` of the blocks that positions start..end-1 write into."""
+        if end <= start:
+            return range(0)
+        return range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)))
+
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
         """Indexes into `table` of the blocks that positions start..end-1 write into and that others share."""
-        if end <= start:
-            return []
-        first, last = start // self.block_size, min(len(table), blocks_needed(end, self.block_size))
-        return [i for i in range(first, last) if self.allocator.ref_count(table[i]) > 1]
+        return [i for i in self._blocks_written(table, start, end) if self.allocator.ref_count(table[i]) > 1]
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
         """Whether the table of `request` can grow to num_computed_tokens + num_new_tokens tokens."""

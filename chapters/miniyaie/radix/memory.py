@@ -50,9 +50,10 @@ class RadixMemory(PagedMemory):
         start = request.num_computed_tokens
         end = start + num_new_tokens
         new_blocks = max(0, blocks_needed(end, self.block_size) - len(table))
-        # Prefix blocks are shared with the tree, so writing into one copies it.
-        written = range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)) if end > start else 0)
-        copies = sum(1 for i in written if table[i] in prefix or self.allocator.ref_count(table[i]) > 1)
+        if request.request_id in self.tables:
+            copies = len(self._shared_blocks_to_write(table, start, end))
+        else:  # being admitted: every cached block it writes into is shared with the tree, so it is copied
+            copies = len(self._blocks_written(table, start, end))
         return max(0, new_blocks + copies - self.allocator.num_free)
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
