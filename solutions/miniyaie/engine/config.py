@@ -14,9 +14,14 @@ class EngineConfig:
     max_num_seqs: int = 64
     policy: str = "fcfs"  # or "lpm"
     enable_prefix_caching: bool = False
+    attention_backend: str = "auto"  # see miniyaie/engine/backends.py
 
     def __post_init__(self):
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {self.block_size}")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"num_blocks must be at least 1, got {self.num_blocks}")
+        from miniyaie.engine.backends import BACKENDS
+
+        if self.attention_backend not in BACKENDS:
+            raise ValueError(f"unknown attention_backend {self.attention_backend!r}; choose from {', '.join(BACKENDS)}")
