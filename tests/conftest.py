@@ -19,6 +19,11 @@ settings.register_profile(
 settings.register_profile("dev", deadline=None, max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# Without a GPU, Triton kernels (chapter 4) run in its interpreter, which must be
+# chosen before anything imports triton (transformers does while building models).
+if not __import__("torch").cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture(scope="session")
 def smollm2_dir():

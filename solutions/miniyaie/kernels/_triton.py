@@ -7,10 +7,18 @@ imports triton through this one.
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
 if not torch.cuda.is_available():
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        # triton's own library functions were compiled for a GPU when it was
+        # imported (transformers imports it while building a model).
+        raise ImportError(
+            "no GPU: Triton kernels need TRITON_INTERPRET=1, set before anything imports triton "
+            "(export it, or call miniyaie.engine.backends.prepare_backend before loading the model)"
+        )
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import triton  # noqa: E402
