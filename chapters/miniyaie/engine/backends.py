@@ -2,15 +2,17 @@
 
     torch      the default on CPU (issue: the batched fast path replaces the per-sequence loop here)
     reference  chapter 0's per-sequence TorchAttentionBackend: readable, the one others are tested against
-    triton     chapter 4's kernels (the default on CUDA once they land)
+    triton     chapter 4's kernels (attention and the fused layers; the default on CUDA)
     auto       triton on CUDA, torch elsewhere
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from miniyaie.model import AttentionBackend, TorchAttentionBackend
+from miniyaie.model import AttentionBackend, LayerOps, TorchAttentionBackend
 
 BACKENDS = ("auto", "torch", "reference", "triton")
 
@@ -19,8 +21,15 @@ def resolve_backend_name(name: str, device: torch.device | str) -> str:
     if name not in BACKENDS:
         raise ValueError(f"unknown attention_backend {name!r}; choose from {', '.join(BACKENDS)}")
     if name == "auto":
-        return "torch"  # chapter 4 makes this "triton" on CUDA
+        return "triton" if torch.device(device).type == "cuda" else "torch"
     return name
+
+
+def prepare_backend(name: str, device: torch.device | str) -> None:
+    """Call before loading a model: without a GPU, Triton must be switched to its interpreter
+    before anything imports it (transformers does while it builds a model)."""
+    if resolve_backend_name(name, device) == "triton" and torch.device(device).type != "cuda":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def make_attention_backend(name: str, device: torch.device | str) -> AttentionBackend:
@@ -28,4 +37,21 @@ def make_attention_backend(name: str, device: torch.device | str) -> AttentionBa
     name = resolve_backend_name(name, device)
     if name in ("torch", "reference"):
         return TorchAttentionBackend()
-    raise ValueError(f"attention_backend {name!r} is not available yet (chapter 4)")
+    from miniyaie.kernels import TritonAttentionBackend  # chapter 4; imports triton
+
+    return TritonAttentionBackend()
+
+
+def make_layer_ops(name: str, device: torch.device | str) -> LayerOps:
+    """The model's RMSNorm / RoPE / SwiGLU: fused Triton kernels with the triton backend, torch otherwise."""
+    if resolve_backend_name(name, device) == "triton":
+        from miniyaie.kernels import TritonLayerOps
+
+        return TritonLayerOps()
+    return LayerOps()
+
+
+def use_backend(model, name: str, device: torch.device | str) -> None:
+    """Point `model` (a CausalLM) at backend `name`: its attention backend and its layer ops."""
+    model.backend = make_attention_backend(name, device)
+    model.ops = make_layer_ops(name, device)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from miniyaie.engine.backends import make_attention_backend
+from miniyaie.engine.backends import use_backend
 from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.model import CausalLM, Generation, PromptTooLongError, SamplingParams
@@ -42,7 +42,7 @@ class LLMEngine:
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_num_batched_tokens, config.max_num_seqs, config.policy), self.memory
         )
-        model.backend = make_attention_backend(config.attention_backend, device)
+        use_backend(model, config.attention_backend, device)
         self.runner = ModelRunner(model, self.pool, self.memory)
         self._params: dict[str, SamplingParams] = {}
         self._generators: dict[str, torch.Generator | None] = {}

@@ -4,7 +4,7 @@ from miniyaie.model.attention import AttentionBackend, AttentionMetadata, TorchA
 from miniyaie.model.config import ModelConfig, UnsupportedModelError
 from miniyaie.model.generate import Generation, PromptTooLongError, TokenEvent, generate, generate_stream
 from miniyaie.model.kv_cache import KVCache
-from miniyaie.model.layers import apply_rotary, rms_norm, rope_cos_sin, rope_inverse_frequencies, swiglu
+from miniyaie.model.layers import LayerOps, apply_rotary, rms_norm, rope_cos_sin, rope_inverse_frequencies, swiglu
 from miniyaie.model.loader import LoadedModel, ModelLoadError, load, load_model, load_tokenizer, resolve_model_path
 from miniyaie.model.sampling import SamplingParams, sample, top_p_filter
 from miniyaie.model.transformer import CausalLM
@@ -14,7 +14,7 @@ __all__ = [
     "ModelConfig", "UnsupportedModelError",
     "Generation", "PromptTooLongError", "TokenEvent", "generate", "generate_stream",
     "KVCache",
-    "apply_rotary", "rms_norm", "rope_cos_sin", "rope_inverse_frequencies", "swiglu",
+    "LayerOps", "apply_rotary", "rms_norm", "rope_cos_sin", "rope_inverse_frequencies", "swiglu",
     "LoadedModel", "ModelLoadError", "load", "load_model", "load_tokenizer", "resolve_model_path",
     "SamplingParams", "sample", "top_p_filter",
     "CausalLM",

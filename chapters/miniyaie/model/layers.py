@@ -88,3 +88,24 @@ def swiglu(x: torch.Tensor, gate_proj, up_proj, down_proj) -> torch.Tensor:
     # TODO(Task 0.3): SwiGLU MLP. Replace this line with your code.
     raise NotImplementedError('Chapter 0, Task 3: SwiGLU MLP — see book/src/ch00_model.md')
 # ANCHOR_END: swiglu
+
+
+# ANCHOR: layer_ops
+class LayerOps:
+    """The element-wise layers a decoder calls, in one object so a backend can swap in fused kernels.
+
+    The model calls these, never the functions above directly; chapter 4's
+    TritonLayerOps overrides them. rms_norm also adds a residual when given
+    one and returns (normalised sum, sum), so the add can be fused into the norm.
+    """
+
+    def rms_norm(self, x, weight, eps: float, residual=None) -> tuple[torch.Tensor, torch.Tensor]:
+        summed = x if residual is None else x + residual
+        return rms_norm(summed, weight, eps), summed
+
+    def rotary(self, q, k, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+
+    def swiglu(self, x, gate_proj, up_proj, down_proj) -> torch.Tensor:
+        return swiglu(x, gate_proj, up_proj, down_proj)
+# ANCHOR_END: layer_ops

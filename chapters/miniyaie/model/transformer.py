@@ -13,7 +13,7 @@ from torch import nn
 from miniyaie.model.attention import AttentionBackend, AttentionMetadata, TorchAttentionBackend
 from miniyaie.model.config import ModelConfig
 from miniyaie.model.kv_cache import KVCache
-from miniyaie.model.layers import apply_rotary, rms_norm, rope_cos_sin, rope_inverse_frequencies, swiglu
+from miniyaie.model.layers import LayerOps, rms_norm, rope_cos_sin, rope_inverse_frequencies
 
 
 class RMSNorm(nn.Module):
@@ -41,14 +41,14 @@ class Attention(nn.Module):
         self.scale = head_dim**-0.5
 
     # ANCHOR: attention_forward
-    def forward(self, x, cos, sin, kv_cache: KVCache, meta: AttentionMetadata, backend: AttentionBackend):
+    def forward(self, x, cos, sin, kv_cache: KVCache, meta: AttentionMetadata, backend: AttentionBackend, ops: LayerOps):
         c = self.config
         q = self.q_proj(x).view(-1, c.num_heads, c.head_dim)
         k = self.k_proj(x).view(-1, c.num_kv_heads, c.head_dim)
         v = self.v_proj(x).view(-1, c.num_kv_heads, c.head_dim)
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k = ops.rotary(q, k, cos, sin)
         k_cache, v_cache = kv_cache.layer(self.layer_index)
         out = backend.forward(q, k, v, k_cache, v_cache, meta, self.scale)
         return self.o_proj(out.reshape(-1, c.num_heads * c.head_dim))
@@ -62,8 +62,8 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return swiglu(x, self.gate_proj, self.up_proj, self.down_proj)
+    def forward(self, x: torch.Tensor, ops: LayerOps) -> torch.Tensor:
+        return ops.swiglu(x, self.gate_proj, self.up_proj, self.down_proj)
 
 
 class DecoderLayer(nn.Module):
@@ -75,9 +75,11 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(config)
 
     # ANCHOR: decoder_layer
-    def forward(self, x, cos, sin, kv_cache, meta, backend):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, meta, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, cos, sin, kv_cache, meta, backend, ops: LayerOps):
+        normed, _ = ops.rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
+        h = self.self_attn(normed, cos, sin, kv_cache, meta, backend, ops)
+        h, x = ops.rms_norm(h, self.post_attention_layernorm.weight, self.post_attention_layernorm.eps, residual=x)
+        return x + self.mlp(h, ops)  # above: x = x + attention, h = its norm (one fused op)
     # ANCHOR_END: decoder_layer
 
 
@@ -100,6 +102,7 @@ class CausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.backend = backend or TorchAttentionBackend()
+        self.ops = LayerOps()  # the engine swaps in fused kernels with the Triton backend
         # Kept in float32 and out of the state dict, whatever dtype the weights take.
         self.inv_freq = rope_inverse_frequencies(config)
 
@@ -112,8 +115,8 @@ class CausalLM(nn.Module):
         cos, sin = rope_cos_sin(self.config, positions, self.inv_freq)
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, kv_cache, meta, self.backend)
-        return self.model.norm(x)
+            x = layer(x, cos, sin, kv_cache, meta, self.backend, self.ops)
+        return self.ops.rms_norm(x, self.model.norm.weight, self.model.norm.eps)[0]
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

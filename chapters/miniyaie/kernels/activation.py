@@ -1,0 +1,37 @@
+"""SiLU-and-mul, the middle of a SwiGLU MLP: silu(gate) * up in one pass over both inputs."""
+
+from __future__ import annotations
+
+import torch
+
+from miniyaie.kernels._triton import tl, triton
+
+
+def silu_and_mul_reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.silu(gate) * up
+
+
+# ANCHOR: silu_kernel
+@triton.jit
+def _silu_and_mul_kernel(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """One program = BLOCK consecutive elements of the flattened tensors."""
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = offsets < n
+    # Hint: silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32; round it to the
+    # output dtype (as torch does) before multiplying by up.
+    # TODO(Task 4.7): SiLU and multiply. Replace this line with your code.
+    raise NotImplementedError('Chapter 4, Task 7: SiLU and multiply — see book/src/ch04_triton_kernels.md')
+# ANCHOR_END: silu_kernel
+
+
+def silu_and_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Triton version of silu_and_mul_reference (same shapes, contiguous)."""
+    if gate.shape != up.shape:
+        raise ValueError(f"gate {tuple(gate.shape)} and up {tuple(up.shape)} differ")
+    gate, up = gate.contiguous(), up.contiguous()
+    out = torch.empty_like(gate)
+    n = gate.numel()
+    block = 1024
+    if n:
+        _silu_and_mul_kernel[(triton.cdiv(n, block),)](gate, up, out, n, BLOCK=block)
+    return out

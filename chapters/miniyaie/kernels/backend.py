@@ -1,0 +1,72 @@
+"""The Triton attention backend and layer ops: chapter 4's kernels behind chapter 0's interfaces."""
+
+from __future__ import annotations
+
+import torch
+
+from miniyaie.kernels.activation import silu_and_mul
+from miniyaie.kernels.decode_attention import decode_attention
+from miniyaie.kernels.extend_attention import extend_attention
+from miniyaie.kernels.rms_norm import rms_norm
+from miniyaie.kernels.rotary import rotary
+from miniyaie.kernels.store_kv import store_kv
+from miniyaie.model import AttentionMetadata, LayerOps
+
+
+# ANCHOR: triton_backend
+class TritonAttentionBackend:
+    """Store the new K/V, then one attention launch for the whole step.
+
+    A step where every sequence brings one token (pure decode) uses the
+    split-KV decode kernel; any other step (prefill, chunked prefill, or
+    decode mixed with prefill) uses the extend kernel, which also handles
+    one-token sequences.
+    """
+
+    def __init__(self):
+        self._meta: AttentionMetadata | None = None  # the step the tensors below describe
+        self.launches = {"decode": 0, "extend": 0}  # counters: proof of which kernel ran
+
+    def _step_tensors(self, meta: AttentionMetadata, device: torch.device):
+        """Per-step tensors, built once and shared by every layer of the step."""
+        if meta is not self._meta:
+            query_lens = torch.tensor(meta.query_lens, dtype=torch.int32)
+            self._seq_lens = torch.tensor(meta.seq_lens, dtype=torch.int32, device=device)
+            self._query_start = torch.nn.functional.pad(query_lens.cumsum(0), (1, 0)).to(device, torch.int32)
+            self._max_query_len = max(meta.query_lens, default=0)
+            self._meta = meta
+        return self._seq_lens, self._query_start, self._max_query_len
+
+    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        seq_lens, query_start, max_query_len = self._step_tensors(meta, q.device)
+        if max_query_len == 1:
+            self.launches["decode"] += 1
+            return decode_attention(q, k_cache, v_cache, meta.block_tables, seq_lens, meta.block_size, scale)
+        self.launches["extend"] += 1
+        return extend_attention(
+            q, k_cache, v_cache, meta.block_tables, query_start, seq_lens, meta.block_size, scale, max_query_len
+        )
+# ANCHOR_END: triton_backend
+
+
+# ANCHOR: triton_layer_ops
+class TritonLayerOps(LayerOps):
+    """Chapter 0's LayerOps with fused kernels: add + RMSNorm, in-place RoPE, SiLU-and-mul."""
+
+    def __init__(self):
+        self.calls = {"rms_norm": 0, "rotary": 0, "swiglu": 0}  # counters: proof the kernels ran
+
+    def rms_norm(self, x, weight, eps, residual=None):
+        self.calls["rms_norm"] += 1
+        return rms_norm(x, weight, eps, residual)
+
+    def rotary(self, q, k, cos, sin):
+        self.calls["rotary"] += 1
+        rotary(q, k, cos, sin)
+        return q, k
+
+    def swiglu(self, x, gate_proj, up_proj, down_proj):
+        self.calls["swiglu"] += 1
+        return down_proj(silu_and_mul(gate_proj(x), up_proj(x)))
+# ANCHOR_END: triton_layer_ops

@@ -1,0 +1,101 @@
+"""Chapter 4: every test module runs in its own Python process.
+
+A Triton kernel that reads out of bounds can kill the whole process (the
+interpreter segfaults on an unmasked load). So the pytest that collects these
+tests does not run them: for each module it starts a child pytest on that
+module alone, which records each test's result as it goes, and then reports
+the child's results as its own. A crash fails only the tests of that module
+that had not finished, with the signal and the child's last output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from _pytest.reports import TestReport
+
+CHILD_RESULTS = "MINIYAIE_KERNEL_TEST_RESULTS"  # set in the child: where it appends its results
+CHILD_TIMEOUT_S = 900
+CH00 = str(Path(__file__).resolve().parents[1] / "ch00_model")
+if CH00 not in sys.path:
+    sys.path.insert(0, CH00)
+
+_in_child = CHILD_RESULTS in os.environ
+_module_runs: dict[str, dict] = {}  # module path -> {"results": {nodeid: (outcome, text)}, "crash": str | None}
+
+
+# ------------------------------------------------------------------ child side
+if _in_child:
+
+    def pytest_runtest_logreport(report):
+        if report.when == "call" or report.failed or report.skipped:
+            if report.skipped and isinstance(report.longrepr, tuple):
+                text = report.longrepr[2]
+            else:
+                text = "" if report.passed else str(report.longrepr)
+            with open(os.environ[CHILD_RESULTS], "a") as f:
+                f.write(json.dumps({"nodeid": report.nodeid, "outcome": report.outcome, "text": text, "seconds": report.duration}) + "\n")
+
+
+# ----------------------------------------------------------------- parent side
+def _run_module(config, path: Path) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        results_file = Path(tmp) / "results.jsonl"
+        env = {k: v for k, v in os.environ.items() if k != "MINIYAIE_RESULTS"}  # the parent writes that one
+        env[CHILD_RESULTS] = str(results_file)
+        args = [sys.executable, "-m", "pytest", "-q", str(path)]
+        if config.getoption("maxfail") == 1:
+            args.append("-x")
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(args, cwd=config.rootpath, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+            crash = None if proc.returncode in (0, 1, 5) else f"exit status {proc.returncode}"
+            if proc.returncode < 0:
+                crash = f"killed by signal {-proc.returncode}"
+            tail = (proc.stdout + proc.stderr)[-3000:]
+        except subprocess.TimeoutExpired as exc:
+            crash, tail = f"timed out after {CHILD_TIMEOUT_S} s", str(exc.stdout or "")[-3000:]
+        results = {}
+        if results_file.exists():
+            for line in results_file.read_text().splitlines():
+                entry = json.loads(line)
+                if entry["nodeid"] not in results or entry["outcome"] == "failed":
+                    results[entry["nodeid"]] = (entry["outcome"], entry["text"], entry["seconds"])
+        return {"results": results, "crash": crash, "tail": tail, "seconds": time.monotonic() - started}
+
+
+if not _in_child:
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(item, nextitem):
+        path = Path(item.path)
+        if path.parent != Path(__file__).parent:
+            return None
+        key = str(path)
+        if key not in _module_runs:
+            _module_runs[key] = _run_module(item.config, path)
+        run = _module_runs[key]
+        outcome, text, seconds = run["results"].get(item.nodeid, (None, "", 0.0))
+        if outcome is None:
+            why = run["crash"] or "the child stopped before this test (an earlier failure with -x)"
+            outcome, text = "failed", f"no result from the child process for this module: {why}\n{run['tail']}"
+        longrepr = None
+        if outcome == "failed":
+            longrepr = f"[ran in a child process]\n{text}"
+        elif outcome == "skipped":
+            longrepr = (str(path), item.location[1] or 0, text)
+        ihook = item.ihook
+        ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for when, out, rep in (("setup", "passed", None), ("call", outcome, longrepr), ("teardown", "passed", None)):
+            duration = seconds if when == "call" else 0.0
+            report = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, out, rep, when, duration=duration)
+            ihook.pytest_runtest_logreport(report=report)
+        ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True

@@ -1,0 +1,37 @@
+"""Task 4.4: storing K/V through the slot mapping."""
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from kernel_cases import dtypes
+
+from miniyaie.kernels import store_kv, store_kv_reference
+
+
+@pytest.mark.task("4.4")
+@settings(max_examples=15)
+@given(num_tokens=st.integers(1, 20), num_kv_heads=st.sampled_from([1, 3]), head_dim=st.sampled_from([64, 80]),
+       dtype=dtypes, seed=st.integers(0, 2**16))
+@example(num_tokens=1, num_kv_heads=1, head_dim=64, dtype=torch.float32, seed=0)
+def test_store_writes_each_token_to_its_slot_and_nothing_else(num_tokens, num_kv_heads, head_dim, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    num_slots = 48
+    slots = torch.randperm(num_slots, generator=gen)[:num_tokens]  # scattered, like a real slot mapping
+    k = torch.randn(num_tokens, num_kv_heads, head_dim, generator=gen).to(dtype)
+    v = torch.randn(num_tokens, num_kv_heads, head_dim, generator=gen).to(dtype)
+    caches = [torch.randn(num_slots, num_kv_heads, head_dim, generator=gen).to(dtype) for _ in range(2)]
+    expected = [c.clone() for c in caches]
+    store_kv(k, v, *caches, slots)
+    store_kv_reference(k, v, *expected, slots)
+    assert torch.equal(caches[0], expected[0]) and torch.equal(caches[1], expected[1])
+
+
+@pytest.mark.task("4.4")
+def test_store_into_one_layer_of_a_pool_leaves_the_other_layers():
+    pool_k = torch.zeros(3, 10, 2, 64)
+    pool_v = torch.zeros(3, 10, 2, 64)
+    k, v = torch.ones(2, 2, 64), torch.full((2, 2, 64), 2.0)
+    store_kv(k, v, pool_k[1], pool_v[1], torch.tensor([9, 0]))
+    assert pool_k[1, [0, 9]].eq(1).all() and pool_v[1, [0, 9]].eq(2).all()
+    assert pool_k.sum() == 2 * 2 * 64 and pool_v.sum() == 2 * 2 * 2 * 64
