@@ -49,6 +49,14 @@ def _add_sampling_args(p: argparse.ArgumentParser, max_tokens: int) -> None:
     p.add_argument("--top-p", type=_probability, default=1.0, help="nucleus sampling mass (default 1)")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    _add_backend_arg(p)
+
+
+def _add_backend_arg(p: argparse.ArgumentParser) -> None:
+    from miniyaie.engine.backends import BACKENDS
+
+    p.add_argument("--attention-backend", choices=BACKENDS, default="auto",
+                   help="attention + fused layers: torch, triton (chapter 4), auto = triton on CUDA (default)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     sync = course_sub.add_parser("sync", help="generate chapters/ from solutions/")
     sync.add_argument("--force", action="store_true", help="overwrite files edited by hand")
     course_sub.add_parser("check", help="fail if chapters/ is stale")
+    from miniyaie import kernel_harness
+
+    kernel_harness.add_parser(sub)
     holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
     holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     return parser
@@ -104,10 +115,15 @@ def _load(args):
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     print(f"Loading {args.model or 'SmolLM2-135M-Instruct (bundled)'} on {device} ...", file=sys.stderr, flush=True)
+    from miniyaie.engine.backends import prepare_backend, use_backend
+
+    prepare_backend(args.attention_backend, device)
     try:
-        return load(args.model, dtype=dtype, device=device, progress=True)
+        lm = load(args.model, dtype=dtype, device=device, progress=True)
     except ModelLoadError as exc:
         raise UsageError(str(exc)) from None
+    use_backend(lm.model, args.attention_backend, device)
+    return lm
 
 
 def _stream_reply(lm, prompt_ids: list[int], args) -> str:
@@ -190,6 +206,15 @@ def cmd_course(args) -> int:
     return status
 
 
+def cmd_harness(args) -> int:
+    from miniyaie import _switch, kernel_harness
+
+    try:
+        return kernel_harness.main(args)
+    except _switch.ImplError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _check_chapter(number: int) -> None:
     from miniyaie.course.registry import CHAPTERS
 
@@ -203,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         for number in [getattr(args, "chapter", None), *(getattr(args, "chapters", None) or [])]:
             if number is not None:
                 _check_chapter(number)
-        handler = {"generate": cmd_generate, "chat": cmd_chat, "grade": cmd_grade, "course": cmd_course}[args.command]
+        handler = {"generate": cmd_generate, "chat": cmd_chat, "grade": cmd_grade, "course": cmd_course,
+                   "harness": cmd_harness}[args.command]
         return handler(args)
     except UsageError as exc:
         print(f"miniyaie: error: {exc}", file=sys.stderr)

@@ -1,0 +1,34 @@
+"""`miniyaie harness` on this machine: without a GPU it checks interpreter-sized cases, takes no timings, exits 0."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.ungraded
+
+
+def harness(*args, tmp_path):
+    out = tmp_path / "h.json"
+    proc = subprocess.run([sys.executable, "-m", "miniyaie", "harness", *args, "--json", str(out), "--plot", str(tmp_path / "h.png")],
+                          capture_output=True, text=True, timeout=600)
+    return proc, json.loads(out.read_text()) if out.exists() else None
+
+
+def test_harness_checks_every_kernel_and_writes_json_and_plot(tmp_path):
+    proc, report = harness(tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {r["kernel"] for r in report["results"]} == {
+        "decode_attention", "extend_attention", "store_kv", "rms_norm", "rotary", "silu_and_mul", "sample"}
+    assert all(r["correct"] for r in report["results"])
+    if not report["timed"]:
+        assert "correctness only" in proc.stdout and not any("ms" in r for r in report["results"])
+    assert (tmp_path / "h.png").stat().st_size > 0
+
+
+def test_harness_reports_a_wrong_kernel_and_fails(tmp_path):
+    proc, report = harness("--impl", "kernels=chapters", "--kernel", "silu_and_mul", tmp_path=tmp_path)
+    assert proc.returncode == 1
+    assert [r["correct"] for r in report["results"]] == [False]
+    assert "NotImplementedError" in report["results"][0]["error"]
