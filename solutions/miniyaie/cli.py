@@ -53,10 +53,8 @@ def _add_sampling_args(p: argparse.ArgumentParser, max_tokens: int) -> None:
 
 
 def _add_backend_arg(p: argparse.ArgumentParser) -> None:
-    from miniyaie.engine.backends import BACKENDS
-
-    p.add_argument("--attention-backend", choices=BACKENDS, default="auto",
-                   help="attention + fused layers: torch, triton (chapter 4), auto = triton on CUDA (default)")
+    p.add_argument("--attention-backend", default="auto", metavar="NAME",
+                   help="torch, reference, triton (chapter 4's kernels) or auto = triton on CUDA (default)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,7 +115,10 @@ def _load(args):
     print(f"Loading {args.model or 'SmolLM2-135M-Instruct (bundled)'} on {device} ...", file=sys.stderr, flush=True)
     from miniyaie.engine.backends import prepare_backend, use_backend
 
-    prepare_backend(args.attention_backend, device)
+    try:
+        prepare_backend(args.attention_backend, device)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     try:
         lm = load(args.model, dtype=dtype, device=device, progress=True)
     except ModelLoadError as exc:
