@@ -5,6 +5,10 @@ step mixes decodes with a prefill chunk, and counters that prove both
 attention kernels and the fused layer kernels ran.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 from tiny_models import save_tiny_model, transformers_greedy
 
@@ -55,3 +59,33 @@ def test_triton_backend_greedy_tokens_equal_torch_and_transformers(tiny, block_s
     assert model.backend.launches["decode"] > 0 and model.backend.launches["extend"] > 0
     calls = model.ops.calls
     assert calls["rms_norm"] > 0 and calls["rotary"] > 0 and calls["swiglu"] > 0, "the fused layer kernels ran"
+
+
+LOAD_THEN_RUN = """
+import sys
+from miniyaie.engine import EngineConfig, LLMEngine
+from miniyaie.engine.backends import prepare_backend
+from miniyaie.model import SamplingParams, load_model
+prepare_backend("triton", "cpu")  # what the CLI does before loading
+engine = LLMEngine(load_model(sys.argv[1]), EngineConfig(block_size=4, num_blocks=16, attention_backend="triton"))
+rid = engine.add_request([5, 6, 7], SamplingParams(max_tokens=3, ignore_eos=True))
+tokens = []
+while engine.has_unfinished():
+    tokens += [e.token_id for e in engine.step()]
+print(tokens)
+"""
+
+
+def test_triton_backend_on_cpu_without_triton_interpret_in_the_environment(tiny):
+    """The CLI's path: nothing set TRITON_INTERPRET, and loading a model imports triton (transformers does)."""
+    path, oracle = tiny
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", LOAD_THEN_RUN, str(path)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == str(oracle[1][:3])
+
+
+def test_cli_refuses_an_unknown_backend_clearly(tiny):
+    from cli_helpers import assert_clear_error, miniyaie
+
+    assert_clear_error(miniyaie("generate", "x", "--model", str(tiny[0]), "--attention-backend", "cuda-magic"), "attention_backend")
