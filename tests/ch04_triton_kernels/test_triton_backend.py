@@ -85,6 +85,7 @@ def test_triton_backend_on_cpu_without_triton_interpret_in_the_environment(tiny)
     assert proc.stdout.strip() == str(oracle[1][:3])
 
 
+@pytest.mark.ungraded  # checks the CLI, not a kernel
 def test_cli_refuses_an_unknown_backend_clearly(tiny):
     from cli_helpers import assert_clear_error, miniyaie
 
