@@ -61,13 +61,15 @@ def test_every_chapter_and_notebook_page_is_built(built):
         assert "<img" in html.read_text(), f"the page of {source.name} shows no figure"
 
 
-def test_no_unresolved_include_and_every_internal_link_and_image_resolves(built):
+def broken_links(built: Path) -> list[str]:
+    """Unresolved includes, and internal links and images that point at nothing, in a built book."""
     broken = []
-    pages = [p for p in built.rglob("*.html") if p.name != "404.html"]  # 404.html is served from the site root
-    assert len(pages) >= len(_summary_pages())
-    for html in pages:
+    for html in sorted(built.rglob("*.html")):
+        if html.name == "404.html":  # served from the site root, its links are absolute
+            continue
         text = html.read_text()
-        assert "{{#include" not in text, f"{html.name}: an include was not resolved"
+        if "{{#include" in text:
+            broken.append(f"{html.relative_to(built)}: an include was not resolved")
         parser = _Links()
         parser.feed(text)
         for tag, address in parser.links:
@@ -76,26 +78,45 @@ def test_no_unresolved_include_and_every_internal_link_and_image_resolves(built)
                 continue
             if not (html.parent / unquote(parts.path)).resolve().exists():
                 broken.append(f"{html.relative_to(built)}: <{tag}> {address}")
-    assert not broken, "\n".join(broken)
+    return broken
+
+
+def test_no_unresolved_include_and_every_internal_link_and_image_resolves(built):
+    assert len(list(built.glob("*.html"))) >= len(_summary_pages())
+    problems = broken_links(built)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_link_check_finds_a_broken_link_and_image(tmp_path):
+    book = tmp_path / "book"
+    (book / "src").mkdir(parents=True)
+    (book / "book.toml").write_text('[book]\ntitle = "t"\n')
+    (book / "src" / "SUMMARY.md").write_text("[Page](page.md)\n")
+    (book / "src" / "page.md").write_text("# Page\n\n[gone](gone.md) ![lost](figures/lost.png) [ok](page.md)\n")
+    result = subprocess.run([_tool("mdbook"), "build", str(book), "--dest-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    problems = broken_links(tmp_path / "out")
+    assert any("gone.html" in p for p in problems) and any("figures/lost.png" in p for p in problems), problems
+    assert not any("page.html" in p.split(": ", 1)[1] for p in problems), problems
 
 
 # ---------------------------------------------------------------- a real browser
 
 PROBE = """<script>
-window.addEventListener("load", async () => {
-  const images = await Promise.all([...document.querySelectorAll("main img")].map(async (img) => {
-    try { await img.decode(); } catch (e) { return [img.getAttribute("src"), 0, 0]; }
-    return [img.getAttribute("src"), img.naturalWidth, img.naturalHeight];
-  }));
+window.addEventListener("load", () => {  // synchronous: --dump-dom does not wait for promises
+  // Pin a figure (or else highlighted code) to the top of the window for the screenshot:
+  // headless Chromium captures a blank page after a scroll.
+  const code = document.querySelector("main pre code.hljs");
+  const shown = document.querySelector("main img") || (code && code.closest("pre"));
+  if (shown) Object.assign(shown.style, {position: "fixed", top: "0", left: "0", margin: "0", zIndex: "99999", background: "white"});
   const probe = document.createElement("pre");
   probe.id = "probe";
   probe.textContent = JSON.stringify({
     highlighted: document.querySelectorAll("main code.hljs [class^='hljs-']").length,
-    images: images,
+    images: [...document.querySelectorAll("main img")].map(
+      (img) => [img.getAttribute("src"), img.complete ? img.naturalWidth : 0, img.complete ? img.naturalHeight : 0]),
   });
   document.body.appendChild(probe);
-  const first = document.querySelector("main img");
-  if (first) first.scrollIntoView();
 });
 </script>
 """

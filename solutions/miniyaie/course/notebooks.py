@@ -69,8 +69,8 @@ def images(notebook) -> list[bytes]:
 
 
 def _text_of(output) -> str:
-    if output.output_type == "stream":
-        return output.text
+    if output.output_type == "stream":  # stderr is warnings with this machine's paths, not the notebook's results
+        return output.text if output.name == "stdout" else ""
     data = output.get("data", {})
     if "image/png" in data:
         return ""  # the figure is shown; its text repr ("<Figure size ...>") is noise
@@ -99,9 +99,11 @@ def render(source: Path, notebook) -> tuple[str, dict[str, bytes]]:
     for index, cell in enumerate(notebook.cells):
         if cell.cell_type == "markdown":
             text = cell.source.rstrip() + "\n"
-            parts.append(text)
-            if index == 0 and text.startswith("# "):
-                parts.append(note)  # right under the title
+            if index == 0 and text.startswith("# "):  # the note goes right under the title
+                title, _, rest = text.partition("\n")
+                parts += [title + "\n", note] + ([rest.lstrip("\n")] if rest.strip() else [])
+            else:
+                parts.append(text)
             continue
         if cell.cell_type != "code" or not cell.source.strip():
             continue
