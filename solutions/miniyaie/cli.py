@@ -78,12 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
     course_sub = course.add_subparsers(dest="course_command", required=True, parser_class=_Parser)
     sync = course_sub.add_parser("sync", help="generate chapters/ from solutions/")
     sync.add_argument("--force", action="store_true", help="overwrite files edited by hand")
-    course_sub.add_parser("check", help="fail if chapters/ is stale")
+    course_sub.add_parser("check", help="fail if chapters/ or a rendered notebook page is stale")
+    notebooks = course_sub.add_parser("notebooks", help="run the notebooks and render them into book/src/")
+    notebooks.add_argument("names", nargs="*", help="notebooks by number or name (default: all)")
+    holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
+    holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     from miniyaie import kernel_harness
 
     kernel_harness.add_parser(sub)
-    holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
-    holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     return parser
 
 
@@ -195,11 +197,25 @@ def cmd_course(args) -> int:
         print("chapters/ is up to date.")
         return 0
     if args.course_command == "check":
+        from miniyaie.course import notebooks
+
         problems = sync.check()
         for line in problems:
             print(line)
         print("chapters/ is stale: run `miniyaie course sync`." if problems else "chapters/ is up to date.")
-        return 1 if problems else 0
+        stale_pages = notebooks.check()
+        for line in stale_pages:
+            print(line)
+        print("notebook pages are stale: run `miniyaie course notebooks`." if stale_pages else "notebook pages are up to date.")
+        return 1 if problems or stale_pages else 0
+    if args.course_command == "notebooks":
+        from miniyaie.course import notebooks
+
+        try:
+            chosen = notebooks.select(args.names)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return notebooks.render_all(chosen)
     numbers = args.chapters or [ch.number for ch in CHAPTERS if sync.regions_of(ch)]
     status = 0
     for number in numbers:

@@ -12,7 +12,7 @@ import sys
 import torch
 
 if not torch.cuda.is_available():
-    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+    if "triton" in sys.modules and "TRITON_INTERPRET" not in os.environ:
         # triton's own library functions were compiled for a GPU when it was
         # imported (transformers imports it while building a model).
         raise ImportError(
