@@ -20,7 +20,7 @@ def tiny(tmp_path_factory):
 
 def test_bad_requests_are_refused_and_lose_nothing(tiny):
     model, hf_model = tiny
-    engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=8))
+    engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=8, enable_prefix_caching=False))
     good = engine.add_request([5, 6, 7], GREEDY)
     free_before = engine.memory.num_free_blocks
     with pytest.raises(PromptTooLongError, match="context"):
@@ -38,7 +38,7 @@ def test_bad_requests_are_refused_and_lose_nothing(tiny):
     while engine.has_unfinished():
         tokens += [e.token_id for e in engine.step() if e.request_id == good]
     assert tokens == transformers_greedy(hf_model, [5, 6, 7], GREEDY.max_tokens), "the good request is unharmed"
-    assert engine.memory.num_free_blocks == engine.memory.num_blocks
+    assert engine.num_request_blocks == 0 and engine.memory.num_free_blocks == engine.memory.num_blocks
 
 
 def test_abort_mid_flight_returns_every_block(tiny):
@@ -51,7 +51,7 @@ def test_abort_mid_flight_returns_every_block(tiny):
     assert not engine.abort("no-such-request")
     while engine.has_unfinished():
         engine.step()
-    assert engine.memory.num_free_blocks == engine.memory.num_blocks
+    assert engine.num_request_blocks == 0
 
 
 def test_seeded_sampling_repeats_and_differs_across_seeds(tiny):

@@ -13,7 +13,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512  # the token budget of one step
     max_num_seqs: int = 64
     policy: str = "fcfs"  # or "lpm"
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool = True  # the radix prefix cache (chapter 3); False to measure without it
     attention_backend: str = "auto"  # see miniyaie/engine/backends.py
 
     def __post_init__(self):
