@@ -104,6 +104,7 @@ def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> t
 class Sampler:
     """Turns a step's logits [B, V] and one SamplingRow per row into one SampledToken per row."""
 
+    @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> list[SampledToken]:
         logits = logits.float()
         batch, vocab = logits.shape
@@ -126,7 +127,7 @@ class Sampler:
                   for t in row.stop_token_ids if t < vocab]
         if banned:
             index = column(banned, torch.int64)
-            logits[index[:, 0], index[:, 1]] = float("-inf")
+            logits = logits.index_put((index[:, 0], index[:, 1]), column([float("-inf")]))  # a copy: never edit the model's output
 
         tokens = logits.argmax(dim=-1)
         sampled = [i for i, p in enumerate(params) if not p.greedy]

@@ -106,6 +106,17 @@ class InferenceEngine:
         self._thread = threading.Thread(target=self._loop, name="miniyaie-engine", daemon=True)
         self._thread.start()
 
+    @classmethod
+    def from_config_file(cls, path: str | Path, **overrides) -> InferenceEngine:
+        """An engine from a YAML/TOML file (see engine/config_file.py); keyword arguments override it."""
+        from miniyaie.engine.config_file import load_settings
+
+        settings = load_settings(path)
+        dtype = getattr(torch, settings.dtype) if settings.dtype else None
+        kwargs = dict(model=settings.model or "smollm2", config=settings.engine, sampling_defaults=settings.sampling,
+                      device=settings.device, dtype=dtype)
+        return cls(**{**kwargs, **overrides})
+
     # ================================================================ the public API
     def generate(
         self, prompts: str | Sequence[str], sampling_params: SamplingParams | None = None, **kwargs
