@@ -421,20 +421,16 @@ class InferenceEngine:
     def _emit(self, request: _Request, c: _Completion, token_ids: list[int], text: str, finish: str | None,
               logprob: TokenLogprob | None = None) -> None:
         """Record a completion's new tokens and text; stop strings cut it; tell the caller."""
-        shown = c.stops.push(text)
-        if c.stops.stopped:
-            if finish is None:
-                self.llm.finish(c.engine_id)  # its blocks come back now
-            finish = "stop"
-        elif finish is not None:
-            shown += c.stops.flush()
-        c.output.token_ids += token_ids
-        c.output.text += shown
-        if logprob is not None:
-            c.output.logprobs.append(logprob)
-        if finish is not None:
-            c.output.finish_reason = finish
-            self._by_engine_id.pop(c.engine_id, None)
+        # Hint: `shown` is the text the caller may see: pass `text` through
+        # c.stops (push). If a stop string appeared, the completion ends now
+        # with "stop": when the engine had not finished it anyway, end it
+        # with self.llm.finish(c.engine_id) so its blocks come back this step.
+        # Otherwise, when the completion finishes, release the held-back tail
+        # (flush). Then append token_ids, shown and the logprob (if any) to
+        # c.output; on finish set c.output.finish_reason and forget
+        # c.engine_id in self._by_engine_id.
+        # TODO(Task 5.6): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 6: The request lifecycle — see book/src/ch05_engine.md')
         if request.stream:
             self._send(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
                                                 [logprob] if logprob is not None else None))

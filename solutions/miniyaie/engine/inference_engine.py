@@ -421,6 +421,15 @@ class InferenceEngine:
     def _emit(self, request: _Request, c: _Completion, token_ids: list[int], text: str, finish: str | None,
               logprob: TokenLogprob | None = None) -> None:
         """Record a completion's new tokens and text; stop strings cut it; tell the caller."""
+        # Hint: `shown` is the text the caller may see: pass `text` through
+        # c.stops (push). If a stop string appeared, the completion ends now
+        # with "stop": when the engine had not finished it anyway, end it
+        # with self.llm.finish(c.engine_id) so its blocks come back this step.
+        # Otherwise, when the completion finishes, release the held-back tail
+        # (flush). Then append token_ids, shown and the logprob (if any) to
+        # c.output; on finish set c.output.finish_reason and forget
+        # c.engine_id in self._by_engine_id.
+        # BEGIN SOLUTION 5.6: The request lifecycle
         shown = c.stops.push(text)
         if c.stops.stopped:
             if finish is None:
@@ -435,6 +444,7 @@ class InferenceEngine:
         if finish is not None:
             c.output.finish_reason = finish
             self._by_engine_id.pop(c.engine_id, None)
+        # END SOLUTION
         if request.stream:
             self._send(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
                                                 [logprob] if logprob is not None else None))
