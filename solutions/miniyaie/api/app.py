@@ -103,8 +103,8 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         checked = []
         for prompt in prompts:  # check every prompt before submitting any
             ids = list(prompt) if isinstance(prompt, list) else engine.encode(prompt)
-            text = prompt if isinstance(prompt, str) else engine.tokenizer.decode(ids)
             params = engine.check_request(ids, sampling_params_for(body, len(ids), engine.context_length, engine.sampling_defaults))
+            text = prompt if isinstance(prompt, str) else engine.tokenizer.decode(ids)  # ids are checked: in the vocabulary
             checked.append((text, ids, params))
         request_id = f"cmpl-{openai_format.completion_id().split('-', 1)[1]}"
         streams = [engine.stream_async(text, params, request_id=f"{request_id}-{i}", prompt_token_ids=ids)

@@ -58,7 +58,7 @@ class _GenerationRequest(_Strict):
 class CompletionRequest(_GenerationRequest):
     """POST /v1/completions: continue a prompt (no chat template)."""
 
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)] | Annotated[list[int], Field(min_length=1)]
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)] | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 
