@@ -28,6 +28,7 @@ BAD_BODIES = {
     "unknown model": ({**CHAT, "model": "gpt-9"}, 404, "model"),
     "invalid UTF-8": (b'{"model": "tiny", "messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, None),
     "oversized body": ({**CHAT, "messages": [{"role": "user", "content": "x" * (1 << 20)}]}, 413, None),
+    "too many stop strings": ({**CHAT, "stop": ["x"] * 17}, 400, "stop"),
     "top_logprobs without logprobs": ({**CHAT, "top_logprobs": 2}, 400, "top_logprobs"),
     "min_tokens above max_tokens": ({**CHAT, "min_tokens": 5}, 400, None),
     "kv pool too small for n x max_tokens": ({**CHAT, "n": 16, "max_tokens": 100}, 400, None),

@@ -51,6 +51,10 @@ def test_stop_strings_and_n_reach_the_engine(served, client):
     assert stop and stop not in text[:3]
     cut = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, stop=[stop])
     assert cut.choices[0].text == text[: text.index(stop)] and cut.choices[0].finish_reason == "stop"
+    long_stop = text[3:] + " and a stop string longer than the sixteen allowed stop strings"
+    one = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, stop=long_stop,
+                                    extra_body={"ignore_eos": True})
+    assert one.choices[0].text == text and one.choices[0].finish_reason == "length"
     several = client.completions.create(model=MODEL, prompt=[PROMPT, "hello"], n=2, max_tokens=3, temperature=0,
                                         extra_body={"ignore_eos": True})
     assert [c.index for c in several.choices] == [0, 1, 2, 3]

@@ -32,6 +32,7 @@ class ChatMessage(_Strict):
     name: str | None = None
 
 
+# ANCHOR: generation_request
 class _GenerationRequest(_Strict):
     """What both endpoints share: the model, sampling and stopping."""
 
@@ -42,7 +43,7 @@ class _GenerationRequest(_Strict):
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = Field(None, max_length=MAX_STOP_STRINGS)
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None = None
     seed: int | None = Field(None, ge=0, lt=2**63)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
@@ -53,6 +54,7 @@ class _GenerationRequest(_Strict):
     repetition_penalty: float | None = Field(None, gt=0, le=10)
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
+# ANCHOR_END: generation_request
 
 
 class CompletionRequest(_GenerationRequest):

@@ -80,6 +80,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    # ANCHOR: chat_route
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest):
         timer = metrics.timer()
@@ -92,6 +93,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
             chunker = ChatChunker(request_id, body.model, params.n, include_usage(body))
             return sse_response(event_stream(items, chunker, timer), timer)
         return openai_format.chat_completion(await collect(items, timer), body.model)
+    # ANCHOR_END: chat_route
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest):

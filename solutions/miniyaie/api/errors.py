@@ -47,13 +47,24 @@ def from_engine_error(exc: EngineError) -> APIError:
     return APIError(503, str(exc), code="engine_unavailable")
 
 
+def _field_path(loc) -> str | None:
+    """'messages.0.role' from pydantic's location, without 'body' and union-member tags such as 'list[str]'."""
+    parts = [str(p) for p in loc if p != "body" and not (isinstance(p, str) and ("[" in p or "-" in p or p in _TYPE_TAGS))]
+    return ".".join(parts) or None
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    first = exc.errors()[0]
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(loc) or None
-    if first.get("type") == "json_invalid":
+    errors = exc.errors()
+    if errors[0].get("type") == "json_invalid":
         return "the body is not valid JSON", None
-    return (f"{param}: {first.get('msg')}" if param else str(first.get("msg"))), param
+    param = _field_path(errors[0].get("loc", ()))
+    same_field = [e for e in errors if _field_path(e.get("loc", ())) == param]
+    # a union (str | list[str]) fails once per member: a wrong type for one member is the least useful message
+    best = next((e for e in same_field if not e.get("type", "").endswith("_type")), same_field[0])
+    return (f"{param}: {best.get('msg')}" if param else str(best.get("msg"))), param
 
 
 def install_error_handlers(app: FastAPI) -> None:

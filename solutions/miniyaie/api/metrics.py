@@ -20,6 +20,7 @@ from miniyaie.engine import GenerationOutput, InferenceEngine
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
+# ANCHOR: engine_collector
 class EngineCollector:
     """Engine counters as Prometheus metrics, read when /metrics is scraped."""
 
@@ -41,6 +42,8 @@ class EngineCollector:
         yield CounterMetricFamily("miniyaie_preemptions", "requests preempted (recomputed later)", value=s["preemptions"])
         yield CounterMetricFamily("miniyaie_cached_prompt_tokens", "prompt tokens served from the prefix cache",
                                   value=s["tokens"]["cached_prompt"])
+
+# ANCHOR_END: engine_collector
 
 
 class ServerMetrics:

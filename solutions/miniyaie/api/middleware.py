@@ -22,6 +22,7 @@ async def _send_error(send, status: int, message: str, code: str, headers: list 
     await send({"type": "http.response.body", "body": body})
 
 
+# ANCHOR: body_guard
 class BodyGuard:
     """Read the whole body first: refuse it when over `max_bytes` (413) or not UTF-8 (400); then replay it."""
 
@@ -60,6 +61,7 @@ class BodyGuard:
             return await receive()  # later: the client's disconnect
 
         await self.app(scope, replay, send)
+# ANCHOR_END: body_guard
 
 
 class ApiKeyGuard:

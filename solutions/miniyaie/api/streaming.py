@@ -77,6 +77,7 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
 # ANCHOR_END: event_stream
 
 
+# ANCHOR: count_unfinished
 async def count_unfinished(events: AsyncIterator[str], timer: RequestTimer) -> AsyncIterator[str]:
     """Pass the events through; a stream that ends before its request finished counts as aborted."""
     try:
@@ -86,3 +87,4 @@ async def count_unfinished(events: AsyncIterator[str], timer: RequestTimer) -> A
         await events.aclose()  # closing this generator must close the one inside (that aborts the request)
         if not timer.finished:
             timer.metrics.aborted.inc()
+# ANCHOR_END: count_unfinished
