@@ -46,7 +46,7 @@ from miniyaie.engine.errors import (
     ResourceExhaustedError,
 )
 from miniyaie.engine.inference_engine import InferenceEngine
-from miniyaie.engine.llm_engine import LLMEngine, RequestEvent
+from miniyaie.engine.llm_engine import LLMEngine, RequestEvent, StepRecord
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.outputs import CompletionDelta, CompletionOutput, GenerationOutput, TokenLogprob
 from miniyaie.engine.sampler import Sampler
@@ -57,5 +57,5 @@ __all__ = [
     "GenerationOutput", "CompletionOutput", "CompletionDelta", "TokenLogprob",
     "EngineError", "InvalidRequestError", "ResourceExhaustedError", "ModelLoadError", "RequestFailedError",
     "ModelAdapter", "SystemPromptAdapter", "StripOutputAdapter",
-    "LLMEngine", "RequestEvent", "ModelRunner", "Sampler",
+    "LLMEngine", "RequestEvent", "StepRecord", "ModelRunner", "Sampler",
 ]

@@ -130,7 +130,7 @@ class InferenceEngine:
         sinks = [queue.Queue() for _ in items]
         requests = [self._request(self._encode(p), p, params, sink.put, stream=False) for p, sink in zip(items, sinks)]
         self._submit(requests)
-        results = [self._finish(_wait(sink)) for sink in sinks]
+        results = [self._finish(_get(sink, self._thread)) for sink in sinks]
         return results[0] if single else results
 
     def generate_text(self, prompts: str | Sequence[str], sampling_params: SamplingParams | None = None, **kwargs) -> str | list[str]:
@@ -159,7 +159,7 @@ class InferenceEngine:
         done = False
         try:
             while True:
-                item = _raise_if_error(sink.get())
+                item = _get(sink, self._thread)
                 if isinstance(item, GenerationOutput):
                     done = True
                     yield self._finish(item)
@@ -204,7 +204,7 @@ class InferenceEngine:
         done = False
         try:
             while True:
-                item = _raise_if_error(await sink.get())
+                item = await _get_async(sink, self._thread)
                 if isinstance(item, GenerationOutput):
                     done = True
                     yield self._finish(item)
@@ -382,11 +382,10 @@ class InferenceEngine:
             started = time.perf_counter()
             try:
                 events = self.llm.step()
+                self._busy_seconds += time.perf_counter() - started
+                self._on_events(events)
             except Exception as exc:  # the step failed: fail its requests, keep serving
                 self._fail_in_flight(exc)
-                continue
-            self._busy_seconds += time.perf_counter() - started
-            self._on_events(events)
         self._fail_in_flight(EngineError("the engine was closed"))
     # ANCHOR_END: loop
 
@@ -406,12 +405,16 @@ class InferenceEngine:
                     )
                     r.completions.append(completion)
                     self._by_engine_id[engine_id] = (r, completion)
-        except EngineError as exc:  # refused (rare: checked in the caller already): undo the whole batch
+        except Exception as exc:  # refused (rare: checked in the caller already): undo the whole batch
             for r in added:
                 self.llm.abort(r.request_id)
                 for c in r.completions:
                     self._by_engine_id.pop(c.engine_id, None)
-            self._end_with_error(requests, exc)
+            error = exc if isinstance(exc, EngineError) else RequestFailedError(f"the request could not start: {type(exc).__name__}: {exc}")
+            if error is not exc:
+                error.__cause__ = exc
+                log.error("adding requests failed", exc_info=exc)
+            self._end_with_error(requests, error)
 
     def _abort(self, request_id: str) -> None:
         with self._wake:
@@ -438,6 +441,15 @@ class InferenceEngine:
     def _emit(self, request: _Request, c: _Completion, token_ids: list[int], text: str, finish: str | None,
               logprob: TokenLogprob | None = None) -> None:
         """Record a completion's new tokens and text; stop strings cut it; tell the caller."""
+        # Hint: `shown` is the text the caller may see: pass `text` through
+        # c.stops (push). If a stop string appeared, the completion ends now
+        # with "stop": when the engine had not finished it anyway, end it
+        # with self.llm.finish(c.engine_id) so its blocks come back this step.
+        # Otherwise, when the completion finishes, release the held-back tail
+        # (flush). Then append token_ids, shown and the logprob (if any) to
+        # c.output; on finish set c.output.finish_reason and forget
+        # c.engine_id in self._by_engine_id.
+        # BEGIN SOLUTION 5.6: The request lifecycle
         shown = c.stops.push(text)
         if c.stops.stopped:
             if finish is None:
@@ -452,6 +464,7 @@ class InferenceEngine:
         if finish is not None:
             c.output.finish_reason = finish
             self._by_engine_id.pop(c.engine_id, None)
+        # END SOLUTION
         if request.stream:
             self._send(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
                                                 [logprob] if logprob is not None else None))
@@ -530,8 +543,23 @@ class _ChatChunks:
         return openai_format.chat_chunk(self.request_id, self.model, self.created, choices, usage)
 
 
-def _wait(sink: queue.Queue):
-    return _raise_if_error(sink.get())
+def _get(sink: queue.Queue, thread: threading.Thread):
+    """The next item for a synchronous caller; an EngineError if the loop thread is gone (never hangs)."""
+    while True:
+        try:
+            return _raise_if_error(sink.get(timeout=1.0))
+        except queue.Empty:
+            if not thread.is_alive():
+                raise EngineError("the engine loop has stopped") from None
+
+
+async def _get_async(sink: asyncio.Queue, thread: threading.Thread):
+    while True:
+        try:
+            return _raise_if_error(await asyncio.wait_for(sink.get(), timeout=1.0))
+        except asyncio.TimeoutError:
+            if not thread.is_alive():
+                raise EngineError("the engine loop has stopped") from None
 
 
 def _raise_if_error(item):

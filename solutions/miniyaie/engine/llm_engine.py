@@ -17,7 +17,8 @@ copied only when a completion writes into it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,24 @@ class RequestEvent:
     top_logprobs: list[tuple[int, float]] | None = None
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step did (for traces: see `LLMEngine.on_step` and notebook 5)."""
+
+    step: int
+    started: float  # time.perf_counter() when the step began
+    seconds: float
+    num_seqs: int  # chunks in the batch
+    prefill_tokens: int  # prompt tokens computed (incl. recomputation after preemption)
+    decode_tokens: int  # one per request decoding
+    cached_tokens: int  # prompt tokens of requests admitted this step that came from the prefix cache
+    sampled_tokens: int  # new tokens out of this step
+    preempted: int
+    num_running: int  # after the step
+    num_waiting: int
+    used_blocks: int
+
+
 def child_request_id(request_id: str, index: int) -> str:
     """The id of completion `index` (>= 1) of a request with n > 1."""
     return f"{request_id}#{index}"
@@ -71,6 +90,7 @@ class LLMEngine:
         self._stop_ids: dict[str, tuple[int, ...]] = {}  # end-of-sequence + stop_token_ids
         self._children: dict[str, list[str]] = {}  # n > 1: completions not forked yet
         self._ids = itertools.count()
+        self.on_step: Callable[[StepRecord], None] | None = None  # called after every step (tracing)
         self.counters = dict(
             steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, output_tokens=0,
             max_used_blocks=0, finished_requests=0, forked_requests=0,
@@ -156,10 +176,12 @@ class LLMEngine:
     # ANCHOR: step
     def step(self) -> list[RequestEvent]:
         """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events."""
+        started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
+        decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
         sampling = [c.request for c in out.chunks if c.samples_next_token]
         rows = {r.request_id: self._row(r.request_id, r) for r in sampling}
         fanout = {r.request_id: self._children.pop(r.request_id) for r in sampling if r.request_id in self._children}
@@ -171,7 +193,8 @@ class LLMEngine:
         self.counters["steps"] += 1
         self.counters["computed_tokens"] += out.num_batched_tokens
         # A request admitted this step starts after its cached prefix: those tokens were not computed.
-        self.counters["cached_tokens"] += sum(c.start for c in out.chunks if c.request.request_id not in was_running)
+        cached = sum(c.start for c in out.chunks if c.request.request_id not in was_running)
+        self.counters["cached_tokens"] += cached
         self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], self.memory.num_used_blocks)
         update = SchedulerOutput(out.chunks + child_chunks, out.preempted)
         finished = {r.request_id: r.finish_reason.value for r in self.scheduler.update(update, {k: s.token_id for k, s in sampled.items()})}
@@ -180,6 +203,12 @@ class LLMEngine:
         self.counters["finished_requests"] += len(finished)
         for rid in finished:
             self._forget(rid)
+        if self.on_step is not None:
+            self.on_step(StepRecord(
+                self.counters["steps"], started, time.perf_counter() - started, len(out.chunks),
+                out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
+                len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
+            ))
         return [self._event(rid, s, finished.get(rid)) for rid, s in sampled.items()]
     # ANCHOR_END: step
 
