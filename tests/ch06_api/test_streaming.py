@@ -107,3 +107,32 @@ def test_a_client_that_disconnects_mid_stream_aborts_its_request(served):
     engine.llm.memory.check_integrity()
     time.sleep(0.05)
     assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+
+
+@pytest.mark.task("6.3")
+def test_closing_the_event_stream_aborts_the_engine_request(served):
+    """However the server stops reading (cancel or close), the engine request must end and free its blocks."""
+    import asyncio
+
+    from miniyaie.api.metrics import ServerMetrics
+    from miniyaie.api.responses import CompletionChunker
+    from miniyaie.api.streaming import event_stream
+
+    engine, _ = served
+    wait_until_idle(engine)
+    before = engine.get_stats()["tokens"]["output"]
+
+    async def read_two_events_then_close():
+        items = engine.stream_async("Once upon a time", max_tokens=100, ignore_eos=True)
+        events = event_stream(items, CompletionChunker("cmpl-test", MODEL, False), ServerMetrics(engine).timer())
+        received = [await events.__anext__(), await events.__anext__()]
+        await events.aclose()  # what an ASGI server does with a response whose client left
+        while engine.get_stats()["requests"]["in_flight"]:  # still inside the loop: `items` is alive and unclosed
+            await asyncio.sleep(0.01)
+        return received, engine.get_stats()
+
+    received, stats = asyncio.run(asyncio.wait_for(read_two_events_then_close(), timeout=60))
+    assert all(event.startswith("data: {") for event in received)
+    assert stats["tokens"]["output"] - before < 100, "the request ran to its end after its stream was closed"
+    assert stats["kv_blocks"]["held_by_requests"] == 0
+    engine.llm.memory.check_integrity()
