@@ -93,6 +93,14 @@ def test_rag_puts_passages_in_front_of_the_prompt(folder, tiny_loaded):
 
 
 @pytest.mark.ungraded
+def test_markdown_passages_keep_their_heading_and_drop_mdbook_directives():
+    from miniyaie.api.rag import split_passages
+
+    text = "# Eviction\n\nLeaves go first.\n\n{{#include ../../x.py:evict}}\n\n- **File:** `x.py`\n\nThe end."
+    assert [p.text for p in split_passages("a.md", text)] == ["Eviction: Leaves go first.", "The end."]
+
+
+@pytest.mark.ungraded
 def test_an_empty_folder_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no .md or .txt"):
         Retriever.from_folder(tmp_path)

@@ -19,6 +19,7 @@ from miniyaie.engine import ModelAdapter
 
 WORD = re.compile(r"[a-z0-9]+")
 SUFFIXES = ("ing", "ed", "es", "s")
+MDBOOK_DIRECTIVE = re.compile(r"\{\{#[^}]*\}\}|^- \*\*(File|Run|Tests):\*\*.*$", re.M)  # includes, task metadata
 
 
 def tokenize(text: str) -> list[str]:
@@ -40,10 +41,16 @@ class Passage:
 
 
 def split_passages(source: str, text: str, max_words: int = 120) -> list[Passage]:
-    """Paragraphs (blank-line separated), long ones cut at max_words."""
+    """Paragraphs (blank-line separated) with their heading, long ones cut at max_words; mdBook directives left out."""
     passages = []
+    text = MDBOOK_DIRECTIVE.sub("", text)  # file names and commands, not content
+    heading = ""
     for paragraph in re.split(r"\n\s*\n", text):
-        words = paragraph.split()
+        if paragraph.strip().startswith("#") and "\n" not in paragraph.strip():
+            heading = paragraph.strip().lstrip("#").strip() + ": "  # a heading belongs to what follows it
+            continue
+        words = (heading + paragraph).split()
+        heading = ""
         for start in range(0, len(words), max_words):
             chunk = " ".join(words[start : start + max_words])
             if tokenize(chunk):
