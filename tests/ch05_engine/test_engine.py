@@ -1,7 +1,6 @@
 """The engine loop (provided code until chapter 5 is written): bad requests, aborts, sampling."""
 
 import pytest
-import torch
 from tiny_models import save_tiny_model, transformers_greedy
 
 from miniyaie.engine import EngineConfig, LLMEngine

@@ -17,6 +17,7 @@ from miniyaie.engine import (
     GenerationOutput,
     InferenceEngine,
     InvalidRequestError,
+    ModelLoadError,
     RequestFailedError,
     ResourceExhaustedError,
     SamplingParams,
@@ -230,3 +231,11 @@ def test_sampling_params_object_and_keyword_overrides(engine):
     b = engine.generate("hello", params, max_tokens=3)
     assert len(a.token_ids) == 5 and b.token_ids == a.token_ids[:3]
     assert isinstance(next(iter(engine.stream("hello", params))), CompletionDelta)
+
+
+def test_a_missing_model_is_a_model_load_error(tmp_path):
+    from miniyaie.model import ModelLoadError as ChapterZeroModelLoadError
+
+    with pytest.raises(ModelLoadError, match="does not exist") as info:
+        InferenceEngine(str(tmp_path / "nowhere"))
+    assert isinstance(info.value, EngineError) and isinstance(info.value, ChapterZeroModelLoadError)

@@ -247,7 +247,8 @@ class LLMEngine:
     @property
     def num_request_blocks(self) -> int:
         """Blocks some request holds. The rest of the used blocks only keep the prefix cache (evictable)."""
-        return len({block for table in self.memory.tables.values() for block in table})
+        tables = list(self.memory.tables.values())  # one C-level copy: safe while the engine thread steps
+        return len({block for table in tables for block in table})
 
     @property
     def stats(self) -> dict[str, int]:

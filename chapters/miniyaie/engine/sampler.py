@@ -10,10 +10,10 @@ whole batch goes through the same stages, each skipped when no row needs it:
         ├─ greedy rows    argmax, done
         └─ temperature ─> top_k ─> top_p ─> min_p ─> one draw per row
 
-The draw uses the "exponential race": argmax(p / E) with E ~ Exp(1) i.i.d.
-picks token i with probability p_i. Its noise is one tensor, so a seeded
-row fills its own row from its own generator: the same seed gives the same
-tokens whatever else shares the batch.
+The draw is inverse-CDF sampling with one uniform number per row, taken
+from the row's own generator when the request has a seed: the same seed
+gives the same tokens whatever else shares the batch, and the batch still
+costs one cumsum and one searchsorted.
 """
 
 from __future__ import annotations
@@ -78,13 +78,14 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     top_p [B]: of what top_k kept, keep the most likely tokens until their
       probability reaches top_p; the token that crosses top_p is kept.
     min_p [B]: drop tokens whose probability is below min_p times the most likely one's.
-    The most likely token always survives.
+    The most likely token always survives; tokens tied with the last kept one are kept too.
     """
-    # Hint: sort each row once (descending). Work in sorted order: a rank
-    # mask for top_k; softmax of the top_k-masked sorted logits; a token
-    # goes when the mass of the tokens ranked above it already reaches
-    # top_p, or when its probability < min_p * the top probability. Bring
-    # the drop mask back to vocabulary order with scatter.
+    # Hint: every rule keeps a prefix of the row sorted by descending logit,
+    # so find each row's number of kept tokens and compare against the logit
+    # of the last one. Sort once (descending; `topk` is enough when every
+    # row has a top_k); mask ranks >= k; softmax the masked sorted logits; a
+    # token goes when the mass ranked above it already reaches top_p, or
+    # when its probability < min_p * the top probability.
     # TODO(Task 5.2): top-k, top-p and min-p in one sort. Replace this line with your code.
     raise NotImplementedError('Chapter 5, Task 2: top-k, top-p and min-p in one sort — see book/src/ch05_engine.md')
 # ANCHOR_END: filter
@@ -92,10 +93,12 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
 
 # ANCHOR: draw
 def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> torch.Tensor:
-    """One token per row of probs [B, V]; a row with a generator draws only from it."""
-    # Hint: noise = Exp(1) samples shaped like probs (Tensor.exponential_);
-    # refill each seeded row from its own generator; the token is
-    # argmax(probs / noise). Keep noise away from 0 (clamp) so 0 / 0 never happens.
+    """One token per row of probs [B, V] (rows need not sum to 1); a row with a generator draws only from it."""
+    # Hint: inverse-CDF sampling with one uniform number u per row: torch.rand
+    # from each seeded row's own generator, one call for the other rows. The
+    # token is the first index whose cumulative probability exceeds u * the
+    # row's total (torch.searchsorted(..., right=True)); keep the target
+    # strictly below the total (torch.nextafter) so that it always exists.
     # TODO(Task 5.3): One draw per row, seeded rows on their own generator. Replace this line with your code.
     raise NotImplementedError('Chapter 5, Task 3: One draw per row, seeded rows on their own generator — see book/src/ch05_engine.md')
 # ANCHOR_END: draw

@@ -8,7 +8,6 @@ request touches the engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 from miniyaie.engine.errors import InvalidRequestError
@@ -117,7 +116,3 @@ class SamplingParams:
             )
         raise InvalidRequestError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
 
-
-def merge_stop_ids(*groups: Sequence[int]) -> tuple[int, ...]:
-    """The union of token-id groups, in first-seen order."""
-    return tuple(dict.fromkeys(t for group in groups for t in group))

@@ -18,7 +18,6 @@ A step that raises fails the requests in flight with RequestFailedError
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import queue
 import threading
@@ -102,7 +101,6 @@ class InferenceEngine:
         self._started = time.monotonic()
         self._busy_seconds = 0.0
         self._failed_steps = 0
-        self._ids = itertools.count()
         self._thread = threading.Thread(target=self._loop, name="miniyaie-engine", daemon=True)
         self._thread.start()
 

@@ -10,10 +10,10 @@ whole batch goes through the same stages, each skipped when no row needs it:
         ├─ greedy rows    argmax, done
         └─ temperature ─> top_k ─> top_p ─> min_p ─> one draw per row
 
-The draw uses the "exponential race": argmax(p / E) with E ~ Exp(1) i.i.d.
-picks token i with probability p_i. Its noise is one tensor, so a seeded
-row fills its own row from its own generator: the same seed gives the same
-tokens whatever else shares the batch.
+The draw is inverse-CDF sampling with one uniform number per row, taken
+from the row's own generator when the request has a seed: the same seed
+gives the same tokens whatever else shares the batch, and the batch still
+costs one cumsum and one searchsorted.
 """
 
 from __future__ import annotations
@@ -82,42 +82,54 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     top_p [B]: of what top_k kept, keep the most likely tokens until their
       probability reaches top_p; the token that crosses top_p is kept.
     min_p [B]: drop tokens whose probability is below min_p times the most likely one's.
-    The most likely token always survives.
+    The most likely token always survives; tokens tied with the last kept one are kept too.
     """
-    # Hint: sort each row once (descending). Work in sorted order: a rank
-    # mask for top_k; softmax of the top_k-masked sorted logits; a token
-    # goes when the mass of the tokens ranked above it already reaches
-    # top_p, or when its probability < min_p * the top probability. Bring
-    # the drop mask back to vocabulary order with scatter.
+    # Hint: every rule keeps a prefix of the row sorted by descending logit,
+    # so find each row's number of kept tokens and compare against the logit
+    # of the last one. Sort once (descending; `topk` is enough when every
+    # row has a top_k); mask ranks >= k; softmax the masked sorted logits; a
+    # token goes when the mass ranked above it already reaches top_p, or
+    # when its probability < min_p * the top probability.
     # BEGIN SOLUTION 5.2: top-k, top-p and min-p in one sort
     vocab = logits.shape[-1]
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    ranks = torch.arange(vocab, device=logits.device)
-    k = torch.where(top_k > 0, top_k, vocab)
-    drop = ranks[None, :] >= k[:, None]
+    k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)
+    width = int(k.max())
+    if width < vocab:  # every row has a top_k: a partial sort is enough
+        sorted_logits = logits.topk(width, dim=-1).values
+    else:
+        sorted_logits = logits.sort(dim=-1, descending=True).values
+    drop = torch.arange(width, device=logits.device)[None, :] >= k[:, None]
     probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
     mass_before = probs.cumsum(dim=-1) - probs
     drop |= mass_before >= top_p[:, None]
     drop |= probs < min_p[:, None] * probs[:, :1]
-    drop[:, 0] = False
-    mask = torch.zeros_like(drop).scatter(-1, order, drop)
-    return logits.masked_fill(mask, float("-inf"))
+    num_kept = (~drop).sum(dim=-1).clamp(min=1)
+    last_kept = sorted_logits.gather(1, (num_kept - 1)[:, None])
+    return logits.masked_fill(logits < last_kept, float("-inf"))
     # END SOLUTION
 # ANCHOR_END: filter
 
 
 # ANCHOR: draw
 def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> torch.Tensor:
-    """One token per row of probs [B, V]; a row with a generator draws only from it."""
-    # Hint: noise = Exp(1) samples shaped like probs (Tensor.exponential_);
-    # refill each seeded row from its own generator; the token is
-    # argmax(probs / noise). Keep noise away from 0 (clamp) so 0 / 0 never happens.
+    """One token per row of probs [B, V] (rows need not sum to 1); a row with a generator draws only from it."""
+    # Hint: inverse-CDF sampling with one uniform number u per row: torch.rand
+    # from each seeded row's own generator, one call for the other rows. The
+    # token is the first index whose cumulative probability exceeds u * the
+    # row's total (torch.searchsorted(..., right=True)); keep the target
+    # strictly below the total (torch.nextafter) so that it always exists.
     # BEGIN SOLUTION 5.3: One draw per row, seeded rows on their own generator
-    noise = torch.empty_like(probs, dtype=torch.float32).exponential_()
+    u = torch.empty(len(generators), dtype=torch.float64, device=probs.device)
+    unseeded = [row for row, generator in enumerate(generators) if generator is None]
     for row, generator in enumerate(generators):
         if generator is not None:
-            noise[row].exponential_(generator=generator)
-    return (probs / noise.clamp_(min=1e-20)).argmax(dim=-1)
+            u[row] = torch.rand(1, generator=generator, dtype=torch.float64, device=probs.device)[0]
+    if unseeded:
+        u[unseeded] = torch.rand(len(unseeded), dtype=torch.float64, device=probs.device)
+    cdf = probs.double().cumsum(dim=-1)
+    total = cdf[:, -1]
+    target = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target[:, None], right=True).squeeze(1)
     # END SOLUTION
 # ANCHOR_END: draw
 
