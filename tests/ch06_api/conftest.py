@@ -14,7 +14,7 @@ for folder in ("ch00_model", "ch05_engine"):
     if path not in sys.path:
         sys.path.append(path)
 
-MODEL = "tiny"
+from server_helpers import MODEL, start_server  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
@@ -37,18 +37,6 @@ def tiny_loaded(tiny_dir):
     return load(str(tiny_dir[0]))
 
 
-def start_server(loaded, num_blocks=256, adapters=(), **settings):
-    """(engine, BackgroundServer) serving the tiny model as MODEL; the caller closes both."""
-    from miniyaie.api import ServerSettings, create_app
-    from miniyaie.api.server import BackgroundServer
-    from miniyaie.engine import EngineConfig, InferenceEngine
-
-    engine = InferenceEngine(loaded, EngineConfig(block_size=4, num_blocks=num_blocks, max_num_batched_tokens=64),
-                             adapters=adapters)
-    server = BackgroundServer(create_app(engine, ServerSettings(served_model_names=(MODEL,), **settings)))
-    return engine, server.__enter__()
-
-
 @pytest.fixture(scope="module")
 def served(tiny_loaded):
     """(engine, server) for the module."""
@@ -63,17 +51,3 @@ def client(served):
     import openai
 
     return openai.OpenAI(base_url=f"{served[1].url}/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-def wait_until_idle(engine, timeout=20.0):
-    """Poll the engine's public stats until no request holds blocks; the stats then."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = engine.get_stats()
-        idle = stats["requests"]["in_flight"] == stats["requests"]["running"] == stats["requests"]["waiting"] == 0
-        if idle and stats["kv_blocks"]["held_by_requests"] == 0:
-            return stats
-        assert time.monotonic() < deadline, f"the engine did not become idle: {stats}"
-        time.sleep(0.02)

@@ -8,7 +8,7 @@ import time
 
 import openai
 import pytest
-from conftest import MODEL
+from server_helpers import MODEL
 
 pytestmark = pytest.mark.ungraded
 

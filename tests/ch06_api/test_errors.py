@@ -5,7 +5,7 @@ import json
 import httpx
 import openai
 import pytest
-from conftest import MODEL, start_server, wait_until_idle
+from server_helpers import MODEL, start_server, wait_until_idle
 
 pytestmark = pytest.mark.ungraded
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

@@ -11,7 +11,7 @@ import random
 
 import httpx
 import pytest
-from conftest import MODEL, start_server, wait_until_idle
+from server_helpers import MODEL, start_server, wait_until_idle
 
 pytestmark = pytest.mark.ungraded
 CLIENTS, MAX_TOKENS = 64, 12

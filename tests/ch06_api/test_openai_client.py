@@ -4,7 +4,7 @@ Greedy output must equal transformers' own greedy generate, token for token.
 """
 
 import pytest
-from conftest import MODEL
+from server_helpers import MODEL
 from tiny_models import transformers_greedy
 
 PROMPT = "Once upon a time there was a small engine that"

@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from conftest import MODEL, start_server
+from server_helpers import MODEL, start_server
 from hypothesis import example, given
 from hypothesis import strategies as st
 

@@ -4,7 +4,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
-from conftest import MODEL
+from server_helpers import MODEL
 
 pytestmark = pytest.mark.ungraded
 EXAMPLES = 25  # per operation and per generation mode

@@ -5,7 +5,7 @@ import time
 
 import httpx
 import pytest
-from conftest import MODEL, wait_until_idle
+from server_helpers import MODEL, wait_until_idle
 from hypothesis import example, given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
