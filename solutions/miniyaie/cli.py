@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--message", default=None, help="send one message, print the reply, exit")
     _add_sampling_args(chat, max_tokens=256)
 
+    from miniyaie import bench_serve, serve_cli
+
+    serve_cli.add_parser(sub, _positive_int)
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=_Parser)
+    bench_serve.add_parser(bench_sub, _positive_int)
+
     grade = sub.add_parser("grade", help="run a chapter's tests on your code (chapters/)")
     grade.add_argument("chapter", type=int)
     grade.add_argument("--impl", default=None, help="grade another selection, e.g. 'chapters' (see the book)")
@@ -109,6 +116,21 @@ def cmd_chat(args) -> int:
 
 
 # ---------------------------------------------------------------- course
+
+
+def cmd_serve(args) -> int:
+    from miniyaie import generate_cli, serve_cli
+
+    try:
+        return serve_cli.cmd_serve(args)
+    except generate_cli.CommandError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_bench(args) -> int:
+    from miniyaie import bench_serve
+
+    return bench_serve.cmd_bench_serve(args)
 
 
 def cmd_grade(args) -> int:
@@ -166,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         for number in [getattr(args, "chapter", None), *(getattr(args, "chapters", None) or [])]:
             if number is not None:
                 _check_chapter(number)
-        handler = {"generate": cmd_generate, "chat": cmd_chat, "grade": cmd_grade, "course": cmd_course}[args.command]
+        handler = {"generate": cmd_generate, "chat": cmd_chat, "grade": cmd_grade, "course": cmd_course,
+                   "serve": cmd_serve, "bench": cmd_bench}[args.command]
         return handler(args)
     except UsageError as exc:
         print(f"miniyaie: error: {exc}", file=sys.stderr)

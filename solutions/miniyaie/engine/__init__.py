@@ -22,6 +22,8 @@ Public API (stable; chapter 6's server uses exactly this):
     await engine.chat_completion_async(messages, ...)         -> dict
     engine.chat_completion_stream_async(messages, ...)        -> AsyncIterator[dict]
     engine.render_chat(messages)                              -> (prompt text, token ids)
+    engine.encode(prompt) / engine.context_length             -> token ids (adapters applied) / context in tokens
+    engine.check_request(prompt_token_ids, ...)               -> SamplingParams, or raises what submitting would
     engine.get_stats()                                        -> dict of counters
     engine.close() / with InferenceEngine(...) as engine: ...
 

@@ -269,6 +269,26 @@ class InferenceEngine:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return text, list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    # ---------------------------------------------------------------- checks at the door (for servers)
+    @property
+    def context_length(self) -> int:
+        """The model's context in tokens (prompt + output)."""
+        return self.llm.model.config.max_position_embeddings
+
+    def encode(self, prompt: str) -> list[int]:
+        """A plain prompt's token ids, adapters applied (what generate() would submit)."""
+        return self._encode(prompt)
+
+    def check_request(self, prompt_token_ids: Sequence[int], sampling_params: SamplingParams | None = None, **kwargs) -> SamplingParams:
+        """Raise what submitting this request would raise, changing nothing; its SamplingParams.
+
+        A server calls it before it answers "200 OK" and starts streaming, so
+        that a bad or impossible request still gets a 4xx.
+        """
+        params = self._params(sampling_params, kwargs)
+        self.llm.check_request(list(prompt_token_ids), params)
+        return params
+
     # ---------------------------------------------------------------- stats and lifetime
     def get_stats(self) -> dict:
         """Counters of the whole engine life (see the book, chapter 5, for each one)."""
