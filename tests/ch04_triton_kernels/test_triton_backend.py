@@ -29,7 +29,8 @@ def tiny(tmp_path_factory):
 
 def run_engine(path, backend: str, block_size: int):
     model = load_model(path)
-    config = EngineConfig(block_size=block_size, num_blocks=512 // block_size, max_num_batched_tokens=24, attention_backend=backend)
+    config = EngineConfig(block_size=block_size, num_blocks=512 // block_size, max_num_batched_tokens=24,
+                          enable_prefix_caching=False, attention_backend=backend)
     engine = LLMEngine(model, config)
     ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)) for p in PROMPTS]
     steps = []  # the query lengths of every step the backend saw
