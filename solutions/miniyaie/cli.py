@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     course_sub.add_parser("check", help="fail if chapters/ is stale")
     holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
     holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
+    mutants = course_sub.add_parser("mutants", help="check that the tests catch planted bugs in every region")
+    mutants.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     return parser
 
 
@@ -184,6 +186,10 @@ def cmd_course(args) -> int:
         print("chapters/ is stale: run `miniyaie course sync`." if problems else "chapters/ is up to date.")
         return 1 if problems else 0
     numbers = args.chapters or [ch.number for ch in CHAPTERS if sync.regions_of(ch)]
+    if args.course_command == "mutants":
+        from miniyaie.course.mutants import mutants
+
+        return max(mutants(number) for number in numbers)
     status = 0
     for number in numbers:
         status |= holes.holes(number)
