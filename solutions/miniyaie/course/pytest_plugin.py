@@ -39,6 +39,8 @@ def pytest_configure(config):
     except _switch.ImplError as exc:
         raise pytest.UsageError(str(exc)) from None
     _RESULTS.clear()
+    global _HUNG
+    _HUNG = False
 
 
 def chapter_of(nodeid: str) -> int | None:
@@ -61,6 +63,13 @@ def _describe(item) -> dict:
     }
 
 
+# Once a test has hung, the code under test most likely loops for the tests
+# after it too: they get a short limit so that `miniyaie grade` ends in
+# minutes, not one full limit per test.
+AFTER_A_HANG_S = 20.0
+_HUNG = False
+
+
 class TaskTimeout(BaseException):
     """A test ran past its time limit (most likely an infinite loop in a task).
 
@@ -75,7 +84,7 @@ def _timeout_message(item, seconds: float) -> str:
     where = f"Task {', '.join(tasks)}" if tasks else item.nodeid
     return (
         f"{where}: {item.name} ran past its {seconds:g} s time limit; is there a loop that never ends? "
-        "(pytest --timeout=SECONDS changes the limit)"
+        f"(pytest --timeout=SECONDS sets the limit; after a first hang the rest get {AFTER_A_HANG_S:g} s)"
     )
 
 
@@ -85,12 +94,16 @@ def pytest_timeout_set_timer(item, settings):
     if settings.method != "signal" or not hasattr(signal, "SIGALRM"):
         return None  # pytest-timeout's own thread method: dumps stacks and ends the run
 
+    seconds = settings.timeout if not _HUNG else min(settings.timeout, AFTER_A_HANG_S)
+
     def on_alarm(signum, frame):
+        global _HUNG
         signal.setitimer(signal.ITIMER_REAL, 0)
-        raise TaskTimeout(_timeout_message(item, settings.timeout))
+        _HUNG = True
+        raise TaskTimeout(_timeout_message(item, seconds))
 
     item._miniyaie_old_alarm = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     return True
 
 
@@ -111,7 +124,7 @@ def pytest_collection_modifyitems(session, config, items):
     for item in items:
         _RESULTS[item.nodeid] = _describe(item)
         if item.nodeid in limits:
-            item.add_marker(pytest.mark.timeout(limits[item.nodeid]))
+            item.add_marker(pytest.mark.timeout(limits[item.nodeid]), append=False)  # before any conftest's
 
 
 def _short_message(report) -> str:
