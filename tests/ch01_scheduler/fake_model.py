@@ -64,8 +64,12 @@ class Driver:
     def step(self) -> SchedulerOutput:
         s, config = self.scheduler, self.scheduler.config
         running_before = list(s.running)
+        counts_before = s.num_preemptions, {r.request_id: r.num_preemptions for r in running_before}
         out = s.schedule()
         check_step(s, out, running_before)
+        assert s.num_preemptions == counts_before[0] + len(out.preempted), "num_preemptions counts each preemption"
+        for r in out.preempted:
+            assert r.num_preemptions == counts_before[1][r.request_id] + 1, "a request counts its own preemptions"
         for r in out.preempted:
             self.next_position.pop(r.request_id, None)
         for chunk in out.chunks:

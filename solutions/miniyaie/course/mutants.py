@@ -35,23 +35,24 @@ MAX_PER_REGION = 40  # above this, a fixed-seed sample of the region's mutants i
 SEED = 0
 
 
-def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str], str]:
-    """(file, original line, mutated line) -> why no correct test can tell them apart.
+def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str, str], str]:
+    """(file, line above, original line, mutated line) -> why no correct test can tell them apart.
 
-    The file holds blocks of four lines: `@ file`, `- original`, `+ mutant`,
-    `= reason`; lines starting with `#` and blank lines are ignored.
+    The file holds blocks of five lines: `@ file`, `~ the line above`,
+    `- original`, `+ mutant`, `= reason`; lines starting with `#` and blank
+    lines are ignored.
     """
+    tags = ["@ ", "~ ", "- ", "+ ", "= "]
     entries, block = {}, []
     for raw in path.read_text().splitlines() if path.exists() else []:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         block.append(line)
-        if len(block) == 4:
-            tags = [b[:2] for b in block]
-            if tags != ["@ ", "- ", "+ ", "= "]:
-                raise ValueError(f"{path.name}: expected '@ file', '- original', '+ mutant', '= reason', got {block}")
-            entries[(block[0][2:], block[1][2:], block[2][2:])] = block[3][2:]
+        if len(block) == len(tags):
+            if [b[:2] for b in block] != tags:
+                raise ValueError(f"{path.name}: expected lines starting {tags}, got {block}")
+            entries[tuple(b[2:] for b in block[:4])] = block[4][2:]
             block = []
     if block:
         raise ValueError(f"{path.name}: an unfinished entry at the end: {block}")
@@ -130,6 +131,10 @@ def mutants(number: int, max_per_region: int = MAX_PER_REGION) -> int:
         print(f"    equivalent  {m.region.path}:{m.line}  {m.original}  ->  {m.mutated}  ({equivalent[m.key]})")
     for m in unexplained:
         print(f"    SURVIVED    Task {m.region.task} {m.region.path}:{m.line}  {m.original}  ->  {m.mutated}")
+    if unexplained:
+        print(f"    (a test should catch each; if none can, add it to {EQUIVALENT_FILE.name} as:)")
+        for m in unexplained:
+            print(f"    @ {m.region.path}\n    ~ {m.context}\n    - {m.original}\n    + {m.mutated}\n    = <why>")
     elapsed = time.perf_counter() - started
     verdict = "every mutant killed or explained" if not unexplained else f"{len(unexplained)} unexplained survivor(s)"
     print(f"Chapter {number}: {verdict} ({elapsed:.0f} s).", flush=True)

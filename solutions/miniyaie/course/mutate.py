@@ -49,14 +49,15 @@ COMPOUND = {"if", "elif", "else", "for", "while", "try", "except", "finally", "w
 class Mutant:
     region: Region
     line: int  # 1-based line in the file of the first changed line
+    context: str  # the line above the change, stripped (tells apart two identical lines)
     original: str  # the changed source line(s), stripped
     mutated: str  # what replaced them, stripped
     text: str  # the whole mutated file
 
     @property
-    def key(self) -> tuple[str, str, str]:
+    def key(self) -> tuple[str, str, str, str]:
         """How the list of equivalent mutants names this one (no line numbers: they move)."""
-        return (self.region.path, self.original, self.mutated)
+        return (self.region.path, self.context, self.original, self.mutated)
 
 
 def mutants_of(region: Region, text: str) -> list[Mutant]:
@@ -72,7 +73,7 @@ def mutants_of(region: Region, text: str) -> list[Mutant]:
             continue
         original = " ".join(line.strip() for line in lines[start : end + 1])
         mutated = " ".join(line.strip() for line in replacement)
-        found[new_text] = Mutant(region, start + 1, original, mutated, new_text)
+        found[new_text] = Mutant(region, start + 1, lines[start - 1].strip(), original, mutated, new_text)
     return list(found.values())
 
 
