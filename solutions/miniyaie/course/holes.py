@@ -63,7 +63,7 @@ def holes(number: int) -> int:
             _tree_with_stubs(ch, [r for r in regions if _task_key(r.task) > _task_key(k)], tmp / f"c{k}")
             for k in tasks
         ]
-        (reference,) = run_sessions([Session("solutions", [ch.tests, *GRADED])])
+        (reference,) = run_sessions([Session("solutions", [ch.tests, *GRADED, "--collect-only"])])
         graded = [r for r in reference if r.graded and r.chapter == number]
         sessions = [Session(f"{ch.package}=chapters", [ch.tests, *GRADED])]
         sessions += [
