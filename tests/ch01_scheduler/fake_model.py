@@ -88,6 +88,16 @@ class Driver:
                 f"tokens are {held}: an allocation was skipped, or memory was not freed"
             )
             assert self.used_tokens() <= s.memory.capacity_tokens
+        if hasattr(s.memory, "block_table"):  # a paged memory: every request's table covers exactly its tokens
+            scheduled = {c.request.request_id: c.num_tokens for c in out.chunks}
+            bs = s.memory.block_size
+            for r in s.running:
+                held = r.num_computed_tokens + scheduled.get(r.request_id, 0)
+                assert len(s.memory.block_table(r.request_id)) == -(-held // bs), (
+                    f"{r.request_id} holds {len(s.memory.block_table(r.request_id))} blocks for {held} tokens"
+                )
+            for r in s.waiting:
+                assert s.memory.block_table(r.request_id) == [], f"waiting {r.request_id} still holds blocks"
         finished = s.update(out, model_step(out))
         for r in finished:
             self.next_position.pop(r.request_id, None)
