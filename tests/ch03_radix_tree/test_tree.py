@@ -46,6 +46,7 @@ tokens = st.lists(st.integers(0, 2), max_size=14)  # a tiny vocabulary: lots of 
 @example(sequences=[], query=[1, 2, 3], block_size=1)  # empty tree
 @example(sequences=[[1, 2, 3, 4]], query=[1, 2, 3, 4], block_size=2)  # a full hit
 @example(sequences=[[1, 2, 3, 4]], query=[1, 2, 3, 5], block_size=2)  # diverges inside the second block
+@example(sequences=[[0, 1, 2], [0, 1, 0]], query=[0, 2], block_size=1)  # diverges inside an edge whose child starts with the next token
 def test_match_prefix_finds_the_longest_cached_prefix(sequences, query, block_size):
     tree = cache_with(sequences, block_size)
     match = tree.match_prefix(query)
@@ -124,6 +125,15 @@ def test_eviction_takes_least_recently_used_leaves_first():
     assert tree.allocator.num_free == free_before + 1, "evicted blocks go back to the pool"
     assert tree.match_prefix([2, 2]).length == 0, "the least recently used leaf went first"
     assert tree.match_prefix([1, 1]).length == 2 and tree.match_prefix([3, 3]).length == 2
+
+
+@pytest.mark.task("3.3")
+def test_inserting_a_cached_sequence_again_counts_as_a_use():
+    tree = cache_with([[1, 1, 2, 2], [1, 1, 3, 3], [4, 4]], block_size=2)
+    insert(tree, [1, 1, 2, 2])  # a request that used [1 1 2 2] caches it again when it finishes
+    assert tree.evict(1) == 1
+    assert tree.match_prefix([1, 1, 3, 3]).length == 2, "the least recently used leaf went first"
+    assert tree.match_prefix([1, 1, 2, 2]).length == 4 and tree.match_prefix([4, 4]).length == 2
 
 
 @pytest.mark.task("3.3")
