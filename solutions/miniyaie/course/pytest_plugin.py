@@ -127,6 +127,11 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.timeout(limits[item.nodeid]), append=False)  # before any conftest's
 
 
+def pytest_deselected(items):
+    for item in items:  # left out by -m or -k: not part of this run's results
+        _RESULTS.pop(item.nodeid, None)
+
+
 def _short_message(report) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
