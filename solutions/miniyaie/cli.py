@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 
 class UsageError(Exception):
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     mutants = course_sub.add_parser("mutants", help="check that the tests catch planted bugs in every region")
     mutants.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
+    mutants.add_argument("--all", action="store_true", help="try every mutant, not a fixed sample of the larger regions")
     return parser
 
 
@@ -187,9 +189,12 @@ def cmd_course(args) -> int:
         return 1 if problems else 0
     numbers = args.chapters or [ch.number for ch in CHAPTERS if sync.regions_of(ch)]
     if args.course_command == "mutants":
-        from miniyaie.course.mutants import mutants
+        from miniyaie.course.mutants import MAX_PER_REGION, mutants
 
-        return max(mutants(number) for number in numbers)
+        cap, started = (10**9 if args.all else MAX_PER_REGION), time.perf_counter()
+        status = max([mutants(number, max_per_region=cap) for number in numbers])
+        print(f"course mutants {' '.join(map(str, numbers))}: {time.perf_counter() - started:.0f} s in all")
+        return status
     status = 0
     for number in numbers:
         status |= holes.holes(number)
