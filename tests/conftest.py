@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 # "ci": deterministic and without deadlines (a 2-core machine has noisy timing).
 settings.register_profile(
     "ci", deadline=None, derandomize=True, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", deadline=None, max_examples=200)
+# "mutants": `course holes` / `course mutants` only ask whether a test fails, so no shrinking.
+settings.register_profile("mutants", settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Without a GPU, Triton kernels (chapter 4) run in its interpreter, which must be

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 
 class UsageError(Exception):
@@ -93,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     notebooks.add_argument("names", nargs="*", help="notebooks by number or name (default: all)")
     holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
     holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
+    mutants = course_sub.add_parser("mutants", help="check that the tests catch planted bugs in every region")
+    mutants.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
+    mutants.add_argument("--all", action="store_true", help="try every mutant, not a fixed sample of the larger regions")
     from miniyaie import kernel_harness
 
     kernel_harness.add_parser(sub)
@@ -174,6 +178,13 @@ def cmd_course(args) -> int:
             raise UsageError(str(exc)) from None
         return notebooks.render_all(chosen)
     numbers = args.chapters or [ch.number for ch in CHAPTERS if sync.regions_of(ch)]
+    if args.course_command == "mutants":
+        from miniyaie.course.mutants import MAX_PER_REGION, mutants
+
+        cap, started = (10**9 if args.all else MAX_PER_REGION), time.perf_counter()
+        status = max([mutants(number, max_per_region=cap) for number in numbers])
+        print(f"course mutants {' '.join(map(str, numbers))}: {time.perf_counter() - started:.0f} s in all")
+        return status
     status = 0
     for number in numbers:
         status |= holes.holes(number)

@@ -58,6 +58,7 @@ def smollm2(smollm2_dir):
     return load_model(smollm2_dir), hf_model, AutoTokenizer.from_pretrained(smollm2_dir)
 
 
+@pytest.mark.bundled_model
 def test_smollm2_matches_transformers_greedy(smollm2):
     model, hf_model, tokenizer = smollm2
     chat = tokenizer.apply_chat_template(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from miniyaie.scheduler import Request, Scheduler, SchedulerOutput
+from miniyaie.scheduler import Request, RequestStatus, Scheduler, SchedulerOutput
 
 VOCAB = 50
 EOS = 0
@@ -49,7 +49,10 @@ class Driver:
 
     def __init__(self, scheduler: Scheduler, used_tokens=None):
         self.scheduler = scheduler
-        self.used_tokens = used_tokens  # callable -> tokens of memory in use, if the memory tells
+        # tokens of memory in use, if the memory tells (TokenCountingMemory does: one slot per token)
+        if used_tokens is None and hasattr(scheduler.memory, "num_used_tokens"):
+            used_tokens = lambda: scheduler.memory.num_used_tokens  # noqa: E731
+        self.used_tokens = used_tokens
         self.trace = Trace()
         self.next_position: dict[str, int] = {}  # where each running request's next chunk must start
         self.all_requests: dict[str, Request] = {}
@@ -60,29 +63,41 @@ class Driver:
 
     def step(self) -> SchedulerOutput:
         s, config = self.scheduler, self.scheduler.config
+        running_before = list(s.running)
+        counts_before = s.num_preemptions, {r.request_id: r.num_preemptions for r in running_before}
         out = s.schedule()
-        assert out.num_batched_tokens <= config.max_num_batched_tokens, "token budget exceeded"
-        assert len(s.running) <= config.max_num_seqs, "max_num_seqs exceeded"
-        assert not {id(r) for r in s.waiting} & {id(r) for r in s.running}, "a request both waiting and running"
+        check_step(s, out, running_before)
+        assert s.num_preemptions == counts_before[0] + len(out.preempted), "num_preemptions counts each preemption"
+        for r in out.preempted:
+            assert r.num_preemptions == counts_before[1][r.request_id] + 1, "a request counts its own preemptions"
         for r in out.preempted:
             self.next_position.pop(r.request_id, None)
-            assert r in s.waiting and r.num_computed_tokens == 0
-        ids = [c.request.request_id for c in out.chunks]
-        assert len(ids) == len(set(ids)), "a request scheduled twice in one step"
         for chunk in out.chunks:
             rid = chunk.request.request_id
-            assert chunk.num_tokens >= 1 and chunk.request in s.running
             if rid not in self.next_position:  # (re)admitted this step, possibly after a prefix hit
                 self.trace.admissions.append(rid)
                 if rid not in self.trace.first_admissions:
                     self.trace.first_admissions.append(rid)
-                assert chunk.start < chunk.request.num_tokens, "the last token is always computed"
             else:
                 assert chunk.start == self.next_position[rid], "tokens skipped or computed twice"
-            assert chunk.start + chunk.num_tokens <= chunk.request.num_tokens
             self.next_position[rid] = chunk.start + chunk.num_tokens
         if self.used_tokens is not None:
+            held = sum(r.num_computed_tokens for r in s.running) + out.num_batched_tokens
+            assert self.used_tokens() == held, (
+                f"memory holds {self.used_tokens()} tokens, but the running requests' computed + scheduled "
+                f"tokens are {held}: an allocation was skipped, or memory was not freed"
+            )
             assert self.used_tokens() <= s.memory.capacity_tokens
+        if hasattr(s.memory, "block_table"):  # a paged memory: every request's table covers exactly its tokens
+            scheduled = {c.request.request_id: c.num_tokens for c in out.chunks}
+            bs = s.memory.block_size
+            for r in s.running:
+                held = r.num_computed_tokens + scheduled.get(r.request_id, 0)
+                assert len(s.memory.block_table(r.request_id)) == -(-held // bs), (
+                    f"{r.request_id} holds {len(s.memory.block_table(r.request_id))} blocks for {held} tokens"
+                )
+            for r in s.waiting:
+                assert s.memory.block_table(r.request_id) == [], f"waiting {r.request_id} still holds blocks"
         finished = s.update(out, model_step(out))
         for r in finished:
             self.next_position.pop(r.request_id, None)
@@ -95,3 +110,40 @@ class Driver:
                 return
             self.step()
         raise AssertionError(f"requests still unfinished after {max_steps} steps (starvation?)")
+
+
+def check_step(s: Scheduler, out: SchedulerOutput, running_before: list[Request]) -> None:
+    """What every correct scheduler guarantees right after schedule(), seen from outside."""
+    config = s.config
+    assert out.num_batched_tokens <= config.max_num_batched_tokens, "token budget exceeded"
+    assert len(s.running) <= config.max_num_seqs, "max_num_seqs exceeded"
+    assert not {id(r) for r in s.waiting} & {id(r) for r in s.running}, "a request both waiting and running"
+    for r in s.running:
+        assert r.status is RequestStatus.RUNNING, f"{r.request_id} runs with status {r.status}"
+    for r in s.waiting:
+        assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), f"{r.request_id} waits as {r.status}"
+        assert r.num_computed_tokens == 0, (
+            f"{r.request_id} waits with num_computed_tokens={r.num_computed_tokens}: a waiting request has "
+            "nothing in the cache (reset it when admission fails or the request is preempted)"
+        )
+    preempted = out.preempted
+    assert len({id(r) for r in preempted}) == len(preempted), "a request preempted twice in one step"
+    for r in preempted:
+        assert r.status is RequestStatus.PREEMPTED, f"a preempted request has status {r.status}"
+        assert r in running_before, "only a request that was running can be preempted"
+    head = list(s.waiting)[: len(preempted)]
+    assert {id(r) for r in head} == {id(r) for r in preempted}, "preempted requests wait at the front of the queue"
+    assert head == [r for r in running_before if r in preempted], "preempted requests keep their order"
+    newest = running_before[len(running_before) - len(preempted) :]
+    assert {id(r) for r in preempted} == {id(r) for r in newest}, "the newest running requests are preempted first"
+    ids = [c.request.request_id for c in out.chunks]
+    assert len(ids) == len(set(ids)), "a request scheduled twice in one step"
+    for chunk in out.chunks:
+        r = chunk.request
+        assert chunk.num_tokens >= 1, "an empty chunk was scheduled"
+        assert r in s.running, "a scheduled request is not running"
+        assert chunk.start == r.num_computed_tokens, (
+            f"{r.request_id}: the chunk starts at {chunk.start} but num_computed_tokens is {r.num_computed_tokens}"
+        )
+        assert chunk.start < r.num_tokens, "the last token is always computed"
+        assert chunk.start + chunk.num_tokens <= r.num_tokens, "a chunk past the known tokens"

@@ -3,7 +3,7 @@
 import itertools
 
 import pytest
-from fake_model import Driver, reference_output
+from fake_model import Driver, check_step, reference_output
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -47,6 +47,83 @@ def test_counting_memory_contract(capacity, wants):
 
 
 @pytest.mark.task("1.2")
+@given(
+    prompt_lens=st.lists(st.integers(1, 12), min_size=1, max_size=10),
+    budget=st.integers(1, 30),
+    seqs=st.integers(1, 4),
+)
+@example(prompt_lens=[5, 5, 5, 5], budget=100, seqs=4)  # all arrive at once, all fit
+@example(prompt_lens=[5, 5, 5], budget=10, seqs=4)  # the budget is spent exactly by two prompts
+@example(prompt_lens=[3, 3, 3], budget=100, seqs=2)  # the seats run out first
+def test_admission_respects_budget_seats_and_arrival_order(prompt_lens, budget, seqs):
+    s = scheduler(budget=budget, seqs=seqs)
+    requests = [request(n, max_tokens=2) for n in prompt_lens]
+    for r in requests:  # all arrive at once
+        s.add_request(r)
+    out = s.schedule()
+    check_step(s, out, running_before=[])
+    admitted = [c.request for c in out.chunks]
+    assert admitted == requests[: len(admitted)], "FCFS admits in arrival order"
+    assert list(s.running) == admitted and list(s.waiting) == requests[len(admitted) :]
+    assert [c.num_tokens for c in out.chunks[:-1]] == [r.num_tokens for r in admitted[:-1]], "whole prompts"
+    room = min(budget, sum(prompt_lens[: len(admitted)]))
+    assert len(admitted) == min(len(requests), seqs) or out.num_batched_tokens == budget
+    assert out.num_batched_tokens == room, "the budget is used while requests wait"
+    assert s.memory.num_used_tokens == out.num_batched_tokens, "every admitted chunk is allocated"
+    for r in requests[len(admitted) :]:
+        assert r.status is RequestStatus.WAITING and r.num_computed_tokens == 0
+
+
+class PrefixCachingMemory(TokenCountingMemory):
+    """Counting memory that claims the first `cached` tokens of every prompt are already cached."""
+
+    def __init__(self, capacity, cached):
+        super().__init__(capacity)
+        self.cached = cached
+
+    def cached_prefix_len(self, request):
+        return min(self.cached, len(request.prompt_token_ids))
+
+
+@pytest.mark.task("1.2")
+@given(prompt_len=st.integers(1, 20), cached=st.integers(0, 25))
+@example(prompt_len=8, cached=8)  # a full-prompt hit still computes the last token
+@example(prompt_len=8, cached=3)
+def test_admission_starts_after_the_cached_prefix(prompt_len, cached):
+    memory = PrefixCachingMemory(100, cached)
+    s = scheduler(memory=memory)
+    r = request(prompt_len, max_tokens=3)
+    s.add_request(r)
+    out = s.schedule()
+    (chunk,) = out.chunks
+    expected_start = min(cached, prompt_len - 1)
+    assert (chunk.start, chunk.num_tokens) == (expected_start, prompt_len - expected_start)
+    assert r.num_computed_tokens == expected_start, "num_computed_tokens starts at the cached prefix"
+    assert r.num_cached_tokens == expected_start, "num_cached_tokens records the tokens found in the cache"
+    assert memory.num_used_tokens == prompt_len, "the memory holds the cached prefix and the new chunk"
+
+
+@pytest.mark.task("1.2")
+@given(cached=st.integers(0, 6), third_len=st.integers(1, 4))
+@example(cached=4, third_len=1)
+def test_a_request_that_does_not_fit_waits_untouched_and_blocks_the_queue(cached, third_len):
+    # Memory for the first prompt and a little more: the second does not fit, the third would.
+    memory = PrefixCachingMemory(capacity=14, cached=cached)
+    s = scheduler(budget=100, seqs=4, memory=memory)
+    first, second, third = request(10), request(8), request(third_len)
+    for r in (first, second, third):
+        s.add_request(r)
+    out = s.schedule()
+    check_step(s, out, running_before=[])
+    assert [c.request for c in out.chunks] == [first]
+    assert list(s.waiting) == [second, third], "no skipping ahead: a short request must not starve a long one"
+    for r in (second, third):
+        assert r.status is RequestStatus.WAITING
+        assert r.num_computed_tokens == 0, "a request that was not admitted has computed nothing"
+    assert memory.num_used_tokens == 10, "only the admitted request holds memory"
+
+
+@pytest.mark.task("1.3")
 @given(prompt_len=st.integers(1, 40), budget=st.integers(1, 16), max_tokens=st.integers(1, 5))
 @example(prompt_len=10, budget=1, max_tokens=2)  # budget 1
 @example(prompt_len=33, budget=8, max_tokens=3)  # a prompt longer than the budget: chunked prefill
@@ -62,7 +139,7 @@ def test_running_requests_get_their_next_chunk(prompt_len, budget, max_tokens):
     assert r.output_token_ids == reference_output(r.prompt_token_ids, max_tokens)
 
 
-@pytest.mark.task("1.2")
+@pytest.mark.task("1.3")
 def test_running_requests_are_served_before_new_ones():
     s = scheduler(budget=4)
     a, b = request(3, max_tokens=5), request(3, max_tokens=5)
@@ -77,50 +154,41 @@ def test_running_requests_are_served_before_new_ones():
 
 
 @pytest.mark.task("1.3")
-@given(
-    prompt_lens=st.lists(st.integers(1, 12), min_size=1, max_size=10),
-    budget=st.integers(1, 30),
-    seqs=st.integers(1, 4),
-)
-@example(prompt_lens=[5, 5, 5, 5], budget=100, seqs=4)  # all arrive at once, all fit
-def test_admission_respects_budget_seats_and_arrival_order(prompt_lens, budget, seqs):
-    s = scheduler(budget=budget, seqs=seqs)
+@given(num_requests=st.integers(2, 6), budget=st.integers(1, 6))
+@example(num_requests=3, budget=2)  # the budget runs out before the last running request
+@example(num_requests=4, budget=4)  # exactly one decode each
+def test_decodes_share_the_budget_oldest_first(num_requests, budget):
+    s = scheduler(budget=100, seqs=8)
     driver = Driver(s)
-    requests = [request(n, max_tokens=2) for n in prompt_lens]
-    for r in requests:  # all arrive at once
+    requests = [request(2, max_tokens=6) for _ in range(num_requests)]
+    for r in requests:
         driver.add(r)
-    out = driver.step()
-    admitted = [c.request for c in out.chunks]
-    assert admitted == requests[: len(admitted)], "FCFS admits in arrival order"
-    assert len(admitted) == min(len(requests), seqs) or out.num_batched_tokens == budget
-    assert all(r.status is RequestStatus.RUNNING for r in admitted)
+    driver.step()  # every prompt at once: now all decode
+    s.config = SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=8)
+    served = [c.request for c in driver.step().chunks]
+    assert served == requests[: min(budget, num_requests)], "one token each, oldest first, never an empty chunk"
     driver.run_to_completion(max_steps=200)
-    assert driver.trace.first_admissions == [r.request_id for r in requests]
-
-
-class PrefixCachingMemory(TokenCountingMemory):
-    """Counting memory that claims the first `cached` tokens of every prompt are already cached."""
-
-    def __init__(self, capacity, cached):
-        super().__init__(capacity)
-        self.cached = cached
-
-    def cached_prefix_len(self, request):
-        return min(self.cached, len(request.prompt_token_ids))
+    for r in requests:
+        assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens)
 
 
 @pytest.mark.task("1.3")
-@given(prompt_len=st.integers(1, 20), cached=st.integers(0, 25))
-@example(prompt_len=8, cached=8)  # a full-prompt hit still computes the last token
-def test_admission_starts_after_the_cached_prefix(prompt_len, cached):
-    s = scheduler(memory=PrefixCachingMemory(100, cached))
-    r = request(prompt_len, max_tokens=3)
-    s.add_request(r)
-    out = s.schedule()
-    (chunk,) = out.chunks
-    expected_start = min(cached, prompt_len - 1)
-    assert (chunk.start, chunk.num_tokens) == (expected_start, prompt_len - expected_start)
-    assert r.num_cached_tokens == expected_start
+@given(
+    prompt_lens=st.lists(st.integers(1, 12), min_size=1, max_size=8),
+    budget=st.integers(1, 30),
+    seqs=st.integers(1, 4),
+)
+def test_every_request_runs_to_the_end_in_arrival_order(prompt_lens, budget, seqs):
+    s = scheduler(budget=budget, seqs=seqs, capacity=1000)  # memory for all: no preemption
+    driver = Driver(s)
+    requests = [request(n, max_tokens=3) for n in prompt_lens]
+    for r in requests:
+        driver.add(r)
+    driver.run_to_completion(max_steps=400)
+    assert driver.trace.first_admissions == [r.request_id for r in requests]
+    for r in requests:
+        assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens)
+    assert s.memory.num_used_tokens == 0, "finished requests give their memory back"
 
 
 @pytest.mark.task("1.4")

@@ -1,4 +1,4 @@
-"""Tasks 3.1-3.4: the radix tree, one behaviour at a time."""
+"""Tasks 3.1-3.4: the radix tree, one behaviour at a time, each needing only the tasks before it."""
 
 import pytest
 from hypothesis import example, given
@@ -41,11 +41,12 @@ def longest_prefix(sequences, query, block_size):
 tokens = st.lists(st.integers(0, 2), max_size=14)  # a tiny vocabulary: lots of sharing and splits
 
 
-@pytest.mark.task("3.1")
+@pytest.mark.task("3.2")
 @given(sequences=st.lists(tokens, max_size=6), query=tokens, block_size=st.sampled_from([1, 2, 4]))
 @example(sequences=[], query=[1, 2, 3], block_size=1)  # empty tree
 @example(sequences=[[1, 2, 3, 4]], query=[1, 2, 3, 4], block_size=2)  # a full hit
 @example(sequences=[[1, 2, 3, 4]], query=[1, 2, 3, 5], block_size=2)  # diverges inside the second block
+@example(sequences=[[0, 1, 2], [0, 1, 0]], query=[0, 2], block_size=1)  # diverges inside an edge whose child starts with the next token
 def test_match_prefix_finds_the_longest_cached_prefix(sequences, query, block_size):
     tree = cache_with(sequences, block_size)
     match = tree.match_prefix(query)
@@ -54,27 +55,48 @@ def test_match_prefix_finds_the_longest_cached_prefix(sequences, query, block_si
     assert len(set(match.blocks)) == len(match.blocks)
 
 
-@pytest.mark.task("3.2")
+def cached_blocks_by_prefix(tree):
+    """Every block-aligned prefix the tree spells from its root -> the block holding its last block of tokens.
+
+    Reads only the paths (edge tokens and blocks), so any tree shape that caches the same
+    prefixes passes; a prefix spelled twice (stored twice) fails.
+    """
+    found, stack = {}, [((), tree.root)]
+    while stack:
+        path, node = stack.pop()
+        for child in node.children.values():
+            assert len(child.key) == len(child.blocks) * tree.block_size, "an edge holds whole blocks"
+            assert child.key, "no empty edge"
+            for j, block in enumerate(child.blocks):
+                prefix = path + tuple(child.key[: (j + 1) * tree.block_size])
+                assert prefix not in found, f"prefix {prefix} cached twice"
+                found[prefix] = block
+            stack.append((path + tuple(child.key), child))
+    return found
+
+
+@pytest.mark.task("3.1")
 @given(sequences=st.lists(tokens, min_size=1, max_size=6), block_size=st.sampled_from([1, 2, 4]))
 @example(sequences=[[1, 1, 2, 2, 3, 3], [1, 1, 2, 2, 0, 0]], block_size=2)  # two requests share, then diverge
 @example(sequences=[[0, 1, 2, 0, 1, 2, 0, 1], [0, 1, 2, 0, 1, 1, 1, 1]], block_size=4)  # split in the middle of a block
+@example(sequences=[[1, 1], [1, 1, 2, 2], [1, 1, 2, 2, 3, 3]], block_size=2)  # a request caching its next blocks
+@example(sequences=[[1, 1, 2, 2], [1, 1]], block_size=2)  # a prefix of what is cached: nothing new
 def test_insert_stores_each_shared_prefix_once(sequences, block_size):
-    tree = cache_with(sequences, block_size)
-    prefixes = {tuple(s[:n]) for s in sequences for n in range(block_size, len(s) + 1, block_size)}
-    assert tree.cached_blocks == len(prefixes), "one block per distinct cached block-aligned prefix"
-    assert tree.allocator.num_used == len(prefixes)
+    allocator = BlockAllocator(200)
+    tree = RadixCache(allocator, block_size)
+    expected = set()
     for seq in sequences:
-        aligned = len(seq) // block_size * block_size
-        match = tree.match_prefix(seq)
-        assert match.length == aligned
-        # a sequence's blocks are the same blocks any sequence sharing its prefix gets
-        for other in sequences:
-            common = longest_prefix([other], seq, block_size)
-            assert tree.match_prefix(other).blocks[: common // block_size] == match.blocks[: common // block_size]
-    tree.check_integrity()
+        insert(tree, seq)
+        expected |= {tuple(seq[:n]) for n in range(block_size, len(seq) + 1, block_size)}
+        cached = cached_blocks_by_prefix(tree)
+        assert set(cached) == expected, "the tree spells exactly the block-aligned prefixes inserted"
+        assert len(set(cached.values())) == len(cached), "one block per distinct cached prefix"
+        assert tree.cached_blocks == len(cached) == allocator.num_used, "the tree holds one reference per block"
+        assert tree.evictable_blocks == tree.cached_blocks, "nothing is locked"
+        tree.check_integrity()
 
 
-@pytest.mark.task("3.3")
+@pytest.mark.task("3.4")
 @given(sequences=st.lists(tokens, min_size=1, max_size=5), pick=st.integers(0, 4), block_size=st.sampled_from([1, 2]))
 def test_locked_paths_are_never_evicted(sequences, pick, block_size):
     tree = cache_with(sequences, block_size)
@@ -94,7 +116,7 @@ def test_locked_paths_are_never_evicted(sequences, pick, block_size):
         tree.unlock(match.node)  # lock counts never go negative
 
 
-@pytest.mark.task("3.4")
+@pytest.mark.task("3.3")
 def test_eviction_takes_least_recently_used_leaves_first():
     tree = cache_with([[1, 1], [2, 2], [3, 3]], block_size=2)
     tree.match_prefix([1, 1])  # used again: now the most recent
@@ -105,7 +127,16 @@ def test_eviction_takes_least_recently_used_leaves_first():
     assert tree.match_prefix([1, 1]).length == 2 and tree.match_prefix([3, 3]).length == 2
 
 
-@pytest.mark.task("3.4")
+@pytest.mark.task("3.3")
+def test_inserting_a_cached_sequence_again_counts_as_a_use():
+    tree = cache_with([[1, 1, 2, 2], [1, 1, 3, 3], [4, 4]], block_size=2)
+    insert(tree, [1, 1, 2, 2])  # a request that used [1 1 2 2] caches it again when it finishes
+    assert tree.evict(1) == 1
+    assert tree.match_prefix([1, 1, 3, 3]).length == 2, "the least recently used leaf went first"
+    assert tree.match_prefix([1, 1, 2, 2]).length == 4 and tree.match_prefix([4, 4]).length == 2
+
+
+@pytest.mark.task("3.3")
 def test_evicting_a_leaf_can_make_its_parent_evictable():
     tree = cache_with([[5, 5, 6, 6], [5, 5, 7, 7]], block_size=2)  # parent [5 5] with two leaves
     assert tree.cached_blocks == 3

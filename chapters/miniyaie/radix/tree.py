@@ -73,9 +73,12 @@ class RadixCache:
         # Hint: start at the root; while the next block of tokens is a key in
         # node.children, count how many whole blocks the child's key shares
         # with the rest of the tokens (self._common_blocks), take that many
-        # of its blocks, and descend only if the whole key matched.
-        # TODO(Task 3.1): Match the longest cached prefix. Replace this line with your code.
-        raise NotImplementedError('Chapter 3, Task 1: Match the longest cached prefix — see book/src/ch03_radix_tree.md')
+        # of its blocks, and descend only if the whole key matched. When
+        # `touch`, stamp every node you pass with one fresh time,
+        # now = next(_clock), in node.last_access: eviction (Task 3.3) takes
+        # the least recently used leaf first.
+        # TODO(Task 3.2): Match the longest cached prefix. Replace this line with your code.
+        raise NotImplementedError('Chapter 3, Task 2: Match the longest cached prefix — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: match_prefix
 
     # ANCHOR: insert
@@ -90,11 +93,14 @@ class RadixCache:
         # Hint: walk like match_prefix. When a child's key matches only in
         # part, split it there (self._split). When no child starts with the
         # next block, add a leaf with the remaining tokens and blocks (or, if
-        # the node is itself a leaf, extend its edge): share each new block
-        # with the allocator, count it in cached_blocks, and in
-        # evictable_blocks when its node is unlocked.
-        # TODO(Task 3.2): Insert with node split. Replace this line with your code.
-        raise NotImplementedError('Chapter 3, Task 2: Insert with node split — see book/src/ch03_radix_tree.md')
+        # the node is itself a leaf other than the root, extend its edge: a
+        # request caching its next blocks grows its own leaf instead of
+        # chaining one node per block): share each new block with the
+        # allocator, count it in cached_blocks, and in evictable_blocks when
+        # its node is unlocked. Stamp the nodes you pass or create with
+        # now = next(_clock) in last_access, as match_prefix does.
+        # TODO(Task 3.1): Insert with node split. Replace this line with your code.
+        raise NotImplementedError('Chapter 3, Task 1: Insert with node split — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: insert
 
     def _split(self, child: Node, num_blocks: int) -> Node:
@@ -111,14 +117,14 @@ class RadixCache:
         """Protect the path from `node` to the root from eviction (one more user)."""
         # Hint: walk up to the root; a node whose lock_ref goes from 0 to 1
         # stops being evictable (subtract its blocks from evictable_blocks).
-        # TODO(Task 3.3): Lock and unlock. Replace this line with your code.
-        raise NotImplementedError('Chapter 3, Task 3: Lock and unlock — see book/src/ch03_radix_tree.md')
+        # TODO(Task 3.4): Lock and unlock. Replace this line with your code.
+        raise NotImplementedError('Chapter 3, Task 4: Lock and unlock — see book/src/ch03_radix_tree.md')
 
     def unlock(self, node: Node) -> None:
         """One user fewer on the path from `node` to the root."""
         # Hint: the mirror image of lock; a lock_ref must never go below 0.
-        # TODO(Task 3.3): Lock and unlock. Replace this line with your code.
-        raise NotImplementedError('Chapter 3, Task 3: Lock and unlock — see book/src/ch03_radix_tree.md')
+        # TODO(Task 3.4): Lock and unlock. Replace this line with your code.
+        raise NotImplementedError('Chapter 3, Task 4: Lock and unlock — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: lock
 
     # ANCHOR: evict
@@ -130,9 +136,10 @@ class RadixCache:
         # Hint: put every unlocked leaf in a heap keyed by last_access. Pop the
         # oldest, free its blocks (allocator.free; they return to the free
         # list), remove it from its parent's children and update the counters;
-        # if the parent is now an unlocked leaf, push it too.
-        # TODO(Task 3.4): Evict least recently used leaves. Replace this line with your code.
-        raise NotImplementedError('Chapter 3, Task 4: Evict least recently used leaves — see book/src/ch03_radix_tree.md')
+        # if the parent is now an unlocked leaf, push it too, except the root
+        # (it holds no blocks and is never evicted).
+        # TODO(Task 3.3): Evict least recently used leaves. Replace this line with your code.
+        raise NotImplementedError('Chapter 3, Task 3: Evict least recently used leaves — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: evict
 
     def _nodes(self) -> list[Node]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from miniyaie._switch import CHAPTER_PACKAGES
 from miniyaie.course.registry import chapter
 from miniyaie.course.sync import regions_of
@@ -9,6 +11,13 @@ from miniyaie.course.testrun import TestResult, run_tests
 
 
 END_TO_END = "all"
+_STUB = re.compile(r"NotImplementedError: Chapter (\d+), Task (\d+):")  # the message of a region's stub
+
+
+def stub_hit(message: str) -> str | None:
+    """The task whose unfilled stub a failing test ran into ("1.3"), if that is why it failed."""
+    m = _STUB.search(message)
+    return f"{m[1]}.{m[2]}" if m else None
 
 
 def heading_id(text: str) -> str:
@@ -31,6 +40,12 @@ def task_table(number: int, results: list[TestResult]) -> tuple[list[list[str]],
         ok = bool(tests) and passed == len(tests)
         all_pass &= ok
         status = "pass" if ok else ("no tests" if not tests else "FAIL")
+        blockers = sorted({b for t in tests if t.outcome == "failed" and (b := stub_hit(t.message)) not in (None, task)},
+                          key=_task_key)
+        if blockers:
+            status += f" (ran into Task {', '.join(blockers)}'s stub: do it first)"
+        elif any(t.outcome == "failed" and "TaskTimeout" in t.message for t in tests):
+            status += " (timed out: a loop that never ends?)"
         if task in what:
             label, read = what[task], f"{ch.page}#{heading_id(f'Task {task}: {what[task]}')}"
         else:

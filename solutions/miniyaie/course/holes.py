@@ -3,46 +3,81 @@
 (a) With the whole student tree selected for the chapter, every graded test
     of the chapter must fail.
 (b) With only one solution region stubbed (the rest reference), at least one
-    graded test must fail; pytest stops at the first failure to stay fast.
+    graded test must fail. The region's own task's tests run first and pytest
+    stops at the first failure, so a region is usually settled by one test.
+(c) Book order: for each task k, with the regions of tasks up to k filled
+    and every later one stubbed (what a learner has who works in book
+    order), every test marked with task k must pass.
+
+All sessions run in one worker process (course/batch.py), each importing its
+own tree afresh.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
-from miniyaie.course.grade import format_table
+from miniyaie.course.batch import Session, run_sessions
+from miniyaie.course.grade import _task_key, format_table
 from miniyaie.course.regions import Region, find_regions, stub_regions
-from miniyaie.course.registry import chapter
+from miniyaie.course.registry import Chapter, chapter
 from miniyaie.course.sync import regions_of
-from miniyaie.course.testrun import run_tests
+from miniyaie.course.testrun import TestResult
 
 GRADED = ["-m", "not ungraded"]
 
 
-def _tree_with_one_stub(region: Region, page: str, tmp: Path) -> Path:
-    """A copy of the chapter's reference package with `region` alone stubbed."""
-    ch = chapter(region.chapter)
+def _tree_with_stubs(ch: Chapter, stubbed: list[Region], tmp: Path) -> Path:
+    """A copy of the chapter's reference package with the `stubbed` regions stubbed."""
     root = tmp / "miniyaie"
     shutil.copytree(ch.solution_dir, root / ch.package, ignore=shutil.ignore_patterns("__pycache__"))
-    target = root / region.path
-    text = target.read_text()
-    same = [r for r in find_regions(text, region.path) if r.begin == region.begin]
-    target.write_text(stub_regions(text, same, page))
+    for path in sorted({r.path for r in stubbed}):
+        target = root / path
+        text = target.read_text()
+        begins = {r.begin for r in stubbed if r.path == path}
+        target.write_text(stub_regions(text, [r for r in find_regions(text, path) if r.begin in begins], ch.page))
     return root
 
 
+def _task_first(task: str, tests: list[TestResult]) -> list[str]:
+    own = [t.nodeid for t in tests if task in t.tasks]
+    return own + [t.nodeid for t in tests if task not in t.tasks]
+
+
 def holes(number: int) -> int:
+    started = time.perf_counter()
     ch = chapter(number)
     regions = regions_of(ch)
     if not regions:
         print(f"Chapter {number} has no solution regions yet.")
         return 0
     failures = 0
+    tasks = sorted({r.task for r in regions}, key=_task_key)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        one_stub = [_tree_with_stubs(ch, [r], tmp / f"b{i}") for i, r in enumerate(regions)]
+        book_order = [
+            _tree_with_stubs(ch, [r for r in regions if _task_key(r.task) > _task_key(k)], tmp / f"c{k}")
+            for k in tasks
+        ]
+        (reference,) = run_sessions([Session("solutions", [ch.tests, *GRADED, "--collect-only"])])
+        graded = [r for r in reference if r.graded and r.chapter == number]
+        sessions = [Session(f"{ch.package}=chapters", [ch.tests, *GRADED])]
+        sessions += [
+            Session(f"{ch.package}={root}", [*_task_first(r.task, graded), "-x"]) for r, root in zip(regions, one_stub)
+        ]
+        sessions += [
+            Session(f"{ch.package}={root}", [t.nodeid for t in graded if k in t.tasks])
+            for k, root in zip(tasks, book_order)
+        ]
+        student, *rest = run_sessions(sessions)
+    by_region, by_task = rest[: len(regions)], rest[len(regions) :]
 
-    print(f"(a) chapter {number}: student tree ({ch.package}=chapters), every graded test must fail", flush=True)
-    results = [r for r in run_tests([ch.tests], f"{ch.package}=chapters", GRADED) if r.graded]
+    print(f"(a) chapter {number}: student tree ({ch.package}=chapters), every graded test must fail")
+    results = [r for r in student if r.graded]
     survivors = [r for r in results if r.outcome != "failed"]
     if not results:
         print("    no graded tests found: hole")
@@ -52,16 +87,25 @@ def holes(number: int) -> int:
     failures += len(survivors)
     print(f"    {len(results) - len(survivors)}/{len(results)} graded tests fail as they should")
 
-    print(f"(b) chapter {number}: each region stubbed alone must fail a test", flush=True)
+    print(f"(b) chapter {number}: each region stubbed alone must fail a test")
     rows = []
-    for region in regions:
-        with tempfile.TemporaryDirectory() as tmp:
-            root = _tree_with_one_stub(region, ch.page, Path(tmp))
-            results = run_tests([ch.tests], f"{ch.package}={root}", [*GRADED, "-x"])
-        caught = next((r.nodeid for r in results if r.outcome == "failed"), None)
+    for region, results in zip(regions, by_region):
+        caught = next((r.nodeid for r in results if r.outcome in ("failed", "crashed")), None)
         failures += caught is None
         rows.append([region.task, region.what, f"{region.path}:{region.begin}", caught or "HOLE: no test fails"])
-        print(f"    {region.task} {region.what}: {caught or 'HOLE'}", flush=True)
     print(format_table(rows, ["task", "region", "file:line", "caught by"]))
-    print(f"Chapter {number}: {'no holes' if failures == 0 else f'{failures} hole(s)'}.")
+
+    print(f"(c) chapter {number}: book order, tasks up to k done and later ones stubbed, task k's tests pass")
+    rows = []
+    for k, results in zip(tasks, by_task):
+        bad = [r for r in results if r.outcome not in ("passed", "skipped")]
+        if not results:
+            bad_text = "no tests marked with this task"
+        else:
+            bad_text = "; ".join(f"{r.nodeid.split('::')[-1]}: {r.message or r.outcome}"[:160] for r in bad)
+        failures += bool(bad) or not results
+        rows.append([k, f"{len(results) - len(bad)}/{len(results)}", "ok" if results and not bad else bad_text])
+    print(format_table(rows, ["task", "tests pass", "problem"]))
+    elapsed = time.perf_counter() - started
+    print(f"Chapter {number}: {'no holes' if failures == 0 else f'{failures} hole(s)'} ({elapsed:.0f} s).", flush=True)
     return 0 if failures == 0 else 1

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 
 import pytest
 
 from miniyaie import _switch
 
 RESULTS_ENV = "MINIYAIE_RESULTS"  # where `grade` and `holes` ask for a JSON report
+TIMEOUTS_ENV = "MINIYAIE_TIMEOUTS"  # a JSON file {nodeid: seconds}: per-test limits (`course mutants`)
 _RESULTS: dict[str, dict] = {}  # nodeid -> chapter, tasks, graded, outcome, message
 _CHAPTER_DIR = re.compile(r"(?:^|/)tests/ch(\d\d)_")
 
@@ -37,6 +39,8 @@ def pytest_configure(config):
     except _switch.ImplError as exc:
         raise pytest.UsageError(str(exc)) from None
     _RESULTS.clear()
+    global _HUNG
+    _HUNG = False
 
 
 def chapter_of(nodeid: str) -> int | None:
@@ -55,12 +59,77 @@ def _describe(item) -> dict:
         "graded": item.get_closest_marker("ungraded") is None,
         "outcome": "not run",
         "message": "",
+        "duration": 0.0,
     }
 
 
+# Once a test has hung, the code under test most likely loops for the tests
+# after it too: they get a short limit so that `miniyaie grade` ends in
+# minutes, not one full limit per test.
+AFTER_A_HANG_S = 20.0
+_HUNG = False
+
+
+class TaskTimeout(BaseException):
+    """A test ran past its time limit (most likely an infinite loop in a task).
+
+    A BaseException, not an Exception, so that hypothesis does not catch it
+    and replay the looping example to shrink it, which would hang again.
+    """
+
+
+def _timeout_message(item, seconds: float) -> str:
+    own = [m.args[0] for m in getattr(item, "own_markers", []) if m.name == "task"]
+    tasks = own or [m.args[0] for m in item.iter_markers("task")]
+    where = f"Task {', '.join(tasks)}" if tasks else item.nodeid
+    return (
+        f"{where}: {item.name} ran past its {seconds:g} s time limit; is there a loop that never ends? "
+        f"(pytest --timeout=SECONDS sets the limit; after a first hang the rest get {AFTER_A_HANG_S:g} s)"
+    )
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's limit, enforced by raising TaskTimeout in the test (signal method only)."""
+    if settings.method != "signal" or not hasattr(signal, "SIGALRM"):
+        return None  # pytest-timeout's own thread method: dumps stacks and ends the run
+
+    seconds = settings.timeout if not _HUNG else min(settings.timeout, AFTER_A_HANG_S)
+
+    def on_alarm(signum, frame):
+        global _HUNG
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _HUNG = True
+        raise TaskTimeout(_timeout_message(item, seconds))
+
+    item._miniyaie_old_alarm = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    return True
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_cancel_timer(item):
+    old = getattr(item, "_miniyaie_old_alarm", None)
+    if old is None:
+        return None
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
+    del item._miniyaie_old_alarm
+    return True
+
+
 def pytest_collection_modifyitems(session, config, items):
+    path = os.environ.get(TIMEOUTS_ENV)
+    limits = json.loads(open(path).read()) if path else {}
     for item in items:
         _RESULTS[item.nodeid] = _describe(item)
+        if item.nodeid in limits:
+            item.add_marker(pytest.mark.timeout(limits[item.nodeid]), append=False)  # before any conftest's
+
+
+def pytest_deselected(items):
+    for item in items:  # left out by -m or -k: not part of this run's results
+        _RESULTS.pop(item.nodeid, None)
 
 
 def _short_message(report) -> str:
@@ -78,7 +147,7 @@ def pytest_runtest_logreport(report):
     elif report.skipped:
         entry["outcome"] = "skipped"
     elif report.when == "call":
-        entry["outcome"] = "passed"
+        entry["outcome"], entry["duration"] = "passed", report.duration
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -24,6 +24,7 @@ class TestResult:
     graded: bool
     outcome: str  # passed | failed | skipped | not run
     message: str
+    duration: float = 0.0  # seconds the test itself ran, when it passed
 
 
 def run_tests(paths: list[str], impl: str, extra_args: list[str] = (), quiet: bool = True) -> list[TestResult]:
@@ -44,6 +45,6 @@ def run_tests(paths: list[str], impl: str, extra_args: list[str] = (), quiet: bo
     for nodeid, r in raw.items():
         outcome = r["outcome"]
         results.append(
-            TestResult(nodeid, r["chapter"], r["tasks"], r["end_to_end"], r["graded"], outcome, r["message"])
+            TestResult(nodeid, r["chapter"], r["tasks"], r["end_to_end"], r["graded"], outcome, r["message"], r["duration"])
         )
     return results

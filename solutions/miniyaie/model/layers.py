@@ -60,11 +60,18 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
 # ANCHOR_END: rope_frequencies
 
 
+# ANCHOR: rope_cos_sin
 def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of every position's angles, shape [num_tokens, head_dim] (float32)."""
+    """cos and sin of every position's angles, shape [num_tokens, head_dim] (float32).
+
+    head_dim/2 angles, written twice side by side: column i and column
+    i + head_dim/2 hold the same angle, because those two dimensions are
+    rotated together ("rotate half").
+    """
     freqs = positions.float()[:, None] * inv_freq[None, :]
     angles = torch.cat([freqs, freqs], dim=-1)
     return angles.cos(), angles.sin()
+# ANCHOR_END: rope_cos_sin
 
 
 # ANCHOR: apply_rotary

@@ -71,12 +71,14 @@ class RadixMemory(PagedMemory):
         if not self.can_allocate(request, num_new_tokens):
             raise OutOfBlocksError(f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens")
         # Hint: a request being admitted with num_computed_tokens > 0 starts on
-        # the cached blocks: lock the match's node (remember it in
+        # the cached blocks that self._admission_blocks(request) returns with
+        # their node: lock the node first, so that eviction below cannot take
+        # them (remember it in
         # self._locked), share the blocks into its table (self.share_blocks)
         # and count the hit in self.hit_tokens. A running request first caches
         # what the last step computed (self._cache_computed). Then evict what
-        # the pool is short of, and grow the table as chapter 2 does
-        # (super().allocate).
+        # the pool is short of (self._blocks_short(request, n, [])), and grow
+        # the table as chapter 2 does (super().allocate).
         # BEGIN SOLUTION 3.5: Start on the cached prefix, cache what is computed
         prefix, node = self._admission_blocks(request)
         if node is not None:

@@ -73,8 +73,11 @@ class RadixCache:
         # Hint: start at the root; while the next block of tokens is a key in
         # node.children, count how many whole blocks the child's key shares
         # with the rest of the tokens (self._common_blocks), take that many
-        # of its blocks, and descend only if the whole key matched.
-        # BEGIN SOLUTION 3.1: Match the longest cached prefix
+        # of its blocks, and descend only if the whole key matched. When
+        # `touch`, stamp every node you pass with one fresh time,
+        # now = next(_clock), in node.last_access: eviction (Task 3.3) takes
+        # the least recently used leaf first.
+        # BEGIN SOLUTION 3.2: Match the longest cached prefix
         node, length, blocks, now = self.root, 0, [], next(_clock)
         while len(tokens) - length >= self.block_size:
             child = node.children.get(self._first_block(tokens[length:]))
@@ -104,10 +107,13 @@ class RadixCache:
         # Hint: walk like match_prefix. When a child's key matches only in
         # part, split it there (self._split). When no child starts with the
         # next block, add a leaf with the remaining tokens and blocks (or, if
-        # the node is itself a leaf, extend its edge): share each new block
-        # with the allocator, count it in cached_blocks, and in
-        # evictable_blocks when its node is unlocked.
-        # BEGIN SOLUTION 3.2: Insert with node split
+        # the node is itself a leaf other than the root, extend its edge: a
+        # request caching its next blocks grows its own leaf instead of
+        # chaining one node per block): share each new block with the
+        # allocator, count it in cached_blocks, and in evictable_blocks when
+        # its node is unlocked. Stamp the nodes you pass or create with
+        # now = next(_clock) in last_access, as match_prefix does.
+        # BEGIN SOLUTION 3.1: Insert with node split
         node, done, now = self.root, 0, next(_clock)
         while done < len(tokens):
             rest = tokens[done:]
@@ -154,7 +160,7 @@ class RadixCache:
         """Protect the path from `node` to the root from eviction (one more user)."""
         # Hint: walk up to the root; a node whose lock_ref goes from 0 to 1
         # stops being evictable (subtract its blocks from evictable_blocks).
-        # BEGIN SOLUTION 3.3: Lock and unlock
+        # BEGIN SOLUTION 3.4: Lock and unlock
         while node is not None:
             if node.lock_ref == 0:
                 self.evictable_blocks -= len(node.blocks)
@@ -165,7 +171,7 @@ class RadixCache:
     def unlock(self, node: Node) -> None:
         """One user fewer on the path from `node` to the root."""
         # Hint: the mirror image of lock; a lock_ref must never go below 0.
-        # BEGIN SOLUTION 3.3: Lock and unlock
+        # BEGIN SOLUTION 3.4: Lock and unlock
         while node is not None:
             if node.lock_ref <= 0:
                 raise ValueError("unlock of a node that is not locked")
@@ -185,8 +191,9 @@ class RadixCache:
         # Hint: put every unlocked leaf in a heap keyed by last_access. Pop the
         # oldest, free its blocks (allocator.free; they return to the free
         # list), remove it from its parent's children and update the counters;
-        # if the parent is now an unlocked leaf, push it too.
-        # BEGIN SOLUTION 3.4: Evict least recently used leaves
+        # if the parent is now an unlocked leaf, push it too, except the root
+        # (it holds no blocks and is never evicted).
+        # BEGIN SOLUTION 3.3: Evict least recently used leaves
         heap = [(n.last_access, id(n), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0 and n is not self.root]
         heapq.heapify(heap)
         freed = 0

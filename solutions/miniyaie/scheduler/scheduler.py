@@ -130,12 +130,14 @@ class Scheduler:
     # ANCHOR: schedule_running
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> None:
         """Give each running request, oldest first, its next tokens; preempt the newest to make room."""
+        if not self.running:
+            return  # nothing to serve yet (so Task 1.2's admission can be tried before this task is done)
         # Hint: walk self.running in order while budget > 0. A request wants
         # num_tokens - num_computed_tokens tokens, capped by the budget. While
         # memory cannot grow it, preempt self.running[-1] (self._preempt); if
         # that was the request itself, stop. Otherwise allocate, append a
         # ScheduledChunk(request, start=num_computed_tokens, num_tokens=n), spend the budget.
-        # BEGIN SOLUTION 1.2: Serve running requests within the budget
+        # BEGIN SOLUTION 1.3: Serve running requests within the budget
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
@@ -176,13 +178,17 @@ class Scheduler:
         """Admit waiting requests in policy order while budget, seats and memory allow."""
         order = POLICIES[self.config.policy](self.waiting, self.prefix_len)
         # Hint: for each request in order, stop when the budget is spent or
-        # max_num_seqs requests run. Start from the cached prefix, but always
-        # compute at least the last token (cached <= num_tokens - 1). If memory
-        # cannot hold the chunk, put num_computed_tokens back to 0 and stop
-        # (no skipping ahead: that would starve long requests). Otherwise
-        # allocate, move it from waiting to running (status RUNNING) and
-        # schedule the chunk.
-        # BEGIN SOLUTION 1.3: Admit waiting requests
+        # max_num_seqs requests run. Start from the cached prefix that the
+        # memory reports (self.memory.cached_prefix_len(request); the
+        # self.prefix_len oracle only orders the queue), but always compute at
+        # least the last token (cached <= num_tokens - 1): set
+        # num_computed_tokens to it before asking can_allocate, since memory
+        # sizes the chunk from there. If memory cannot hold the chunk, put
+        # num_computed_tokens back to 0 and stop (no skipping ahead: that
+        # would starve long requests). Otherwise allocate, record the hit in
+        # request.num_cached_tokens, move the request from waiting to running
+        # (status RUNNING) and schedule the chunk.
+        # BEGIN SOLUTION 1.2: Admit waiting requests
         for request in order:
             if budget == 0 or len(self.running) >= self.config.max_num_seqs:
                 break

@@ -1,0 +1,146 @@
+"""`miniyaie course mutants N`: prove that chapter N's tests catch wrong code, not only missing code.
+
+For each solution region, small planted bugs (course/mutate.py) are tried one
+at a time: a copy of the chapter's reference package holds the one mutant,
+and the chapter's graded tests run against it, the mutant's own task's tests
+first, stopping at the first failure. A mutant no test fails "survives". A
+survivor is either a gap in the tests or a change no correct observable
+behaviour can tell apart (an equivalent mutant); the equivalent ones are
+listed, each with its reason, in course/equivalent_mutants.txt. Any other
+survivor fails the check.
+
+Tests that load the bundled SmolLM2 (marked bundled_model) are left out:
+each would cost minutes per mutant, and the tiny random models run the
+same code. A test past its time limit counts as failed: the limit is generous (ten
+times the test's own time on the reference, at least 30 seconds), so a
+mutant that trips it has made the code loop (on a machine whose load jumps
+tenfold it could also be a slow pass: a kill that is too lenient, never a
+false survivor).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from miniyaie.course.batch import Session, run_sessions
+from miniyaie.course.grade import _task_key, format_table
+from miniyaie.course.mutate import Mutant, mutants_of
+from miniyaie.course.registry import chapter
+from miniyaie.course.sync import regions_of
+from miniyaie.course.testrun import TestResult
+
+EQUIVALENT_FILE = Path(__file__).with_name("equivalent_mutants.txt")
+MAX_PER_REGION = 15  # above this, a fixed-seed sample of the region's mutants is tried (CI time); --all tries every one
+SEED = 0
+
+
+def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str, str], str]:
+    """(file, line above, original line, mutated line) -> why no correct test can tell them apart.
+
+    The file holds blocks of five lines: `@ file`, `~ the line above`,
+    `- original`, `+ mutant`, `= reason`; lines starting with `#` and blank
+    lines are ignored.
+    """
+    tags = ["@ ", "~ ", "- ", "+ ", "= "]
+    entries, block = {}, []
+    for raw in path.read_text().splitlines() if path.exists() else []:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        block.append(line)
+        if len(block) == len(tags):
+            if [b[:2] for b in block] != tags:
+                raise ValueError(f"{path.name}: expected lines starting {tags}, got {block}")
+            entries[tuple(b[2:] for b in block[:4])] = block[4][2:]
+            block = []
+    if block:
+        raise ValueError(f"{path.name}: an unfinished entry at the end: {block}")
+    return entries
+
+
+def chapter_mutants(number: int, max_per_region: int = MAX_PER_REGION) -> list[Mutant]:
+    ch = chapter(number)
+    chosen: list[Mutant] = []
+    for region in regions_of(ch):
+        found = mutants_of(region, (ch.solution_dir.parent / region.path).read_text())
+        if len(found) > max_per_region:
+            found = sorted(random.Random(f"{SEED}:{region.path}:{region.begin}").sample(found, max_per_region),
+                           key=lambda m: (m.line, m.mutated))
+        chosen += found
+    return chosen
+
+
+def _tree_with(mutant: Mutant, tmp: Path) -> Path:
+    ch = chapter(mutant.region.chapter)
+    root = tmp / "miniyaie"
+    shutil.copytree(ch.solution_dir, root / ch.package, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / mutant.region.path).write_text(mutant.text)
+    return root
+
+
+def _ordered_tests(task: str, reference: list[TestResult]) -> list[str]:
+    """The task's own tests, then the rest of the chapter, then end-to-end tests; quickest first in each."""
+    quickest = sorted(reference, key=lambda r: r.duration)
+    own = [r.nodeid for r in quickest if task in r.tasks]
+    rest = [r.nodeid for r in quickest if task not in r.tasks and not r.end_to_end]
+    end_to_end = [r.nodeid for r in quickest if task not in r.tasks and r.end_to_end]
+    return own + rest + end_to_end
+
+
+def mutants(number: int, max_per_region: int = MAX_PER_REGION) -> int:
+    started = time.perf_counter()
+    ch = chapter(number)
+    candidates = chapter_mutants(number, max_per_region)
+    if not candidates:
+        print(f"Chapter {number} has no solution regions yet.")
+        return 0
+    print(f"Chapter {number} ({ch.title}): {len(candidates)} mutants", flush=True)
+    (reference,) = run_sessions([Session("solutions", [ch.tests, "-m", "not ungraded and not bundled_model"])])
+    reference = [r for r in reference if r.graded and r.chapter == number]
+    broken = [r for r in reference if r.outcome not in ("passed", "skipped")]
+    if broken or not reference:
+        print(f"    the reference fails its own tests: {[r.nodeid for r in broken] or 'no graded tests'}")
+        return 1
+    reference = [r for r in reference if r.outcome == "passed"]
+    limits = {r.nodeid: max(30.0, round(10 * r.duration, 1)) for r in reference}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sessions = [
+            Session(f"{ch.package}={_tree_with(m, Path(tmp) / str(i))}",
+                    [*_ordered_tests(m.region.task, reference), "-x"], limits)
+            for i, m in enumerate(candidates)
+        ]
+        outcomes = run_sessions(sessions)
+
+    equivalent = load_equivalent()
+    by_task: dict[str, list[tuple[Mutant, str | None]]] = defaultdict(list)
+    for mutant, results in zip(candidates, outcomes):
+        killer = next((r for r in results if r.outcome in ("failed", "crashed")), None)
+        by_task[mutant.region.task].append((mutant, killer.nodeid if killer else None))
+
+    rows, unexplained, explained = [], [], []
+    for task in sorted(by_task, key=_task_key):
+        tried = by_task[task]
+        survived = [m for m, killer in tried if killer is None]
+        killed = len(tried) - len(survived)
+        rows.append([task, tried[0][0].region.what, len(tried), killed, len(survived), f"{killed / len(tried):.0%}"])
+        for m in survived:
+            (explained if m.key in equivalent else unexplained).append(m)
+    print(format_table(rows, ["task", "region", "mutants", "killed", "survived", "score"]))
+    for m in explained:
+        print(f"    equivalent  {m.region.path}:{m.line}  {m.original}  ->  {m.mutated}  ({equivalent[m.key]})")
+    for m in unexplained:
+        print(f"    SURVIVED    Task {m.region.task} {m.region.path}:{m.line}  {m.original}  ->  {m.mutated}")
+    if unexplained:
+        print(f"    (a test should catch each; if none can, add it to {EQUIVALENT_FILE.name} as:)")
+        for m in unexplained:
+            print(f"    @ {m.region.path}\n    ~ {m.context}\n    - {m.original}\n    + {m.mutated}\n    = <why>")
+    elapsed = time.perf_counter() - started
+    verdict = "every mutant killed or explained" if not unexplained else f"{len(unexplained)} unexplained survivor(s)"
+    print(f"Chapter {number}: {verdict} ({elapsed:.0f} s).", flush=True)
+    return 1 if unexplained else 0

@@ -1,0 +1,93 @@
+"""The course's planted-bug tooling: mutants, the batch worker, time limits (not graded itself)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from miniyaie.course.batch import Session, run_sessions
+from miniyaie.course.grade import stub_hit, task_table
+from miniyaie.course.mutants import load_equivalent, mutants_of
+from miniyaie.course.regions import find_regions
+from miniyaie.course.registry import chapter
+from miniyaie.course.sync import regions_of
+from miniyaie.course.testrun import TestResult, run_tests
+
+pytestmark = pytest.mark.ungraded
+
+SOURCE = """\
+def f(xs, budget):
+    # BEGIN SOLUTION 1.2: Example
+    out = []
+    while xs and budget > 0:
+        out.append(min(xs[0], budget))
+        budget -= 1
+    # END SOLUTION
+    return out
+"""
+
+
+def test_mutants_change_one_thing_inside_the_region_and_compile():
+    (region,) = find_regions(SOURCE, "x.py")
+    found = mutants_of(region, SOURCE)
+    changes = {(m.original, m.mutated) for m in found}
+    assert ("while xs and budget > 0:", "while xs and budget >= 0:") in changes  # boundary
+    assert ("while xs and budget > 0:", "while xs or budget > 0:") in changes
+    assert ("out.append(min(xs[0], budget))", "out.append(max(xs[0], budget))") in changes
+    assert ("out.append(min(xs[0], budget))", "out.appendleft(min(xs[0], budget))") in changes
+    assert ("budget -= 1", "budget += 1") in changes and ("budget -= 1", "budget -= 2") in changes
+    assert ("budget -= 1", "pass") in changes  # a statement left out
+    assert ("while xs and budget > 0:", "while not (xs and budget > 0):") in changes
+    for m in found:
+        assert m.text.splitlines()[0] == "def f(xs, budget):" and m.text.splitlines()[-1] == "    return out"
+        compile(m.text, "x.py", "exec")
+    assert len({m.text for m in found}) == len(found)
+
+
+def test_every_listed_equivalent_mutant_is_still_a_mutant_of_the_reference():
+    """A stale entry (the line changed) would silently excuse nothing; list only live ones."""
+    live = set()
+    for number in range(7):
+        ch = chapter(number)
+        for region in regions_of(ch):
+            live |= {m.key for m in mutants_of(region, (ch.solution_dir.parent / region.path).read_text())}
+    for key, reason in load_equivalent().items():
+        assert key in live, f"no such mutant any more: {key}"
+        assert len(reason) > 10, f"say why {key} cannot be told apart"
+
+
+def test_grade_names_the_earlier_stub_a_failing_task_ran_into():
+    message = "NotImplementedError: Chapter 1, Task 2: Admit waiting requests — see book/src/ch01_scheduler.md"
+    assert stub_hit(message) == "1.2" and stub_hit("AssertionError: wrong") is None
+    rows, _ = task_table(1, [TestResult("tests/ch01_scheduler/test_x.py::t", 1, ["1.3"], False, True, "failed", message)])
+    status = {row[0]: row[3] for row in rows}
+    assert "Task 1.2" in status["1.3"] and status["1.3"].startswith("FAIL")
+
+
+def _scheduler_tree(tmp_path: Path, old: str, new: str) -> Path:
+    root = tmp_path / "miniyaie"
+    shutil.copytree(chapter(1).solution_dir, root / "scheduler", ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / "scheduler" / "scheduler.py"
+    text = target.read_text()
+    assert old in text
+    target.write_text(text.replace(old, new, 1))
+    return root
+
+
+ADMISSION_LOOP = "        for request in order:\n", "        while True:\n            pass\n        for request in order:\n"
+
+
+def test_an_infinite_loop_in_a_task_fails_with_a_message_naming_the_task(tmp_path):
+    root = _scheduler_tree(tmp_path, *ADMISSION_LOOP)
+    test = "tests/ch01_scheduler/test_scheduler.py::test_admission_starts_after_the_cached_prefix"
+    (result,) = [r for r in run_tests([test], f"scheduler={root}", ["--timeout", "2"]) if r.nodeid == test]
+    assert result.outcome == "failed"
+    assert "Task 1.2" in result.message and "time limit" in result.message
+
+
+def test_batch_sessions_each_import_their_own_tree(tmp_path):
+    """One worker process, three trees: the reference, a broken one, the reference again."""
+    broken = _scheduler_tree(tmp_path, "        self.waiting.appendleft(request)\n", "        self.waiting.append(request)\n")
+    test = "tests/ch01_scheduler/test_simulation.py::test_random_workloads_keep_every_invariant"
+    outcomes = run_sessions([Session("solutions", [test]), Session(f"scheduler={broken}", [test]), Session("solutions", [test])])
+    assert [[r.outcome for r in results if r.nodeid == test] for results in outcomes] == [["passed"], ["failed"], ["passed"]]
