@@ -1,6 +1,6 @@
 """Choosing the attention backend by name: one place that every backend plugs into.
 
-    torch      the default on CPU (issue: the batched fast path replaces the per-sequence loop here)
+    torch      the default on CPU: the whole step batched (miniyaie/model/batched_attention.py)
     reference  chapter 0's per-sequence TorchAttentionBackend: readable, the one others are tested against
     triton     chapter 4's kernels (the default on CUDA once they land)
     auto       triton on CUDA, torch elsewhere
@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from miniyaie.model import AttentionBackend, TorchAttentionBackend
+from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
 
 BACKENDS = ("auto", "torch", "reference", "triton")
 
@@ -26,6 +27,8 @@ def resolve_backend_name(name: str, device: torch.device | str) -> str:
 def make_attention_backend(name: str, device: torch.device | str) -> AttentionBackend:
     """An attention backend instance for `name` (see the module docstring)."""
     name = resolve_backend_name(name, device)
-    if name in ("torch", "reference"):
+    if name == "torch":
+        return BatchedTorchAttentionBackend()
+    if name == "reference":
         return TorchAttentionBackend()
     raise ValueError(f"attention_backend {name!r} is not available yet (chapter 4)")
