@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     course_sub.add_parser("check", help="fail if chapters/ is stale")
     holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
     holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
+
+    from miniyaie.bench.offline import add_parser as add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -162,6 +166,16 @@ def cmd_chat(args) -> int:
 # ---------------------------------------------------------------- course
 
 
+def cmd_bench(args) -> int:
+    from miniyaie.bench.offline import main as bench_offline
+    from miniyaie.model import ModelLoadError
+
+    try:
+        return bench_offline(args)
+    except ModelLoadError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cmd_grade(args) -> int:
     from miniyaie.course.grade import grade
 
@@ -203,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         for number in [getattr(args, "chapter", None), *(getattr(args, "chapters", None) or [])]:
             if number is not None:
                 _check_chapter(number)
-        handler = {"generate": cmd_generate, "chat": cmd_chat, "grade": cmd_grade, "course": cmd_course}[args.command]
+        handler = {"generate": cmd_generate, "chat": cmd_chat, "grade": cmd_grade, "course": cmd_course, "bench": cmd_bench}[args.command]
         return handler(args)
     except UsageError as exc:
         print(f"miniyaie: error: {exc}", file=sys.stderr)

