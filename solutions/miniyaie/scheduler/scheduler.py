@@ -26,8 +26,9 @@ class SchedulerConfig:
     max_num_seqs: int = 64  # running requests at most
     policy: str = "fcfs"  # or "lpm"
     # Admission headroom (SGLang's new-token ratio, vLLM's watermark): admit a request only if the
-    # memory could still give this fraction of the output tokens every running request (and this
-    # one) may yet produce. 0 = admit as soon as the chunk fits (chapter 1's rule), 1 = never preempt.
+    # memory could still hold the prompts being prefilled and this fraction of the output tokens every
+    # running request (and this one) may yet produce. 0 = admit as soon as the chunk fits (chapter 1's
+    # rule); 1 = never preempt.
     decode_reserve: float = 0.0
     # LPM sorts the whole queue by prefix match every step; past this queue length use FCFS (SGLang: 128).
     lpm_max_queue: int = 128
@@ -231,8 +232,11 @@ class Scheduler:
         ratio = self.config.decode_reserve
         if ratio == 0:
             return self.memory.can_allocate(request, num_new)
-        to_come = sum(r.max_tokens - len(r.output_token_ids) for r in self.running) + request.max_tokens
-        return self.memory.can_allocate(request, num_new + int(ratio * to_come))
+        # prompt tokens still to prefill will surely be needed; outputs only up to max_tokens, so reserve a fraction
+        prompts = sum(max(0, len(r.prompt_token_ids) - r.num_computed_tokens) for r in self.running)
+        prompts += max(0, len(request.prompt_token_ids) - request.num_computed_tokens - num_new)
+        outputs = sum(r.max_tokens - len(r.output_token_ids) for r in self.running) + request.max_tokens
+        return self.memory.can_allocate(request, num_new + prompts + int(ratio * outputs))
 
     def _admission_order(self):
         """The policy's order (FCFS past `lpm_max_queue`), requests waiting too long first, and
