@@ -101,6 +101,7 @@ def plan_step(meta: AttentionMetadata, device: torch.device | str) -> StepPlan:
     )
 
 
+# ANCHOR: attend
 def _attend(group: _Group, q, k_cache, v_cache, scale: float) -> torch.Tensor:
     """Outputs [n, max_query, num_heads, head_dim] of one group (padded rows included)."""
     n, max_query = group.query_rows.shape
@@ -117,6 +118,7 @@ def _attend(group: _Group, q, k_cache, v_cache, scale: float) -> torch.Tensor:
     values = v_cache.index_select(0, slots).view(n, max_context, num_kv_heads, head_dim).transpose(1, 2)
     out = F.scaled_dot_product_attention(queries, keys.to(q.dtype), values.to(q.dtype), attn_mask=group.mask_for(g), scale=scale)
     return out.view(n, num_kv_heads, max_query, g, head_dim).permute(0, 2, 1, 3, 4).reshape(n * max_query, num_heads, head_dim)
+# ANCHOR_END: attend
 
 
 class BatchedTorchAttentionBackend:
