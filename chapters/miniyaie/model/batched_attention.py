@@ -72,7 +72,7 @@ def _build_group(meta: AttentionMetadata, seqs: list[int], starts: list[int], de
     bs = meta.block_size
     num_blocks = -(-max_context // bs)
     tables = meta.block_tables[seqs, :num_blocks]
-    if tables.shape[1] < num_blocks:  # a table narrower than the context cannot happen; guard the shape anyway
+    if tables.shape[1] < num_blocks:  # the memory gave fewer blocks than the context needs: say so, not a shape error
         raise ValueError("block_tables has fewer blocks than the longest sequence needs")
     slots = (tables[:, :, None] * bs + torch.arange(bs, device=device)).flatten(1)[:, :max_context]
     k_index = torch.arange(max_context, device=device)
@@ -103,7 +103,7 @@ def plan_step(meta: AttentionMetadata, device: torch.device | str) -> StepPlan:
 
 # ANCHOR: attend
 def _attend(group: _Group, q, k_cache, v_cache, scale: float) -> torch.Tensor:
-    """Outputs [n, max_query, num_heads, head_dim] of one group (padded rows included)."""
+    """Outputs [n * max_query, num_heads, head_dim] of one group, padded query rows included."""
     n, max_query = group.query_rows.shape
     max_context = group.context_slots.shape[1]
     _, num_heads, head_dim = q.shape
