@@ -24,7 +24,7 @@ pytestmark = pytest.mark.ungraded
 NUM_LAYERS, HEAD_DIM = 2, 8
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(
     block_size=st.sampled_from([1, 16]),
     heads=st.sampled_from([(4, 4), (6, 2), (3, 1)]),
