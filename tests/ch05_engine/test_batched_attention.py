@@ -34,6 +34,7 @@ NUM_LAYERS, HEAD_DIM = 2, 8
 @example(block_size=1, heads=(6, 2), seq_lens=[1], seed=0)  # one sequence of one token
 @example(block_size=16, heads=(6, 2), seq_lens=[33, 1, 16, 17], seed=3)  # block boundaries, length 1
 @example(block_size=16, heads=(4, 4), seq_lens=[40, 40, 40, 40, 40], seed=5)
+@example(block_size=1, heads=(6, 2), seq_lens=[3, 40, 2, 39, 35], seed=7)  # decode rows split into two length groups
 def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads, seq_lens, seed):
     num_heads, num_kv_heads = heads
     rng = random.Random(seed)
