@@ -43,25 +43,42 @@ def _probability(text: str) -> float:
 
 
 def _add_sampling_args(p: argparse.ArgumentParser, max_tokens: int) -> None:
+    # defaults are None: a flag overrides the --config file's sampling section, which overrides the defaults
     p.add_argument("--model", default=None, help="a local Hugging Face directory or hub id (default: bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--max-tokens", type=_positive_int, default=max_tokens, help=f"new tokens at most (default {max_tokens})")
-    p.add_argument("--temperature", type=_non_negative_float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-p", type=_probability, default=1.0, help="nucleus sampling mass (default 1)")
+    p.add_argument("--max-tokens", type=_positive_int, default=None, help=f"new tokens at most (default {max_tokens})")
+    p.add_argument("--temperature", type=_non_negative_float, default=None, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=_probability, default=None, help="nucleus sampling mass (default 1)")
+    p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens (default: all)")
+    p.add_argument("--min-p", type=_non_negative_float, default=None, help="drop tokens below min-p x the best one's probability")
+    p.add_argument("--repetition-penalty", type=_non_negative_float, default=None, help=">1 discourages repeats (default 1)")
+    p.add_argument("--stop", action="append", default=None, help="a stop string (repeatable)")
     p.add_argument("--seed", type=int, default=None, help="seed for sampling")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--config", default=None, help="engine settings: a YAML or TOML file (engine:, sampling:, resource:)")
+    p.add_argument("--impl", default=None, help="run your chapters, e.g. 'chapters' or 'engine=chapters' (see the book)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="miniyaie", description="Mini-YAIE: an inference engine you build chapter by chapter.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    gen = sub.add_parser("generate", help="continue a prompt (no chat template)")
-    gen.add_argument("prompt")
+    gen = sub.add_parser("generate", help="continue prompts (no chat template); several prompts run as one batch")
+    gen.add_argument("prompt", nargs="+")
     _add_sampling_args(gen, max_tokens=64)
 
     chat = sub.add_parser("chat", help="chat with the model (chat template applied)")
     chat.add_argument("--message", default=None, help="send one message, print the reply, exit")
     _add_sampling_args(chat, max_tokens=256)
+
+    from miniyaie import bench_serve, serve_cli
+
+    serve_cli.add_parser(sub, _positive_int)
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=_Parser)
+    bench_serve.add_parser(bench_sub, _positive_int)
+    from miniyaie.bench.offline import add_parser as add_bench_offline_parser
+
+    add_bench_offline_parser(bench_sub)
 
     grade = sub.add_parser("grade", help="run a chapter's tests on your code (chapters/)")
     grade.add_argument("chapter", type=int)
@@ -72,108 +89,59 @@ def build_parser() -> argparse.ArgumentParser:
     course_sub = course.add_subparsers(dest="course_command", required=True, parser_class=_Parser)
     sync = course_sub.add_parser("sync", help="generate chapters/ from solutions/")
     sync.add_argument("--force", action="store_true", help="overwrite files edited by hand")
-    course_sub.add_parser("check", help="fail if chapters/ is stale")
+    course_sub.add_parser("check", help="fail if chapters/ or a rendered notebook page is stale")
+    notebooks = course_sub.add_parser("notebooks", help="run the notebooks and render them into book/src/")
+    notebooks.add_argument("names", nargs="*", help="notebooks by number or name (default: all)")
     holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
     holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
-
-    from miniyaie.bench.offline import add_parser as add_bench_parser
-
-    add_bench_parser(sub)
     return parser
 
 
-# ---------------------------------------------------------------- generation
-
-
-class _TextStream:
-    """Prints text as tokens arrive; holds back a token that ends mid-character."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer, self.ids, self.printed = tokenizer, [], 0
-
-    def push(self, token_id: int) -> None:
-        self.ids.append(token_id)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if not text.endswith("\ufffd"):
-            sys.stdout.write(text[self.printed :])
-            sys.stdout.flush()
-            self.printed = len(text)
-
-
-def _load(args):
-    import torch
-
-    from miniyaie.model import ModelLoadError, load
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    print(f"Loading {args.model or 'SmolLM2-135M-Instruct (bundled)'} on {device} ...", file=sys.stderr, flush=True)
-    try:
-        return load(args.model, dtype=dtype, device=device, progress=True)
-    except ModelLoadError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _stream_reply(lm, prompt_ids: list[int], args) -> str:
-    from miniyaie.model import PromptTooLongError, SamplingParams, generate_stream
-
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, seed=args.seed)
-    stream = _TextStream(lm.tokenizer)
-    try:
-        for event in generate_stream(lm.model, [prompt_ids], params, lm.eos_token_ids):
-            stream.push(event.token_id)
-    except PromptTooLongError as exc:
-        raise UsageError(str(exc)) from None
-    print()
-    return lm.tokenizer.decode(stream.ids, skip_special_tokens=True)
-
-
-def _chat_ids(tokenizer, messages) -> list[int]:
-    if not tokenizer.chat_template:
-        raise UsageError("this model has no chat template; use `miniyaie generate`")
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+# ---------------------------------------------------------------- generation (miniyaie/generate_cli.py)
 
 
 def cmd_generate(args) -> int:
-    lm = _load(args)
-    prompt_ids = lm.tokenizer(args.prompt)["input_ids"]
-    sys.stdout.write(args.prompt)
-    _stream_reply(lm, prompt_ids, args)
-    return 0
+    from miniyaie import generate_cli
+
+    try:
+        return generate_cli.cmd_generate(args)
+    except generate_cli.CommandError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_chat(args) -> int:
-    lm = _load(args)
-    if args.message is not None:
-        _stream_reply(lm, _chat_ids(lm.tokenizer, [{"role": "user", "content": args.message}]), args)
-        return 0
-    print("Chat with the model; an empty line or Ctrl-D ends.", file=sys.stderr)
-    messages = []
-    while True:
-        try:
-            text = input("> ").strip()
-        except EOFError:
-            break
-        if not text:
-            break
-        messages.append({"role": "user", "content": text})
-        reply = _stream_reply(lm, _chat_ids(lm.tokenizer, messages), args)
-        messages.append({"role": "assistant", "content": reply})
-    return 0
+    from miniyaie import generate_cli
+
+    try:
+        return generate_cli.cmd_chat(args)
+    except generate_cli.CommandError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- course
 
 
-def cmd_bench(args) -> int:
-    from miniyaie.bench.offline import main as bench_offline
-    from miniyaie.model import ModelLoadError
+def cmd_serve(args) -> int:
+    from miniyaie import generate_cli, serve_cli
 
     try:
-        return bench_offline(args)
-    except ModelLoadError as exc:
+        return serve_cli.cmd_serve(args)
+    except generate_cli.CommandError as exc:
         raise UsageError(str(exc)) from None
+
+
+def cmd_bench(args) -> int:
+    if args.bench_command == "offline":
+        from miniyaie.bench.offline import main as bench_offline
+        from miniyaie.model import ModelLoadError
+
+        try:
+            return bench_offline(args)
+        except ModelLoadError as exc:
+            raise UsageError(str(exc)) from None
+    from miniyaie import bench_serve
+
+    return bench_serve.cmd_bench_serve(args)
 
 
 def cmd_grade(args) -> int:
@@ -192,11 +160,25 @@ def cmd_course(args) -> int:
         print("chapters/ is up to date.")
         return 0
     if args.course_command == "check":
+        from miniyaie.course import notebooks
+
         problems = sync.check()
         for line in problems:
             print(line)
         print("chapters/ is stale: run `miniyaie course sync`." if problems else "chapters/ is up to date.")
-        return 1 if problems else 0
+        stale_pages = notebooks.check()
+        for line in stale_pages:
+            print(line)
+        print("notebook pages are stale: run `miniyaie course notebooks`." if stale_pages else "notebook pages are up to date.")
+        return 1 if problems or stale_pages else 0
+    if args.course_command == "notebooks":
+        from miniyaie.course import notebooks
+
+        try:
+            chosen = notebooks.select(args.names)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return notebooks.render_all(chosen)
     numbers = args.chapters or [ch.number for ch in CHAPTERS if sync.regions_of(ch)]
     status = 0
     for number in numbers:
@@ -217,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         for number in [getattr(args, "chapter", None), *(getattr(args, "chapters", None) or [])]:
             if number is not None:
                 _check_chapter(number)
-        handler = {"generate": cmd_generate, "chat": cmd_chat, "grade": cmd_grade, "course": cmd_course, "bench": cmd_bench}[args.command]
+        handler = {"generate": cmd_generate, "chat": cmd_chat, "grade": cmd_grade, "course": cmd_course,
+                   "serve": cmd_serve, "bench": cmd_bench}[args.command]
         return handler(args)
     except UsageError as exc:
         print(f"miniyaie: error: {exc}", file=sys.stderr)

@@ -125,7 +125,8 @@ def test_engine_on_the_paged_pool_matches_transformers(tiny, block_size, num_blo
 
     model, _, prompts, expected = tiny
     engine = LLMEngine(
-        model, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_batched_tokens=256, max_num_seqs=8)
+        model, EngineConfig(block_size=block_size, num_blocks=num_blocks, max_num_batched_tokens=256, max_num_seqs=8,
+                             enable_prefix_caching=False)
     )
     memory = engine.memory
     assert isinstance(memory, PagedMemory) and memory.capacity_tokens == block_size * num_blocks

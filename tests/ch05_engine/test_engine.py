@@ -1,7 +1,6 @@
 """The engine loop (provided code until chapter 5 is written): bad requests, aborts, sampling."""
 
 import pytest
-import torch
 from tiny_models import save_tiny_model, transformers_greedy
 
 from miniyaie.engine import EngineConfig, LLMEngine
@@ -20,7 +19,7 @@ def tiny(tmp_path_factory):
 
 def test_bad_requests_are_refused_and_lose_nothing(tiny):
     model, hf_model = tiny
-    engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=8))
+    engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=8, enable_prefix_caching=False))
     good = engine.add_request([5, 6, 7], GREEDY)
     free_before = engine.memory.num_free_blocks
     with pytest.raises(PromptTooLongError, match="context"):
@@ -38,7 +37,7 @@ def test_bad_requests_are_refused_and_lose_nothing(tiny):
     while engine.has_unfinished():
         tokens += [e.token_id for e in engine.step() if e.request_id == good]
     assert tokens == transformers_greedy(hf_model, [5, 6, 7], GREEDY.max_tokens), "the good request is unharmed"
-    assert engine.memory.num_free_blocks == engine.memory.num_blocks
+    assert engine.num_request_blocks == 0 and engine.memory.num_free_blocks == engine.memory.num_blocks
 
 
 def test_abort_mid_flight_returns_every_block(tiny):
@@ -51,7 +50,7 @@ def test_abort_mid_flight_returns_every_block(tiny):
     assert not engine.abort("no-such-request")
     while engine.has_unfinished():
         engine.step()
-    assert engine.memory.num_free_blocks == engine.memory.num_blocks
+    assert engine.num_request_blocks == 0
 
 
 def test_seeded_sampling_repeats_and_differs_across_seeds(tiny):
@@ -71,3 +70,21 @@ def test_generation_stops_at_the_context_length(tiny):
     engine = LLMEngine(model, EngineConfig(block_size=16, num_blocks=16))
     (out,) = engine.generate([[7] * 120], SamplingParams(max_tokens=50, ignore_eos=True))
     assert len(out.token_ids) == 8 and out.finish_reason == "length"  # 120 + 8 = the context of 128
+
+
+def test_step_records_add_up_to_the_counters(tiny):
+    model, _ = tiny
+    engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=12, max_num_batched_tokens=8, max_num_seqs=4))
+    records = []
+    engine.on_step = records.append
+    prompts = [[5] * 9 + [i] for i in range(4)]  # a shared prefix, chunked prefill, and a pool too small for all
+    engine.generate(prompts, SamplingParams(max_tokens=6, ignore_eos=True))
+    stats = engine.stats
+    assert [r.step for r in records] == list(range(1, stats["steps"] + 1))
+    assert sum(r.prefill_tokens + r.decode_tokens for r in records) == stats["computed_tokens"]
+    assert sum(r.sampled_tokens for r in records) == stats["output_tokens"] == 24
+    assert sum(r.decode_tokens for r in records) <= 4 * 5  # a decode is one of the 5 tokens after each first one
+    assert sum(r.cached_tokens for r in records) == stats["cached_tokens"] > 0
+    assert sum(r.preempted for r in records) == stats["num_preemptions"]
+    assert max(r.prefill_tokens + r.decode_tokens for r in records) <= 8
+    assert records[-1].num_running == records[-1].num_waiting == 0

@@ -1,4 +1,4 @@
-"""The book, the code and the tests never drift apart (mdBook cannot run here, so this is its check)."""
+"""The book, the code and the tests never drift apart (fast checks with precise messages; the real mdBook build is in test_book_build.py)."""
 
 import ast
 import re
@@ -109,3 +109,78 @@ def test_every_task_names_its_file_command_and_existing_tests(ch):
         assert tests_line, f"Task {task}: missing '- **Tests:**' line"
         listed = set(re.findall(r"`([^`]+)`", tests_line.group(1)))
         assert listed == marked.get(task, set()), f"Task {task}: the book's test ids and the tests marked task({task!r}) differ"
+
+
+# ---------------------------------------------------------------- no answer before its task
+
+SOLUTION_BEGIN = re.compile(r"#\s*BEGIN SOLUTION (\d+\.\d+)")
+ANSWER_PAGES = re.compile(r"^answers_ch\d\d\.md$")  # worked answers, allowed to show solutions
+
+
+def _included_text(target: Path, anchor: str) -> str:
+    text = target.read_text()
+    if not anchor:
+        return text
+    begin, end = _anchor_lines(text, anchor)
+    return "\n".join(text.splitlines()[begin : end + 1])
+
+
+def solution_leaks(page: Path) -> list[str]:
+    """Includes on this page that show a solution region above its task's heading (or with no such task)."""
+    text = page.read_text()
+    task_starts = {m.group(1): m.start() for m in TASK_HEADING.finditer(text)}
+    leaks = []
+    for include in INCLUDE.finditer(text):
+        path, anchor = include.group(1).strip(), include.group(2) or ""
+        for task in SOLUTION_BEGIN.findall(_included_text((page.parent / path).resolve(), anchor)):
+            if task not in task_starts or include.start() < task_starts[task]:
+                leaks.append(f"{page.name} shows the answer to Task {task} ({path}:{anchor}) before its task")
+    return leaks
+
+
+def test_no_page_includes_a_solution_before_its_task():
+    leaks = [leak for page in pages() if not ANSWER_PAGES.match(page.name) for leak in solution_leaks(page)]
+    assert not leaks, "\n".join(leaks)
+
+
+def test_the_leak_check_catches_a_leak_and_allows_it_after_the_task(tmp_path):
+    solved = next(p for p in sorted((REPO / "solutions").rglob("*.py")) if SOLUTION_BEGIN.search(p.read_text()))
+    task = SOLUTION_BEGIN.search(solved.read_text()).group(1)
+    page = tmp_path / "page.md"
+    page.write_text(f"# Chapter\n\n{{{{#include {solved}}}}}\n\n### Task {task}: it\n")
+    assert len(solution_leaks(page)) >= 1
+    page.write_text(f"# Chapter\n\n### Task {task}: it\n\n{{{{#include {solved}}}}}\n")
+    assert not [leak for leak in solution_leaks(page) if f"Task {task} " in leak]
+
+
+# ---------------------------------------------------------------- notebook pages
+
+def test_every_notebook_has_a_fresh_rendered_page_in_the_summary():
+    from miniyaie.course import notebooks
+
+    summary = (SRC / "SUMMARY.md").read_text()
+    links = set(re.findall(r"\]\(([^)]+)\)", summary))
+    for source in notebooks.sources():
+        assert notebooks.page_of(source).name in links, f"SUMMARY.md does not list the page of {source.name}"
+    assert notebooks.check() == [], "run `miniyaie course notebooks`"
+
+
+def test_a_changed_notebook_makes_its_page_stale(tmp_path, monkeypatch):
+    from miniyaie.course import notebooks
+
+    source = tmp_path / "notebooks" / "07_demo.md"
+    source.parent.mkdir()
+    source.write_text("# Demo\n")
+    monkeypatch.setattr(notebooks, "NOTEBOOKS", source.parent)
+    monkeypatch.setattr(notebooks, "BOOK_SRC", tmp_path / "src")
+    monkeypatch.setattr(notebooks, "FIGURES", tmp_path / "src" / "figures")
+    monkeypatch.setattr(notebooks, "REPO_ROOT", tmp_path)
+    assert notebooks.check() == ["missing: src/nb07_demo.md (render 07_demo.md)"]
+    import nbformat
+
+    executed = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Demo")])
+    (tmp_path / "src").mkdir()
+    notebooks.write(source, *notebooks.render(source, executed))
+    assert notebooks.check() == []
+    source.write_text("# Demo, edited\n")
+    assert notebooks.check() == ["stale: src/nb07_demo.md was rendered from another version of 07_demo.md"]

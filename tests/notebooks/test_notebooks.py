@@ -1,31 +1,25 @@
-"""Every notebook runs headless from top to bottom and draws its figures."""
+"""Every notebook runs headless from top to bottom and draws its figures.
 
-from pathlib import Path
+It runs through the same code as `miniyaie course notebooks`, which renders
+the book's notebook pages, so what is tested is what the book shows.
+"""
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.md"))
+from miniyaie.course import notebooks
+
 pytestmark = pytest.mark.ungraded
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_and_draws(path, monkeypatch):
-    import jupytext
-    import nbclient
-
-    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel draws inline, headless
-    notebook = jupytext.read(path)
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    images = [
-        output
-        for cell in notebook.cells
-        if cell.cell_type == "code"
-        for output in cell.get("outputs", [])
-        if "image/png" in output.get("data", {})
-    ]
-    assert images, f"{path.name} drew no figure"
+@pytest.mark.parametrize("path", notebooks.sources(), ids=lambda p: p.stem)
+def test_notebook_runs_and_draws(path):
+    executed = notebooks.execute(path)
+    figures = notebooks.images(executed)
+    assert figures, f"{path.name} drew no figure"
+    assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in figures)
+    page, written = notebooks.render(path, executed)
+    assert len(written) == len(figures) and page.count("](figures/") == len(figures)
 
 
 def test_there_are_notebooks():
-    assert NOTEBOOKS
+    assert notebooks.sources()

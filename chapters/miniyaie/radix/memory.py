@@ -26,7 +26,7 @@ class RadixMemory(PagedMemory):
         self.cache = RadixCache(self.allocator, block_size)
         self._locked: dict[str, Node] = {}  # request id -> the node its lock is on
         self._num_cached: dict[str, int] = {}  # request id -> its leading blocks already in the tree
-        self.hit_tokens = 0  # prompt tokens served from the cache, over all admissions
+        self.hit_tokens = 0  # tokens served from the cache at admission (a resumed request's own output included), over all admissions
 
     # ANCHOR: cached_prefix_len
     def cached_prefix_len(self, request: Request) -> int:

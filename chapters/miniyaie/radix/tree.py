@@ -23,6 +23,7 @@ from miniyaie.paged import BlockAllocator
 _clock = itertools.count()
 
 
+# ANCHOR: node
 @dataclass(eq=False)
 class Node:
     key: tuple[int, ...] = ()  # the tokens on the edge into this node
@@ -42,6 +43,7 @@ class PrefixMatch:
     length: int  # tokens of the query found in the tree (a multiple of the block size)
     blocks: list[int]  # the blocks holding them, in order
     node: Node  # the deepest node the match reaches (lock it to keep the prefix)
+# ANCHOR_END: node
 
 
 class RadixCache:

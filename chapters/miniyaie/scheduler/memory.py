@@ -12,6 +12,7 @@ from typing import Protocol
 from miniyaie.scheduler.request import Request
 
 
+# ANCHOR: kv_memory
 class KVMemory(Protocol):
     @property
     def capacity_tokens(self) -> int:
@@ -19,7 +20,7 @@ class KVMemory(Protocol):
         ...
 
     def cached_prefix_len(self, request: Request) -> int:
-        """Prompt tokens of `request` already in a prefix cache (0 without one). Changes nothing."""
+        """Leading tokens of `request` (prompt, and output for a resumed request) already in a prefix cache (0 without one). Changes nothing."""
         ...
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
@@ -36,6 +37,7 @@ class KVMemory(Protocol):
     def free(self, request: Request) -> None:
         """Give back everything `request` holds (finished, aborted or preempted)."""
         ...
+# ANCHOR_END: kv_memory
 
 
 # ANCHOR: counting_memory

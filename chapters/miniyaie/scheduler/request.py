@@ -41,7 +41,7 @@ class Request:
     ignore_eos: bool = False
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
-    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at the last admission
+    num_cached_tokens: int = 0  # leading tokens (prompt, and own output if resumed) found in the prefix cache at the last admission
     num_preemptions: int = 0
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: FinishReason | None = None

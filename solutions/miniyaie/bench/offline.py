@@ -44,11 +44,9 @@ def _peers(text: str) -> list[str]:
     return names
 
 
-def add_parser(sub) -> None:
-    """Register `bench offline` on the CLI's subparsers."""
-    bench = sub.add_parser("bench", help="benchmarks against transformers, side by side")
-    bench_sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=type(bench))
-    p = bench_sub.add_parser("offline", help="offline throughput: all requests at once")
+def add_parser(bench_sub) -> None:
+    """Register `offline` on the subparsers of `miniyaie bench`."""
+    p = bench_sub.add_parser("offline", help="offline throughput against transformers, side by side")
     p.add_argument("--workload", choices=("random", "shared-prefix"), default="random")
     p.add_argument("--num-requests", type=int, default=None, help="random: 64; shared-prefix: 32 (4 groups of 8)")
     p.add_argument("--input-len", type=_range, default=(32, 256), help="random: prompt length range (default 32:256)")
@@ -191,5 +189,5 @@ def main(args) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers(dest="command"))
+    add_parser(parser.add_subparsers(dest="bench_command"))
     sys.exit(main(parser.parse_args()))

@@ -13,7 +13,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512  # the token budget of one step
     max_num_seqs: int = 64
     policy: str = "fcfs"  # or "lpm"
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool = True  # the radix prefix cache (chapter 3); False to measure without it
     attention_backend: str = "auto"  # see miniyaie/engine/backends.py
     # Admit only while this fraction of the running requests' remaining outputs still fits
     # (see SchedulerConfig.decode_reserve): 0.3 cut preemptions 19 -> 0 and tokens
@@ -21,6 +21,16 @@ class EngineConfig:
     decode_reserve: float = 0.3
 
     def __post_init__(self):
+        for name in ("block_size", "kv_cache_bytes", "max_num_batched_tokens", "max_num_seqs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}")
+        from miniyaie.scheduler import POLICIES
+
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; choose from {', '.join(sorted(POLICIES))}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1, got {self.block_size}")
         if self.num_blocks is not None and self.num_blocks < 1:

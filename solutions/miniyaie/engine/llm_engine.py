@@ -1,27 +1,43 @@
 """The engine: requests in, tokens out, one scheduled step at a time.
 
-    add_request -> Scheduler.schedule -> ModelRunner.run -> Scheduler.update
+    add_request -> Scheduler.schedule -> ModelRunner.run (forward + Sampler) -> Scheduler.update
 
 The scheduler (chapter 1) decides who runs, the paged memory (chapter 2,
 with the radix prefix cache of chapter 3 when enabled) holds their K/V, and
-the model (chapter 0) computes over it.
+the model (chapter 0) computes over it. This class works in token ids and
+is not thread-safe; `InferenceEngine` adds text, threads and async on top.
+
+Parallel sampling (n > 1): completion 0 is the request itself. Right after
+its prompt's prefill the other n - 1 completions are sampled from the same
+logits row and join the running batch on the prompt's blocks
+(`PagedMemory.fork`): the prompt is computed once, and a shared block is
+copied only when a completion writes into it.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from miniyaie.engine.backends import make_attention_backend
 from miniyaie.engine.config import EngineConfig
+from miniyaie.engine.errors import InvalidRequestError, ResourceExhaustedError
 from miniyaie.engine.model_runner import ModelRunner
-from miniyaie.model import CausalLM, Generation, PromptTooLongError, SamplingParams
+from miniyaie.engine.sampler import SampledToken, SamplingRow
+from miniyaie.engine.sampling_params import MAX_N, SamplingParams
+from miniyaie.model import CausalLM, Generation, PromptTooLongError
+from miniyaie.model import SamplingParams as BasicSamplingParams
 from miniyaie.paged import PagedMemory, make_pool, num_blocks_for_budget
 from miniyaie.radix import RadixMemory
-from miniyaie.scheduler import Request, Scheduler, SchedulerConfig
+from miniyaie.scheduler import Request, RequestStatus, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
+
+
+class PromptTooLongRequestError(InvalidRequestError, PromptTooLongError):
+    """The prompt leaves no room in the model's context (also chapter 0's PromptTooLongError)."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +45,31 @@ class RequestEvent:
     request_id: str
     token_id: int
     finish_reason: str | None  # "stop", "length", or None while running
+    logprob: float | None = None  # when the request asked for logprobs
+    top_logprobs: list[tuple[int, float]] | None = None
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step did (for traces: see `LLMEngine.on_step` and notebook 5)."""
+
+    step: int
+    started: float  # time.perf_counter() when the step began
+    seconds: float
+    num_seqs: int  # chunks in the batch
+    prefill_tokens: int  # prompt tokens computed (incl. recomputation after preemption)
+    decode_tokens: int  # one per request decoding
+    cached_tokens: int  # prompt tokens of requests admitted this step that came from the prefix cache
+    sampled_tokens: int  # new tokens out of this step
+    preempted: int
+    num_running: int  # after the step
+    num_waiting: int
+    used_blocks: int
+
+
+def child_request_id(request_id: str, index: int) -> str:
+    """The id of completion `index` (>= 1) of a request with n > 1."""
+    return f"{request_id}#{index}"
 
 
 class LLMEngine:
@@ -48,77 +89,191 @@ class LLMEngine:
         self.runner = ModelRunner(model, self.pool, self.memory)
         self._params: dict[str, SamplingParams] = {}
         self._generators: dict[str, torch.Generator | None] = {}
+        self._stop_ids: dict[str, tuple[int, ...]] = {}  # end-of-sequence + stop_token_ids
+        self._children: dict[str, list[str]] = {}  # n > 1: completions not forked yet
         self._ids = itertools.count()
+        self.on_step: Callable[[StepRecord], None] | None = None  # called after every step (tracing)
         self.counters = dict(
-            steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, resumed_cached_tokens=0, max_used_blocks=0
+            steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, resumed_cached_tokens=0, output_tokens=0,
+            max_used_blocks=0, finished_requests=0, forked_requests=0,
         )
 
     # ------------------------------------------------------------ requests
     def add_request(
-        self, prompt_token_ids: Sequence[int], params: SamplingParams, eos_token_ids: Sequence[int] = (), request_id: str | None = None
+        self,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams | BasicSamplingParams | None = None,
+        eos_token_ids: Sequence[int] = (),
+        request_id: str | None = None,
     ) -> str:
-        """Queue a request; a bad one raises ValueError and changes nothing."""
-        context = self.model.config.max_position_embeddings
+        """Queue a request; a bad one raises (InvalidRequestError / ResourceExhaustedError) and changes nothing."""
+        params = SamplingParams.coerce(params)
         prompt = list(prompt_token_ids)
-        if len(prompt) >= context:
-            raise PromptTooLongError(f"prompt has {len(prompt)} tokens but the model's context is {context} tokens")
-        if any(not 0 <= t < self.model.config.vocab_size for t in prompt):
-            raise ValueError(f"prompt token ids must be in [0, {self.model.config.vocab_size})")
+        self.check_request(prompt, params)
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
-        max_tokens = min(params.max_tokens, context - len(prompt))
-        request = Request(request_id, prompt, max_tokens, eos_token_ids, params.ignore_eos)
-        self.scheduler.add_request(request)  # raises, changing nothing, if it can never fit
-        self._params[request_id] = params
-        seeded = params.seed is not None
-        self._generators[request_id] = torch.Generator(self.runner.device).manual_seed(params.seed) if seeded else None
+        ids = [request_id] + [child_request_id(request_id, i) for i in range(1, params.n)]
+        taken = [rid for rid in ids if rid in self.scheduler.requests or rid in self._params]
+        if taken:
+            raise InvalidRequestError(f"request id {taken[0]!r} is already in use")
+        max_tokens = self.max_tokens_for(prompt, params)
+        request = Request(request_id, prompt, max_tokens, tuple(eos_token_ids), params.ignore_eos)
+        self.scheduler.add_request(request)
+        stop_ids = tuple(dict.fromkeys(list(eos_token_ids) + list(params.stop_token_ids)))
+        for index, rid in enumerate(ids):
+            self._params[rid] = params
+            self._stop_ids[rid] = stop_ids
+            seeded = params.seed is not None
+            # completion i of a seeded request draws from seed + i: reproducible, and the completions differ
+            self._generators[rid] = torch.Generator(self.runner.device).manual_seed(params.seed + index) if seeded else None
+        if params.n > 1:
+            self._children[request_id] = ids[1:]
         self.counters["prompt_tokens"] += len(prompt)
         return request_id
 
+    def max_tokens_for(self, prompt: Sequence[int], params: SamplingParams) -> int:
+        """max_tokens, capped so that prompt + output fit the model's context."""
+        return min(params.max_tokens, self.model.config.max_position_embeddings - len(prompt))
+
+    def check_request(self, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Raise InvalidRequestError / ResourceExhaustedError if the request can never run here (reads config only)."""
+        context = self.model.config.max_position_embeddings
+        vocab = self.model.config.vocab_size
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty")
+        if len(prompt) >= context:
+            raise PromptTooLongRequestError(f"prompt has {len(prompt)} tokens but the model's context is {context} tokens")
+        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
+            raise InvalidRequestError(f"prompt token ids must be whole numbers in [0, {vocab})")
+        max_tokens = self.max_tokens_for(prompt, params)
+        needed = len(prompt) + params.n * max_tokens
+        if needed > self.memory.capacity_tokens:
+            raise ResourceExhaustedError(
+                f"the request needs up to {needed} tokens of KV cache (prompt {len(prompt)} + n={params.n} x "
+                f"max_tokens {max_tokens}); the pool holds {self.memory.capacity_tokens}"
+            )
+
     def abort(self, request_id: str) -> bool:
-        aborted = self.scheduler.abort(request_id) is not None
-        self._forget(request_id)
-        return aborted
+        """End a request and all its completions now and free their blocks; False if unknown or finished."""
+        family = [request_id] + [child_request_id(request_id, i) for i in range(1, MAX_N)]
+        aborted = [rid for rid in family if self.scheduler.abort(rid) is not None]
+        for rid in family + self._children.pop(request_id, []):
+            self._forget(rid)
+        return bool(aborted)
 
     def _forget(self, request_id: str) -> None:
         self._params.pop(request_id, None)
         self._generators.pop(request_id, None)
+        self._stop_ids.pop(request_id, None)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    def _row(self, request_id: str, request: Request, first: bool = False) -> SamplingRow:
+        outputs = [] if first else request.output_token_ids
+        return SamplingRow(
+            self._params[request_id], request.prompt_token_ids, outputs, self._stop_ids[request_id], self._generators[request_id]
+        )
 
     # ------------------------------------------------------------ one step
     # ANCHOR: step
     def step(self) -> list[RequestEvent]:
         """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events."""
+        started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
-        sampled = self.runner.run(out, self._params, self._generators)
+        decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
+        sampling = [c.request for c in out.chunks if c.samples_next_token]
+        rows = {r.request_id: self._row(r.request_id, r) for r in sampling}
+        fanout = {r.request_id: self._children.pop(r.request_id) for r in sampling if r.request_id in self._children}
+        for parent_id, children in fanout.items():
+            parent = self.scheduler.requests[parent_id]
+            rows.update({child: self._row(child, parent, first=True) for child in children})
+        sampled = self.runner.run(out, rows, fanout)
+        child_chunks = [self._fork(parent_id, child) for parent_id, children in fanout.items() for child in children]
         self.counters["steps"] += 1
         self.counters["computed_tokens"] += out.num_batched_tokens
         # A request admitted this step starts after its cached prefix: those tokens were not computed.
         # Prefix-cache hits count on a request's first admission only; a preempted request that finds
         # its own earlier work in the cache is counted apart (it is not another request's prefix).
+        cached = 0
         for c in out.chunks:
             if c.request.request_id not in was_running:
-                key = "resumed_cached_tokens" if c.request.num_preemptions else "cached_tokens"
-                self.counters[key] += c.start
+                if c.request.num_preemptions:
+                    self.counters["resumed_cached_tokens"] += c.start
+                else:
+                    cached += c.start
+        self.counters["cached_tokens"] += cached
         self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], self.memory.num_used_blocks)
-        finished = {r.request_id: r.finish_reason.value for r in self.scheduler.update(out, sampled)}
+        update = SchedulerOutput(out.chunks + child_chunks, out.preempted)
+        finished = {r.request_id: r.finish_reason.value for r in self.scheduler.update(update, {k: s.token_id for k, s in sampled.items()})}
+        finished.update(self._stop_token_finishes(sampled, finished))
+        self.counters["output_tokens"] += len(sampled)
+        self.counters["finished_requests"] += len(finished)
         for rid in finished:
             self._forget(rid)
-        return [RequestEvent(rid, token, finished.get(rid)) for rid, token in sampled.items()]
+        if self.on_step is not None:
+            self.on_step(StepRecord(
+                self.counters["steps"], started, time.perf_counter() - started, len(out.chunks),
+                out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
+                len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
+            ))
+        return [self._event(rid, s, finished.get(rid)) for rid, s in sampled.items()]
     # ANCHOR_END: step
+
+    def _fork(self, parent_id: str, child_id: str) -> ScheduledChunk:
+        """Completion `child_id` joins the batch on its parent's prompt blocks (before the parent's update)."""
+        parent = self.scheduler.requests[parent_id]
+        child = Request(child_id, parent.prompt_token_ids, parent.max_tokens, parent.eos_token_ids, parent.ignore_eos)
+        child.num_computed_tokens = len(parent.prompt_token_ids)
+        self.memory.fork(parent_id, child_id)
+        child.status = RequestStatus.RUNNING
+        self.scheduler.requests[child_id] = child
+        self.scheduler.running.append(child)
+        self.counters["forked_requests"] += 1
+        # a zero-token chunk at the end of the prompt: update() records its first token like any other
+        return ScheduledChunk(child, child.num_computed_tokens, 0)
+
+    def _stop_token_finishes(self, sampled: dict[str, SampledToken], finished: dict[str, str]) -> dict[str, str]:
+        """Requests that sampled one of their stop_token_ids (these stop even with ignore_eos)."""
+        stopped = {}
+        for rid, s in sampled.items():
+            if rid not in finished and s.token_id in self._params[rid].stop_token_ids:
+                self.scheduler.abort(rid)  # frees its blocks; the reason we report is "stop"
+                stopped[rid] = "stop"
+        return stopped
+
+    @staticmethod
+    def _event(rid: str, s: SampledToken, finish_reason: str | None) -> RequestEvent:
+        return RequestEvent(rid, s.token_id, finish_reason, s.logprob, s.top_logprobs)
+
+    def finish(self, request_id: str) -> bool:
+        """End one running completion early (a stop string matched); its blocks come back."""
+        finished = self.scheduler.abort(request_id) is not None
+        self._forget(request_id)
+        return finished
+
+    @property
+    def num_request_blocks(self) -> int:
+        """Blocks some request holds. The rest of the used blocks only keep the prefix cache (evictable)."""
+        tables = list(self.memory.tables.values())  # one C-level copy: safe while the engine thread steps
+        return len({block for table in tables for block in table})
 
     @property
     def stats(self) -> dict[str, int]:
-        return {**self.counters, **self.scheduler.stats(), "used_blocks": self.memory.num_used_blocks}
+        return {
+            **self.counters, **self.scheduler.stats(), "used_blocks": self.memory.num_used_blocks,
+            "request_blocks": self.num_request_blocks, "free_blocks": self.memory.num_free_blocks,
+        }
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, eos_token_ids: Sequence[int] = ()
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | BasicSamplingParams | None = None,
+        eos_token_ids: Sequence[int] = (),
     ) -> list[Generation]:
-        """Run every prompt to completion; outputs in prompt order."""
+        """Run every prompt to completion; outputs in prompt order (completion 0 of each when n > 1)."""
         ids = [self.add_request(p, params, eos_token_ids) for p in prompts]
         outputs = {rid: Generation([], "") for rid in ids}
         while self.has_unfinished():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from miniyaie.model import AttentionMetadata, CausalLM, KVCache, SamplingParams, sample
+from miniyaie.engine.sampler import SampledToken, Sampler, SamplingRow
+from miniyaie.model import AttentionMetadata, CausalLM, KVCache
 from miniyaie.paged import copy_blocks
 from miniyaie.scheduler import SchedulerOutput
 
@@ -13,6 +14,7 @@ class ModelRunner:
     def __init__(self, model: CausalLM, pool: KVCache, memory):
         self.model, self.pool, self.memory = model, pool, memory
         self.device = model.lm_head.weight.device
+        self.sampler = Sampler()
 
     # ANCHOR: prepare
     def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
@@ -28,20 +30,23 @@ class ModelRunner:
         return as_tensor(input_ids), as_tensor(positions), meta
     # ANCHOR_END: prepare
 
-    def run(
-        self, out: SchedulerOutput, params: dict[str, SamplingParams], generators: dict[str, torch.Generator | None]
-    ) -> dict[str, int]:
-        """One forward pass over the step; the next token of every chunk that reaches its end."""
+    def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow], fanout: dict[str, list[str]] | None = None) -> dict[str, SampledToken]:
+        """One forward pass over the step; the next token of every chunk that reaches its end.
+
+        `rows` holds each request's sampling settings. `fanout` maps a request
+        to extra requests sampled from the same logits row (the other
+        completions of n > 1, forked right after the prompt's prefill).
+        """
         input_ids, positions, meta = self.prepare(out)
         hidden = self.model(input_ids, positions, self.pool, meta)
         last_rows = torch.tensor(meta.query_lens, device=self.device).cumsum(0) - 1
-        rows = [i for i, chunk in enumerate(out.chunks) if chunk.samples_next_token]
-        if not rows:
+        picks = []  # (row of hidden, request id)
+        for i, chunk in enumerate(out.chunks):
+            if chunk.samples_next_token:
+                rid = chunk.request.request_id
+                picks += [(i, rid)] + [(i, child) for child in (fanout or {}).get(rid, [])]
+        if not picks:
             return {}
-        request_ids = [out.chunks[i].request.request_id for i in rows]
-        logits = self.model.compute_logits(hidden[last_rows[rows]])
-        tokens = logits.argmax(dim=-1)  # greedy for every row, in one op
-        for row, rid in enumerate(request_ids):
-            if params[rid].temperature > 0:
-                tokens[row] = sample(logits[row : row + 1], params[rid], generators[rid])
-        return dict(zip(request_ids, tokens.tolist()))
+        logits = self.model.compute_logits(hidden[last_rows[[i for i, _ in picks]]])
+        sampled = self.sampler(logits, [rows[rid] for _, rid in picks])  # every row in one pass
+        return {rid: token for (_, rid), token in zip(picks, sampled)}

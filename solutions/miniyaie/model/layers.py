@@ -36,8 +36,9 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
     """One rotation speed per pair of dimensions, with the config's rope scaling applied.
 
     Dimension pair i turns by position * inv_freq[i] radians. "linear" scaling
-    slows every pair down by `factor`; "llama3" slows only the low-frequency
-    (long-wavelength) pairs and blends the ones in between.
+    divides every pair's speed by `factor`; "llama3" divides only the
+    low-frequency (long-wavelength) pairs by `factor`, keeps the
+    high-frequency ones, and blends smoothly between the two in the middle band.
     """
     dim = config.head_dim
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
@@ -71,8 +72,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """Rotate each head's (first half, second half) dimension pairs by its position's angle.
 
     x: [num_tokens, num_heads, head_dim]; cos, sin: [num_tokens, head_dim].
-    This is the "rotate half" layout Llama checkpoints use: dimension i is
-    paired with dimension i + head_dim / 2.
+    This is the Hugging Face "rotate half" layout: dimension i is paired with
+    dimension i + head_dim / 2. Meta's and GGUF checkpoints pair neighbours
+    (2i, 2i+1); converting them permutes the q/k projection rows to this layout.
     """
     # Hint: with x1, x2 = the two halves of the last dim, rotate_half(x) is cat(-x2, x1);
     # the result is x * cos + rotate_half(x) * sin, with cos/sin broadcast over heads

@@ -245,9 +245,10 @@ class Scheduler:
         order = POLICIES[policy](self.waiting, self.prefix_len)
         if policy != "fcfs":
             limit = self.num_schedules - self.config.max_wait_steps
-            overdue = [r for r in self.waiting if self._queued_at[r.request_id] <= limit]
+            queued_at = lambda r: self._queued_at.get(r.request_id, self.num_schedules)  # noqa: E731 (forked: now)
+            overdue = [r for r in self.waiting if queued_at(r) <= limit]
             if overdue:
-                order = overdue + [r for r in order if self._queued_at[r.request_id] > limit]
+                order = overdue + [r for r in order if queued_at(r) > limit]
         if not self.config.hold_shared_prefix:
             return order
         return self._without_requests_sharing_a_prefix_in_flight(order)

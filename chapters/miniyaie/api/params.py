@@ -1,0 +1,47 @@
+"""From an OpenAI request body to the engine's SamplingParams, with the context checked first."""
+
+from __future__ import annotations
+
+from miniyaie.api.errors import APIError
+from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest
+from miniyaie.engine import SamplingParams
+
+# request fields that are SamplingParams fields of the same name (None = "the server's default")
+PASSED_THROUGH = ("temperature", "top_p", "n", "seed", "presence_penalty", "frequency_penalty",
+                  "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos")
+
+
+def requested_logprobs(request: CompletionRequest | ChatCompletionRequest) -> int | None:
+    """OpenAI spells it two ways: completions take `logprobs: k`, chat takes `logprobs: true` + `top_logprobs: k`."""
+    if isinstance(request, CompletionRequest):
+        return request.logprobs
+    if request.top_logprobs is not None and not request.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
+    return (request.top_logprobs or 0) if request.logprobs else None
+
+
+def max_tokens_asked(request: CompletionRequest | ChatCompletionRequest) -> int | None:
+    if isinstance(request, ChatCompletionRequest) and request.max_completion_tokens is not None:
+        return request.max_completion_tokens
+    return request.max_tokens
+
+
+# ANCHOR: sampling_params_for
+def sampling_params_for(
+    request: CompletionRequest | ChatCompletionRequest, prompt_tokens: int, context_length: int, defaults: SamplingParams
+) -> SamplingParams:
+    """The request's SamplingParams; APIError(400) when the prompt or max_tokens cannot fit the context.
+
+    A prompt must leave room for at least one new token. A max_tokens that
+    does not fit next to the prompt is refused (code "context_length_exceeded",
+    param "max_tokens"), as OpenAI does; no max_tokens means the server's
+    default, cut to the room left. Fields left out (None) keep the defaults.
+    """
+    # Hint: room = context_length - prompt_tokens. Check the prompt first
+    # (room < 1), then max_tokens_asked(request). Collect the PASSED_THROUGH
+    # fields that are not None (getattr), add max_tokens, stop (a string or
+    # a list) and logprobs (requested_logprobs), and return
+    # defaults.with_updates(**fields).
+    # TODO(Task 6.1): Sampling parameters from a request. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 1: Sampling parameters from a request — see book/src/ch06_api.md')
+# ANCHOR_END: sampling_params_for

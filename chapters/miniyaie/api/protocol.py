@@ -1,0 +1,83 @@
+"""The request bodies of the OpenAI API as pydantic models: types and ranges checked at the door.
+
+Strict mode: a string where a number belongs is an error, not a guess.
+Unknown fields are refused (as OpenAI does), so a typo never silently
+becomes a default. The same models produce the OpenAPI schema at
+`/openapi.json`, which the tests fuzz.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from miniyaie.engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRINGS
+
+Role = Literal["system", "user", "assistant", "tool", "developer"]
+MAX_PROMPTS = 16  # prompts in one /v1/completions batch
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class ChatMessage(_Strict):
+    role: Role
+    content: str
+    name: str | None = None
+
+
+# ANCHOR: generation_request
+class _GenerationRequest(_Strict):
+    """What both endpoints share: the model, sampling and stopping."""
+
+    model: str
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    n: int = Field(1, ge=1, le=MAX_N)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None = None
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    user: str | None = None
+    # extensions beyond OpenAI (vLLM has the same names)
+    top_k: int | None = Field(None, ge=-1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=10)
+    min_tokens: int | None = Field(None, ge=0)
+    ignore_eos: bool | None = None
+# ANCHOR_END: generation_request
+
+
+class CompletionRequest(_GenerationRequest):
+    """POST /v1/completions: continue a prompt (no chat template)."""
+
+    prompt: str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)] | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+
+class ChatCompletionRequest(_GenerationRequest):
+    """POST /v1/chat/completions: the chat template is applied on the server."""
+
+    messages: list[ChatMessage] = Field(..., min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+
+def prompts_of(request: CompletionRequest) -> list[str | list[int]]:
+    """The prompts of a completion request: a string, a batch of strings, or one list of token ids."""
+    prompt = request.prompt
+    if isinstance(prompt, str):
+        return [prompt]
+    if all(isinstance(p, int) for p in prompt):
+        return [list(prompt)]
+    return list(prompt)

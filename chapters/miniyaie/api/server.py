@@ -1,0 +1,50 @@
+"""Running the app under uvicorn: in the foreground (`miniyaie serve`) or in a thread (tests, notebooks)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+from fastapi import FastAPI
+
+
+def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening socket; port 0 picks a free port (read it back with .getsockname())."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
+def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Serve until interrupted (Ctrl-C)."""
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+
+
+class BackgroundServer:
+    """`with BackgroundServer(app) as server:` serves on a free loopback port in a thread; `server.url`."""
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
+        self.sock = bind(host, port)
+        self.host, self.port = self.sock.getsockname()[:2]
+        self.url = f"http://{self.host}:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=2))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> BackgroundServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()

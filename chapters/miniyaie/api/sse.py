@@ -1,0 +1,26 @@
+"""Server-sent events: how a stream of JSON chunks travels over one HTTP response.
+
+Each event is a `data: <one line of JSON>` line and an empty line; the
+stream ends with the sentinel `data: [DONE]` (OpenAI's convention, which
+its clients wait for).
+"""
+
+from __future__ import annotations
+
+import json
+
+DONE = "[DONE]"
+
+
+# ANCHOR: sse_event
+def sse_event(payload: dict | str) -> str:
+    """One SSE event: `data: ` + the payload (a dict as compact JSON, a string as is) + a blank line."""
+    # Hint: json.dumps(..., separators=(",", ":"), ensure_ascii=False) keeps it
+    # on one line (JSON escapes newlines inside strings); an event ends with "\n\n".
+    # TODO(Task 6.2): Server-sent events. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 2: Server-sent events — see book/src/ch06_api.md')
+# ANCHOR_END: sse_event
+
+
+def sse_done() -> str:
+    return sse_event(DONE)

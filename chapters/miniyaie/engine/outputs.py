@@ -1,0 +1,72 @@
+"""What the engine hands back: whole results and the deltas of a stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    token: str  # the token's text as the tokenizer spells it
+    logprob: float
+    top_logprobs: list[tuple[int, str, float]] = field(default_factory=list)  # (id, text, logprob), best first
+
+
+@dataclass
+class CompletionOutput:
+    """One completion of a prompt (a request with n > 1 has n of them)."""
+
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None  # "stop", "length" or "abort"
+    logprobs: list[TokenLogprob] | None = None  # when asked for: one per token of token_ids
+
+
+@dataclass
+class GenerationOutput:
+    """The result of one prompt. `text`, `token_ids`, `finish_reason` are completion 0's (the seeds' fields)."""
+
+    request_id: str
+    prompt: str
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    cached_tokens: int = 0  # prompt tokens whose K/V came from the prefix cache
+    finished: bool = True
+
+    @property
+    def text(self) -> str:
+        return self.outputs[0].text
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.outputs[0].finish_reason
+
+    @property
+    def logprobs(self) -> list[TokenLogprob] | None:
+        return self.outputs[0].logprobs
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(len(o.token_ids) for o in self.outputs)
+
+
+@dataclass
+class CompletionDelta:
+    """What one step added to one completion of a streamed request."""
+
+    request_id: str
+    index: int
+    text: str  # new text (may be "" while a character or a possible stop string is held back)
+    token_ids: list[int]
+    finish_reason: str | None = None
+    logprobs: list[TokenLogprob] | None = None

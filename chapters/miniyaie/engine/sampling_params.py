@@ -1,0 +1,118 @@
+"""What a request asks of the sampler and of the stopping rules, validated once at the door.
+
+Every field is checked in `__post_init__`; a bad value raises
+InvalidRequestError naming the parameter and its allowed range, before the
+request touches the engine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+from miniyaie.engine.errors import InvalidRequestError
+from miniyaie.model import SamplingParams as BasicSamplingParams
+
+MAX_N = 16
+MAX_LOGPROBS = 20
+MAX_STOP_STRINGS = 16
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1  # completions per prompt (they share the prompt's KV blocks)
+    max_tokens: int = 256  # new tokens at most (also capped by the model's context)
+    min_tokens: int = 0  # end-of-sequence and stop tokens are masked until this many were generated
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0  # keep the k most likely tokens; 0 or -1 = all
+    top_p: float = 1.0  # keep the smallest set whose probability reaches top_p
+    min_p: float = 0.0  # drop tokens less likely than min_p * the most likely one
+    repetition_penalty: float = 1.0  # >1 discourages every token seen in prompt or output
+    presence_penalty: float = 0.0  # subtracted once from every token already generated
+    frequency_penalty: float = 0.0  # subtracted per occurrence in the generated tokens
+    seed: int | None = None  # same seed, same tokens, whatever else is in the batch
+    stop: tuple[str, ...] = ()  # strings that end the output (cut from the text)
+    stop_token_ids: tuple[int, ...] = ()  # tokens that end the output (besides end-of-sequence)
+    ignore_eos: bool = False  # keep going past end-of-sequence (benchmarks)
+    logprobs: int | None = None  # None: none; 0: the chosen token's; k: plus the k most likely
+    skip_special_tokens: bool = True  # leave special tokens out of the text
+
+    def __post_init__(self):
+        # accept a single stop string and any sequences; store tuples so params stay hashable
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        object.__setattr__(self, "stop", stop)
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
+        self._validate()
+
+    def _validate(self) -> None:
+        def bad(name: str, rule: str) -> InvalidRequestError:
+            return InvalidRequestError(f"{name} {rule}, got {getattr(self, name)!r}")
+
+        def whole(name: str) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad(name, "must be a whole number")
+
+        def number(name: str) -> float:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise bad(name, "must be a finite number")
+            return value
+
+        for name in ("n", "max_tokens", "min_tokens", "top_k"):
+            whole(name)
+        if not 1 <= self.n <= MAX_N:
+            raise bad("n", f"must be between 1 and {MAX_N}")
+        if self.max_tokens < 1:
+            raise bad("max_tokens", "must be at least 1")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise bad("min_tokens", f"must be between 0 and max_tokens ({self.max_tokens})")
+        if not 0 <= number("temperature") <= 100:
+            raise bad("temperature", "must be between 0 and 100")
+        if self.top_k < -1:
+            raise bad("top_k", "must be -1 or 0 (off) or a positive number of tokens")
+        if not 0 < number("top_p") <= 1:
+            raise bad("top_p", "must be in (0, 1]")
+        if not 0 <= number("min_p") <= 1:
+            raise bad("min_p", "must be in [0, 1]")
+        if not 0 < number("repetition_penalty") <= 10:
+            raise bad("repetition_penalty", "must be in (0, 10]")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= number(name) <= 2:
+                raise bad(name, "must be between -2 and 2")
+        if self.seed is not None:
+            whole("seed")
+            if not 0 <= self.seed < 2**63:
+                raise bad("seed", "must be in [0, 2**63)")
+        if len(self.stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) and s for s in self.stop):
+            raise bad("stop", f"must be at most {MAX_STOP_STRINGS} non-empty strings")
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids):
+            raise bad("stop_token_ids", "must be non-negative token ids")
+        if self.logprobs is not None:
+            whole("logprobs")
+            if not 0 <= self.logprobs <= MAX_LOGPROBS:
+                raise bad("logprobs", f"must be between 0 and {MAX_LOGPROBS}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def with_updates(self, **changes) -> SamplingParams:
+        """A copy with some fields changed (validated); unknown names are an InvalidRequestError."""
+        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        if unknown:
+            raise InvalidRequestError(f"unknown sampling parameter(s): {', '.join(unknown)}")
+        return replace(self, **changes)
+
+    @classmethod
+    def coerce(cls, params: SamplingParams | BasicSamplingParams | None) -> SamplingParams:
+        """Chapter 0's SamplingParams (what chapters 1-3 pass to LLMEngine) as this class."""
+        if params is None or isinstance(params, cls):
+            return params or cls()
+        if isinstance(params, BasicSamplingParams):
+            return cls(
+                max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
+                seed=params.seed, ignore_eos=params.ignore_eos,
+            )
+        raise InvalidRequestError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
+

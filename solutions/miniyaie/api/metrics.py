@@ -1,0 +1,104 @@
+"""/metrics: what an operator watches, in the Prometheus text format.
+
+Two kinds of numbers. The server records per-request timings itself
+(time to first token, inter-token latency, end-to-end latency) and counts
+requests and tokens. Engine state (KV blocks in use, prefix-cache hit rate,
+preemptions, running and waiting requests) is read from
+`engine.get_stats()` at scrape time by a collector, so it is never stale.
+Each app has its own registry: two servers in one process never mix.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from miniyaie.engine import GenerationOutput, InferenceEngine
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+# ANCHOR: engine_collector
+class EngineCollector:
+    """Engine counters as Prometheus metrics, read when /metrics is scraped."""
+
+    def __init__(self, engine: InferenceEngine):
+        self.engine = engine
+
+    def collect(self):
+        s = self.engine.get_stats()
+        gauges = {
+            "miniyaie_requests_running": ("requests the scheduler is running", s["requests"]["running"]),
+            "miniyaie_requests_waiting": ("requests waiting for admission", s["requests"]["waiting"]),
+            "miniyaie_kv_blocks_used": ("KV blocks in use (by requests or the prefix cache)", s["kv_blocks"]["used"]),
+            "miniyaie_kv_blocks_held_by_requests": ("KV blocks held by running requests", s["kv_blocks"]["held_by_requests"]),
+            "miniyaie_kv_blocks_total": ("KV blocks in the pool", s["kv_blocks"]["total"]),
+            "miniyaie_prefix_cache_hit_rate": ("cached prompt tokens / prompt tokens, engine lifetime", s["prefix_cache_hit_rate"]),
+        }
+        for name, (doc, value) in gauges.items():
+            yield GaugeMetricFamily(name, doc, value=value)
+        yield CounterMetricFamily("miniyaie_preemptions", "requests preempted (recomputed later)", value=s["preemptions"])
+        yield CounterMetricFamily("miniyaie_cached_prompt_tokens", "prompt tokens served from the prefix cache",
+                                  value=s["tokens"]["cached_prompt"])
+
+# ANCHOR_END: engine_collector
+
+
+class ServerMetrics:
+    def __init__(self, engine: InferenceEngine):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("miniyaie_http_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r)
+        self.prompt_tokens = Counter("miniyaie_prompt_tokens", "prompt tokens of finished requests", registry=r)
+        self.generation_tokens = Counter("miniyaie_generation_tokens", "tokens generated", registry=r)
+        self.aborted = Counter("miniyaie_aborted_streams", "streams that ended early (client gone or error)", registry=r)
+        self.ttft = Histogram("miniyaie_time_to_first_token_seconds", "request arrival to its first token",
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("miniyaie_inter_token_latency_seconds", "time between two tokens of one completion",
+                             buckets=LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram("miniyaie_e2e_request_latency_seconds", "request arrival to its last token",
+                             buckets=LATENCY_BUCKETS, registry=r)
+        r.register(EngineCollector(engine))
+
+    def timer(self, started: float | None = None) -> RequestTimer:
+        return RequestTimer(self, started)
+
+
+class RequestTimer:
+    """The clock of one request: started on arrival, told about every delta and the end."""
+
+    def __init__(self, metrics: ServerMetrics, started: float | None = None):
+        self.metrics = metrics
+        self.started = time.perf_counter() if started is None else started
+        self.first_token_at: float | None = None
+        self.last_token_at: dict[int, float] = {}  # completion index -> when its last token arrived
+        self.finished = False
+
+    # ANCHOR: on_token
+    def on_token(self, index: int, now: float | None = None) -> None:
+        """Completion `index` received a new token at `now` (perf_counter seconds)."""
+        # Hint: the request's first token overall gives its time to first
+        # token (since self.started). Every later token of a completion is one
+        # inter-token gap since that completion's previous token; a
+        # completion's first token has no gap to measure. Observe into
+        # self.metrics.ttft and self.metrics.itl; remember times per index.
+        # BEGIN SOLUTION 6.4: Time to first token and inter-token latency
+        now = time.perf_counter() if now is None else now
+        if self.first_token_at is None:
+            self.first_token_at = now
+            self.metrics.ttft.observe(now - self.started)
+        previous = self.last_token_at.get(index)
+        if previous is not None:
+            self.metrics.itl.observe(now - previous)
+        self.last_token_at[index] = now
+        # END SOLUTION
+    # ANCHOR_END: on_token
+
+    def on_finish(self, result: GenerationOutput, now: float | None = None) -> None:
+        now = time.perf_counter() if now is None else now
+        self.finished = True
+        self.metrics.e2e.observe(now - self.started)
+        self.metrics.prompt_tokens.inc(result.prompt_tokens)
+        self.metrics.generation_tokens.inc(result.completion_tokens)

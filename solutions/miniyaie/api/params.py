@@ -1,0 +1,67 @@
+"""From an OpenAI request body to the engine's SamplingParams, with the context checked first."""
+
+from __future__ import annotations
+
+from miniyaie.api.errors import APIError
+from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest
+from miniyaie.engine import SamplingParams
+
+# request fields that are SamplingParams fields of the same name (None = "the server's default")
+PASSED_THROUGH = ("temperature", "top_p", "n", "seed", "presence_penalty", "frequency_penalty",
+                  "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos")
+
+
+def requested_logprobs(request: CompletionRequest | ChatCompletionRequest) -> int | None:
+    """OpenAI spells it two ways: completions take `logprobs: k`, chat takes `logprobs: true` + `top_logprobs: k`."""
+    if isinstance(request, CompletionRequest):
+        return request.logprobs
+    if request.top_logprobs is not None and not request.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
+    return (request.top_logprobs or 0) if request.logprobs else None
+
+
+def max_tokens_asked(request: CompletionRequest | ChatCompletionRequest) -> int | None:
+    if isinstance(request, ChatCompletionRequest) and request.max_completion_tokens is not None:
+        return request.max_completion_tokens
+    return request.max_tokens
+
+
+# ANCHOR: sampling_params_for
+def sampling_params_for(
+    request: CompletionRequest | ChatCompletionRequest, prompt_tokens: int, context_length: int, defaults: SamplingParams
+) -> SamplingParams:
+    """The request's SamplingParams; APIError(400) when the prompt or max_tokens cannot fit the context.
+
+    A prompt must leave room for at least one new token. A max_tokens that
+    does not fit next to the prompt is refused (code "context_length_exceeded",
+    param "max_tokens"), as OpenAI does; no max_tokens means the server's
+    default, cut to the room left. Fields left out (None) keep the defaults.
+    """
+    # Hint: room = context_length - prompt_tokens. Check the prompt first
+    # (room < 1), then max_tokens_asked(request). Collect the PASSED_THROUGH
+    # fields that are not None (getattr), add max_tokens, stop (a string or
+    # a list) and logprobs (requested_logprobs), and return
+    # defaults.with_updates(**fields).
+    # BEGIN SOLUTION 6.1: Sampling parameters from a request
+    room = context_length - prompt_tokens
+    if room < 1:
+        raise APIError(400, f"the prompt has {prompt_tokens} tokens but the model's context is {context_length} tokens",
+                       param="messages" if isinstance(request, ChatCompletionRequest) else "prompt",
+                       code="context_length_exceeded")
+    max_tokens = max_tokens_asked(request)
+    if max_tokens is None:
+        max_tokens = min(defaults.max_tokens, room)
+    elif max_tokens > room:
+        raise APIError(400, f"max_tokens is {max_tokens} but the prompt ({prompt_tokens} tokens) leaves room for "
+                       f"{room} in the model's context of {context_length}", param="max_tokens",
+                       code="context_length_exceeded")
+    fields = {name: getattr(request, name) for name in PASSED_THROUGH if getattr(request, name) is not None}
+    fields["max_tokens"] = max_tokens
+    if request.stop is not None:
+        fields["stop"] = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop)
+    logprobs = requested_logprobs(request)
+    if logprobs is not None:
+        fields["logprobs"] = logprobs
+    return defaults.with_updates(**fields)
+    # END SOLUTION
+# ANCHOR_END: sampling_params_for

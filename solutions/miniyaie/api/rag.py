@@ -1,0 +1,135 @@
+"""`miniyaie serve --rag DIR`: answer with passages of your own documents in the prompt.
+
+Retrieval is BM25 (Robertson and Zaragoza's ranking function, what search
+engines used before embeddings): a passage scores high when it contains the
+query's rare words, often, without being long. No model, no dependency:
+a few dictionaries built once at startup. The adapter (seed 004's hook)
+puts the best passages in front of each prompt.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from miniyaie.engine import ModelAdapter
+
+WORD = re.compile(r"[a-z0-9]+")
+SUFFIXES = ("ing", "ed", "es", "s")
+MDBOOK_DIRECTIVE = re.compile(r"\{\{#[^}]*\}\}|^- \*\*(File|Run|Tests):\*\*.*$", re.M)  # includes, task metadata
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case words, with a crude plural/tense suffix cut so 'blocks' finds 'block'."""
+    words = []
+    for word in WORD.findall(text.lower()):
+        for suffix in SUFFIXES:
+            if len(word) > len(suffix) + 2 and word.endswith(suffix):
+                word = word[: -len(suffix)]
+                break
+        words.append(word)
+    return words
+
+
+@dataclass(frozen=True)
+class Passage:
+    source: str  # file name relative to the folder
+    text: str
+
+
+def split_passages(source: str, text: str, max_words: int = 120) -> list[Passage]:
+    """Paragraphs (blank-line separated) with their heading, long ones cut at max_words; mdBook directives left out."""
+    passages = []
+    text = MDBOOK_DIRECTIVE.sub("", text)  # file names and commands, not content
+    heading = ""
+    for paragraph in re.split(r"\n\s*\n", text):
+        if paragraph.strip().startswith("#") and "\n" not in paragraph.strip():
+            heading = paragraph.strip().lstrip("#").strip() + ": "  # a heading belongs to what follows it
+            continue
+        words = (heading + paragraph).split()
+        heading = ""
+        for start in range(0, len(words), max_words):
+            chunk = " ".join(words[start : start + max_words])
+            if tokenize(chunk):
+                passages.append(Passage(source, chunk))
+    return passages
+
+
+class Retriever:
+    """BM25 over passages: `search(query, k)` returns the k best (score > 0), best first."""
+
+    def __init__(self, passages: list[Passage], k1: float = 1.5, b: float = 0.75):
+        self.passages, self.k1, self.b = list(passages), k1, b
+        self.term_counts = [Counter(tokenize(p.text)) for p in self.passages]
+        self.lengths = [sum(c.values()) for c in self.term_counts]
+        self.average_length = sum(self.lengths) / len(self.lengths) if self.lengths else 0.0
+        self.document_frequency = Counter(term for counts in self.term_counts for term in counts)
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, **kwargs) -> Retriever:
+        """Every .md and .txt file under `folder`, split into passages."""
+        root = Path(folder)
+        if not root.is_dir():
+            raise FileNotFoundError(f"--rag: {folder} is not a folder")
+        passages = []
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".md", ".txt") and p.is_file()):
+            passages += split_passages(path.relative_to(root).as_posix(), path.read_text(errors="replace"))
+        if not passages:
+            raise FileNotFoundError(f"--rag: no .md or .txt text under {folder}")
+        return cls(passages, **kwargs)
+
+    # ANCHOR: bm25
+    def score(self, query_terms: list[str], index: int) -> float:
+        """BM25 score of passage `index` for the query's terms (each distinct term counted once).
+
+        idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))      N passages, df(t) of them contain t
+        score  = sum over terms t:  idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average_length))
+        where tf is how often t occurs in the passage and length its number of terms.
+        """
+        # Hint: self.term_counts[index][t] is tf (0 when absent: skip the term),
+        # self.document_frequency[t] is df, len(self.passages) is N.
+        # BEGIN SOLUTION 6.5: BM25 scoring
+        counts, total = self.term_counts[index], len(self.passages)
+        norm = self.k1 * (1 - self.b + self.b * self.lengths[index] / self.average_length)
+        score = 0.0
+        for term in set(query_terms):
+            tf = counts.get(term, 0)
+            if tf:
+                df = self.document_frequency[term]
+                idf = math.log(1 + (total - df + 0.5) / (df + 0.5))
+                score += idf * tf * (self.k1 + 1) / (tf + norm)
+        return score
+        # END SOLUTION
+    # ANCHOR_END: bm25
+
+    def search(self, query: str, k: int = 3) -> list[tuple[float, Passage]]:
+        terms = tokenize(query)
+        scored = [(self.score(terms, i), i) for i in range(len(self.passages))]
+        best = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))[:k]
+        return [(score, self.passages[i]) for score, i in best]
+
+
+def context_block(hits: list[tuple[float, Passage]]) -> str:
+    return "\n\n".join(f"[{p.source}] {p.text}" for _, p in hits)
+
+
+class RagAdapter(ModelAdapter):
+    """Prepend the passages that best match the request (the last user message, or the prompt)."""
+
+    def __init__(self, retriever: Retriever, k: int = 3):
+        self.retriever, self.k = retriever, k
+
+    def prepare_prompt(self, prompt: str) -> str:
+        hits = self.retriever.search(prompt, self.k)
+        return f"Context:\n{context_block(hits)}\n\n{prompt}" if hits else prompt
+
+    def prepare_messages(self, messages: list[dict]) -> list[dict]:
+        question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        hits = self.retriever.search(question, self.k)
+        if not hits:
+            return messages
+        note = {"role": "system", "content": "Answer using these passages when they help:\n\n" + context_block(hits)}
+        return [note, *messages]

@@ -1,0 +1,197 @@
+"""`miniyaie bench serve`: drive a live OpenAI-compatible server with streaming chat requests.
+
+For each concurrency C, N requests are sent with at most C in flight; each
+is a streaming `/v1/chat/completions` call. Per request we time the first
+content chunk (TTFT), the gaps between chunks (ITL) and the end (e2e);
+per concurrency we report mean/p50/p99 and output tokens per second
+(completion tokens over the wall time of the whole batch). Any server that
+speaks the OpenAI chat API can be measured, e.g. `transformers serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+WORDS = ("engine cache token block radix tree scheduler batch prefill decode kernel memory page request "
+         "stream latency server model attention layer prompt answer story river mountain city garden").split()
+
+
+def add_parser(sub, positive_int) -> argparse.ArgumentParser:
+    p = sub.add_parser("serve", help="TTFT, ITL, e2e latency and output tok/s of a live server at several concurrencies")
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL (default http://127.0.0.1:8000)")
+    p.add_argument("--model", default=None, help="model name to request (default: the first of /v1/models)")
+    p.add_argument("--concurrency", default="1,4,16", help="comma-separated concurrencies (default 1,4,16)")
+    p.add_argument("--num-requests", type=positive_int, default=32, help="requests per concurrency (default 32)")
+    p.add_argument("--max-tokens", type=positive_int, default=64, help="tokens per answer (default 64)")
+    p.add_argument("--prompt-words", type=positive_int, default=48, help="random words per prompt (default 48)")
+    p.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (for servers that refuse it)")
+    p.add_argument("--api-key", default=None, help="bearer key, if the server needs one")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="plot tok/s and p50 TTFT against concurrency")
+    return p
+
+
+@dataclass
+class RequestTiming:
+    ttft: float | None = None
+    itl: list[float] = field(default_factory=list)
+    e2e: float = 0.0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+def summary(values: list[float]) -> dict:
+    """mean, p50, p99 in milliseconds (nearest-rank percentiles)."""
+    if not values:
+        return {"mean_ms": None, "p50_ms": None, "p99_ms": None}
+    ordered = sorted(values)
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))] * 1000
+
+    return {"mean_ms": statistics.fmean(ordered) * 1000, "p50_ms": pct(0.5), "p99_ms": pct(0.99)}
+
+
+def prompts(count: int, words: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"Write a long story that uses these words: {' '.join(rng.choice(WORDS) for _ in range(words))}"
+            for _ in range(count)]
+
+
+async def one_request(client, url: str, body: dict, timeout: float) -> RequestTiming:
+    timing = RequestTiming()
+    started = last = time.perf_counter()
+    try:
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=timeout) as response:
+            if response.status_code != 200:
+                timing.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
+                return timing
+            chunks = 0
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    timing.completion_tokens = chunk["usage"].get("completion_tokens", 0)
+                if any((c.get("delta") or {}).get("content") for c in chunk.get("choices", [])):
+                    now = time.perf_counter()
+                    if timing.ttft is None:
+                        timing.ttft = now - started
+                    else:
+                        timing.itl.append(now - last)
+                    last = now
+                    chunks += 1
+            timing.completion_tokens = timing.completion_tokens or chunks
+    except Exception as exc:  # a failed request is reported, not fatal to the benchmark
+        timing.error = f"{type(exc).__name__}: {exc}"
+    timing.e2e = time.perf_counter() - started
+    return timing
+
+
+async def run_concurrency(url: str, model: str, concurrency: int, texts: list[str], args) -> dict:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    limits = httpx.Limits(max_connections=concurrency + 4)
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async with httpx.AsyncClient(headers=headers, limits=limits) as client:
+        async def bounded(text: str) -> RequestTiming:
+            body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": args.max_tokens,
+                    "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+            if not args.no_ignore_eos:
+                body["ignore_eos"] = True
+            async with semaphore:
+                return await one_request(client, url, body, args.timeout)
+
+        started = time.perf_counter()
+        timings = await asyncio.gather(*(bounded(t) for t in texts))
+        wall = time.perf_counter() - started
+    ok = [t for t in timings if t.error is None]
+    tokens = sum(t.completion_tokens for t in ok)
+    return {
+        "concurrency": concurrency, "requests": len(timings), "failed": len(timings) - len(ok),
+        "errors": sorted({t.error for t in timings if t.error})[:3],
+        "wall_s": wall, "completion_tokens": tokens, "output_tok_per_s": tokens / wall if wall else 0.0,
+        "ttft": summary([t.ttft for t in ok if t.ttft is not None]),
+        "itl": summary([gap for t in ok for gap in t.itl]),
+        "e2e": summary([t.e2e for t in ok]),
+    }
+
+
+def _model_of(url: str, api_key: str | None) -> str:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    data = httpx.get(f"{url}/v1/models", headers=headers, timeout=30).json()["data"]
+    return data[0]["id"]
+
+
+def format_table(rows: list[dict]) -> str:
+    def ms(x):
+        return "-" if x is None else f"{x:.1f}"
+
+    lines = ["conc  reqs fail  out tok/s  TTFT mean/p50/p99 ms      ITL mean/p50/p99 ms     e2e mean/p50/p99 ms"]
+    for r in rows:
+        cols = [f"{ms(r[k]['mean_ms'])}/{ms(r[k]['p50_ms'])}/{ms(r[k]['p99_ms'])}" for k in ("ttft", "itl", "e2e")]
+        lines.append(f"{r['concurrency']:>4} {r['requests']:>5} {r['failed']:>4} {r['output_tok_per_s']:>10.1f}  "
+                     f"{cols[0]:<24} {cols[1]:<22} {cols[2]}")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str, url: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    conc = [r["concurrency"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(conc, [r["output_tok_per_s"] for r in rows], marker="o")
+    left.set(title="Output throughput", xlabel="concurrent streaming clients", ylabel="output tokens / s", xscale="log")
+    right.plot(conc, [r["ttft"]["p50_ms"] for r in rows], marker="o", label="TTFT p50")
+    right.plot(conc, [r["itl"]["p50_ms"] for r in rows], marker="s", label="ITL p50")
+    right.set(title="Latency", xlabel="concurrent streaming clients", ylabel="milliseconds", xscale="log")
+    right.legend()
+    fig.suptitle(f"miniyaie bench serve — {url}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def cmd_bench_serve(args) -> int:
+    try:
+        levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        print(f"miniyaie: error: --concurrency must be whole numbers >= 1, got {args.concurrency!r}", file=sys.stderr)
+        return 2
+    url = args.url.rstrip("/")
+    try:
+        model = args.model or _model_of(url, args.api_key)
+    except Exception as exc:
+        print(f"miniyaie: error: cannot reach {url}/v1/models: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    rows = []
+    for level in levels:
+        texts = prompts(args.num_requests, args.prompt_words, args.seed)
+        rows.append(asyncio.run(run_concurrency(url, model, level, texts, args)))
+        print(f"concurrency {level}: {rows[-1]['output_tok_per_s']:.1f} output tok/s", file=sys.stderr, flush=True)
+    print(f"{url}  model {model}  {args.num_requests} requests x {args.max_tokens} tokens per concurrency")
+    print(format_table(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"url": url, "model": model, "args": {k: v for k, v in vars(args).items() if k != "api_key"},
+                       "results": rows}, f, indent=2, default=str)
+    if args.plot:
+        plot(rows, args.plot, url)
+    return 1 if any(r["failed"] for r in rows) else 0

@@ -1,0 +1,61 @@
+"""Incremental detokenization: token ids in, finished text out, never half a character.
+
+Decoding each new token alone is wrong twice over: a byte-level token can
+hold half of a UTF-8 character (emoji and CJK often span 2-4 tokens), and
+some tokenizers print a token differently after another one (a leading
+space that only appears in context). So we decode a short window that
+starts a few tokens back and emit what the window's text gained, once it
+no longer ends in U+FFFD (the replacement for an incomplete character).
+`finish()` emits what is still held back; the deltas then add up to
+`tokenizer.decode` of the whole output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+INCOMPLETE = "\ufffd"
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer, skip_special_tokens: bool = True):
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.token_ids: list[int] = []
+        self.prefix_offset = 0  # the window starts here: tokens already emitted, kept for context
+        self.read_offset = 0  # tokens before this are emitted
+        self.text = ""  # everything emitted so far
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    # ANCHOR: push
+    def push(self, token_ids: Iterable[int]) -> str:
+        """Add tokens; returns the new text they complete ("" while a character is unfinished)."""
+        self.token_ids.extend(token_ids)
+        # Hint: decode the window token_ids[prefix_offset:read_offset] (text
+        # already emitted) and token_ids[prefix_offset:] (with the new tokens).
+        # If the longer text grew and does not end in INCOMPLETE, the delta
+        # is what it added; then the window moves: prefix_offset takes
+        # read_offset's value and read_offset becomes len(token_ids).
+        # BEGIN SOLUTION 5.4: Incremental detokenization
+        before = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+        after = self._decode(self.token_ids[self.prefix_offset :])
+        if len(after) <= len(before) or after.endswith(INCOMPLETE):
+            return ""
+        delta = after[len(before) :]
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
+        # END SOLUTION
+        self.text += delta
+        return delta
+    # ANCHOR_END: push
+
+    def finish(self) -> str:
+        """The text still held back (an unfinished character at the very end stays as U+FFFD)."""
+        full = self._decode(self.token_ids)
+        if not full.startswith(self.text):  # never expected; say so rather than emit garbage
+            raise RuntimeError(f"incremental text {self.text!r} is not a prefix of the full decode {full!r}")
+        delta = full[len(self.text) :]
+        self.text = full
+        self.prefix_offset = self.read_offset = len(self.token_ids)
+        return delta

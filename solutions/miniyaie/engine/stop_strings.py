@@ -1,0 +1,71 @@
+"""Stop strings: found across token boundaries, cut from the text, never half-streamed.
+
+A stop string may arrive split over several tokens ("<", "/an", "swer>").
+So text is released in two parts: what can no longer be the start of a stop
+string goes out at once; a tail that could still grow into one is held back
+until the next token decides. When a stop string appears, the text ends
+just before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+# ANCHOR: find_stop
+def find_stop(text: str, stops: Sequence[str], start: int = 0) -> int | None:
+    """Index in `text` where the earliest stop string begins, looking at matches that end after `start`."""
+    # Hint: a match ending after `start` begins at or after start - len(stop) + 1.
+    # Take the smallest index over all stop strings (str.find), or None.
+    # BEGIN SOLUTION 5.5: Stop strings
+    found = [text.find(stop, max(0, start - len(stop) + 1)) for stop in stops]
+    found = [i for i in found if i >= 0]
+    return min(found) if found else None
+    # END SOLUTION
+
+
+def held_back(text: str, stops: Sequence[str]) -> int:
+    """How many characters at the end of `text` could be the beginning of a stop string."""
+    # Hint: the longest proper prefix of any stop string that `text` ends with.
+    # BEGIN SOLUTION 5.5: Stop strings
+    longest = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), longest, -1):
+            if text.endswith(stop[:size]):
+                longest = size
+                break
+    return longest
+    # END SOLUTION
+# ANCHOR_END: find_stop
+
+
+class StopStringFilter:
+    """Feeds text deltas through; returns what may be shown and whether a stop string ended it."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = list(stops)
+        self.text = ""  # everything received (cut at the stop string once found)
+        self.released = 0  # characters of text already returned
+        self.stopped = False
+
+    def push(self, delta: str) -> str:
+        if self.stopped:
+            return ""
+        searched_up_to = len(self.text)
+        self.text += delta
+        if not self.stops:
+            return self._release(len(self.text))
+        cut = find_stop(self.text, self.stops, searched_up_to)
+        if cut is not None:
+            self.text, self.stopped = self.text[:cut], True
+            return self._release(cut)
+        return self._release(len(self.text) - held_back(self.text, self.stops))
+
+    def flush(self) -> str:
+        """The held-back tail, once no more text will come."""
+        return self._release(len(self.text))
+
+    def _release(self, end: int) -> str:
+        out = self.text[self.released : end]
+        self.released = max(self.released, end)
+        return out

@@ -1,0 +1,105 @@
+"""EngineConfig from YAML and TOML files (seed 004's layout), and the CLI on the engine."""
+
+import pytest
+from cli_helpers import assert_clear_error, miniyaie
+
+from miniyaie.engine import EngineConfig, InferenceEngine, InvalidRequestError, SamplingParams
+from miniyaie.engine.config_file import load_settings
+
+pytestmark = pytest.mark.ungraded
+
+YAML = """
+engine:
+  model: {model}
+  max_num_batched_tokens: 64
+  max_num_seqs: 8
+  enable_prefix_caching: false
+sampling:
+  temperature: 0.7
+  top_p: 0.95
+  max_tokens: 5
+  stop: ["\\n\\n"]
+resource:
+  device: cpu
+  dtype: float32
+  num_blocks: 40
+  block_size: 4
+"""
+TOML = """
+[engine]
+model = "{model}"
+max_num_batched_tokens = 64
+max_num_seqs = 8
+enable_prefix_caching = false
+
+[sampling]
+temperature = 0.7
+top_p = 0.95
+max_tokens = 5
+stop = ["\\n\\n"]
+
+[resource]
+device = "cpu"
+dtype = "float32"
+num_blocks = 40
+block_size = 4
+"""
+
+
+@pytest.mark.parametrize("suffix,template", [(".yaml", YAML), (".toml", TOML)])
+def test_yaml_and_toml_give_the_same_settings(tmp_path, suffix, template):
+    path = tmp_path / f"engine{suffix}"
+    path.write_text(template.format(model="some/model"))
+    s = load_settings(path)
+    assert s.model == "some/model" and s.device == "cpu" and s.dtype == "float32"
+    assert s.engine == EngineConfig(block_size=4, num_blocks=40, max_num_batched_tokens=64, max_num_seqs=8, enable_prefix_caching=False)
+    assert s.sampling == SamplingParams(temperature=0.7, top_p=0.95, max_tokens=5, stop=("\n\n",))
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("engine:\n  max_num_seqz: 3\n", ["max_num_seqz", "engine"]),
+        ("sampling:\n  temprature: 0.5\n", ["temprature", "sampling"]),
+        ("resources:\n  device: cpu\n", ["resources"]),
+        ("sampling:\n  top_p: 2\n", ["top_p"]),
+        ("engine:\n  max_num_seqs: 0\n", ["max_num_seqs"]),
+        ("engine:\n  policy: random\n", ["policy"]),
+        ("resource:\n  dtype: int8\n", ["dtype"]),
+        ("engine: [1, 2\n", ["not valid YAML"]),
+    ],
+)
+def test_bad_config_files_name_the_problem(tmp_path, text, words):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InvalidRequestError) as info:
+        load_settings(path)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_engine_from_a_config_file_uses_its_sampling_defaults(tmp_path, tiny_dir):
+    path = tmp_path / "engine.yaml"
+    path.write_text(YAML.format(model=tiny_dir[0]))
+    with InferenceEngine.from_config_file(path) as engine:
+        assert engine.sampling_defaults.max_tokens == 5 and engine.llm.memory.num_blocks == 40
+        result = engine.generate("hello", ignore_eos=True)
+        assert result.completion_tokens == 5
+
+
+def test_cli_generate_batches_prompts_with_a_config_file(tmp_path, tiny_dir):
+    path = tmp_path / "engine.toml"
+    path.write_text(TOML.format(model=tiny_dir[0]))
+    result = miniyaie(
+        "generate", "hello", "Once upon", "--config", str(path), "--temperature", "0", "--max-tokens", "3", "--impl", "engine=solutions"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--- [0] (3 tokens, length)" in result.stdout and "--- [1] (3 tokens, length)" in result.stdout
+    assert "Once upon" in result.stdout
+
+
+def test_cli_reports_config_and_impl_errors_clearly(tmp_path):
+    assert_clear_error(miniyaie("generate", "hi", "--config", str(tmp_path / "missing.yaml")), "does not exist")
+    (tmp_path / "bad.toml").write_text("[engine]\nspeed = 3\n")
+    assert_clear_error(miniyaie("generate", "hi", "--config", str(tmp_path / "bad.toml")), "speed")
+    assert_clear_error(miniyaie("chat", "--message", "hi", "--impl", "nonsense=chapters"), "nonsense")

@@ -1,0 +1,49 @@
+"""Stop strings: matched across delta boundaries, cut from the text, never shown in part."""
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.engine.stop_strings import StopStringFilter, find_stop, held_back
+
+ALPHABET = "ab<>/ \n"
+
+
+def expected_text(text: str, stops: list[str]) -> str:
+    hits = [text.find(s) for s in stops if s in text]
+    return text[: min(hits)] if hits else text
+
+
+@pytest.mark.task("5.5")
+@given(
+    text=st.text(ALPHABET, max_size=40),
+    stops=st.lists(st.text(ALPHABET, min_size=1, max_size=5), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 40), max_size=10),
+)
+@example(text="abc</ab>def", stops=["</ab>"], cuts=[3, 5, 6])
+@example(text="a<b<<bb", stops=["<<b", "b<"], cuts=[1, 2, 3, 4])
+@example(text="xx\n\nyy", stops=["\n\n"], cuts=[3])
+@example(text="aaab", stops=["aab"], cuts=[1, 2, 3])
+def test_released_text_is_the_text_cut_before_the_first_stop(text, stops, cuts):
+    bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})
+    deltas = [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    f = StopStringFilter(stops)
+    shown = ""
+    for delta in deltas:
+        shown += f.push(delta)
+        assert expected_text(text, stops).startswith(shown), "never show text that a stop string later cuts"
+    stopped = f.stopped
+    shown += f.flush()
+    assert shown == expected_text(text, stops)
+    assert stopped == any(s in text for s in stops)
+
+
+@pytest.mark.task("5.5")
+def test_find_stop_and_held_back():
+    assert find_stop("hello world", ["wor", "lo"], 0) == 3
+    assert find_stop("hello world", ["lo"], 6) is None  # that match ended before position 6
+    assert find_stop("hello world", ["lo w"], 6) == 3  # this one ends after it
+    assert held_back("the end <", ["<stop>"]) == 1
+    assert held_back("the end <st", ["<stop>", "st"]) == 3
+    assert held_back("the end", ["<stop>"]) == 0
+    assert held_back("abc", ["abc"]) == 0  # a whole match is found, not held back
