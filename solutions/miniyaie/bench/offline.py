@@ -92,7 +92,7 @@ def run(args) -> dict:
     # The engine's defaults; only the prefix cache and the policy change (LPM where it pays).
     ours: list[Result] = []
     if workload.name == "shared-prefix":
-        ours.append(run_engine(model, workload, EngineConfig(), "miniyaie (prefix cache off)", progress))
+        ours.append(run_engine(model, workload, EngineConfig(enable_prefix_caching=False), "miniyaie (prefix cache off)", progress))
         ours.append(run_engine(model, workload, EngineConfig(enable_prefix_caching=True, policy="lpm"), "miniyaie (prefix cache on)", progress))
     else:
         ours.append(run_engine(model, workload, EngineConfig(), "miniyaie", progress))
