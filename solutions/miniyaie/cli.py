@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=_Parser)
     bench_serve.add_parser(bench_sub, _positive_int)
+    from miniyaie.bench.offline import add_parser as add_bench_offline_parser
+
+    add_bench_offline_parser(bench_sub)
 
     grade = sub.add_parser("grade", help="run a chapter's tests on your code (chapters/)")
     grade.add_argument("chapter", type=int)
@@ -137,6 +140,14 @@ def cmd_serve(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.bench_command == "offline":
+        from miniyaie.bench.offline import main as bench_offline
+        from miniyaie.model import ModelLoadError
+
+        try:
+            return bench_offline(args)
+        except ModelLoadError as exc:
+            raise UsageError(str(exc)) from None
     from miniyaie import bench_serve
 
     return bench_serve.cmd_bench_serve(args)

@@ -1,6 +1,6 @@
 """Choosing the attention backend by name: one place that every backend plugs into.
 
-    torch      the default on CPU (issue: the batched fast path replaces the per-sequence loop here)
+    torch      the default on CPU: the whole step batched (miniyaie/model/batched_attention.py)
     reference  chapter 0's per-sequence TorchAttentionBackend: readable, the one others are tested against
     triton     chapter 4's kernels (attention and the fused layers; the default on CUDA)
     auto       triton on CUDA, torch elsewhere
@@ -13,6 +13,7 @@ import os
 import torch
 
 from miniyaie.model import AttentionBackend, LayerOps, TorchAttentionBackend
+from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
 
 BACKENDS = ("auto", "torch", "reference", "triton")
 
@@ -35,7 +36,9 @@ def prepare_backend(name: str, device: torch.device | str) -> None:
 def make_attention_backend(name: str, device: torch.device | str) -> AttentionBackend:
     """An attention backend instance for `name` (see the module docstring)."""
     name = resolve_backend_name(name, device)
-    if name in ("torch", "reference"):
+    if name == "torch":
+        return BatchedTorchAttentionBackend()
+    if name == "reference":
         return TorchAttentionBackend()
     from miniyaie.kernels import TritonAttentionBackend  # chapter 4; imports triton
 

@@ -80,9 +80,11 @@ class LLMEngine:
         memory_class = RadixMemory if config.enable_prefix_caching else PagedMemory
         self.memory = memory_class(num_blocks, config.block_size)
         self.pool = make_pool(model.config, num_blocks, config.block_size, dtype, device)
-        self.scheduler = Scheduler(
-            SchedulerConfig(config.max_num_batched_tokens, config.max_num_seqs, config.policy), self.memory
+        scheduler_config = SchedulerConfig(
+            config.max_num_batched_tokens, config.max_num_seqs, config.policy,
+            decode_reserve=config.decode_reserve, hold_shared_prefix=config.enable_prefix_caching,
         )
+        self.scheduler = Scheduler(scheduler_config, self.memory)
         use_backend(model, config.attention_backend, device)
         self.runner = ModelRunner(model, self.pool, self.memory)
         self._params: dict[str, SamplingParams] = {}
@@ -92,7 +94,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self.on_step: Callable[[StepRecord], None] | None = None  # called after every step (tracing)
         self.counters = dict(
-            steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, output_tokens=0,
+            steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, resumed_cached_tokens=0, output_tokens=0,
             max_used_blocks=0, finished_requests=0, forked_requests=0,
         )
 
@@ -193,7 +195,15 @@ class LLMEngine:
         self.counters["steps"] += 1
         self.counters["computed_tokens"] += out.num_batched_tokens
         # A request admitted this step starts after its cached prefix: those tokens were not computed.
-        cached = sum(c.start for c in out.chunks if c.request.request_id not in was_running)
+        # Prefix-cache hits count on a request's first admission only; a preempted request that finds
+        # its own earlier work in the cache is counted apart (it is not another request's prefix).
+        cached = 0
+        for c in out.chunks:
+            if c.request.request_id not in was_running:
+                if c.request.num_preemptions:
+                    self.counters["resumed_cached_tokens"] += c.start
+                else:
+                    cached += c.start
         self.counters["cached_tokens"] += cached
         self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], self.memory.num_used_blocks)
         update = SchedulerOutput(out.chunks + child_chunks, out.preempted)

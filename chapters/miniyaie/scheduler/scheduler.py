@@ -25,10 +25,24 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 512  # the token budget of one step
     max_num_seqs: int = 64  # running requests at most
     policy: str = "fcfs"  # or "lpm"
+    # Admission headroom (SGLang's new-token ratio, vLLM's watermark): admit a request only if the
+    # memory could still hold the prompts being prefilled and this fraction of the output tokens every
+    # running request (and this one) may yet produce. 0 = admit as soon as the chunk fits (chapter 1's
+    # rule); 1 = never preempt.
+    decode_reserve: float = 0.0
+    # LPM sorts the whole queue by prefix match every step; past this queue length use FCFS (SGLang: 128).
+    lpm_max_queue: int = 128
+    # LPM may pass a request over; after this many schedules in the queue it goes first (no starvation).
+    max_wait_steps: int = 256
+    # With a prefix cache: hold a request whose prompt shares a block more than its cached prefix with a
+    # request being prefilled, until that prefix is cached (SGLang's in-batch prefix check).
+    hold_shared_prefix: bool = False
 
     def __post_init__(self):
         if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise ValueError("max_num_batched_tokens and max_num_seqs must be at least 1")
+        if not 0 <= self.decode_reserve <= 1:
+            raise ValueError(f"decode_reserve must be in [0, 1], got {self.decode_reserve}")
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; choose from {sorted(POLICIES)}")
 
@@ -76,6 +90,9 @@ class Scheduler:
         self.running: list[Request] = []  # in admission order: the newest is last
         self.requests: dict[str, Request] = {}
         self.num_preemptions = 0
+        self.num_schedules = 0
+        self.num_held_for_prefix = 0  # admissions put off to reuse a prefix being computed (a counter)
+        self._queued_at: dict[str, int] = {}  # request id -> num_schedules when it was added
 
     # ------------------------------------------------------------ requests
     def add_request(self, request: Request) -> None:
@@ -87,6 +104,7 @@ class Scheduler:
                 f"the pool holds {self.memory.capacity_tokens}"
             )
         self.requests[request.request_id] = request
+        self._queued_at[request.request_id] = self.num_schedules
         self.waiting.append(request)
 
     # ANCHOR: abort
@@ -106,6 +124,7 @@ class Scheduler:
         self.memory.free(request)
         request.status, request.finish_reason = RequestStatus.FINISHED, reason
         del self.requests[request.request_id]
+        self._queued_at.pop(request.request_id, None)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -113,6 +132,7 @@ class Scheduler:
     # ------------------------------------------------------------ one step
     # ANCHOR: schedule
     def schedule(self) -> SchedulerOutput:
+        self.num_schedules += 1
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
         self._schedule_running(out, budget)
@@ -150,14 +170,15 @@ class Scheduler:
     # ANCHOR: admit_waiting
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         """Admit waiting requests in policy order while budget, seats and memory allow."""
-        order = POLICIES[self.config.policy](self.waiting, self.prefix_len)
+        order = self._admission_order()
         # Hint: for each request in order, stop when the budget is spent or
         # max_num_seqs requests run. Start from the cached prefix that the
         # memory reports (self.memory.cached_prefix_len(request); the
         # self.prefix_len oracle only orders the queue), but always compute at
         # least the last token (cached <= num_tokens - 1): set
-        # num_computed_tokens to it before asking can_allocate, since memory
-        # sizes the chunk from there. If memory cannot hold the chunk, put
+        # num_computed_tokens to it before asking whether it fits, since memory
+        # sizes the chunk from there. If the chunk does not fit while keeping
+        # the decode reserve (self._fits_with_reserve(request, num_new)), put
         # num_computed_tokens back to 0 and stop (no skipping ahead: that
         # would starve long requests). Otherwise allocate, record the hit in
         # request.num_cached_tokens, move the request from waiting to running
@@ -165,6 +186,56 @@ class Scheduler:
         # TODO(Task 1.2): Admit waiting requests. Replace this line with your code.
         raise NotImplementedError('Chapter 1, Task 2: Admit waiting requests — see book/src/ch01_scheduler.md')
     # ANCHOR_END: admit_waiting
+
+    def _fits_with_reserve(self, request: Request, num_new: int) -> bool:
+        """Memory holds the chunk and still keeps `decode_reserve` of the outputs still to come.
+
+        Asked as "could this request grow by num_new + reserve tokens": the
+        same question with the reserve added, so every KVMemory answers it.
+        """
+        ratio = self.config.decode_reserve
+        if ratio == 0:
+            return self.memory.can_allocate(request, num_new)
+        # prompt tokens still to prefill will surely be needed; outputs only up to max_tokens, so reserve a fraction
+        prompts = sum(max(0, len(r.prompt_token_ids) - r.num_computed_tokens) for r in self.running)
+        prompts += max(0, len(request.prompt_token_ids) - request.num_computed_tokens - num_new)
+        outputs = sum(r.max_tokens - len(r.output_token_ids) for r in self.running) + request.max_tokens
+        return self.memory.can_allocate(request, num_new + prompts + int(ratio * outputs))
+
+    def _admission_order(self):
+        """The policy's order (FCFS past `lpm_max_queue`), requests waiting too long first, and
+        with `hold_shared_prefix` the requests that should wait for a prefix being computed left out."""
+        policy = self.config.policy if len(self.waiting) <= self.config.lpm_max_queue else "fcfs"
+        order = POLICIES[policy](self.waiting, self.prefix_len)
+        if policy != "fcfs":
+            limit = self.num_schedules - self.config.max_wait_steps
+            queued_at = lambda r: self._queued_at.get(r.request_id, self.num_schedules)  # noqa: E731 (forked: now)
+            overdue = [r for r in self.waiting if queued_at(r) <= limit]
+            if overdue:
+                order = overdue + [r for r in order if queued_at(r) > limit]
+        if not self.config.hold_shared_prefix:
+            return order
+        return self._without_requests_sharing_a_prefix_in_flight(order)
+
+    def _without_requests_sharing_a_prefix_in_flight(self, order):
+        """Yield `order` minus requests that would recompute a prefix another request is computing now.
+
+        A leader is a running request still in its prompt, or one yielded
+        before (admitted this step). A request is held when its prompt
+        shares with a leader's a whole block beyond what the cache already
+        holds for it: once the leader's prefill is done the blocks are cached
+        and the request starts after them.
+        """
+        block = getattr(self.memory, "block_size", 1)
+        leaders = [r.prompt_token_ids for r in self.running if r.num_computed_tokens < len(r.prompt_token_ids)]
+        for request in order:
+            prompt = request.prompt_token_ids
+            want = min(self.prefix_len(request), len(prompt) - 1) // block * block + block
+            if want < len(prompt) and any(leader[:want] == prompt[:want] for leader in leaders):
+                self.num_held_for_prefix += 1
+                continue
+            leaders.append(prompt)
+            yield request
 
     # ------------------------------------------------------------ after the model ran
     # ANCHOR: update
@@ -197,4 +268,5 @@ class Scheduler:
             "num_waiting": len(self.waiting),
             "num_running": len(self.running),
             "num_preemptions": self.num_preemptions,
+            "num_held_for_prefix": self.num_held_for_prefix,
         }

@@ -1,0 +1,193 @@
+"""`miniyaie bench offline`: our engine and transformers on the same prompts, in one process.
+
+    miniyaie bench offline --workload random|shared-prefix [--num-requests N]
+        [--peers hf-static,hf-cb] [--json OUT] [--plot OUT.png]
+
+Every system gets the same random-token prompts (seed 0) and must produce
+exactly each request's output length (`ignore_eos`). The table gives output
+tokens per second, our speed over each other system's, and our efficiency
+against the compute floor: the same step shapes through the model with
+attention replaced by a no-op, timed in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+
+from miniyaie.bench.workloads import Workload, random_workload, shared_prefix_workload
+
+PEERS = ("hf-static", "hf-cb")
+
+
+def _range(text: str) -> tuple[int, int]:
+    """'32:256' -> (32, 256); '32' -> (32, 32)."""
+    try:
+        low, _, high = text.partition(":")
+        low, high = int(low), int(high or low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or LOW:HIGH, got {text!r}") from None
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"need 1 <= LOW <= HIGH, got {text!r}")
+    return low, high
+
+
+def _peers(text: str) -> list[str]:
+    names = [p for p in text.split(",") if p and p != "none"]
+    unknown = [p for p in names if p not in PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r}; choose from {', '.join(PEERS)} or none")
+    return names
+
+
+def add_parser(bench_sub) -> None:
+    """Register `offline` on the subparsers of `miniyaie bench`."""
+    p = bench_sub.add_parser("offline", help="offline throughput against transformers, side by side")
+    p.add_argument("--workload", choices=("random", "shared-prefix"), default="random")
+    p.add_argument("--num-requests", type=int, default=None, help="random: 64; shared-prefix: 32 (4 groups of 8)")
+    p.add_argument("--input-len", type=_range, default=(32, 256), help="random: prompt length range (default 32:256)")
+    p.add_argument("--output-len", type=_range, default=None, help="output length range (random 32:128, shared-prefix 32)")
+    p.add_argument("--prefix-len", type=int, default=512, help="shared-prefix: tokens each group shares (default 512)")
+    p.add_argument("--question-len", type=int, default=32, help="shared-prefix: tokens after the prefix (default 32)")
+    p.add_argument("--group-size", type=int, default=8, help="shared-prefix: prompts per group (default 8)")
+    p.add_argument("--peers", type=_peers, default=list(PEERS), help="comma-separated: hf-static,hf-cb or none")
+    p.add_argument("--no-floor", action="store_true", help="skip timing the compute floor")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
+    p.add_argument("--model", default=None, help="a local Hugging Face directory (default: bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="draw the output tok/s bars")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def make_workload(args, vocab_size: int) -> Workload:
+    if args.workload == "random":
+        return random_workload(args.num_requests or 64, vocab_size, args.input_len, args.output_len or (32, 128))
+    n = args.num_requests or 32
+    group_size = min(args.group_size, n)
+    output = (args.output_len or (32, 32))[0]
+    return shared_prefix_workload(max(1, n // group_size), group_size, vocab_size, args.prefix_len, args.question_len, output)
+
+
+def run(args) -> dict:
+    """Run every system on the workload; returns the report (also what --json writes)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from miniyaie.bench.runners import Result, run_engine, run_floor, run_hf_continuous, run_hf_static
+    from miniyaie.engine import EngineConfig
+    from miniyaie.model import load_model, resolve_model_path
+
+    threads = args.threads or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)  # the same for every system; see book/src/ch05_performance.md
+    progress = not args.no_progress
+    path = resolve_model_path(args.model)
+    model = load_model(path)
+    workload = make_workload(args, model.config.vocab_size)
+    block_size = EngineConfig().block_size
+
+    # The engine's defaults; only the prefix cache and the policy change (LPM where it pays).
+    ours: list[Result] = []
+    if workload.name == "shared-prefix":
+        ours.append(run_engine(model, workload, EngineConfig(enable_prefix_caching=False), "miniyaie (prefix cache off)", progress))
+        ours.append(run_engine(model, workload, EngineConfig(enable_prefix_caching=True, policy="lpm"), "miniyaie (prefix cache on)", progress))
+    else:
+        ours.append(run_engine(model, workload, EngineConfig(), "miniyaie", progress))
+    best = ours[-1]
+    results = list(ours)
+    floor = None if args.no_floor else run_floor(model, best, progress)
+    if floor:
+        results.append(floor)
+    if args.peers:
+        hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        if "hf-static" in args.peers:
+            results.append(run_hf_static(hf_model, workload, progress=progress))
+        if "hf-cb" in args.peers:
+            results.append(run_hf_continuous(hf_model, workload, progress=progress))
+
+    rows = []
+    for r in results:
+        row = dict(system=r.system, seconds=round(r.seconds, 3), output_tokens=r.output_tokens,
+                   prompt_tokens=r.prompt_tokens, output_tok_s=round(r.tokens_per_second, 2))
+        if r is not best:
+            row["ours_over_this"] = round(best.tokens_per_second / r.tokens_per_second, 3)
+        if r in ours:
+            row["hit_rate"] = round(r.stats["hit_rate"], 4)
+            row["num_preemptions"] = r.stats["num_preemptions"]
+            row["steps"] = r.stats["steps"]
+        rows.append(row)
+    report = dict(
+        workload=workload.name,
+        num_requests=len(workload.prompts),
+        prompt_tokens=workload.num_prompt_tokens,
+        output_tokens=workload.num_output_tokens,
+        optimum_hit_rate=round(workload.optimum_hit_rate(block_size), 4),
+        efficiency_vs_floor=round(best.tokens_per_second / floor.tokens_per_second, 3) if floor else None,
+        model=str(path),
+        threads=threads,
+        machine=f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs".strip(),
+        torch=torch.__version__,
+        block_size=block_size,
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        rows=rows,
+    )
+    return report
+
+
+def format_table(report: dict) -> str:
+    lines = [
+        f"workload {report['workload']}: {report['num_requests']} requests, {report['prompt_tokens']} prompt tokens, "
+        f"{report['output_tokens']} output tokens; {report['threads']} threads, torch {report['torch']}, {report['date']}",
+        f"{'system':34} {'seconds':>8} {'out tok/s':>10} {'ours/this':>10} {'hit rate':>9} {'preempt':>8}",
+    ]
+    for row in report["rows"]:
+        ratio = f"{row['ours_over_this']:.2f}x" if "ours_over_this" in row else "-"
+        hit = f"{row['hit_rate']:.1%}" if "hit_rate" in row else ""
+        pre = str(row.get("num_preemptions", ""))
+        lines.append(f"{row['system']:34} {row['seconds']:8.1f} {row['output_tok_s']:10.1f} {ratio:>10} {hit:>9} {pre:>8}")
+    if report["efficiency_vs_floor"] is not None:
+        lines.append(f"ours / compute floor: {report['efficiency_vs_floor']:.0%}")
+    if report["workload"] == "shared-prefix":
+        lines.append(f"prefix-cache hit rate optimum for this workload: {report['optimum_hit_rate']:.1%}")
+    return "\n".join(lines)
+
+
+def plot(report: dict, out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bars = ax.barh([r["system"] for r in rows][::-1], [r["output_tok_s"] for r in rows][::-1], color="tab:blue")
+    ax.bar_label(bars, fmt="%.1f", padding=3)
+    ax.set_xlabel("output tokens per second (higher is better)")
+    ax.set_ylabel("system")
+    ax.set_title(
+        f"Offline throughput, {report['workload']} workload: {report['num_requests']} requests\n"
+        f"{report['threads']} CPU threads, {report['date']}"
+    )
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main(args) -> int:
+    report = run(args)
+    print(format_table(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    if args.plot:
+        plot(report, args.plot)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="bench_command"))
+    sys.exit(main(parser.parse_args()))

@@ -1,0 +1,131 @@
+"""The systems a benchmark times: our engine, its compute floor, and transformers' two generate loops.
+
+Each runner takes the same `Workload` and returns a `Result`; each counts
+only useful output tokens (a padded row's tokens past its request's length
+do not count).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from miniyaie.bench.workloads import Workload
+from miniyaie.engine import EngineConfig, LLMEngine
+from miniyaie.model import AttentionMetadata, CausalLM, KVCache, SamplingParams
+
+
+@dataclass
+class Result:
+    system: str
+    seconds: float
+    output_tokens: int
+    prompt_tokens: int
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.output_tokens / self.seconds
+
+
+def _bar(desc: str, total: int, show: bool) -> tqdm:
+    return tqdm(total=total, desc=desc, unit="tok", disable=not show, leave=False, dynamic_ncols=True)
+
+
+def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: str, progress: bool = True) -> Result:
+    """Our engine on the workload; records each step's shape (tokens, sampled rows) for the floor."""
+    engine = LLMEngine(model, config)
+    for prompt, n in zip(workload.prompts, workload.output_lens):
+        engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
+    shapes = []
+    with _bar(name, workload.num_output_tokens, progress) as bar:
+        start = time.perf_counter()
+        while engine.has_unfinished():
+            computed = engine.counters["computed_tokens"]
+            events = engine.step()
+            shapes.append((engine.counters["computed_tokens"] - computed, len(events)))
+            bar.update(len(events))
+        seconds = time.perf_counter() - start
+    stats = dict(engine.stats, step_shapes=shapes)
+    stats["hit_rate"] = stats["cached_tokens"] / workload.num_prompt_tokens
+    return Result(name, seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)
+
+
+class NoAttention:
+    """An attention backend that does nothing: what is left is the rest of the model (the floor)."""
+
+    def forward(self, q, k, v, k_cache, v_cache, meta, scale):
+        return q
+
+
+def run_floor(model: CausalLM, engine_result: Result, progress: bool = True) -> Result:
+    """The same steps as `engine_result` (tokens and sampled rows), through the model with attention
+    replaced by a no-op and no scheduler: the time the weights' matmuls alone take on this machine."""
+    shapes = engine_result.stats["step_shapes"]
+    saved, model.backend = model.backend, NoAttention()
+    device = model.lm_head.weight.device
+    pool = KVCache(model.config, 1, model.lm_head.weight.dtype, device)
+    try:
+        with _bar("compute floor", engine_result.output_tokens, progress) as bar:
+            start = time.perf_counter()
+            for num_tokens, num_sampled in shapes:
+                ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
+                meta = AttentionMetadata([num_tokens], [num_tokens], ids, ids[None, :1], 1)
+                hidden = model(ids, torch.arange(num_tokens, device=device), pool, meta)
+                model.compute_logits(hidden[:num_sampled]).argmax(-1).tolist()
+                bar.update(num_sampled)
+            seconds = time.perf_counter() - start
+    finally:
+        model.backend = saved
+    return Result("compute floor (no-op attention)", seconds, engine_result.output_tokens, engine_result.prompt_tokens)
+
+
+def run_hf_static(hf_model, workload: Workload, batch_size: int = 16, progress: bool = True) -> Result:
+    """transformers `generate` in static batches: left-padded, each batch runs to its longest output."""
+    from transformers import GenerationConfig
+
+    pad = 0
+    with _bar(f"hf generate (static {batch_size})", workload.num_output_tokens, progress) as bar:
+        start = time.perf_counter()
+        for i in range(0, len(workload.prompts), batch_size):
+            prompts = workload.prompts[i : i + batch_size]
+            lens = workload.output_lens[i : i + batch_size]
+            width = max(map(len, prompts))
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=hf_model.device)
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=hf_model.device)
+            config = GenerationConfig(
+                do_sample=False, max_new_tokens=max(lens), min_new_tokens=max(lens), pad_token_id=pad, eos_token_id=None
+            )
+            with torch.inference_mode():
+                out = hf_model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            if out.shape[1] - width != max(lens):
+                raise RuntimeError(f"transformers generated {out.shape[1] - width} tokens, expected {max(lens)}")
+            bar.update(sum(lens))
+        seconds = time.perf_counter() - start
+    return Result(f"hf generate (static {batch_size})", seconds, workload.num_output_tokens, workload.num_prompt_tokens)
+
+
+def run_hf_continuous(hf_model, workload: Workload, progress: bool = True) -> Result:
+    """transformers' continuous batching manager, each request with its own max_new_tokens, no EOS."""
+    name = "hf continuous batching"
+    with _bar(name, workload.num_output_tokens, progress) as bar:
+        start = time.perf_counter()
+        with hf_model.continuous_batching_context_manager() as manager:
+            wanted = {}
+            for prompt, n in zip(workload.prompts, workload.output_lens):
+                wanted[manager.add_request(prompt, max_new_tokens=n, eos_token_id=-1)] = n
+            while wanted:
+                result = manager.get_result(timeout=600)
+                if result is None:
+                    raise RuntimeError("transformers' continuous batching stopped before every request finished")
+                if result.request_id in wanted and result.is_finished():
+                    if result.error:
+                        raise RuntimeError(f"transformers' continuous batching failed: {result.error}")
+                    if len(result.generated_tokens) != wanted[result.request_id]:
+                        raise RuntimeError("transformers' continuous batching returned the wrong number of tokens")
+                    bar.update(wanted.pop(result.request_id))
+        seconds = time.perf_counter() - start
+    return Result(name, seconds, workload.num_output_tokens, workload.num_prompt_tokens)
