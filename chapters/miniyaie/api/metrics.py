@@ -84,8 +84,8 @@ class RequestTimer:
         # inter-token gap since that completion's previous token; a
         # completion's first token has no gap to measure. Observe into
         # self.metrics.ttft and self.metrics.itl; remember times per index.
-        # TODO(Task 6.4): Time to first token and inter-token latency. Replace this line with your code.
-        raise NotImplementedError('Chapter 6, Task 4: Time to first token and inter-token latency — see book/src/ch06_api.md')
+        # TODO(Task 6.1): Time to first token and inter-token latency. Replace this line with your code.
+        raise NotImplementedError('Chapter 6, Task 1: Time to first token and inter-token latency — see book/src/ch06_api.md')
     # ANCHOR_END: on_token
 
     def on_finish(self, result: GenerationOutput, now: float | None = None) -> None:

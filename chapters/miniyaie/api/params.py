@@ -42,6 +42,6 @@ def sampling_params_for(
     # fields that are not None (getattr), add max_tokens, stop (a string or
     # a list) and logprobs (requested_logprobs), and return
     # defaults.with_updates(**fields).
-    # TODO(Task 6.1): Sampling parameters from a request. Replace this line with your code.
-    raise NotImplementedError('Chapter 6, Task 1: Sampling parameters from a request — see book/src/ch06_api.md')
+    # TODO(Task 6.2): Sampling parameters from a request. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 2: Sampling parameters from a request — see book/src/ch06_api.md')
 # ANCHOR_END: sampling_params_for

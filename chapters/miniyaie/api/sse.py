@@ -17,8 +17,8 @@ def sse_event(payload: dict | str) -> str:
     """One SSE event: `data: ` + the payload (a dict as compact JSON, a string as is) + a blank line."""
     # Hint: json.dumps(..., separators=(",", ":"), ensure_ascii=False) keeps it
     # on one line (JSON escapes newlines inside strings); an event ends with "\n\n".
-    # TODO(Task 6.2): Server-sent events. Replace this line with your code.
-    raise NotImplementedError('Chapter 6, Task 2: Server-sent events — see book/src/ch06_api.md')
+    # TODO(Task 6.3): Server-sent events. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 3: Server-sent events — see book/src/ch06_api.md')
 # ANCHOR_END: sse_event
 
 

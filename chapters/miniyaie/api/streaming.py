@@ -59,8 +59,8 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     # sse_done(). Catch EngineError: yield sse_event(error_body(...)) built
     # from from_engine_error(exc), then [DONE]. In `finally`, await
     # items.aclose(): that is what aborts an abandoned request.
-    # TODO(Task 6.3): Stream chunks, abort on disconnect. Replace this line with your code.
-    raise NotImplementedError('Chapter 6, Task 3: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
+    # TODO(Task 6.4): Stream chunks, abort on disconnect. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 4: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
 # ANCHOR_END: event_stream
 
 

@@ -157,6 +157,9 @@ def decode_attention(
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, DIM_PAD=dim_pad,
         BLOCK_N=block_n, DOT=dot_dtype(q.dtype),
     )
+    if num_splits == 1:  # one split is already normalised: nothing to merge (and Task 4.1 runs without 4.2)
+        out.copy_(part_out[:, :, 0, :head_dim])
+        return out
     _merge_splits_kernel[(num_seqs, num_heads)](
         part_out, part_lse, out, out.stride(0), out.stride(1), num_splits,
         HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(num_splits),

@@ -84,7 +84,7 @@ class RequestTimer:
         # inter-token gap since that completion's previous token; a
         # completion's first token has no gap to measure. Observe into
         # self.metrics.ttft and self.metrics.itl; remember times per index.
-        # BEGIN SOLUTION 6.4: Time to first token and inter-token latency
+        # BEGIN SOLUTION 6.1: Time to first token and inter-token latency
         now = time.perf_counter() if now is None else now
         if self.first_token_at is None:
             self.first_token_at = now

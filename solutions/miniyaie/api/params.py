@@ -42,7 +42,7 @@ def sampling_params_for(
     # fields that are not None (getattr), add max_tokens, stop (a string or
     # a list) and logprobs (requested_logprobs), and return
     # defaults.with_updates(**fields).
-    # BEGIN SOLUTION 6.1: Sampling parameters from a request
+    # BEGIN SOLUTION 6.2: Sampling parameters from a request
     room = context_length - prompt_tokens
     if room < 1:
         raise APIError(400, f"the prompt has {prompt_tokens} tokens but the model's context is {context_length} tokens",

@@ -17,7 +17,7 @@ def sse_event(payload: dict | str) -> str:
     """One SSE event: `data: ` + the payload (a dict as compact JSON, a string as is) + a blank line."""
     # Hint: json.dumps(..., separators=(",", ":"), ensure_ascii=False) keeps it
     # on one line (JSON escapes newlines inside strings); an event ends with "\n\n".
-    # BEGIN SOLUTION 6.2: Server-sent events
+    # BEGIN SOLUTION 6.3: Server-sent events
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     return f"data: {data}\n\n"
     # END SOLUTION

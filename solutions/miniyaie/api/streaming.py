@@ -59,7 +59,7 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     # sse_done(). Catch EngineError: yield sse_event(error_body(...)) built
     # from from_engine_error(exc), then [DONE]. In `finally`, await
     # items.aclose(): that is what aborts an abandoned request.
-    # BEGIN SOLUTION 6.3: Stream chunks, abort on disconnect
+    # BEGIN SOLUTION 6.4: Stream chunks, abort on disconnect
     try:
         async for item in items:
             observe(item, timer)
