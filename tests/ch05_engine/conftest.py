@@ -11,14 +11,10 @@ if path not in sys.path:
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """A tiny random Llama with a byte-level tokenizer and chat template: (directory, transformers model)."""
-    from tiny_models import save_tiny_model
-    from tiny_tokenizer import save_tiny_tokenizer
+    from tiny_tokenizer import save_tiny_chat_model
 
     directory = tmp_path_factory.mktemp("tiny-llama-chat")
-    hf_model = save_tiny_model("llama", directory)
-    tokenizer = save_tiny_tokenizer(directory)
-    (directory / "generation_config.json").write_text('{"eos_token_id": %d}' % tokenizer.eos_token_id)
-    return directory, hf_model
+    return directory, save_tiny_chat_model(directory)
 
 
 @pytest.fixture(scope="session")

@@ -39,3 +39,13 @@ def save_tiny_tokenizer(directory: Path, vocab_size: int = 320):
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(directory)
     return fast
+
+
+def save_tiny_chat_model(directory: Path):
+    """A tiny random Llama with this tokenizer and chat template in `directory`; returns the transformers model."""
+    from tiny_models import save_tiny_model
+
+    hf_model = save_tiny_model("llama", directory)
+    tokenizer = save_tiny_tokenizer(directory)
+    (directory / "generation_config.json").write_text('{"eos_token_id": %d}' % tokenizer.eos_token_id)
+    return hf_model

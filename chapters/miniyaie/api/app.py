@@ -28,7 +28,7 @@ from miniyaie.api.metrics import ServerMetrics
 from miniyaie.api.middleware import ApiKeyGuard, BodyGuard, RequestCounter
 from miniyaie.api.params import sampling_params_for
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest, prompts_of
-from miniyaie.api.responses import ChatChunker, CompletionChunker, text_completion
+from miniyaie.api.responses import CompletionChunker, text_completion
 from miniyaie.api.streaming import collect, count_unfinished, event_stream
 from miniyaie.engine import InferenceEngine, openai_format
 
@@ -90,7 +90,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         request_id = openai_format.completion_id()
         items = engine.stream_async(prompt, params, request_id=request_id, prompt_token_ids=ids)
         if body.stream:
-            chunker = ChatChunker(request_id, body.model, params.n, include_usage(body))
+            chunker = openai_format.ChatChunker(request_id, body.model, params.n, include_usage(body))
             return sse_response(event_stream(items, chunker, timer), timer)
         return openai_format.chat_completion(await collect(items, timer), body.model)
     # ANCHOR_END: chat_route

@@ -240,7 +240,7 @@ class InferenceEngine:
         """OpenAI `chat.completion.chunk` dicts: a role chunk per choice, content deltas, the finish reasons."""
         prompt, ids = self.render_chat(messages)
         params = self._params(sampling_params, kwargs)
-        chunks = _ChatChunks(self.model_name, params.n, include_usage)
+        chunks = openai_format.ChatChunker(openai_format.completion_id(), self.model_name, params.n, include_usage)
         for item in self.stream(prompt, params, request_id=chunks.request_id, prompt_token_ids=ids):
             yield from chunks.feed(item)
 
@@ -257,7 +257,7 @@ class InferenceEngine:
     ) -> AsyncIterator[dict]:
         prompt, ids = self.render_chat(messages)
         params = self._params(sampling_params, kwargs)
-        chunks = _ChatChunks(self.model_name, params.n, include_usage)
+        chunks = openai_format.ChatChunker(openai_format.completion_id(), self.model_name, params.n, include_usage)
         async for item in self.stream_async(prompt, params, request_id=chunks.request_id, prompt_token_ids=ids):
             for chunk in chunks.feed(item):
                 yield chunk
@@ -504,30 +504,6 @@ class InferenceEngine:
             except RuntimeError:
                 pass  # its event loop is gone: nobody is waiting for this error
 
-
-class _ChatChunks:
-    """Turns a request's deltas into OpenAI chunks: role first, content, finish, optional usage."""
-
-    def __init__(self, model: str, n: int, include_usage: bool):
-        self.request_id = openai_format.completion_id()
-        self.model, self.n, self.include_usage = model, n, include_usage
-        self.created = int(time.time())
-        self.started = False
-
-    def feed(self, item) -> list[dict]:
-        chunks = []
-        if not self.started:
-            self.started = True
-            chunks.append(self._chunk([openai_format.role_choice(i) for i in range(self.n)]))
-        if isinstance(item, CompletionDelta):
-            if item.text or item.finish_reason or item.logprobs:
-                chunks.append(self._chunk([openai_format.delta_choice(item)]))
-        elif self.include_usage:
-            chunks.append(self._chunk([], openai_format.usage(item)))
-        return chunks
-
-    def _chunk(self, choices, usage=None) -> dict:
-        return openai_format.chat_chunk(self.request_id, self.model, self.created, choices, usage)
 
 
 def _get(sink: queue.Queue, thread: threading.Thread):

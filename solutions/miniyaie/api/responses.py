@@ -1,7 +1,7 @@
-"""OpenAI response objects for /v1/completions and the chunks of both streaming endpoints.
+"""OpenAI response objects for /v1/completions and the chunks of its stream.
 
-Chat objects come from the engine (miniyaie/engine/openai_format.py);
-this module adds the `text_completion` shapes and turns a request's
+Chat objects and chat chunks come from the engine (miniyaie/engine/openai_format.py);
+this module adds the `text_completion` shapes and turns a completion request's
 stream of engine items into chunks.
 """
 
@@ -67,26 +67,3 @@ class CompletionChunker:
             chunk["usage"] = usage_
         return chunk
 
-
-class ChatChunker:
-    """A chat request's engine items as `chat.completion.chunk`s: the role first, content, finish, usage."""
-
-    def __init__(self, request_id: str, model: str, n: int, include_usage: bool):
-        self.request_id, self.model, self.n, self.include_usage = request_id, model, n, include_usage
-        self.created = int(time.time())
-        self.started = False
-
-    def feed(self, item: CompletionDelta | GenerationOutput) -> list[dict]:
-        chunks = []
-        if not self.started:
-            self.started = True
-            chunks.append(self._chunk([openai_format.role_choice(i) for i in range(self.n)]))
-        if isinstance(item, CompletionDelta):
-            if item.text or item.finish_reason or item.logprobs:
-                chunks.append(self._chunk([openai_format.delta_choice(item)]))
-        elif self.include_usage:
-            chunks.append(self._chunk([], openai_format.usage(item)))
-        return chunks
-
-    def _chunk(self, choices: list[dict], usage_: dict | None = None) -> dict:
-        return openai_format.chat_chunk(self.request_id, self.model, self.created, choices, usage_)

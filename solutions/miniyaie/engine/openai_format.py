@@ -94,3 +94,30 @@ def delta_choice(delta: CompletionDelta) -> dict:
         "logprobs": _logprobs(delta.logprobs),
         "finish_reason": delta.finish_reason,
     }
+
+
+class ChatChunker:
+    """A chat request's stream of engine items as `chat.completion.chunk`s: the role first, content, finish, usage.
+
+    One implementation for both the engine's `chat_completion_stream` and chapter 6's SSE endpoint.
+    """
+
+    def __init__(self, request_id: str, model: str, n: int, include_usage: bool):
+        self.request_id, self.model, self.n, self.include_usage = request_id, model, n, include_usage
+        self.created = int(time.time())
+        self.started = False
+
+    def feed(self, item: CompletionDelta | GenerationOutput) -> list[dict]:
+        chunks = []
+        if not self.started:
+            self.started = True
+            chunks.append(self._chunk([role_choice(i) for i in range(self.n)]))
+        if isinstance(item, CompletionDelta):
+            if item.text or item.finish_reason or item.logprobs:
+                chunks.append(self._chunk([delta_choice(item)]))
+        elif self.include_usage:
+            chunks.append(self._chunk([], usage(item)))
+        return chunks
+
+    def _chunk(self, choices: list[dict], usage_: dict | None = None) -> dict:
+        return chat_chunk(self.request_id, self.model, self.created, choices, usage_)
