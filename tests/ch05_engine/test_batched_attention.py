@@ -17,25 +17,27 @@ from tiny_models import save_tiny_model, transformers_greedy
 
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import AttentionMetadata, SamplingParams, TorchAttentionBackend, load_model
-from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
+from miniyaie.model.batched_attention import CALL_COST_IN_SLOTS, BatchedTorchAttentionBackend, split_by_length
 from miniyaie.paged import BlockAllocator, grow_block_table, slot_mapping
 
 pytestmark = pytest.mark.ungraded
 NUM_LAYERS, HEAD_DIM = 2, 8
 
 
-@settings(max_examples=20)
+@settings(max_examples=25)
 @given(
-    block_size=st.sampled_from([1, 16]),
+    block_size=st.sampled_from([1, 4, 16, 48]),  # 48: pieces of 16 slots, three per block
     heads=st.sampled_from([(4, 4), (6, 2), (3, 1)]),
-    seq_lens=st.lists(st.integers(1, 40), min_size=1, max_size=5),
+    seq_lens=st.lists(st.integers(1, 40), min_size=1, max_size=8),
+    call_cost=st.sampled_from([CALL_COST_IN_SLOTS, 0, 24]),  # 0: a group per decode length
     seed=st.integers(0, 2**16),
 )
-@example(block_size=1, heads=(6, 2), seq_lens=[1], seed=0)  # one sequence of one token
-@example(block_size=16, heads=(6, 2), seq_lens=[33, 1, 16, 17], seed=3)  # block boundaries, length 1
-@example(block_size=16, heads=(4, 4), seq_lens=[40, 40, 40, 40, 40], seed=5)
-@example(block_size=1, heads=(6, 2), seq_lens=[3, 40, 2, 39, 35], seed=7)  # decode rows split into two length groups
-def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads, seq_lens, seed):
+@example(block_size=1, heads=(6, 2), seq_lens=[1], call_cost=CALL_COST_IN_SLOTS, seed=0)  # one sequence of one token
+@example(block_size=16, heads=(6, 2), seq_lens=[33, 1, 16, 17], call_cost=0, seed=3)  # block boundaries, length 1
+@example(block_size=16, heads=(4, 4), seq_lens=[40, 40, 40, 40, 40], call_cost=CALL_COST_IN_SLOTS, seed=5)
+@example(block_size=1, heads=(6, 2), seq_lens=[3, 40, 2, 39, 35, 17, 18, 1], call_cost=24, seed=7)  # decode rows in length groups
+@example(block_size=48, heads=(3, 1), seq_lens=[40, 17, 33, 1], call_cost=0, seed=11)  # a piece smaller than a block
+def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads, seq_lens, call_cost, seed):
     num_heads, num_kv_heads = heads
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
@@ -48,7 +50,7 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads,
     shape = (NUM_LAYERS, num_blocks * block_size, num_kv_heads, HEAD_DIM)
     ref_k, ref_v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
     fast_k, fast_v = ref_k.clone(), ref_v.clone()
-    reference, fast, scale = TorchAttentionBackend(), BatchedTorchAttentionBackend(), HEAD_DIM**-0.5
+    reference, fast, scale = TorchAttentionBackend(), BatchedTorchAttentionBackend(call_cost), HEAD_DIM**-0.5
 
     tables, done, steps = [[] for _ in seq_lens], [0] * len(seq_lens), 0
     while any(d < n for d, n in zip(done, seq_lens)):
@@ -81,6 +83,27 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads,
             done[s] = ends[s]
     assert torch.equal(fast_k, ref_k) and torch.equal(fast_v, ref_v)
     assert fast.num_plans == steps, "the step's plan is built once and shared by every layer"
+
+
+@given(lengths=st.lists(st.integers(1, 400), max_size=9).map(sorted), call_cost=st.integers(0, 500))
+@example(lengths=[], call_cost=256)
+@example(lengths=[30, 31, 400, 400], call_cost=256)  # short rows apart from long ones
+@example(lengths=[16] * 6, call_cost=0)  # equal lengths: nothing to save
+def test_split_by_length_finds_the_cheapest_cut(lengths, call_cost):
+    """Runs cover the rows in order, and no other way to cut them pads fewer keys for the calls made."""
+    runs = split_by_length(lengths, call_cost)
+    if not lengths:
+        assert runs == []
+        return
+    assert [i for a, b in runs for i in range(a, b)] == list(range(len(lengths)))
+    assert all(a < b for a, b in runs)
+
+    def cost(cuts):  # cuts: the run boundaries strictly inside 0..n
+        edges = [0, *cuts, len(lengths)]
+        return sum((b - a) * lengths[b - 1] + call_cost for a, b in zip(edges, edges[1:]))
+
+    best = min(cost([i for i in range(1, len(lengths)) if mask >> i & 1]) for mask in range(2 ** len(lengths)))
+    assert cost([b for _, b in runs[:-1]]) == best
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen3"])

@@ -1,4 +1,4 @@
-"""The fast CPU attention backend: the whole step in two batched calls per layer.
+"""The fast CPU attention backend: the whole step in a few batched calls per layer.
 
 `TorchAttentionBackend` (attention.py) loops over sequences in Python in
 every layer and recomputes each sequence's context slots every time; with 30
@@ -6,17 +6,27 @@ layers and 32 sequences that is ~1,000 small attention calls per step. This
 backend does the same maths with no Python loop over sequences:
 
 - Once per step (the first layer to see a new `AttentionMetadata`) it builds
-  a `StepPlan`: the context slots of every sequence padded into one
-  [num_seqs, max_context] index tensor, the mask of what each query row may
-  see, and where each sequence's queries sit in the packed batch. Every
-  layer of the step reuses it.
-- Per layer it writes the new K/V, gathers the context K/V of all sequences
-  with one index (padding reads slot 0 and is masked out), and calls
-  `scaled_dot_product_attention` for the decode rows (one query each, in at
-  most two groups of similar context length, as padding to the longest
-  context is gathered too) and once for the prefill/extend chunks (queries
-  padded to the longest). Splitting decode from chunks keeps a 512-token
-  chunk from padding 63 decode rows to 512 queries each.
+  a `StepPlan`: for every sequence, which pieces of the cache hold its
+  context (padded into one index tensor), an additive mask (0 where a query
+  may see a key, -inf elsewhere) and where its queries sit in the packed
+  batch. Every layer of the step reuses it.
+- Per layer it writes the new K/V, gathers the context K/V of a group of
+  sequences with one `index_select` per tensor, and calls
+  `scaled_dot_product_attention` once per group.
+
+Three things make it fast on a CPU, each measured (book/src/ch05_performance.md):
+
+- Gather whole pieces of blocks, not slots. A slot's K is 768 bytes for
+  SmolLM2; 16 slots of a block sit next to each other, so one index fetches
+  16 of them. (Padding up to the piece's end is masked out.)
+- Decode rows (one query each) are sorted by context length and cut into
+  groups where that saves more padded keys than another call costs: every
+  row of a group is padded to the group's longest context. Prefill/extend
+  chunks form one more group, so a 512-token chunk does not pad decode rows
+  to 512 queries.
+- The mask is float and made once per step. A bool mask is converted to a
+  float one inside every SDPA call, and for decode rows the mask broadcasts
+  over the query heads instead of being repeated for them.
 
 Grouped-query attention costs no copy of K/V: the `group` query heads that
 read one KV head are folded into the query-length dimension, so K and V are
@@ -25,6 +35,7 @@ used at num_kv_heads as they are stored.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -32,34 +43,39 @@ import torch.nn.functional as F
 
 from miniyaie.model.attention import AttentionMetadata
 
+PIECE_SLOTS = 16  # slots fetched by one gather index (fewer when the block size is not a multiple)
+CALL_COST_IN_SLOTS = 256  # one more SDPA call per layer costs about as much as gathering this many padded keys
+
 
 @dataclass
 class _Group:
-    """Sequences attended in one SDPA call: queries padded to `max_query`, keys to `max_context`."""
+    """Sequences attended in one SDPA call: queries padded to `max_query`, keys to whole pieces."""
 
     query_rows: torch.Tensor  # [n, max_query] rows of the packed batch (padding points at row 0)
-    query_valid: torch.Tensor  # [n, max_query] bool: which of those rows are real
-    context_slots: torch.Tensor  # [n, max_context] cache slots (padding points at slot 0)
-    mask: torch.Tensor  # [n, 1, max_query, max_context] bool: key visible to query
+    pieces: torch.Tensor  # [n, num_pieces] cache pieces holding the context, in order (padding: piece 0)
+    bias: torch.Tensor  # [n, 1, max_query, num_pieces * piece] float: 0 where the key is visible, -inf elsewhere
     out_rows: torch.Tensor  # rows of the packed batch that the real queries fill...
     valid_rows: torch.Tensor  # ...and where they are among the group's n * max_query padded rows
-    _mask_by_group: dict[int, torch.Tensor] = field(default_factory=dict)
+    _bias_by_group: dict[int, torch.Tensor] = field(default_factory=dict)
 
-    def mask_for(self, group: int) -> torch.Tensor:
-        """The mask with each query row repeated for the `group` query heads of a KV head (made once)."""
-        if group not in self._mask_by_group:
-            self._mask_by_group[group] = self.mask.repeat_interleave(group, dim=2)
-        return self._mask_by_group[group]
+    def bias_for(self, group: int) -> torch.Tensor:
+        """The mask for queries folded with their `group` heads (made once; decode rows just broadcast)."""
+        if self.bias.shape[2] == 1:
+            return self.bias
+        if group not in self._bias_by_group:
+            self._bias_by_group[group] = self.bias.repeat_interleave(group, dim=2)
+        return self._bias_by_group[group]
 
 
 @dataclass
 class StepPlan:
     """Everything about a step's attention that does not depend on the layer."""
 
-    groups: list[_Group]  # decode rows (one new token each), in up to two length buckets, then chunks
+    piece: int  # slots per gathered piece
+    groups: list[_Group]  # decode rows in groups of similar context length, then the chunks
 
 
-def _build_group(meta: AttentionMetadata, seqs: list[int], starts: list[int], device) -> _Group:
+def _build_group(meta: AttentionMetadata, seqs: list[int], starts: list[int], piece: int, device) -> _Group:
     query_lens = torch.tensor([meta.query_lens[s] for s in seqs], dtype=torch.int64, device=device)
     seq_lens = torch.tensor([meta.seq_lens[s] for s in seqs], dtype=torch.int64, device=device)
     first_rows = torch.tensor([starts[s] for s in seqs], dtype=torch.int64, device=device)
@@ -69,83 +85,96 @@ def _build_group(meta: AttentionMetadata, seqs: list[int], starts: list[int], de
     query_valid = q_index[None, :] < query_lens[:, None]
     query_rows = torch.where(query_valid, first_rows[:, None] + q_index[None, :], 0)
 
+    # Piece j of a sequence holds its positions j*piece .. (j+1)*piece-1: block (j*piece) // bs, at
+    # offset (j*piece) % bs, which is piece (block * bs + offset) // piece of the whole cache.
     bs = meta.block_size
-    num_blocks = -(-max_context // bs)
-    tables = meta.block_tables[seqs, :num_blocks]
-    if tables.shape[1] < num_blocks:  # the memory gave fewer blocks than the context needs: say so, not a shape error
+    num_pieces = -(-max_context // piece)
+    piece_pos = torch.arange(num_pieces, device=device) * piece
+    needed_blocks = -(-max_context // bs)
+    if meta.block_tables.shape[1] < needed_blocks:  # the memory gave fewer blocks than the context needs: say so
         raise ValueError("block_tables has fewer blocks than the longest sequence needs")
-    slots = (tables[:, :, None] * bs + torch.arange(bs, device=device)).flatten(1)[:, :max_context]
-    k_index = torch.arange(max_context, device=device)
-    key_valid = k_index[None, :] < seq_lens[:, None]
-    context_slots = torch.where(key_valid, slots, 0)
+    blocks = meta.block_tables[seqs][:, piece_pos // bs]
+    pieces = (blocks * bs + piece_pos % bs) // piece
+    pieces = torch.where(piece_pos[None, :] < seq_lens[:, None], pieces, 0)
 
     # Query i of a sequence sits at position seq_len - query_len + i and sees keys up to it.
+    k_index = torch.arange(num_pieces * piece, device=device)
     query_pos = (seq_lens - query_lens)[:, None] + q_index[None, :]
-    mask = (k_index[None, None, :] <= query_pos[:, :, None]) & key_valid[:, None, :]
-    mask[:, :, 0] = True  # every real query sees key 0; padded query rows too, so none is all -inf (NaN)
+    visible = (k_index[None, None, :] <= query_pos[:, :, None]) & (k_index[None, None, :] < seq_lens[:, None, None])
+    visible[:, :, 0] = True  # padded query rows see key 0 too, so no row is all -inf (NaN)
+    bias = torch.zeros(visible.shape, device=device).masked_fill_(~visible, float("-inf"))
     valid_rows = query_valid.flatten().nonzero().flatten()
-    return _Group(query_rows, query_valid, context_slots, mask[:, None], query_rows.flatten()[valid_rows], valid_rows)
+    return _Group(query_rows, pieces, bias[:, None], query_rows.flatten()[valid_rows], valid_rows)
 
 
-def plan_step(meta: AttentionMetadata, device: torch.device | str) -> StepPlan:
+def plan_step(meta: AttentionMetadata, device: torch.device | str, call_cost: int = CALL_COST_IN_SLOTS) -> StepPlan:
     """The layer-independent part of a step's attention (see the module docstring)."""
     starts, row = [], 0
     for n in meta.query_lens:
         starts.append(row)
         row += n
+    piece = math.gcd(meta.block_size, PIECE_SLOTS)
     decode = sorted((s for s, n in enumerate(meta.query_lens) if n == 1), key=lambda s: meta.seq_lens[s])
     extend = [s for s, n in enumerate(meta.query_lens) if n > 1]
-    buckets = _split_by_length(decode, [meta.seq_lens[s] for s in decode]) + [extend]
-    return StepPlan([_build_group(meta, seqs, starts, device) for seqs in buckets if seqs])
+    padded = [-(-meta.seq_lens[s] // piece) * piece for s in decode]
+    groups = [decode[a:b] for a, b in split_by_length(padded, call_cost)] + [extend]
+    return StepPlan(piece, [_build_group(meta, seqs, starts, piece, device) for seqs in groups if seqs])
 
 
-def _split_by_length(seqs: list[int], lens: list[int]) -> list[list[int]]:
-    """Sequences sorted by length, cut in two where that gathers the fewest padded slots.
+def split_by_length(lengths: list[int], call_cost: int = CALL_COST_IN_SLOTS) -> list[tuple[int, int]]:
+    """Cut sorted `lengths` into runs [a, b) that minimise padded keys + call_cost per run.
 
-    Every sequence of a group is padded to the group's longest context, so
-    one group of lengths 30..400 gathers 400 slots for each; two groups
-    roughly halve the waste for one more SDPA call per layer.
+    Every row of a run is padded to the run's last (longest) length, so one
+    run of lengths 30..400 gathers 400 keys for each row. Dynamic programming
+    over where the last run starts: best[b] = min over a of best[a] + cost(a, b).
     """
-    if len(seqs) < 2:
-        return [seqs]
-    n = len(seqs)
-    cost, cut = min((i * lens[i - 1] + (n - i) * lens[-1], i) for i in range(1, n))
-    if cost > 0.8 * n * lens[-1]:  # not worth one more call per layer
-        return [seqs]
-    return [seqs[:cut], seqs[cut:]]
+    best, start = [0] + [math.inf] * len(lengths), [0] * (len(lengths) + 1)
+    for b in range(1, len(lengths) + 1):
+        for a in range(b):
+            cost = best[a] + (b - a) * lengths[b - 1] + call_cost
+            if cost < best[b]:
+                best[b], start[b] = cost, a
+    runs, b = [], len(lengths)
+    while b > 0:
+        runs.append((start[b], b))
+        b = start[b]
+    return runs[::-1]
 
 
 # ANCHOR: attend
-def _attend(group: _Group, q, k_cache, v_cache, scale: float) -> torch.Tensor:
+def _attend(group: _Group, piece: int, q, k_cache, v_cache, scale: float) -> torch.Tensor:
     """Outputs [n * max_query, num_heads, head_dim] of one group, padded query rows included."""
     n, max_query = group.query_rows.shape
-    max_context = group.context_slots.shape[1]
+    context = group.pieces.shape[1] * piece
     _, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     g = num_heads // num_kv_heads
     # [n, max_query, kv, g, d] -> [n, kv, max_query * g, d]: a KV head's g query heads become extra rows.
     queries = q.index_select(0, group.query_rows.flatten()).view(n, max_query, num_kv_heads, g, head_dim)
     queries = queries.permute(0, 2, 1, 3, 4).reshape(n, num_kv_heads, max_query * g, head_dim)
-    # index_select, not k_cache[slots]: measured ~2.5x faster on CPU for the same gather.
-    slots = group.context_slots.flatten()
-    keys = k_cache.index_select(0, slots).view(n, max_context, num_kv_heads, head_dim).transpose(1, 2)
-    values = v_cache.index_select(0, slots).view(n, max_context, num_kv_heads, head_dim).transpose(1, 2)
-    out = F.scaled_dot_product_attention(queries, keys.to(q.dtype), values.to(q.dtype), attn_mask=group.mask_for(g), scale=scale)
+    # The cache seen as pieces of `piece` consecutive slots: one index fetches a whole piece.
+    pieces = group.pieces.flatten()
+    keys = k_cache.view(-1, piece * num_kv_heads * head_dim).index_select(0, pieces)
+    values = v_cache.view(-1, piece * num_kv_heads * head_dim).index_select(0, pieces)
+    keys = keys.view(n, context, num_kv_heads, head_dim).transpose(1, 2).to(q.dtype)
+    values = values.view(n, context, num_kv_heads, head_dim).transpose(1, 2).to(q.dtype)
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=group.bias_for(g).to(q.dtype), scale=scale)
     return out.view(n, num_kv_heads, max_query, g, head_dim).permute(0, 2, 1, 3, 4).reshape(n * max_query, num_heads, head_dim)
 # ANCHOR_END: attend
 
 
 class BatchedTorchAttentionBackend:
-    """Same results as `TorchAttentionBackend`, one batched call per kind of row per layer."""
+    """Same results as `TorchAttentionBackend`, one batched call per group of rows per layer."""
 
-    def __init__(self):
+    def __init__(self, call_cost_in_slots: int = CALL_COST_IN_SLOTS):
+        self.call_cost_in_slots = call_cost_in_slots  # see split_by_length (0: a group per distinct length)
         self._meta: AttentionMetadata | None = None
         self._plan: StepPlan | None = None
         self.num_plans = 0  # steps planned: one per step, however many layers (a test checks it)
 
     def plan(self, meta: AttentionMetadata, device) -> StepPlan:
         if meta is not self._meta:
-            self._meta, self._plan = meta, plan_step(meta, device)
+            self._meta, self._plan = meta, plan_step(meta, device, self.call_cost_in_slots)
             self.num_plans += 1
         return self._plan
 
@@ -155,6 +184,6 @@ class BatchedTorchAttentionBackend:
         plan = self.plan(meta, q.device)
         out = torch.empty_like(q)
         for group in plan.groups:
-            result = _attend(group, q, k_cache, v_cache, scale)
+            result = _attend(group, plan.piece, q, k_cache, v_cache, scale)
             out.index_copy_(0, group.out_rows, result.index_select(0, group.valid_rows))
         return out

@@ -188,6 +188,8 @@ class RadixCache:
 
         Returns the number of blocks freed.
         """
+        if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
+            return 0
         # Hint: put every unlocked leaf in a heap keyed by last_access. Pop the
         # oldest, free its blocks (allocator.free; they return to the free
         # list), remove it from its parent's children and update the counters;

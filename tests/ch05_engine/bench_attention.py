@@ -1,0 +1,79 @@
+"""Timing, not a test: 30 layers of attention on SmolLM2's shapes, batched backend vs another, one process.
+
+    python tests/ch05_engine/bench_attention.py                  # against chapter 0's per-sequence reference
+    git show 39ccc5b:solutions/miniyaie/model/batched_attention.py > /tmp/before.py
+    python tests/ch05_engine/bench_attention.py --against /tmp/before.py   # against an earlier version
+
+Random block tables (blocks handed out shuffled), 9 query heads over 3 KV heads of 64,
+blocks of 16, one thread; each step is timed 7 times, the two backends interleaved,
+and the medians are printed. Outputs are checked to agree first.
+"""
+import argparse, copy, importlib.util, random, statistics, time
+import torch
+from miniyaie.model import AttentionMetadata, TorchAttentionBackend
+from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
+
+KV, D, BS, HEADS, LAYERS = 3, 64, 16, 9, 30
+STEPS = {  # name: (decode rows, context low, context high, prefill chunk tokens)
+    "decode 32, contexts U[32,384]": (32, 32, 384, 0),
+    "decode 64, contexts U[32,384]": (64, 32, 384, 0),
+    "decode 32, contexts U[540,576]": (32, 540, 576, 0),
+    "decode 16 + a 448-token chunk": (16, 32, 384, 448),
+}
+
+
+def make_step(rows, low, high, chunk, rng):
+    contexts, query_lens = [rng.randint(low, high) for _ in range(rows)], [1] * rows
+    if chunk:
+        contexts.append(chunk + 64)
+        query_lens.append(chunk)
+    num_blocks = sum(-(-c // BS) for c in contexts) + 1
+    order = list(range(num_blocks))
+    rng.shuffle(order)
+    tables, used = [], 0
+    for c in contexts:
+        tables.append(order[used : used + -(-c // BS)])
+        used += len(tables[-1])
+    width = max(map(len, tables))
+    slots = [t[p // BS] * BS + p % BS for t, c, n in zip(tables, contexts, query_lens) for p in range(c - n, c)]
+    meta = AttentionMetadata(query_lens, contexts, torch.tensor(slots), torch.tensor([t + [0] * (width - len(t)) for t in tables]), BS)
+    tokens = sum(query_lens)
+    cache = [torch.randn(LAYERS, num_blocks * BS, KV, D) for _ in range(2)]
+    qkv = torch.randn(tokens, HEADS, D), torch.randn(tokens, KV, D), torch.randn(tokens, KV, D)
+    return meta, cache, qkv
+
+
+def run_step(backend, meta, cache, qkv):
+    meta = copy.copy(meta)  # a new step: the backend plans it afresh
+    for layer in range(LAYERS):
+        out = backend.forward(*qkv, cache[0][layer], cache[1][layer], meta, D**-0.5)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--against", help="a batched_attention.py file to compare with (default: the reference backend)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    other, other_name = TorchAttentionBackend, "reference"
+    if args.against:
+        spec = importlib.util.spec_from_file_location("against", args.against)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        other, other_name = module.BatchedTorchAttentionBackend, args.against
+    rng = random.Random(0)
+    for name, shape in STEPS.items():
+        step = make_step(*shape, rng)
+        torch.testing.assert_close(run_step(BatchedTorchAttentionBackend(), *step), run_step(other(), *step), rtol=1e-4, atol=1e-4)
+        times = {"this": [], "other": []}
+        for _ in range(7):
+            for key, backend in (("this", BatchedTorchAttentionBackend), ("other", other)):
+                start = time.perf_counter()
+                run_step(backend(), *step)
+                times[key].append(time.perf_counter() - start)
+        this, that = statistics.median(times["this"]), statistics.median(times["other"])
+        print(f"{name:32s} this {this * 1e3:7.1f} ms   {other_name} {that * 1e3:7.1f} ms   this/that {this / that:.2f}")
+
+
+if __name__ == "__main__":
+    main()
