@@ -12,7 +12,7 @@
     resource:                    # where and how much
       device: cpu
       dtype: float32
-      kv_cache_bytes: 268435456  # or num_blocks
+      kv_cache_bytes: 1073741824  # 1 GiB (the default), or num_blocks
       block_size: 16
 
 TOML is the same with [engine], [sampling] and [resource] tables. Every

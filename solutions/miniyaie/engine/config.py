@@ -9,15 +9,18 @@ from dataclasses import dataclass
 class EngineConfig:
     block_size: int = 16  # tokens per KV block
     num_blocks: int | None = None  # KV pool size in blocks; or give kv_cache_bytes
-    kv_cache_bytes: int = 256 * 2**20  # used when num_blocks is None
+    # Used when num_blocks is None. 1 GiB holds 23,296 tokens of SmolLM2 in float32: all 64 requests of the
+    # bench's random workload at once (256 MiB held about 23, and each step then carried fewer rows to
+    # amortise the weights over). vLLM's CPU backend reserves 4 GiB by default.
+    kv_cache_bytes: int = 2**30
     max_num_batched_tokens: int = 512  # the token budget of one step
     max_num_seqs: int = 64
     policy: str = "fcfs"  # or "lpm"
     enable_prefix_caching: bool = True  # the radix prefix cache (chapter 3); False to measure without it
     attention_backend: str = "auto"  # see miniyaie/engine/backends.py
     # Admit only while this fraction of the running requests' remaining outputs still fits
-    # (see SchedulerConfig.decode_reserve): 0.3 cut preemptions 19 -> 0 and tokens
-    # computed by 14% on the random bench workload, for 4% more steps (notebook 1 sweeps it).
+    # (see SchedulerConfig.decode_reserve): 0.3 cut preemptions 19 -> 0 and tokens computed
+    # by 14% on the random bench workload in a 256 MiB pool, for 4% more steps (notebook 1 sweeps it).
     decode_reserve: float = 0.3
 
     def __post_init__(self):
