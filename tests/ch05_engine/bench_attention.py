@@ -8,7 +8,7 @@ Random block tables (blocks handed out shuffled), 9 query heads over 3 KV heads 
 blocks of 16, one thread; each step is timed 7 times, the two backends interleaved,
 and the medians are printed. Outputs are checked to agree first.
 """
-import argparse, copy, importlib.util, random, statistics, time
+import argparse, copy, importlib.util, random, statistics, sys, time
 import torch
 from miniyaie.model import AttentionMetadata, TorchAttentionBackend
 from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
@@ -58,7 +58,7 @@ def main():
     other, other_name = TorchAttentionBackend, "reference"
     if args.against:
         spec = importlib.util.spec_from_file_location("against", args.against)
-        module = importlib.util.module_from_spec(spec)
+        module = sys.modules["against"] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
         spec.loader.exec_module(module)
         other, other_name = module.BatchedTorchAttentionBackend, args.against
     rng = random.Random(0)

@@ -17,7 +17,7 @@ from tiny_models import save_tiny_model, transformers_greedy
 
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import AttentionMetadata, SamplingParams, TorchAttentionBackend, load_model
-from miniyaie.model.batched_attention import CALL_COST_IN_SLOTS, BatchedTorchAttentionBackend, split_by_length
+from miniyaie.model.batched_attention import CALL_COST_IN_SLOTS, MAX_GROUP_BYTES, BatchedTorchAttentionBackend, split_by_length
 from miniyaie.paged import BlockAllocator, grow_block_table, slot_mapping
 
 pytestmark = pytest.mark.ungraded
@@ -30,14 +30,15 @@ NUM_LAYERS, HEAD_DIM = 2, 8
     heads=st.sampled_from([(4, 4), (6, 2), (3, 1)]),
     seq_lens=st.lists(st.integers(1, 40), min_size=1, max_size=8),
     call_cost=st.sampled_from([CALL_COST_IN_SLOTS, 0, 24]),  # 0: a group per decode length
+    group_bytes=st.sampled_from([MAX_GROUP_BYTES, 0, 4096]),  # 0: every decode row alone
     seed=st.integers(0, 2**16),
 )
-@example(block_size=1, heads=(6, 2), seq_lens=[1], call_cost=CALL_COST_IN_SLOTS, seed=0)  # one sequence of one token
-@example(block_size=16, heads=(6, 2), seq_lens=[33, 1, 16, 17], call_cost=0, seed=3)  # block boundaries, length 1
-@example(block_size=16, heads=(4, 4), seq_lens=[40, 40, 40, 40, 40], call_cost=CALL_COST_IN_SLOTS, seed=5)
-@example(block_size=1, heads=(6, 2), seq_lens=[3, 40, 2, 39, 35, 17, 18, 1], call_cost=24, seed=7)  # decode rows in length groups
-@example(block_size=48, heads=(3, 1), seq_lens=[40, 17, 33, 1], call_cost=0, seed=11)  # a piece smaller than a block
-def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads, seq_lens, call_cost, seed):
+@example(block_size=1, heads=(6, 2), seq_lens=[1], call_cost=CALL_COST_IN_SLOTS, group_bytes=MAX_GROUP_BYTES, seed=0)  # one sequence of one token
+@example(block_size=16, heads=(6, 2), seq_lens=[33, 1, 16, 17], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=3)  # block boundaries, length 1
+@example(block_size=16, heads=(4, 4), seq_lens=[40, 40, 40, 40, 40], call_cost=CALL_COST_IN_SLOTS, group_bytes=0, seed=5)
+@example(block_size=1, heads=(6, 2), seq_lens=[3, 40, 2, 39, 35, 17, 18, 1], call_cost=24, group_bytes=4096, seed=7)  # decode rows in length groups
+@example(block_size=48, heads=(3, 1), seq_lens=[40, 17, 33, 1], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=11)  # a piece smaller than a block
+def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads, seq_lens, call_cost, group_bytes, seed):
     num_heads, num_kv_heads = heads
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
@@ -50,7 +51,7 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads,
     shape = (NUM_LAYERS, num_blocks * block_size, num_kv_heads, HEAD_DIM)
     ref_k, ref_v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
     fast_k, fast_v = ref_k.clone(), ref_v.clone()
-    reference, fast, scale = TorchAttentionBackend(), BatchedTorchAttentionBackend(call_cost), HEAD_DIM**-0.5
+    reference, fast, scale = TorchAttentionBackend(), BatchedTorchAttentionBackend(call_cost, group_bytes), HEAD_DIM**-0.5
 
     tables, done, steps = [[] for _ in seq_lens], [0] * len(seq_lens), 0
     while any(d < n for d, n in zip(done, seq_lens)):
@@ -85,25 +86,34 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads,
     assert fast.num_plans == steps, "the step's plan is built once and shared by every layer"
 
 
-@given(lengths=st.lists(st.integers(1, 400), max_size=9).map(sorted), call_cost=st.integers(0, 500))
-@example(lengths=[], call_cost=256)
-@example(lengths=[30, 31, 400, 400], call_cost=256)  # short rows apart from long ones
-@example(lengths=[16] * 6, call_cost=0)  # equal lengths: nothing to save
-def test_split_by_length_finds_the_cheapest_cut(lengths, call_cost):
-    """Runs cover the rows in order, and no other way to cut them pads fewer keys for the calls made."""
-    runs = split_by_length(lengths, call_cost)
+@given(
+    lengths=st.lists(st.integers(1, 400), max_size=9).map(sorted),
+    call_cost=st.integers(0, 500),
+    max_keys=st.sampled_from([1, 64, 500, 1000, 10**9]),
+)
+@example(lengths=[], call_cost=256, max_keys=1000)
+@example(lengths=[30, 31, 400, 400], call_cost=256, max_keys=10**9)  # short rows apart from long ones
+@example(lengths=[16] * 6, call_cost=0, max_keys=10**9)  # equal lengths: nothing to save
+@example(lengths=[16] * 6, call_cost=500, max_keys=32)  # expensive calls, but the cap allows two rows a run
+@example(lengths=[900], call_cost=0, max_keys=64)  # a row longer than the cap runs alone
+def test_split_by_length_finds_the_cheapest_cut(lengths, call_cost, max_keys):
+    """Runs cover the rows in order, respect the cap, and no other allowed cut pads fewer keys for the calls made."""
+    runs = split_by_length(lengths, call_cost, max_keys)
     if not lengths:
         assert runs == []
         return
     assert [i for a, b in runs for i in range(a, b)] == list(range(len(lengths)))
     assert all(a < b for a, b in runs)
+    assert all(b - a == 1 or (b - a) * lengths[b - 1] <= max_keys for a, b in runs)
 
-    def cost(cuts):  # cuts: the run boundaries strictly inside 0..n
+    def cost(cuts):  # cuts: the run boundaries strictly inside 0..n; None if a run breaks the cap
         edges = [0, *cuts, len(lengths)]
+        if any(b - a > 1 and (b - a) * lengths[b - 1] > max_keys for a, b in zip(edges, edges[1:])):
+            return None
         return sum((b - a) * lengths[b - 1] + call_cost for a, b in zip(edges, edges[1:]))
 
-    best = min(cost([i for i in range(1, len(lengths)) if mask >> i & 1]) for mask in range(2 ** len(lengths)))
-    assert cost([b for _, b in runs[:-1]]) == best
+    every_cut = (cost([i for i in range(1, len(lengths)) if mask >> i & 1]) for mask in range(2 ** len(lengths)))
+    assert cost([b for _, b in runs[:-1]]) == min(c for c in every_cut if c is not None)
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen3"])
