@@ -37,7 +37,7 @@ from miniyaie.course.testrun import TestResult
 
 QUIET = ["-q", "--no-header", "-p", "no:warnings", "--tb=no"]
 CRASHED = "crashed"  # the outcome given to every test of a session whose worker died
-WORKERS = 2  # worker processes running sessions side by side
+WORKERS = min(2, os.cpu_count() or 1)  # worker processes running sessions side by side
 KERNEL_TESTS_IN_PROCESS = "MINIYAIE_KERNEL_TESTS_IN_PROCESS"  # read by tests/ch04_triton_kernels/conftest.py
 
 
