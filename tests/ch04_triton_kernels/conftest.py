@@ -6,6 +6,12 @@ tests does not run them: for each module it starts a child pytest on that
 module alone, which records each test's result as it goes, and then reports
 the child's results as its own. A crash fails only the tests of that module
 that had not finished, with the signal and the child's last output.
+
+`course holes` runs its pytest sessions in worker processes that already
+isolate them (course/batch.py: a worker that dies is restarted and its session
+counts as crashed), so a worker sets KERNEL_TESTS_IN_PROCESS and these tests
+run in it directly, without paying torch and Triton start-up once per module
+per session.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from pathlib import Path
 import pytest
 from _pytest.reports import TestReport
 
+from miniyaie.course.batch import KERNEL_TESTS_IN_PROCESS
+
 CHILD_RESULTS = "MINIYAIE_KERNEL_TEST_RESULTS"  # set in the child: where it appends its results
 CHILD_TIMEOUT_S = 900
 CH00 = str(Path(__file__).resolve().parents[1] / "ch00_model")
@@ -28,6 +36,7 @@ if CH00 not in sys.path:
     sys.path.insert(0, CH00)
 
 _in_child = CHILD_RESULTS in os.environ
+_isolate = not _in_child and KERNEL_TESTS_IN_PROCESS not in os.environ  # the batch worker isolates
 _module_runs: dict[str, dict] = {}  # module path -> {"results": {nodeid: (outcome, text)}, "crash": str | None}
 
 
@@ -71,7 +80,7 @@ def _run_module(config, path: Path) -> dict:
         return {"results": results, "crash": crash, "tail": tail, "seconds": time.monotonic() - started}
 
 
-if not _in_child:
+if _isolate:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(item, nextitem):

@@ -89,5 +89,34 @@ def test_batch_sessions_each_import_their_own_tree(tmp_path):
     """One worker process, three trees: the reference, a broken one, the reference again."""
     broken = _scheduler_tree(tmp_path, "        self.waiting.appendleft(request)\n", "        self.waiting.append(request)\n")
     test = "tests/ch01_scheduler/test_simulation.py::test_random_workloads_keep_every_invariant"
-    outcomes = run_sessions([Session("solutions", [test]), Session(f"scheduler={broken}", [test]), Session("solutions", [test])])
+    sessions = [Session("solutions", [test]), Session(f"scheduler={broken}", [test]), Session("solutions", [test])]
+    outcomes = run_sessions(sessions, workers=1)
     assert [[r.outcome for r in results if r.nodeid == test] for results in outcomes] == [["passed"], ["failed"], ["passed"]]
+
+
+SLOT_LOAD = "    slot = tl.load(slot_mapping_ptr + token).to(tl.int64)\n"
+
+
+def _kernels_tree(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    root = tmp_path / name / "miniyaie"
+    shutil.copytree(chapter(4).solution_dir, root / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / "kernels" / "store_kv.py"
+    text = target.read_text()
+    assert old in text
+    target.write_text(text.replace(old, new, 1))
+    return root
+
+
+def test_batch_workers_run_kernel_tests_in_process_contain_a_crash_and_keep_the_order(tmp_path):
+    """Two workers share five sessions of a chapter 4 test (the Triton interpreter, in the worker itself):
+    each session runs its own tree's kernel, a kernel that segfaults the worker counts as crashed and
+    the sessions after it still run, and the results come back in the sessions' order."""
+    wrong = _kernels_tree(tmp_path, "wrong", "    tl.store(v_cache_ptr + slot * stride_cs + cols, v.to",
+                          "    tl.store(v_cache_ptr + slot * stride_cs + cols, k.to")
+    segfault = _kernels_tree(tmp_path, "segfault", SLOT_LOAD, SLOT_LOAD.replace("token)", "token + (1 << 40))"))
+    test = "tests/ch04_triton_kernels/test_store_kv.py::test_store_into_one_layer_of_a_pool_leaves_the_other_layers"
+    impls = ["solutions", f"kernels={wrong}", f"kernels={segfault}", "solutions", f"kernels={wrong}"]
+    outcomes = run_sessions([Session(impl, [test]) for impl in impls], workers=2)
+    assert [{r.outcome for r in results if r.nodeid == test or r.outcome == "crashed"} for results in outcomes] == [
+        {"passed"}, {"failed"}, {"crashed"}, {"passed"}, {"failed"}
+    ]

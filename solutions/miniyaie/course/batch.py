@@ -8,6 +8,14 @@ chapter module (`miniyaie.<package>`) and every test module is dropped from
 `sys.modules`, so chapter code and tests are imported afresh from the tree
 that session selects. A worker that dies (a segfault in a mutant) is restarted
 for the sessions after the one it died in, which is reported as "crashed".
+Because the worker isolates every session this way, chapter 4's tests run in
+it directly instead of one child process per test module (their conftest.py).
+
+The sessions are shared out between WORKERS workers that run side by side
+(the CI machines have 2 cores and a session is mostly single-threaded
+Python), each with one torch thread, whether it runs alone or not, so that a
+test's time (which `course mutants` turns into a time limit) is measured the
+same way in every run.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +37,8 @@ from miniyaie.course.testrun import TestResult
 
 QUIET = ["-q", "--no-header", "-p", "no:warnings", "--tb=no"]
 CRASHED = "crashed"  # the outcome given to every test of a session whose worker died
+WORKERS = min(2, os.cpu_count() or 1)  # worker processes running sessions side by side
+KERNEL_TESTS_IN_PROCESS = "MINIYAIE_KERNEL_TESTS_IN_PROCESS"  # read by tests/ch04_triton_kernels/conftest.py
 
 
 @dataclass(frozen=True)
@@ -39,8 +50,20 @@ class Session:
     timeouts: dict[str, float] | None = None  # per-test time limits by node id (else pyproject's)
 
 
-def run_sessions(sessions: list[Session]) -> list[list[TestResult]]:
+def run_sessions(sessions: list[Session], workers: int = WORKERS) -> list[list[TestResult]]:
     """Results of each session, in order; a session whose worker died has one CRASHED result."""
+    workers = max(1, min(workers, len(sessions)))
+    shares = [sessions[i::workers] for i in range(workers)]  # every workers-th session: alike in cost
+    with ThreadPoolExecutor(workers) as pool:
+        done = list(pool.map(_run_in_order, shares))
+    results: list[list[TestResult]] = [[] for _ in sessions]
+    for i, share in enumerate(done):
+        results[i::workers] = share
+    return results
+
+
+def _run_in_order(sessions: list[Session]) -> list[list[TestResult]]:
+    """Run `sessions` one after another in a worker, starting a new one after a worker died."""
     results: list[list[TestResult]] = []
     while len(results) < len(sessions):
         done = _run_worker(sessions[len(results) :])
@@ -58,6 +81,7 @@ def _run_worker(sessions: list[Session]) -> list[list[TestResult]]:
         subprocess.run(
             [sys.executable, "-m", "miniyaie.course.batch", str(jobs), str(out)],
             cwd=REPO_ROOT,
+            env={**os.environ, KERNEL_TESTS_IN_PROCESS: "1", "OMP_NUM_THREADS": "1"},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
