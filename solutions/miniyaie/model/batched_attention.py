@@ -188,17 +188,18 @@ class BatchedTorchAttentionBackend:
         self._plan: StepPlan | None = None
         self.num_plans = 0  # steps planned: one per step, however many layers (a test checks it)
 
-    def plan(self, meta: AttentionMetadata, device, key_bytes: int) -> StepPlan:
+    def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> StepPlan:
         if meta is not self._meta:
+            key_bytes = 2 * k_cache[0].numel() * k_cache.element_size()  # K and V of one key in one layer
             self._meta = meta
-            self._plan = plan_step(meta, device, key_bytes, self.call_cost_in_slots, self.max_group_bytes)
+            self._plan = plan_step(meta, k_cache.device, key_bytes, self.call_cost_in_slots, self.max_group_bytes)
             self.num_plans += 1
         return self._plan
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         k_cache.index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
         v_cache.index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
-        plan = self.plan(meta, q.device, 2 * k_cache[0].numel() * k_cache.element_size())
+        plan = self.plan(meta, k_cache)
         out = torch.empty_like(q)
         for group in plan.groups:
             result = _attend(group, plan.piece, q, k_cache, v_cache, scale)
