@@ -12,55 +12,14 @@ attention replaced by a no-op, timed in the same run.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
 import platform
-import sys
 
 from miniyaie.bench.workloads import Workload, random_workload, shared_prefix_workload
 
 PEERS = ("hf-static", "hf-cb")
-
-
-def _range(text: str) -> tuple[int, int]:
-    """'32:256' -> (32, 256); '32' -> (32, 32)."""
-    try:
-        low, _, high = text.partition(":")
-        low, high = int(low), int(high or low)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or LOW:HIGH, got {text!r}") from None
-    if not 1 <= low <= high:
-        raise argparse.ArgumentTypeError(f"need 1 <= LOW <= HIGH, got {text!r}")
-    return low, high
-
-
-def _peers(text: str) -> list[str]:
-    names = [p for p in text.split(",") if p and p != "none"]
-    unknown = [p for p in names if p not in PEERS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r}; choose from {', '.join(PEERS)} or none")
-    return names
-
-
-def add_parser(bench_sub) -> None:
-    """Register `offline` on the subparsers of `miniyaie bench`."""
-    p = bench_sub.add_parser("offline", help="offline throughput against transformers, side by side")
-    p.add_argument("--workload", choices=("random", "shared-prefix"), default="random")
-    p.add_argument("--num-requests", type=int, default=None, help="random: 64; shared-prefix: 32 (4 groups of 8)")
-    p.add_argument("--input-len", type=_range, default=(32, 256), help="random: prompt length range (default 32:256)")
-    p.add_argument("--output-len", type=_range, default=None, help="output length range (random 32:128, shared-prefix 32)")
-    p.add_argument("--prefix-len", type=int, default=512, help="shared-prefix: tokens each group shares (default 512)")
-    p.add_argument("--question-len", type=int, default=32, help="shared-prefix: tokens after the prefix (default 32)")
-    p.add_argument("--group-size", type=int, default=8, help="shared-prefix: prompts per group (default 8)")
-    p.add_argument("--peers", type=_peers, default=list(PEERS), help="comma-separated: hf-static,hf-cb or none")
-    p.add_argument("--no-floor", action="store_true", help="skip timing the compute floor")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
-    p.add_argument("--model", default=None, help="a local Hugging Face directory (default: bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
-    p.add_argument("--plot", default=None, metavar="OUT.png", help="draw the output tok/s bars")
-    p.add_argument("--no-progress", action="store_true")
 
 
 def make_workload(args, vocab_size: int) -> Workload:
@@ -185,9 +144,3 @@ def main(args) -> int:
     if args.plot:
         plot(report, args.plot)
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers(dest="bench_command"))
-    sys.exit(main(parser.parse_args()))

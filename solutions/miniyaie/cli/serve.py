@@ -11,10 +11,13 @@ import argparse
 import os
 import sys
 
+from miniyaie.cli.args import UsageError, positive_int
+from miniyaie.cli.engine_from_flags import build_engine
+
 DEFAULT_MAX_TOKENS = 512  # when a request gives no max_tokens (cut to the context left)
 
 
-def add_parser(sub, positive_int) -> argparse.ArgumentParser:
+def add_parsers(sub) -> None:
     p = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API (chapter 6)")
     p.add_argument("--model", default=None, help="a local Hugging Face directory or hub id (default: bundled SmolLM2-135M-Instruct)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -29,13 +32,11 @@ def add_parser(sub, positive_int) -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="engine settings: a YAML or TOML file (engine:, sampling:, resource:)")
     p.add_argument("--impl", default=None, help="serve your chapters, e.g. 'chapters' (see the book)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    return p
+    p.set_defaults(handler=cmd_serve)
 
 
-def cmd_serve(args) -> int:
-    from miniyaie.generate_cli import CommandError, _engine
-
-    engine = _engine(args, default_max_tokens=DEFAULT_MAX_TOKENS)  # applies --impl before chapter code is imported
+def cmd_serve(args: argparse.Namespace) -> int:
+    engine = build_engine(args, default_max_tokens=DEFAULT_MAX_TOKENS)  # applies --impl before chapter code is imported
     from miniyaie.api import RagAdapter, Retriever, ServerSettings, create_app
     from miniyaie.api.server import serve
 
@@ -44,7 +45,7 @@ def cmd_serve(args) -> int:
             retriever = Retriever.from_folder(args.rag)
         except FileNotFoundError as exc:
             engine.close()
-            raise CommandError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         engine.adapters.append(RagAdapter(retriever, k=args.rag_passages))
         print(f"RAG: {len(retriever.passages)} passages from {args.rag}", file=sys.stderr)
     names = tuple(args.served_model_name or (engine.model_name,))

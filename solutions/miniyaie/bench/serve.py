@@ -10,34 +10,16 @@ speaks the OpenAI chat API can be measured, e.g. `transformers serve`.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 WORDS = ("engine cache token block radix tree scheduler batch prefill decode kernel memory page request "
          "stream latency server model attention layer prompt answer story river mountain city garden").split()
-
-
-def add_parser(sub, positive_int) -> argparse.ArgumentParser:
-    p = sub.add_parser("serve", help="TTFT, ITL, e2e latency and output tok/s of a live server at several concurrencies")
-    p.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL (default http://127.0.0.1:8000)")
-    p.add_argument("--model", default=None, help="model name to request (default: the first of /v1/models)")
-    p.add_argument("--concurrency", default="1,4,16", help="comma-separated concurrencies (default 1,4,16)")
-    p.add_argument("--num-requests", type=positive_int, default=32, help="requests per concurrency (default 32)")
-    p.add_argument("--max-tokens", type=positive_int, default=64, help="tokens per answer (default 64)")
-    p.add_argument("--prompt-words", type=positive_int, default=48, help="random words per prompt (default 48)")
-    p.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (for servers that refuse it)")
-    p.add_argument("--api-key", default=None, help="bearer key, if the server needs one")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
-    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
-    p.add_argument("--plot", default=None, metavar="OUT.png", help="plot tok/s and p50 TTFT against concurrency")
-    return p
 
 
 @dataclass
@@ -167,7 +149,8 @@ def plot(rows: list[dict], path: str, url: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def cmd_bench_serve(args) -> int:
+def main(args) -> int:
+    """Run `miniyaie bench serve` with the parsed flags (cli/bench.py); exit status."""
     try:
         levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
     except ValueError:
