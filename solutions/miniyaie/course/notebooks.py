@@ -79,7 +79,7 @@ def _kernel_manager():
 
 
 def execute(source: Path, timeout: int = 600, impl: str | None = None):
-    """The notebook, executed top to bottom in a fresh kernel run from notebooks/.
+    """The notebook, executed top to bottom in a fresh kernel that runs in the notebook's folder.
 
     `impl` selects the trees the kernel imports (it is a child process: the
     selection reaches it as MINIYAIE_IMPL); None keeps this process's. Raises
