@@ -7,6 +7,8 @@ something no other request asks for), LLMEngine's per-step hook
 text it has without any fault, and every KV block must come back.
 """
 
+import asyncio
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -17,7 +19,9 @@ from miniyaie.engine import (
     GenerationOutput,
     InferenceEngine,
     InvalidRequestError,
+    LLMEngine,
     RequestFailedError,
+    SamplingParams,
 )
 from miniyaie.engine.detokenizer import IncrementalDetokenizer
 from miniyaie.engine.stop_strings import StopStringFilter
@@ -194,6 +198,31 @@ def test_aborting_a_request_leaves_one_whose_id_merely_extends_its_id(engine, ex
     assert_idle_and_serving(engine, expected)
 
 
+def run_to_the_end(llm):
+    tokens, finishes = {}, {}
+    while llm.has_unfinished():
+        for event in llm.step():
+            tokens.setdefault(event.request_id, []).append(event.token_id)
+            if event.finish_reason:
+                finishes[event.request_id] = event.finish_reason
+    return tokens, finishes
+
+
+def test_llm_engine_aborts_a_request_with_exactly_its_own_completions(tiny_loaded):
+    llm = LLMEngine(tiny_loaded.model, EngineConfig(block_size=4, num_blocks=64))
+    ids = tiny_loaded.tokenizer("hello")["input_ids"]
+    sampled = SamplingParams(n=3, max_tokens=6, temperature=1.0, seed=0, ignore_eos=True)
+    llm.add_request(ids, sampled, request_id="x")
+    llm.add_request(ids, SamplingParams(max_tokens=6, ignore_eos=True), request_id="x#10")  # not one of x's
+    llm.add_request(ids, sampled, request_id="z")
+    llm.step()  # the prompts' prefill; the other completions are forked from it
+    assert llm.abort("x") and llm.abort("z#1")  # all of x; one completion of z
+    tokens, finishes = run_to_the_end(llm)
+    assert finishes == {"x#10": "length", "z": "length", "z#2": "length"}
+    assert all(len(tokens[rid]) == 5 for rid in finishes)  # the 5 tokens after the first step's
+    assert llm.stats["request_blocks"] == 0 and not llm.abort("x")
+
+
 def test_an_id_taken_by_another_requests_completion_is_refused(engine, expected):
     x = engine.stream(PROMPTS[2], request_id="y", n=2, max_tokens=MAX_TOKENS, ignore_eos=True)
     next(x)
@@ -228,3 +257,20 @@ def test_a_dead_loop_fails_its_callers_and_says_so(tiny_loaded, monkeypatch):
             engine.generate(PROMPTS[1], max_tokens=3)
     finally:
         engine.close()  # returns: the thread is gone already
+
+
+def test_closing_an_async_stream_aborts_its_request_at_once(engine, expected):
+    """Not later, when the event loop gets round to finalizing generators: a server closes the stream of a
+    client that went away and goes on with other work."""
+
+    async def main():
+        stream = engine.stream_async(PROMPTS[2], request_id="closed", max_tokens=MAX_TOKENS, ignore_eos=True)
+        await stream.__anext__()
+        await stream.aclose()
+        # no await since the close; the loop takes the queued abort before this request
+        result = engine.generate(PROMPTS[1], max_tokens=1, ignore_eos=True)
+        return result, engine.get_stats()["requests"]["in_flight"]
+
+    result, in_flight = asyncio.run(main())
+    assert in_flight == 0 and result.token_ids == expected[PROMPTS[1]][:1]
+    assert_idle_and_serving(engine, expected)

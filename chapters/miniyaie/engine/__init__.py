@@ -49,9 +49,15 @@ from miniyaie.engine.errors import (
 )
 from miniyaie.engine.inference_engine import InferenceEngine
 from miniyaie.engine.llm_engine import LLMEngine
-from miniyaie.engine.outputs import RequestEvent, StepRecord
 from miniyaie.engine.model_runner import ModelRunner
-from miniyaie.engine.outputs import CompletionDelta, CompletionOutput, GenerationOutput, TokenLogprob
+from miniyaie.engine.outputs import (
+    CompletionDelta,
+    CompletionOutput,
+    GenerationOutput,
+    RequestEvent,
+    StepRecord,
+    TokenLogprob,
+)
 from miniyaie.engine.sampler import Sampler
 from miniyaie.engine.sampling_params import SamplingParams
 

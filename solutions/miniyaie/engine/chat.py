@@ -9,6 +9,7 @@ dicts (openai_format.py).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 
 from miniyaie.engine import openai_format
 from miniyaie.engine.errors import InvalidRequestError
@@ -43,9 +44,10 @@ class ChatMixin:
         prompt, ids = self.render_chat(messages)
         params = self._params(sampling_params, kwargs)
         chunks = openai_format.ChatChunker(openai_format.completion_id(), self.model_name, params.n, include_usage)
-        async for item in self._follow_async(self._submit(prompt, params, chunks.request_id, ids)):
-            for chunk in chunks.feed(item):
-                yield chunk
+        async with aclosing(self._follow_async(self._submit(prompt, params, chunks.request_id, ids))) as items:
+            async for item in items:
+                for chunk in chunks.feed(item):
+                    yield chunk
 
     def render_chat(self, messages: list[dict]) -> tuple[str, list[int]]:
         """The prompt text and token ids of a conversation (adapters applied, chat template, generation prompt)."""

@@ -17,6 +17,7 @@ Closing a stream before its end aborts its request.
 from __future__ import annotations
 
 import uuid
+from contextlib import aclosing
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
@@ -84,9 +85,10 @@ class InferenceEngine(ChatMixin):
         self._loop.submit(requests)
         try:
             results = [self._result(r) for r in requests]
-        finally:  # one failed: the others have nobody left to read them
+        except BaseException:  # one failed (or we were interrupted): nobody will read the others
             for r in requests:
-                self._loop.abort(r.request_id)
+                self.abort(r.request_id)
+            raise
         return results[0] if single else results
 
     def generate_text(self, prompts: str | Sequence[str], sampling_params: SamplingParams | None = None, **kwargs) -> str | list[str]:
@@ -131,8 +133,9 @@ class InferenceEngine(ChatMixin):
     ) -> AsyncIterator[CompletionDelta | GenerationOutput]:
         """Async version of `stream`: CompletionDeltas, then the GenerationOutput."""
         request = self._submit(prompt, self._params(sampling_params, kwargs), request_id, prompt_token_ids)
-        async for item in self._follow_async(request):
-            yield item
+        async with aclosing(self._follow_async(request)) as items:  # closing this stream closes (aborts) that one
+            async for item in items:
+                yield item
 
     def abort(self, request_id: str) -> bool:
         """Cancel a request from any thread; True if it was in flight. Its caller gets finish_reason "abort"."""
@@ -157,7 +160,6 @@ class InferenceEngine(ChatMixin):
         params = self._params(sampling_params, kwargs)
         self.llm.check_request(list(prompt_token_ids), params)
         return params
-
 
     # ---------------------------------------------------------------- stats and lifetime
     def get_stats(self) -> dict:
