@@ -107,6 +107,19 @@ class Scheduler:
         self._queued_at[request.request_id] = self.num_schedules
         self.waiting.append(request)
 
+    def add_forked(self, request: Request) -> None:
+        """Seat a request that starts out running on blocks the memory already gave it.
+
+        A completion forked from a running request (n > 1) shares its
+        parent's prompt blocks and has nothing to prefill: it skips the queue
+        and admission and joins the running batch as it is.
+        """
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        request.status = RequestStatus.RUNNING
+        self.requests[request.request_id] = request
+        self.running.append(request)
+
     # ANCHOR: abort
     def abort(self, request_id: str) -> Request | None:
         """Cancel a waiting or running request and give back its memory; None if unknown."""

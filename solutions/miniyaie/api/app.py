@@ -3,7 +3,7 @@
     POST /v1/completions        continue a prompt            (JSON, or SSE with stream: true)
     POST /v1/chat/completions   answer a conversation        (JSON, or SSE with stream: true)
     GET  /v1/models             the served model
-    GET  /health                {"status": "ok"}
+    GET  /health                {"status": "ok"}, or 503 when the engine loop has stopped
     GET  /stats                 engine.get_stats()
     GET  /metrics               Prometheus text format
 
@@ -23,14 +23,14 @@ from fastapi.responses import StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import miniyaie
-from miniyaie.api.errors import APIError, install_error_handlers
+from miniyaie.api.errors import APIError, error_response, install_error_handlers
 from miniyaie.api.metrics import ServerMetrics
 from miniyaie.api.middleware import ApiKeyGuard, BodyGuard, RequestCounter
 from miniyaie.api.params import sampling_params_for
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest, prompts_of
 from miniyaie.api.responses import CompletionChunker, text_completion
 from miniyaie.api.streaming import collect, count_unfinished, event_stream
-from miniyaie.engine import InferenceEngine, openai_format
+from miniyaie.engine import EngineError, InferenceEngine, openai_format
 
 ENDPOINTS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/stats", "/metrics"}
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -64,8 +64,12 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     def include_usage(body) -> bool:
         return bool(body.stream_options and body.stream_options.include_usage)
 
-    @app.get("/health")
-    async def health() -> dict:
+    @app.get("/health", responses={503: {"description": "the engine can no longer serve (an OpenAI error object says why)"}})
+    async def health():
+        try:
+            engine.check_health()
+        except EngineError as exc:  # its loop stopped: tell load balancers and orchestrators to replace us
+            return error_response(503, str(exc), code="engine_dead")
         return {"status": "ok", "model": names[0]}
 
     @app.get("/v1/models")
