@@ -68,6 +68,7 @@ class LLMEngine:
         self._children: dict[str, list[str]] = {}  # n > 1: completions not forked yet
         self._family: dict[str, list[str]] = {}  # n > 1: a request's id -> the ids of all its completions
         self._parent: dict[str, str] = {}  # completion id (n > 1) -> its request's id
+        self._prompt_cached: dict[str, int] = {}  # prompt tokens found in the prefix cache at a request's first admission
         self._ids = itertools.count()
         self.on_step: Callable[[StepRecord], None] | None = None  # called after every step (tracing)
         self.counters = dict(
@@ -148,6 +149,7 @@ class LLMEngine:
         self._params.pop(request_id, None)
         self._generators.pop(request_id, None)
         self._stop_ids.pop(request_id, None)
+        self._prompt_cached.pop(request_id, None)
         parent = self._parent.pop(request_id, request_id)
         family = self._family.get(parent)
         if family is not None and not any(rid in self._params for rid in family):
@@ -192,6 +194,7 @@ class LLMEngine:
                     self.counters["resumed_cached_tokens"] += c.start
                 else:
                     cached += c.start
+                    self._prompt_cached[c.request.request_id] = c.start
         self.counters["cached_tokens"] += cached
         self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], self.memory.num_used_blocks)
         update = SchedulerOutput(out.chunks + child_chunks, out.preempted)
@@ -199,8 +202,6 @@ class LLMEngine:
         finished.update(self._stop_token_finishes(sampled, finished))
         self.counters["output_tokens"] += len(sampled)
         self.counters["finished_requests"] += len(finished)
-        for rid in finished:
-            self._forget(rid)
         if self.on_step is not None:
             self.on_step(StepRecord(
                 self.counters["steps"], started, time.perf_counter() - started, len(out.chunks),
@@ -208,7 +209,10 @@ class LLMEngine:
                 len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
             ))
         requests = {c.request.request_id: c.request for c in out.chunks + child_chunks}
-        return [self._event(rid, s, finished.get(rid), requests[rid].num_cached_tokens) for rid, s in sampled.items()]
+        events = [self._event(rid, s, finished.get(rid), self._prompt_cached.get(rid, 0)) for rid, s in sampled.items()]
+        for rid in finished:
+            self._forget(rid)
+        return events
     # ANCHOR_END: step
 
     def _unforked_children(self, parent_id: str) -> list[str]:
@@ -221,6 +225,7 @@ class LLMEngine:
         child = Request(child_id, parent.prompt_token_ids, parent.max_tokens, parent.eos_token_ids, parent.ignore_eos)
         child.num_computed_tokens = len(parent.prompt_token_ids)
         child.num_cached_tokens = parent.num_cached_tokens
+        self._prompt_cached[child_id] = self._prompt_cached.get(parent_id, 0)
         self.memory.fork(parent_id, child_id)
         self.scheduler.add_forked(child)
         self.counters["forked_requests"] += 1
@@ -243,6 +248,8 @@ class LLMEngine:
     def finish(self, request_id: str) -> bool:
         """End one running completion early (a stop string matched); its blocks come back."""
         finished = self.scheduler.abort(request_id) is not None
+        if finished:
+            self.counters["finished_requests"] += 1
         self._forget(request_id)
         return finished
 

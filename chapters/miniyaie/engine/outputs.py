@@ -82,7 +82,7 @@ class RequestEvent:
     finish_reason: str | None  # "stop", "length", or None while running
     logprob: float | None = None  # when the request asked for logprobs
     top_logprobs: list[tuple[int, float]] | None = None
-    cached_tokens: int = 0  # prompt tokens found in the prefix cache when the request was last admitted
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache at the request's first admission (a resumed request's own work is not counted)
 
 
 @dataclass(frozen=True)
