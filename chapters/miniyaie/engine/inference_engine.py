@@ -39,6 +39,7 @@ from miniyaie.engine.llm_engine import LLMEngine, RequestEvent, child_request_id
 from miniyaie.engine.outputs import CompletionDelta, CompletionOutput, GenerationOutput, TokenLogprob
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.stop_strings import StopStringFilter
+from miniyaie.engine.token_text import token_logprob
 from miniyaie.model import LoadedModel, load
 from miniyaie.model import ModelLoadError as ChapterZeroModelLoadError
 
@@ -462,9 +463,7 @@ class InferenceEngine:
     # ANCHOR_END: emit
 
     def _token_logprob(self, event: RequestEvent) -> TokenLogprob:
-        spell = lambda t: self.tokenizer.convert_ids_to_tokens(t) or ""  # noqa: E731
-        top = [(t, spell(t), lp) for t, lp in (event.top_logprobs or [])]
-        return TokenLogprob(event.token_id, spell(event.token_id), event.logprob, top)
+        return token_logprob(self.tokenizer, event.token_id, event.logprob, event.top_logprobs or [])
 
     def _send(self, request: _Request, item) -> None:
         try:
