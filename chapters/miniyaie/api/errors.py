@@ -1,7 +1,9 @@
 """Every failure as an OpenAI error object: `{"error": {"message", "type", "param", "code"}}` and a 4xx/5xx.
 
 Clients (the `openai` package included) read these fields to raise their
-own exception classes, so the shape matters as much as the status.
+own exception classes, so the shape matters as much as the status. The
+handlers here cover the errors the server expects; anything else becomes
+a 500 of the same shape in middleware.InternalErrorGuard.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from miniyaie.engine import SamplingParams
 # request fields that are SamplingParams fields of the same name (None = "the server's default")
 PASSED_THROUGH = ("temperature", "top_p", "n", "seed", "presence_penalty", "frequency_penalty",
                   "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos")
+# ANCHOR: server_defaults
 OPENAI_DEFAULTS = {"temperature": 1.0, "top_p": 1.0}  # what OpenAI's API does with a field left out
 
 
@@ -24,6 +25,7 @@ def server_defaults(engine_defaults: SamplingParams, model_defaults: Mapping, op
     for the fields none of them sets (max_tokens, ...) the engine's defaults.
     """
     return engine_defaults.with_updates(**{**OPENAI_DEFAULTS, **model_defaults, **operator_defaults})
+# ANCHOR_END: server_defaults
 
 
 def requested_logprobs(request: CompletionRequest | ChatCompletionRequest) -> int | None:

@@ -55,6 +55,7 @@ async def collect(items: EngineItems, timer: RequestTimer) -> GenerationOutput:
     return result
 
 
+# ANCHOR: unless_disconnected
 async def until_disconnected(request: Request) -> None:
     """Return once the client has hung up (the ASGI server's `http.disconnect` message).
 
@@ -79,6 +80,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     if task not in done:
         raise ClientDisconnected
     return task.result()
+# ANCHOR_END: unless_disconnected
 
 
 # ANCHOR: event_stream

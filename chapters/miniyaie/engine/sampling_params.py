@@ -2,7 +2,8 @@
 
 Every field is checked in `__post_init__`; a bad value raises
 InvalidRequestError naming the parameter and its allowed range, before the
-request touches the engine.
+request touches the engine. `generation_config_defaults` reads the
+defaults a model's authors recommend (a server uses them, chapter 6).
 """
 
 from __future__ import annotations
