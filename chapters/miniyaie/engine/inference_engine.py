@@ -30,6 +30,7 @@ from miniyaie.engine.engine_loop import EngineLoop
 from miniyaie.engine.errors import InvalidRequestError
 from miniyaie.engine.llm_engine import LLMEngine
 from miniyaie.engine.loading import display_name, load_model
+from miniyaie.engine.openai_format.messages import check_text
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput
 from miniyaie.engine.request_state import RequestState
 from miniyaie.engine.sampling_params import SamplingParams
@@ -188,6 +189,7 @@ class InferenceEngine(ChatMixin):
     def _encode(self, prompt: str) -> list[int]:
         if not isinstance(prompt, str):
             raise InvalidRequestError(f"a prompt must be a string, got {type(prompt).__name__}")
+        check_text(prompt, "the prompt")
         for adapter in self.adapters:
             prompt = adapter.prepare_prompt(prompt)
         return list(self.tokenizer(prompt)["input_ids"])

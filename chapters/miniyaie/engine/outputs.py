@@ -6,12 +6,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True)
+class TopLogprob:
+    """One of the most likely tokens at a position (an entry of OpenAI's `top_logprobs`)."""
+
+    token_id: int
+    token: str  # its text (engine/token_text.py): U+FFFD where the token holds only part of a character
+    logprob: float
+    bytes: bytes = b""  # its real bytes: joined over consecutive tokens, they rebuild split characters
+
+
 @dataclass
 class TokenLogprob:
+    """A generated token's log-probability and, when asked for, the most likely tokens at its position."""
+
     token_id: int
-    token: str  # the token's text as the tokenizer spells it
+    token: str  # its text, as TopLogprob.token
     logprob: float
-    top_logprobs: list[tuple[int, str, float]] = field(default_factory=list)  # (id, text, logprob), best first
+    top_logprobs: list[TopLogprob] = field(default_factory=list)  # best first
+    bytes: bytes = b""  # its real bytes, as TopLogprob.bytes
 
 
 @dataclass

@@ -26,6 +26,7 @@ from miniyaie.engine.outputs import CompletionDelta, CompletionOutput, Generatio
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.sink import Sink
 from miniyaie.engine.stop_strings import StopStringFilter
+from miniyaie.engine.token_text import token_logprob
 
 
 @dataclass
@@ -140,7 +141,5 @@ class OutputProcessor:
     # ANCHOR_END: emit
 
     def _token_logprob(self, event: RequestEvent) -> TokenLogprob:
-        """The chosen token's logprob and the best alternatives, each with its text."""
-        spell = lambda t: self.tokenizer.convert_ids_to_tokens(t) or ""  # noqa: E731
-        top = [(t, spell(t), lp) for t, lp in (event.top_logprobs or [])]
-        return TokenLogprob(event.token_id, spell(event.token_id), event.logprob, top)
+        """The chosen token's logprob and the best alternatives, each spelled as text and its real bytes."""
+        return token_logprob(self.tokenizer, event.token_id, event.logprob, event.top_logprobs or [])

@@ -39,6 +39,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     engine = build_engine(args, default_max_tokens=DEFAULT_MAX_TOKENS)  # applies --impl before chapter code is imported
     from miniyaie.api import RagAdapter, Retriever, ServerSettings, create_app
     from miniyaie.api.server import serve
+    from miniyaie.engine import EngineError
+    from miniyaie.engine.config_file import load_settings
 
     if args.rag:
         try:
@@ -49,7 +51,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         engine.adapters.append(RagAdapter(retriever, k=args.rag_passages))
         print(f"RAG: {len(retriever.passages)} passages from {args.rag}", file=sys.stderr)
     names = tuple(args.served_model_name or (engine.model_name,))
-    app = create_app(engine, ServerSettings(api_key=args.api_key, served_model_names=names, max_body_bytes=args.max_body_bytes))
+    chosen = load_settings(args.config).sampling_keys if args.config else ()  # the operator's, over the model's defaults
+    settings = ServerSettings(api_key=args.api_key, served_model_names=names, max_body_bytes=args.max_body_bytes,
+                              sampling_defaults={k: getattr(engine.sampling_defaults, k) for k in chosen})
+    try:
+        app = create_app(engine, settings)
+    except EngineError as exc:  # e.g. a generation_config.json with an out-of-range temperature
+        engine.close()
+        raise UsageError(str(exc)) from None
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print(f"warning: serving on {args.host} without --api-key: anyone who can reach it can use it", file=sys.stderr)
     print(f"Serving {names[0]} on http://{args.host}:{args.port} (OpenAI API at /v1; /health, /stats, /metrics)"

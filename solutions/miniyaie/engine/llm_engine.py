@@ -208,7 +208,6 @@ class LLMEngine:
                 out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
                 len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
             ))
-        requests = {c.request.request_id: c.request for c in out.chunks + child_chunks}
         events = [self._event(rid, s, finished.get(rid), self._prompt_cached.get(rid, 0)) for rid, s in sampled.items()]
         for rid in finished:
             self._forget(rid)

@@ -1,57 +1,25 @@
-"""Shaping results as OpenAI chat-completion objects (what chapter 6 serves as JSON)."""
+"""The `chat.completion` object and the `chat.completion.chunk`s of a streamed chat answer."""
 
 from __future__ import annotations
 
 import time
-import uuid
 
-from miniyaie.engine.errors import InvalidRequestError
+from miniyaie.engine.openai_format.common import usage
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput, TokenLogprob
 
-ROLES = ("system", "user", "assistant", "tool", "developer")
 
-
-def check_messages(messages) -> list[dict]:
-    """The messages as plain dicts; InvalidRequestError names the first bad one."""
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise InvalidRequestError("messages must be a non-empty list of {'role': ..., 'content': ...}")
-    checked = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise InvalidRequestError(f"messages[{i}] must be a dict with 'role' and 'content'")
-        role, content = message.get("role"), message.get("content")
-        if role not in ROLES:
-            raise InvalidRequestError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}")
-        if not isinstance(content, str):
-            raise InvalidRequestError(f"messages[{i}].content must be a string")
-        checked.append({"role": role, "content": content})
-    return checked
-
-
-def completion_id() -> str:
-    return f"chatcmpl-{uuid.uuid4().hex[:24]}"
-
-
-def _logprobs(entries: list[TokenLogprob] | None) -> dict | None:
+def chat_logprobs(entries: list[TokenLogprob] | None) -> dict | None:
+    """Chat's shape: one entry per token with its text, logprob, real bytes and top alternatives."""
     if entries is None:
         return None
     return {
         "content": [
             {
-                "token": e.token, "logprob": e.logprob, "bytes": list(e.token.encode("utf-8")),
-                "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))} for _, t, lp in e.top_logprobs],
+                "token": e.token, "logprob": e.logprob, "bytes": list(e.bytes),
+                "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": list(t.bytes)} for t in e.top_logprobs],
             }
             for e in entries
         ]
-    }
-
-
-def usage(output: GenerationOutput) -> dict:
-    return {
-        "prompt_tokens": output.prompt_tokens,
-        "completion_tokens": output.completion_tokens,
-        "total_tokens": output.prompt_tokens + output.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": output.cached_tokens},
     }
 
 
@@ -66,20 +34,13 @@ def chat_completion(output: GenerationOutput, model: str, created: int | None = 
             {
                 "index": c.index,
                 "message": {"role": "assistant", "content": c.text},
-                "logprobs": _logprobs(c.logprobs),
+                "logprobs": chat_logprobs(c.logprobs),
                 "finish_reason": c.finish_reason,
             }
             for c in output.outputs
         ],
         "usage": usage(output),
     }
-
-
-def chat_chunk(request_id: str, model: str, created: int, choices: list[dict], usage_: dict | None = None) -> dict:
-    chunk = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices}
-    if usage_ is not None:
-        chunk["usage"] = usage_
-    return chunk
 
 
 def role_choice(index: int) -> dict:
@@ -91,7 +52,7 @@ def delta_choice(delta: CompletionDelta) -> dict:
     return {
         "index": delta.index,
         "delta": {"content": delta.text} if delta.text else {},
-        "logprobs": _logprobs(delta.logprobs),
+        "logprobs": chat_logprobs(delta.logprobs),
         "finish_reason": delta.finish_reason,
     }
 
@@ -120,4 +81,8 @@ class ChatChunker:
         return chunks
 
     def _chunk(self, choices: list[dict], usage_: dict | None = None) -> dict:
-        return chat_chunk(self.request_id, self.model, self.created, choices, usage_)
+        chunk = {"id": self.request_id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                 "choices": choices}
+        if usage_ is not None:
+            chunk["usage"] = usage_
+        return chunk
