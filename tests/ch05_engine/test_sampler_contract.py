@@ -59,6 +59,16 @@ def test_a_token_whose_higher_ranked_mass_reaches_top_p_exactly_goes():
         "(drop when mass before >= top_p, not >)"
     )
     assert kept(logits, 0, 0.5) == [True, False, False, False]
+    assert kept(logits, 0, 1.0, min_p=0.25) == [True, True, True, True], (
+        "0.125 is exactly min_p * 0.5: not below it, so it stays (drop only p < min_p * top)"
+    )
+
+
+@pytest.mark.task("5.2")
+def test_the_most_likely_token_always_survives():
+    logits = torch.tensor([[0.5, 2.0, -1.0, 1.0]])
+    assert kept(logits, 0, 0.0) == [False, True, False, False], "top_p = 0 still keeps the most likely token"
+    assert kept(logits, 1, 0.0, min_p=1.0) == [False, True, False, False]
 
 
 @pytest.mark.task("5.2")
