@@ -30,7 +30,7 @@ from _pytest.reports import TestReport
 from miniyaie.course.batch import KERNEL_TESTS_IN_PROCESS
 
 CHILD_RESULTS = "MINIYAIE_KERNEL_TEST_RESULTS"  # set in the child: where it appends its results
-CHILD_TIMEOUT_S = 900
+CHILD_TIMEOUT_S = 900  # a backstop for the whole module: each test in the child has its chapter's limit
 CH00 = str(Path(__file__).resolve().parents[1] / "ch00_model")
 if CH00 not in sys.path:
     sys.path.insert(0, CH00)
@@ -49,6 +49,9 @@ if _in_child:
                 text = report.longrepr[2]
             else:
                 text = "" if report.passed else str(report.longrepr)
+                crash = getattr(report.longrepr, "reprcrash", None)
+                if crash is not None:  # the error line first: what `miniyaie grade` shows of a failure
+                    text = f"{crash.message}\n{text}"
             with open(os.environ[CHILD_RESULTS], "a") as f:
                 f.write(json.dumps({"nodeid": report.nodeid, "outcome": report.outcome, "text": text, "seconds": report.duration}) + "\n")
 
@@ -82,6 +85,12 @@ def _run_module(config, path: Path) -> dict:
 
 if _isolate:
 
+    def pytest_collection_modifyitems(config, items):
+        """No time limit here: the child enforces each test's own limit (it also runs the course plugin)."""
+        for item in items:
+            if Path(item.path).parent == Path(__file__).parent:
+                item.add_marker(pytest.mark.timeout(0))  # the first test of a module runs the whole module
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(item, nextitem):
         path = Path(item.path)
@@ -97,7 +106,7 @@ if _isolate:
             outcome, text = "failed", f"no result from the child process for this module: {why}\n{run['tail']}"
         longrepr = None
         if outcome == "failed":
-            longrepr = f"[ran in a child process]\n{text}"
+            longrepr = f"{text}\n[ran in a child process]"
         elif outcome == "skipped":
             longrepr = (str(path), item.location[1] or 0, text)
         ihook = item.ihook

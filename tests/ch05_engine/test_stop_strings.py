@@ -47,3 +47,12 @@ def test_find_stop_and_held_back():
     assert held_back("the end <st", ["<stop>", "st"]) == 3
     assert held_back("the end", ["<stop>"]) == 0
     assert held_back("abc", ["abc"]) == 0  # a whole match is found, not held back
+
+
+@pytest.mark.task("5.5")
+def test_find_stop_and_held_back_at_their_boundaries():
+    # "lo" is text[3:5]: its last character is at index 4
+    assert find_stop("hello world", ["lo"], 4) == 3, "a match whose last character is at `start` is new"
+    assert find_stop("hello world", ["lo"], 5) is None, "a match that ended before `start` was found already"
+    assert held_back("the end", []) == 0 and held_back("", ["<stop>"]) == 0, "nothing to hold back"
+    assert held_back("x<", ["<"]) == 0, "a one-character stop string has no proper prefix to hold back"

@@ -48,6 +48,16 @@ def test_scores_follow_bm25(folder):
 
 
 @pytest.mark.task("6.5")
+def test_a_repeated_query_term_counts_once(folder):
+    retriever = Retriever.from_folder(folder)
+    for i in range(len(retriever.passages)):
+        once = retriever.score(["radix", "blocks"], i)
+        assert retriever.score(["radix", "radix", "blocks", "radix"], i) == pytest.approx(once), (
+            "a query term repeated three times scored more than once: BM25 sums over the query's distinct terms"
+        )
+
+
+@pytest.mark.task("6.5")
 def test_search_ranks_rare_and_repeated_terms_first(folder):
     retriever = Retriever.from_folder(folder)
     best = retriever.search("how does the radix tree share prefixes?", k=2)

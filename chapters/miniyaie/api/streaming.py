@@ -98,8 +98,9 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     # sse_done(). Catch EngineError: yield sse_event(error_body(...)) built
     # from from_engine_error(exc), then [DONE]. In `finally`, await
     # items.aclose(): that is what aborts an abandoned request.
-    # TODO(Task 6.4): Stream chunks, abort on disconnect. Replace this line with your code.
+    # TODO(Task 6.4): Stream chunks, abort on disconnect. Replace these lines with your code.
     raise NotImplementedError('Chapter 6, Task 4: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
+    yield  # never runs: it keeps this function a generator, as its callers expect
 # ANCHOR_END: event_stream
 
 

@@ -16,6 +16,7 @@ from miniyaie import _switch
 
 RESULTS_ENV = "MINIYAIE_RESULTS"  # where `grade` and `holes` ask for a JSON report
 TIMEOUTS_ENV = "MINIYAIE_TIMEOUTS"  # a JSON file {nodeid: seconds}: per-test limits (`course mutants`)
+LIMIT_SCALE_ENV = "MINIYAIE_TIME_LIMIT_SCALE"  # multiplies every chapter's limit (a slow machine: 2, 3, ...)
 _RESULTS: dict[str, dict] = {}  # nodeid -> chapter, tasks, graded, outcome, message
 _CHAPTER_DIR = re.compile(r"(?:^|/)tests/ch(\d\d)_")
 
@@ -61,6 +62,25 @@ def _describe(item) -> dict:
         "message": "",
         "duration": 0.0,
     }
+
+
+# Per-test time limits of each chapter's tests, in seconds: a learner's infinite
+# loop fails in a minute or two, naming its task, instead of at pyproject's
+# 900 s. Each is at least eight times the chapter's slowest test (bundled model
+# aside) measured on a 2-core machine shared with other test runs (2026-11-22:
+# ch00 4.7 s, ch01 0.6, ch02 1.7, ch03 1.9, ch04 5.9, ch05 14.3, ch06 6.1).
+# Tests marked bundled_model keep pyproject's limit: the first load of SmolLM2
+# converts it, minutes on a busy machine. `pytest --timeout=SECONDS` (or
+# $PYTEST_TIMEOUT) overrides all of these; a test's own timeout mark wins.
+CHAPTER_LIMITS_S = {0: 120, 1: 60, 2: 60, 3: 60, 4: 120, 5: 120, 6: 90}
+
+
+def chapter_limit(item) -> float | None:
+    """The time limit the chapter table gives `item`, or None (pyproject's default applies)."""
+    chapter = chapter_of(item.nodeid)
+    if chapter not in CHAPTER_LIMITS_S or item.get_closest_marker("bundled_model") is not None:
+        return None
+    return CHAPTER_LIMITS_S[chapter] * float(os.environ.get(LIMIT_SCALE_ENV, "1"))
 
 
 # Once a test has hung, the code under test most likely loops for the tests
@@ -118,13 +138,17 @@ def pytest_timeout_cancel_timer(item):
     return True
 
 
+@pytest.hookimpl(trylast=True)  # after conftests: a timeout mark one of them gives a test wins
 def pytest_collection_modifyitems(session, config, items):
     path = os.environ.get(TIMEOUTS_ENV)
     limits = json.loads(open(path).read()) if path else {}
+    limit_given = config.getoption("timeout", None) is not None or os.environ.get("PYTEST_TIMEOUT")
     for item in items:
         _RESULTS[item.nodeid] = _describe(item)
         if item.nodeid in limits:
-            item.add_marker(pytest.mark.timeout(limits[item.nodeid]), append=False)  # before any conftest's
+            item.add_marker(pytest.mark.timeout(limits[item.nodeid]), append=False)  # before any other
+        elif not limit_given and item.get_closest_marker("timeout") is None and (limit := chapter_limit(item)):
+            item.add_marker(pytest.mark.timeout(limit))
 
 
 def pytest_deselected(items):

@@ -13,6 +13,7 @@ that names the chapter, the task and the book page.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
@@ -64,17 +65,86 @@ def find_regions(text: str, path: str) -> list[Region]:
     return regions
 
 
-def stub_lines(region: Region, page: str) -> list[str]:
+def stub_lines(region: Region, page: str, keep_generator: bool = False) -> list[str]:
+    """The stub of a region. `keep_generator`: the region holds every `yield` of its function."""
     message = f"Chapter {region.chapter}, Task {region.number}: {region.what} — see {page}"
-    return [
-        f"{region.indent}# TODO(Task {region.task}): {region.what}. Replace this line with your code.",
+    replace = "these lines" if keep_generator else "this line"
+    lines = [
+        f"{region.indent}# TODO(Task {region.task}): {region.what}. Replace {replace} with your code.",
         f"{region.indent}raise NotImplementedError({message!r})",
     ]
+    if keep_generator:
+        # Without a `yield` the function would stop being a generator: calling it would return a
+        # coroutine or a value, and `for`/`async for` would fail with a confusing TypeError
+        # instead of reaching the NotImplementedError above.
+        lines.append(f"{region.indent}yield  # never runs: it keeps this function a generator, as its callers expect")
+    return lines
 
 
 def stub_regions(text: str, regions: list[Region], page: str) -> str:
     """Replace the given regions of `text` (found by find_regions) with stubs."""
     lines = text.splitlines()
+    needs_yield = _regions_holding_every_yield(text, regions)
     for region in sorted(regions, key=lambda r: r.begin, reverse=True):
-        lines[region.begin - 1 : region.end] = stub_lines(region, page)
+        lines[region.begin - 1 : region.end] = stub_lines(region, page, region in needs_yield)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+# ------------------------------------------------------------------ function kinds
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _own_nodes(function: ast.AST):
+    """The nodes of a function's body, not those of functions, lambdas or classes nested in it."""
+    todo = list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _yield_lines(function: ast.AST) -> list[int]:
+    return [n.lineno for n in _own_nodes(function) if isinstance(n, (ast.Yield, ast.YieldFrom))]
+
+
+def _regions_holding_every_yield(text: str, regions: list[Region]) -> set[Region]:
+    """Regions whose stub would turn their (innermost enclosing) generator function into a plain one."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()  # not Python we can read: stub it as it is
+    functions = [n for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)]
+    found = set()
+    for region in regions:
+        around = [f for f in functions if f.lineno < region.begin <= f.end_lineno]  # the END marker may follow the last line
+        if not around:
+            continue
+        innermost = max(around, key=lambda f: f.lineno)
+        yields = _yield_lines(innermost)
+        if yields and all(region.begin < line < region.end for line in yields):
+            found.add(region)
+    return found
+
+
+def function_kinds(text: str) -> dict[str, str]:
+    """Qualified name -> "generator", "async generator", "coroutine" or "function", for every def in `text`."""
+    kinds: dict[str, str] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, _FUNCTIONS):
+                name = f"{prefix}{child.name}"
+                is_generator = bool(_yield_lines(child))
+                if isinstance(child, ast.AsyncFunctionDef):
+                    kinds[name] = "async generator" if is_generator else "coroutine"
+                else:
+                    kinds[name] = "generator" if is_generator else "function"
+                visit(child, f"{name}.<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(text), "")
+    return kinds

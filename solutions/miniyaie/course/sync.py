@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from miniyaie._switch import CHAPTERS_ROOT
-from miniyaie.course.regions import Region, find_regions, stub_regions
+from miniyaie.course.regions import Region, find_regions, function_kinds, stub_regions
 from miniyaie.course.registry import CHAPTERS, Chapter
 
 MANIFEST = CHAPTERS_ROOT.parent / ".generated.json"
@@ -84,6 +84,25 @@ def check() -> list[str]:
         problems.append(f"not generated: chapters/miniyaie/{rel}")
     if not MANIFEST.is_file() or MANIFEST.read_text() != _manifest_text(tree):
         problems.append(f"stale manifest: {MANIFEST.relative_to(CHAPTERS_ROOT.parent.parent)}")
+    return problems + kind_changes(tree)
+
+
+def kind_changes(tree: dict[str, str]) -> list[str]:
+    """Functions whose stub is not the same kind (generator, async generator, coroutine, plain) as the solution.
+
+    A stub that turned a generator into a plain function would fail in its
+    caller (`'async for' requires __aiter__`) instead of naming its task.
+    """
+    problems = []
+    for ch in CHAPTERS:
+        for path in chapter_files(ch):
+            rel = path.relative_to(ch.solution_dir.parent).as_posix()
+            if path.suffix != ".py" or rel not in tree:
+                continue
+            solution, stub = function_kinds(path.read_text()), function_kinds(tree[rel])
+            for name in sorted(solution.keys() & stub.keys()):  # a def inside a region has no stub to compare
+                if solution[name] != stub[name]:
+                    problems.append(f"stub changes a function's kind: {rel}:{name} (solution: {solution[name]}, stub: {stub[name]})")
     return problems
 
 

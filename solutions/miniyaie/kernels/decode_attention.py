@@ -10,6 +10,8 @@ second tiny kernel merges the splits with their log-sum-exp.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from miniyaie.kernels._triton import dot_dtype, tl, triton
@@ -148,7 +150,15 @@ def default_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block
 
 
 # ANCHOR: decode_launch
-def decode_attention(
+class DecodePartials(NamedTuple):
+    """What the split kernel writes: every split's normalised partial output and its log-sum-exp."""
+
+    out: torch.Tensor  # [num_seqs, num_heads, num_splits, next_power_of_2(head_dim)] float32; columns past head_dim are padding
+    lse: torch.Tensor  # [num_seqs, num_heads, num_splits] float32: log(sum(exp(scores))) of the split, -inf if it is empty
+    split_len: int  # split i covers tokens [i * split_len, (i + 1) * split_len) of each sequence
+
+
+def decode_partials(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -157,17 +167,14 @@ def decode_attention(
     block_size: int,
     scale: float,
     num_splits: int | None = None,
-) -> torch.Tensor:
-    """Triton paged decode attention; same arguments and result as decode_attention_reference."""
+) -> DecodePartials:
+    """Run the split kernel alone (Task 4.1); decode_attention merges what it returns."""
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     if num_heads % num_kv_heads:
         raise ValueError(f"{num_heads} query heads cannot share {num_kv_heads} KV heads evenly")
     if k_cache.stride(2) != 1 or q.stride(2) != 1:
         raise ValueError("decode_attention needs the head dimension contiguous")
-    out = torch.empty_like(q)
-    if num_seqs == 0:
-        return out
     group = num_heads // num_kv_heads
     block_n = 16 if q.device.type == "cpu" else 64
     max_seq_len = int(seq_lens.max())
@@ -184,12 +191,38 @@ def decode_attention(
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, DIM_PAD=dim_pad,
         BLOCK_N=block_n, DOT=dot_dtype(q.dtype),
     )
-    if num_splits == 1:  # one split is already normalised: nothing to merge (and Task 4.1 runs without 4.2)
-        out.copy_(part_out[:, :, 0, :head_dim])
-        return out
+    return DecodePartials(part_out, part_lse, split_len)
+
+
+def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Run the merge kernel alone (Task 4.2): combine DecodePartials' out and lse into out [num_seqs, num_heads, head_dim]."""
+    num_seqs, num_heads, num_splits, dim_pad = part_out.shape
+    if not (part_out.is_contiguous() and part_lse.is_contiguous()) or part_lse.shape != part_out.shape[:3]:
+        raise ValueError("merge_splits needs contiguous partials shaped as decode_partials returns them")
     _merge_splits_kernel[(num_seqs, num_heads)](
         part_out, part_lse, out, out.stride(0), out.stride(1), num_splits,
-        HEAD_DIM=head_dim, DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(num_splits),
+        HEAD_DIM=out.shape[2], DIM_PAD=dim_pad, SPLITS_PAD=triton.next_power_of_2(num_splits),
     )
     return out
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_size: int,
+    scale: float,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Triton paged decode attention; same arguments and result as decode_attention_reference."""
+    out = torch.empty_like(q)
+    if q.shape[0] == 0:
+        return out
+    partials = decode_partials(q, k_cache, v_cache, block_tables, seq_lens, block_size, scale, num_splits)
+    if partials.out.shape[2] == 1:  # one split is already normalised: nothing to merge (and Task 4.1 runs without 4.2)
+        out.copy_(partials.out[:, :, 0, : q.shape[2]])
+        return out
+    return merge_splits(partials.out, partials.lse, out)
 # ANCHOR_END: decode_launch

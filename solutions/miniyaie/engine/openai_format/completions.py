@@ -9,14 +9,26 @@ from miniyaie.engine.outputs import CompletionDelta, GenerationOutput, TokenLogp
 
 
 def completion_logprobs(entries: list[TokenLogprob] | None) -> dict | None:
-    """The legacy completions shape: parallel lists of token texts, their logprobs and the top alternatives."""
+    """The legacy completions shape: parallel lists of token texts, their logprobs and the top alternatives.
+
+    Its top alternatives are a dict keyed by text, so two tokens spelled alike
+    (two halves of different characters both read as U+FFFD) share one key:
+    the likelier one keeps it (entries come best first).
+    """
     if entries is None:
         return None
     return {
         "tokens": [e.token for e in entries],
         "token_logprobs": [e.logprob for e in entries],
-        "top_logprobs": [{t.token: t.logprob for t in e.top_logprobs} for e in entries],
+        "top_logprobs": [_by_text(e) for e in entries],
     }
+
+
+def _by_text(entry: TokenLogprob) -> dict[str, float]:
+    top: dict[str, float] = {}
+    for t in entry.top_logprobs:
+        top.setdefault(t.token, t.logprob)
+    return top
 
 
 def text_completion(request_id: str, model: str, results: list[GenerationOutput], n: int) -> dict:

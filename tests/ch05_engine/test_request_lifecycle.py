@@ -1,0 +1,175 @@
+"""Task 5.6, the request lifecycle, at its edges: held-back text, a stop on the last token, n > 1, logprobs, cleanup.
+
+Every request here runs through the public streaming API with a bounded
+wait for each item, so a lifecycle that never delivers its result fails
+with a message instead of hanging until the time limit.
+"""
+
+import asyncio
+import gc
+import weakref
+
+import pytest
+
+from miniyaie.engine import CompletionDelta, EngineConfig, EngineError, GenerationOutput, InferenceEngine
+
+PROMPT = "Once upon a time there"
+ITEM_WAIT_S = 20.0  # the tiny model makes a token in milliseconds: a silence this long is a lost result
+
+
+@pytest.fixture
+def engine(tiny_loaded):
+    with InferenceEngine(tiny_loaded, EngineConfig(block_size=4, num_blocks=96, max_num_batched_tokens=24)) as e:
+        yield e
+
+
+def run(engine, prompt=PROMPT, **kwargs) -> tuple[list[CompletionDelta], GenerationOutput]:
+    """The deltas and the result of one streamed request; fails (never hangs) when the result does not come."""
+
+    async def collect():
+        items = []
+        stream = engine.stream_async(prompt, **kwargs)
+        try:
+            while not items or not isinstance(items[-1], GenerationOutput):
+                try:
+                    items.append(await asyncio.wait_for(anext(stream), ITEM_WAIT_S))
+                except asyncio.TimeoutError:
+                    finished = sorted({d.index for d in items if d.finish_reason is not None})
+                    pytest.fail(f"no result {ITEM_WAIT_S:g} s after the last delta (completions finished: {finished}): "
+                                "does every completion record its finish_reason, and the engine stop the ones a "
+                                "stop string ended?")
+                except StopAsyncIteration:
+                    pytest.fail("the stream ended without a GenerationOutput")
+                except EngineError as exc:
+                    pytest.fail(f"the request failed instead of finishing: {type(exc).__name__}: {exc}")
+        finally:
+            await stream.aclose()
+        return items[:-1], items[-1]
+
+    return asyncio.run(collect())
+
+
+def assert_idle(engine):
+    stats = engine.get_stats()
+    requests = stats["requests"]
+    assert requests["in_flight"] == requests["running"] == requests["waiting"] == 0, f"a request is left behind: {requests}"
+    assert stats["kv_blocks"]["held_by_requests"] == 0, f"a finished request still holds KV blocks: {stats['kv_blocks']}"
+
+
+def streamed_text(deltas, index=0):
+    return "".join(d.text for d in deltas if d.index == index)
+
+
+def clean(text: str) -> bool:
+    return "\ufffd" not in text
+
+
+@pytest.mark.task("5.6")
+def test_text_held_back_for_a_stop_string_comes_out_when_the_request_ends(engine):
+    _, full = run(engine, max_tokens=10, ignore_eos=True)
+    stop = full.text[-1:] + "\u2603\u2603"  # its first character ends the text: held back until the request ends
+    assert full.text and stop not in full.text
+    deltas, result = run(engine, max_tokens=10, ignore_eos=True, stop=stop)
+    assert result.finish_reason == "length" and result.token_ids == full.token_ids
+    assert result.text == full.text, (
+        f"the result's text is {result.text!r}, expected {full.text!r}: the tail held back in case it "
+        "began a stop string must be released (flushed) when the completion finishes"
+    )
+    assert streamed_text(deltas) == full.text, "the streamed deltas must carry the released tail too"
+    assert_idle(engine)
+
+
+@pytest.mark.task("5.6")
+def test_a_stop_string_completed_by_the_last_allowed_token_is_a_stop(engine):
+    _, full = run(engine, max_tokens=24, ignore_eos=True)
+    tokenizer = engine.tokenizer
+    for max_tokens in range(4, 25):
+        text = tokenizer.decode(full.token_ids[:max_tokens], skip_special_tokens=True)
+        before = tokenizer.decode(full.token_ids[: max_tokens - 1], skip_special_tokens=True)
+        stop = text[-2:]
+        if len(stop) == 2 and clean(stop) and text.find(stop) == len(text) - 2 and stop not in before:
+            break
+    else:
+        pytest.skip("no output of this tiny model ends with a fresh two-character stop string")
+    deltas, result = run(engine, max_tokens=max_tokens, ignore_eos=True, stop=stop)
+    assert result.token_ids == full.token_ids[:max_tokens] and result.text == text[:-2]
+    assert result.finish_reason == "stop", (
+        f"the stop string {stop!r} appeared with token {max_tokens}, the last allowed: "
+        f"the reason is \"stop\" (the text was cut), not {result.finish_reason!r}"
+    )
+    assert [d.finish_reason for d in deltas if d.finish_reason] == ["stop"]
+    assert_idle(engine)
+
+
+def stop_only_in_completion_1(engine):
+    """(seed, the three uncut results, a stop string only completion 1's text contains, where it starts)."""
+    for seed in range(40):
+        _, result = run(engine, n=3, max_tokens=12, temperature=1.0, seed=seed, ignore_eos=True)
+        texts = [o.text for o in result.outputs]
+        for start in range(1, len(texts[1]) - 3):
+            stop = texts[1][start : start + 2]
+            if clean(stop) and texts[1].find(stop) == start and stop not in texts[0] and stop not in texts[2]:
+                return seed, result, stop, start
+    pytest.skip("no seed gave completion 1 a text the others do not share")
+
+
+@pytest.mark.task("5.6")
+def test_a_stop_string_ends_only_the_completion_it_appears_in(engine):
+    seed, uncut, stop, start = stop_only_in_completion_1(engine)
+    deltas, result = run(engine, n=3, max_tokens=12, temperature=1.0, seed=seed, ignore_eos=True, stop=stop)
+    first, second, third = result.outputs
+    assert second.finish_reason == "stop" and second.text == uncut.outputs[1].text[:start], (
+        f"completion 1 should stop at {stop!r}: got {second.text!r} ({second.finish_reason})"
+    )
+    assert len(second.token_ids) < 12, "completion 1 must stop generating when its stop string appears"
+    for index, (got, want) in ((0, (first, uncut.outputs[0])), (2, (third, uncut.outputs[2]))):
+        assert (got.token_ids, got.text, got.finish_reason) == (want.token_ids, want.text, "length"), (
+            f"completion {index} never saw the stop string, yet it changed: each completion is ended by its "
+            "own engine id, not the request's"
+        )
+        assert streamed_text(deltas, index) == want.text
+    assert_idle(engine)
+
+
+@pytest.mark.task("5.6")
+@pytest.mark.parametrize("n", [1, 2])
+def test_logprobs_arrive_for_every_token_in_order(engine, n):
+    temperature = 0 if n == 1 else 1.0
+    deltas, result = run(engine, n=n, max_tokens=6, temperature=temperature, seed=3, ignore_eos=True, logprobs=2)
+    for output in result.outputs:
+        assert output.logprobs is not None and len(output.logprobs) == len(output.token_ids) == 6, (
+            f"completion {output.index}: {0 if output.logprobs is None else len(output.logprobs)} logprobs for "
+            f"{len(output.token_ids)} tokens: record one per token when the request asks for them"
+        )
+        assert [entry.token_id for entry in output.logprobs] == output.token_ids, "logprobs out of token order"
+        assert all(len(entry.top_logprobs) == 2 and entry.logprob <= 0 for entry in output.logprobs)
+        streamed = [entry for d in deltas if d.index == output.index for entry in (d.logprobs or [])]
+        assert streamed == output.logprobs, "the stream's deltas must carry the same logprobs"
+    _, plain = run(engine, max_tokens=3, ignore_eos=True)
+    assert plain.logprobs is None, "no logprobs were asked for"
+
+
+@pytest.mark.task("5.6")
+def test_a_finished_request_leaves_nothing_behind(engine):
+    _, result = run(engine, max_tokens=4, ignore_eos=True)
+    assert result.finish_reason == "length"
+    assert_idle(engine)
+    completion = weakref.ref(result.outputs[0])
+    del result
+    run(engine, "hello", max_tokens=2, ignore_eos=True)  # a later request: the loop's own variables move on
+    gc.collect()
+    assert completion() is None, (
+        "the engine still holds a finished completion: forget its entries (by engine id) when it finishes"
+    )
+
+
+@pytest.mark.task("5.6")
+def test_an_aborted_stream_ends_every_completion_and_returns_its_blocks(engine):
+    seen = []
+    for item in engine.stream(PROMPT, n=2, max_tokens=40, temperature=1.0, seed=1, ignore_eos=True):
+        seen.append(item)
+        if len(seen) == 4:
+            break  # closing the stream aborts the request
+    deltas, later = run(engine, "hello", max_tokens=3, ignore_eos=True)
+    assert later.finish_reason == "length" and streamed_text(deltas) == later.text
+    assert_idle(engine)
