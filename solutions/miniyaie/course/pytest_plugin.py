@@ -138,7 +138,7 @@ def _short_message(report) -> str:
     return text.strip().splitlines()[0][:300] if text.strip() else ""
 
 
-_EXAMPLE = re.compile(r"^(Failing test case|Falsifying example):", re.M)
+_EXAMPLE = re.compile(r"^(Failing test case|Failing explicit example|Falsifying example|Falsifying explicit example):", re.M)
 
 
 def _failing_example(report) -> str:
