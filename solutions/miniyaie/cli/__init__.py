@@ -8,6 +8,7 @@
     bench.py             bench serve, bench offline (the tools live in miniyaie.bench)
     course.py            grade, course sync/check/notebooks/holes/mutants
     harness.py           harness (chapter 4's kernels; the tool lives in miniyaie.bench)
+    hint.py              hint (a task's hint ladder, one level at a time)
 """
 
 from miniyaie.cli.main import build_parser, main

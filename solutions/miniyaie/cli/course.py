@@ -20,7 +20,9 @@ def add_parsers(sub) -> None:
     course_sub = course.add_subparsers(dest="course_command", required=True, parser_class=Parser)
     sync = course_sub.add_parser("sync", help="generate chapters/ from solutions/")
     sync.add_argument("--force", action="store_true", help="overwrite files edited by hand")
-    course_sub.add_parser("check", help="fail if chapters/ or a rendered notebook page is stale")
+    course_sub.add_parser("check", help="fail if chapters/, a hint page or a rendered notebook page is stale")
+    share = course_sub.add_parser("share", help="print the learner-written share of each chapter's code")
+    share.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     notebooks = course_sub.add_parser("notebooks", help="run the notebooks and render them into book/src/")
     notebooks.add_argument("names", nargs="*", help="notebooks by number or name (default: all)")
     holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
@@ -49,10 +51,12 @@ def cmd_course(args: argparse.Namespace) -> int:
     from miniyaie.course.registry import CHAPTERS
 
     if args.course_command == "sync":
-        for line in sync.sync(force=args.force):
+        from miniyaie.course import hints
+
+        for line in sync.sync(force=args.force) + hints.write_pages():
             print(line)
-        print("chapters/ is up to date.")
-        return 0
+        print("chapters/ and book/src/hints/ are up to date.")
+        return _ladders()
     if args.course_command == "check":
         return _check()
     if args.course_command == "notebooks":
@@ -66,6 +70,11 @@ def cmd_course(args: argparse.Namespace) -> int:
     for number in args.chapters:
         check_chapter(number)
     numbers = args.chapters or [ch.number for ch in CHAPTERS if sync.regions_of(ch)]
+    if args.course_command == "share":
+        from miniyaie.course.share import format_shares
+
+        print(format_shares(numbers))
+        return 0
     if args.course_command == "mutants":
         from miniyaie.course.mutants import MAX_PER_REGION, mutants
 
@@ -79,15 +88,29 @@ def cmd_course(args: argparse.Namespace) -> int:
     return status
 
 
+def _ladders() -> int:
+    """Print the hint-ladder errors and warnings; 1 when there is an error."""
+    from miniyaie.course import hints
+
+    errors, warnings = hints.all_problems()
+    for line in warnings:
+        print(f"warning: {line}")
+    for line in errors:
+        print(f"error: {line}")
+    return 1 if errors else 0
+
+
 def _check() -> int:
     from miniyaie.course import notebooks, sync
 
     problems = sync.check()
     for line in problems:
         print(line)
-    print("chapters/ is stale: run `miniyaie course sync`." if problems else "chapters/ is up to date.")
+    print("chapters/ or book/src/hints/ is stale: run `miniyaie course sync`." if problems
+          else "chapters/ is up to date.")
+    bad_ladders = _ladders()
     stale_pages = notebooks.check()
     for line in stale_pages:
         print(line)
     print("notebook pages are stale: run `miniyaie course notebooks`." if stale_pages else "notebook pages are up to date.")
-    return 1 if problems or stale_pages else 0
+    return 1 if problems or bad_ladders or stale_pages else 0

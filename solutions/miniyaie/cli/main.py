@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from miniyaie.cli import bench, course, generate, harness, notebook, serve
+from miniyaie.cli import bench, course, generate, harness, hint, notebook, serve
 from miniyaie.cli.args import Parser, UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="miniyaie", description="Mini-YAIE: an inference engine you build chapter by chapter.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for group in (generate, serve, bench, course, harness, notebook):
+    for group in (generate, serve, bench, course, harness, hint, notebook):
         group.add_parsers(sub)
     return parser
 
