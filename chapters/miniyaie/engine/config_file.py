@@ -1,4 +1,4 @@
-"""Engine settings from a YAML or TOML file, in seed 004's layout.
+"""Engine settings from a YAML or TOML file: three sections, engine, sampling and resource.
 
     engine:                      # how the engine runs (EngineConfig fields, plus the model)
       model: smollm2
