@@ -6,10 +6,11 @@
 Every system gets the same random-token prompts (seed 0) and must produce
 exactly each request's output length (`ignore_eos`). transformers runs in
 this process; vLLM, which needs its own torch, in a child process of its
-own environment (bench/vllm_peer.py), with the same number of threads. The table gives output
-tokens per second, our speed over each other system's, and our efficiency
-against the compute floor: the same step shapes through the model with
-attention replaced by a no-op, timed in the same run.
+own environment (bench/vllm_peer.py), with the same number of threads.
+The table gives output tokens per second, our speed over each other
+system's, and our efficiency against the compute floor: the same step
+shapes through the model with attention replaced by a no-op, timed in the
+same run.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def run(args) -> dict:
             row["steps"] = r.stats["steps"]
         elif "outputs" in r.stats:  # a peer that returned its tokens: how many requests equal ours (greedy)
             row["same_tokens_as_ours"] = sum(a == b for a, b in zip(r.stats["outputs"], best.stats["outputs"]))
+        if r.stats.get("note"):
+            row["note"] = r.stats["note"]
         rows.append(row)
     report = dict(
         workload=workload.name,
@@ -129,6 +132,8 @@ def format_table(report: dict) -> str:
     for row in report["rows"]:
         if "same_tokens_as_ours" in row:
             lines.append(f"{row['system']}: {row['same_tokens_as_ours']} of {report['num_requests']} outputs equal ours token for token")
+        if "note" in row:
+            lines.append(f"{row['system']}: {row['note']}")
     if report["efficiency_vs_floor"] is not None:
         lines.append(f"ours / compute floor: {report['efficiency_vs_floor']:.0%}")
     if report["workload"] == "shared-prefix":
