@@ -1,8 +1,13 @@
 """The cases of `miniyaie harness`: each chapter 4 kernel at realistic shapes, with its torch reference.
 
-A Case runs the Triton kernel, its plain-torch reference and (for attention)
-scaled_dot_product_attention on the same inputs, and knows the bytes and
-FLOPs the kernel must at least move and do, for the roofline.
+A Case runs the Triton kernel and its plain-torch reference on the same
+inputs, and knows the bytes and FLOPs the kernel must at least move and do,
+for the roofline. The reference is the definition, written for clarity (a
+Python loop over rows, syncs included), so beating it proves little; each
+case also carries the best plain-torch ways to do the same job, its
+baselines: scaled_dot_product_attention with a causal flag that lets it use
+its flash path (not a bool mask, which rules that out), chapter 5's batched
+sampler and torch.multinomial.
 """
 
 from __future__ import annotations
@@ -14,6 +19,18 @@ KERNELS = ("decode_attention", "extend_attention", "store_kv", "rms_norm", "rota
 
 
 @dataclass
+class Baseline:
+    """Another way to do a case's job, timed against the kernel on a GPU."""
+
+    name: str
+    run: Callable[[], object]
+    # Its result in the kernel's layout, checked against the reference so that the
+    # comparison is with the same computation; None when it cannot match token for
+    # token (a sampler drawing its own random numbers).
+    as_kernel_output: Callable[[object], object] | None = None
+
+
+@dataclass
 class Case:
     kernel: str
     shape: str
@@ -22,7 +39,7 @@ class Case:
     compare: Callable[[object, object], float]  # max abs error; raises if beyond tolerance
     bytes: int  # bytes the kernel must move at least
     flops: int
-    sdpa: Callable[[], object] | None = None
+    baselines: list[Baseline] = field(default_factory=list)
     result: dict = field(default_factory=dict)
 
 
@@ -62,6 +79,11 @@ def _dense_kv(torch, k, v, tables, lens, page):
 
 
 def build_cases(torch, K, on_gpu: bool, names) -> list[Case]:
+    from torch.nn.attention.bias import causal_lower_right
+
+    from miniyaie.engine.sampler import draw, filter_logits
+
+    sdpa_fn = torch.nn.functional.scaled_dot_product_attention
     device, dtype = ("cuda" if on_gpu else "cpu"), torch.bfloat16
     size = dtype.itemsize
     attn_close, elem_close = _close(torch, 2e-2, 2e-2), _close(torch, 2e-2, 1.6e-2)
@@ -77,17 +99,14 @@ def build_cases(torch, K, on_gpu: bool, names) -> list[Case]:
             q = torch.randn(batch, heads, dim, dtype=dtype, device=device)
             seq_lens = torch.tensor(lens, dtype=torch.int32, device=device)
             args = (q, k, v, tables, seq_lens, page, dim**-0.5)
-            sdpa = None
-            if on_gpu:
-                dk, dv = _dense_kv(torch, k, v, tables, lens, page)
-                q4 = q[:, :, None, :]
-                sdpa = lambda q4=q4, dk=dk, dv=dv: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
-                    q4, dk, dv, scale=dim**-0.5, enable_gqa=True)
+            dk, dv = _dense_kv(torch, k, v, tables, lens, page)  # SDPA gets K/V already gathered: its best case
+            sdpa = Baseline("sdpa", lambda q4=q[:, :, None, :], dk=dk, dv=dv: sdpa_fn(q4, dk, dv, scale=dim**-0.5, enable_gqa=True),
+                            lambda out: out[:, :, 0, :])
             cases.append(Case(
                 "decode_attention", f"batch {batch}, context {ctx}, page {page}",
                 lambda args=args: K.decode_attention(*args), lambda args=args: K.decode_attention_reference(*args),
                 attn_close, bytes=2 * batch * ctx * kv_heads * dim * size + 2 * q.numel() * size,
-                flops=4 * batch * ctx * heads * dim, sdpa=sdpa,
+                flops=4 * batch * ctx * heads * dim, baselines=[sdpa],
             ))
 
     extend_shapes = [(4, 0, 2048), (4, 4096, 512), (16, 0, 1024)] if on_gpu else [(2, 0, 24), (2, 17, 9)]
@@ -99,17 +118,18 @@ def build_cases(torch, K, on_gpu: bool, names) -> list[Case]:
         start = torch.arange(0, batch * new + 1, new, dtype=torch.int32, device=device)
         args = (q, k, v, tables, start, torch.tensor(lens, dtype=torch.int32, device=device), page, dim**-0.5)
         visible = batch * (new * prefix + new * (new + 1) // 2)  # unmasked (query, key) pairs
-        sdpa = None
-        if on_gpu:
-            dk, dv = _dense_kv(torch, k, v, tables, lens, page)
-            q4 = q.view(batch, new, heads, dim).transpose(1, 2)
-            mask = torch.ones(new, prefix + new, dtype=torch.bool, device=device).tril(prefix)
-            sdpa = lambda q4=q4, dk=dk, dv=dv, mask=mask: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
-                q4, dk, dv, attn_mask=mask, scale=dim**-0.5, enable_gqa=True)
+        dk, dv = _dense_kv(torch, k, v, tables, lens, page)
+        q4 = q.view(batch, new, heads, dim).transpose(1, 2)
+        # The causal mask as a flag, never a bool tensor (which rules out SDPA's flash path). With a cached
+        # prefix the queries are the last `new` rows of the square: causal from the lower right corner.
+        causal = {"is_causal": True} if prefix == 0 else {"attn_mask": causal_lower_right(new, prefix + new)}
+        sdpa = Baseline("sdpa", lambda q4=q4, dk=dk, dv=dv, causal=causal: sdpa_fn(
+            q4, dk, dv, scale=dim**-0.5, enable_gqa=True, **causal),
+            lambda out, batch=batch, new=new: out.transpose(1, 2).reshape(batch * new, heads, dim))
         cases.append(Case(
             "extend_attention", f"batch {batch}, prefix {prefix}, new {new}",
             lambda args=args: K.extend_attention(*args), lambda args=args: K.extend_attention_reference(*args),
-            attn_close, bytes=(2 * k.numel() + 2 * q.numel()) * size, flops=4 * visible * heads * dim, sdpa=sdpa,
+            attn_close, bytes=(2 * k.numel() + 2 * q.numel()) * size, flops=4 * visible * heads * dim, baselines=[sdpa],
         ))
 
     tokens, hidden, inter = (8192, 4096, 14336) if on_gpu else (6, 96, 160)
@@ -176,7 +196,17 @@ def build_cases(torch, K, on_gpu: bool, names) -> list[Case]:
             raise AssertionError(f"sampled {actual.tolist()} but the reference picked {expected.tolist()}")
         return 0.0
 
+    temperature, top_k, top_p, min_p, _ = params
+    no_seeds = [None] * rows
+
+    def batched_sampler():  # chapter 5's Sampler on the same rows: one sort (topk here), one cumsum, one draw
+        return draw(torch.softmax(filter_logits(logits / temperature[:, None], top_k, top_p, min_p), dim=-1), no_seeds)
+
+    kept_probs = torch.softmax(filter_logits(logits / temperature[:, None], top_k, top_p, min_p), dim=-1)
     cases.append(Case("sample", f"{rows} rows x vocab {vocab}, top-k 50, top-p 0.9",
                       lambda: K.sample(logits, *params), lambda: K.sample_reference(logits, *params),
-                      same_tokens, bytes=logits.numel() * 4, flops=0))
+                      same_tokens, bytes=logits.numel() * 4, flops=0,
+                      baselines=[Baseline("ch5 sampler", batched_sampler),
+                                 # the draw alone, from probabilities already filtered: a floor for any sampler
+                                 Baseline("multinomial", lambda: torch.multinomial(kept_probs, 1))]))
     return [c for c in cases if not names or c.kernel in names]

@@ -3,8 +3,10 @@
 For each case: correctness against the torch reference first; then, on a
 GPU only, the median time (triton.testing.do_bench), the achieved GB/s or
 TFLOP/s, that as a share of a device-to-device copy measured in the same
-run, and the speedup over the torch reference (and over
-scaled_dot_product_attention for attention). Without a GPU the same code runs
+run, and the speedup over the torch reference and over each baseline (the
+best plain-torch way to do the same job: see kernel_cases.py). Every
+baseline that can is first checked against the reference, so that the
+comparison is with the same computation. Without a GPU the same code runs
 interpreter-sized shapes and reports correctness only: the interpreter's
 speed says nothing about a GPU's.
 """
@@ -37,11 +39,22 @@ def run_case(case: Case, on_gpu: bool, bench, copy_gbs: float | None, torch) -> 
     row = {"kernel": case.kernel, "shape": case.shape, "bytes": case.bytes, "flops": case.flops,
            "intensity_flop_per_byte": case.flops / case.bytes if case.bytes else 0.0}
     try:
-        row["max_abs_error"] = case.compare(case.run(), case.reference())
+        expected = case.reference()
+        row["max_abs_error"] = case.compare(case.run(), expected)
         row["correct"] = True
     except Exception as exc:  # a wrong kernel is a result to report, not a crash of the harness
         row["correct"], row["error"] = False, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
         return row
+    for baseline in case.baselines:
+        if baseline.as_kernel_output is None:
+            continue
+        try:  # a baseline computing something else would make a false comparison: a harness bug, reported as one
+            case.compare(baseline.as_kernel_output(baseline.run()), expected)
+        except Exception as exc:
+            row["correct"] = False
+            row["error"] = f"baseline {baseline.name} differs from the reference: {str(exc).strip().splitlines()[0][:160]}"
+            return row
+    row["baselines_checked"] = [b.name for b in case.baselines if b.as_kernel_output is not None]
     if on_gpu:
         ms = bench(getattr(case, "timed", case.run))
         row["ms"] = ms
@@ -51,8 +64,7 @@ def run_case(case: Case, on_gpu: bool, bench, copy_gbs: float | None, torch) -> 
             row["tflop_per_s"] = case.flops / ms / 1e9
             row["pct_of_bf16_peak"] = 100 * row["tflop_per_s"] / H100_BF16_DENSE_TFLOPS
         row["speedup_vs_reference"] = bench(case.reference) / ms
-        if case.sdpa is not None:
-            row["speedup_vs_sdpa"] = bench(case.sdpa) / ms
+        row["speedup_vs"] = {b.name: bench(b.run) / ms for b in case.baselines}
     return row
 
 
@@ -62,14 +74,14 @@ def format_table(rows: list[dict], on_gpu: bool) -> str:
 
     header = f"{'kernel':18} {'shape':44} {'ok':4}"
     if on_gpu:
-        header += f" {'ms':>9} {'GB/s':>8} {'%copy':>6} {'TFLOP/s':>8} {'x ref':>7} {'x sdpa':>7}"
+        header += f" {'ms':>9} {'GB/s':>8} {'%copy':>6} {'TFLOP/s':>8} {'x ref':>7}  speedup over each baseline"
     lines = [header, "-" * len(header)]
     for row in rows:
         line = f"{row['kernel']:18} {row['shape'][:44]:44} {'yes' if row['correct'] else 'NO':4}"
         if on_gpu and row["correct"]:
+            baselines = ", ".join(f"{name} {x:.2f}x" for name, x in row.get("speedup_vs", {}).items())
             line += (f" {fmt(row, 'ms', '9.4f')} {fmt(row, 'gb_per_s', '8.0f')} {fmt(row, 'pct_of_copy', '6.1f')}"
-                     f" {fmt(row, 'tflop_per_s', '8.1f')} {fmt(row, 'speedup_vs_reference', '7.1f')}"
-                     f" {fmt(row, 'speedup_vs_sdpa', '7.2f')}")
+                     f" {fmt(row, 'tflop_per_s', '8.1f')} {fmt(row, 'speedup_vs_reference', '7.1f')}  {baselines}")
         if not row["correct"]:
             line += f"  {row['error']}"
         lines.append(line)

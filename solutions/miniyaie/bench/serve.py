@@ -6,6 +6,15 @@ content chunk (TTFT), the gaps between chunks (ITL) and the end (e2e);
 per concurrency we report mean/p50/p99 and output tokens per second
 (completion tokens over the wall time of the whole batch). Any server that
 speaks the OpenAI chat API can be measured, e.g. `transformers serve`.
+
+Every concurrency gets prompts of its own: a server with a prefix cache would
+otherwise find the earlier levels' prompts in it and answer faster for a
+reason that has nothing to do with concurrency. Each request asks for usage
+in the stream (`stream_options.include_usage`); where the server reports
+`usage.prompt_tokens_details.cached_tokens`, the share of prompt tokens it
+served from its cache is a column of the table. Compare servers started
+fresh (bench/serve_peers.py does), since what an earlier run left in a
+cache still counts.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ class RequestTiming:
     itl: list[float] = field(default_factory=list)
     e2e: float = 0.0
     completion_tokens: int = 0
+    prompt_tokens: int | None = None  # as the server's usage says, when it says
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when reported
     error: str | None = None
 
 
@@ -49,6 +60,23 @@ def prompts(count: int, words: int, seed: int) -> list[str]:
             for _ in range(count)]
 
 
+def prompts_per_level(levels: list[int], count: int, words: int, seed: int) -> list[list[str]]:
+    """`count` prompts for each concurrency level, none of them sent at another level.
+
+    One seeded stream of prompts is cut into consecutive slices, so the same
+    command sends the same prompts to every server it measures.
+    """
+    texts = prompts(count * len(levels), words, seed)
+    return [texts[i * count : (i + 1) * count] for i in range(len(levels))]
+
+
+def _record_usage(timing: RequestTiming, usage: dict) -> None:
+    timing.completion_tokens = usage.get("completion_tokens") or 0
+    timing.prompt_tokens = usage.get("prompt_tokens")
+    details = usage.get("prompt_tokens_details") or {}
+    timing.cached_tokens = details.get("cached_tokens")
+
+
 async def one_request(client, url: str, body: dict, timeout: float) -> RequestTiming:
     timing = RequestTiming()
     started = last = time.perf_counter()
@@ -63,7 +91,7 @@ async def one_request(client, url: str, body: dict, timeout: float) -> RequestTi
                     continue
                 chunk = json.loads(line[6:])
                 if chunk.get("usage"):
-                    timing.completion_tokens = chunk["usage"].get("completion_tokens", 0)
+                    _record_usage(timing, chunk["usage"])
                 if any((c.get("delta") or {}).get("content") for c in chunk.get("choices", [])):
                     now = time.perf_counter()
                     if timing.ttft is None:
@@ -89,7 +117,9 @@ async def run_concurrency(url: str, model: str, concurrency: int, texts: list[st
     async with httpx.AsyncClient(headers=headers, limits=limits) as client:
         async def bounded(text: str) -> RequestTiming:
             body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": args.max_tokens,
-                    "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
+                    "temperature": 0, "stream": True}
+            if not args.no_stream_usage:
+                body["stream_options"] = {"include_usage": True}
             if not args.no_ignore_eos:
                 body["ignore_eos"] = True
             async with semaphore:
@@ -100,10 +130,16 @@ async def run_concurrency(url: str, model: str, concurrency: int, texts: list[st
         wall = time.perf_counter() - started
     ok = [t for t in timings if t.error is None]
     tokens = sum(t.completion_tokens for t in ok)
+    # Prompt-cache figures only when every answered request reported them: a partial sum would mislead.
+    reported = bool(ok) and all(t.cached_tokens is not None and t.prompt_tokens for t in ok)
+    prompt_tokens = sum(t.prompt_tokens for t in ok) if reported else None
+    cached = sum(t.cached_tokens for t in ok) if reported else None
     return {
         "concurrency": concurrency, "requests": len(timings), "failed": len(timings) - len(ok),
         "errors": sorted({t.error for t in timings if t.error})[:3],
         "wall_s": wall, "completion_tokens": tokens, "output_tok_per_s": tokens / wall if wall else 0.0,
+        "prompt_tokens": prompt_tokens, "cached_tokens": cached,
+        "cached_share": cached / prompt_tokens if reported else None,
         "ttft": summary([t.ttft for t in ok if t.ttft is not None]),
         "itl": summary([gap for t in ok for gap in t.itl]),
         "e2e": summary([t.e2e for t in ok]),
@@ -122,11 +158,13 @@ def format_table(rows: list[dict]) -> str:
     def ms(x):
         return "-" if x is None else f"{x:.1f}"
 
-    lines = ["conc  reqs fail  out tok/s  TTFT mean/p50/p99 ms      ITL mean/p50/p99 ms     e2e mean/p50/p99 ms"]
+    lines = ["conc  reqs fail  out tok/s  cached  TTFT mean/p50/p99 ms      ITL mean/p50/p99 ms     e2e mean/p50/p99 ms"]
     for r in rows:
         cols = [f"{ms(r[k]['mean_ms'])}/{ms(r[k]['p50_ms'])}/{ms(r[k]['p99_ms'])}" for k in ("ttft", "itl", "e2e")]
-        lines.append(f"{r['concurrency']:>4} {r['requests']:>5} {r['failed']:>4} {r['output_tok_per_s']:>10.1f}  "
+        cached = "-" if r.get("cached_share") is None else f"{r['cached_share']:.1%}"
+        lines.append(f"{r['concurrency']:>4} {r['requests']:>5} {r['failed']:>4} {r['output_tok_per_s']:>10.1f}  {cached:>6}  "
                      f"{cols[0]:<24} {cols[1]:<22} {cols[2]}")
+    lines.append("cached: prompt tokens the server says came from its prefix cache (- : it does not say)")
     return "\n".join(lines)
 
 
@@ -165,8 +203,7 @@ def main(args) -> int:
         print(f"miniyaie: error: cannot reach {url}/v1/models: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     rows = []
-    for level in levels:
-        texts = prompts(args.num_requests, args.prompt_words, args.seed)
+    for level, texts in zip(levels, prompts_per_level(levels, args.num_requests, args.prompt_words, args.seed)):
         rows.append(asyncio.run(run_concurrency(url, model, level, texts, args)))
         print(f"concurrency {level}: {rows[-1]['output_tok_per_s']:.1f} output tok/s", file=sys.stderr, flush=True)
     print(f"{url}  model {model}  {args.num_requests} requests x {args.max_tokens} tokens per concurrency")

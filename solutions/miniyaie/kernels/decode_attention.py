@@ -27,6 +27,7 @@ def decode_attention_reference(
     block_size: int,
     scale: float,
     num_splits: int | None = None,  # ignored: the reference does not split
+    max_seq_len: int | None = None,  # ignored: the reference reads each length
 ) -> torch.Tensor:
     """Plain torch: gather each sequence's K/V slots, then softmax(q k^T * scale) v in float32."""
     num_seqs, num_heads, _ = q.shape
@@ -143,6 +144,11 @@ def _merge_splits_kernel(
 # ANCHOR_END: merge_kernel
 
 
+def decode_block_n(device: torch.device) -> int:
+    """Tokens per K/V tile: small in the CPU interpreter, a GPU-sized tile otherwise."""
+    return 16 if device.type == "cpu" else 64
+
+
 def default_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, block_n: int) -> int:
     """Enough splits for ~2 programs per GPU core-ish (132 SMs) without tiles shorter than 4 x block_n."""
     wanted = triton.cdiv(264, num_seqs * num_kv_heads)
@@ -167,8 +173,14 @@ def decode_partials(
     block_size: int,
     scale: float,
     num_splits: int | None = None,
+    max_seq_len: int | None = None,
 ) -> DecodePartials:
-    """Run the split kernel alone (Task 4.1); decode_attention merges what it returns."""
+    """Run the split kernel alone (Task 4.1); decode_attention merges what it returns.
+
+    `max_seq_len` (the longest context) sizes the splits. Give it when it is on the
+    host already, as the backend does once per step: reading it from `seq_lens` on a
+    GPU waits for the device, in every layer.
+    """
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     if num_heads % num_kv_heads:
@@ -176,8 +188,9 @@ def decode_partials(
     if k_cache.stride(2) != 1 or q.stride(2) != 1:
         raise ValueError("decode_attention needs the head dimension contiguous")
     group = num_heads // num_kv_heads
-    block_n = 16 if q.device.type == "cpu" else 64
-    max_seq_len = int(seq_lens.max())
+    block_n = decode_block_n(q.device)
+    if max_seq_len is None:
+        max_seq_len = int(seq_lens.max())  # a device sync on a GPU
     num_splits = num_splits or default_num_splits(num_seqs, num_kv_heads, max_seq_len, block_n)
     split_len = triton.cdiv(triton.cdiv(max_seq_len, num_splits), block_n) * block_n
     dim_pad = triton.next_power_of_2(head_dim)
@@ -215,12 +228,14 @@ def decode_attention(
     block_size: int,
     scale: float,
     num_splits: int | None = None,
+    max_seq_len: int | None = None,
 ) -> torch.Tensor:
-    """Triton paged decode attention; same arguments and result as decode_attention_reference."""
+    """Triton paged decode attention; same arguments and result as decode_attention_reference
+    (`max_seq_len`: see decode_partials)."""
     out = torch.empty_like(q)
     if q.shape[0] == 0:
         return out
-    partials = decode_partials(q, k_cache, v_cache, block_tables, seq_lens, block_size, scale, num_splits)
+    partials = decode_partials(q, k_cache, v_cache, block_tables, seq_lens, block_size, scale, num_splits, max_seq_len)
     if partials.out.shape[2] == 1:  # one split is already normalised: nothing to merge (and Task 4.1 runs without 4.2)
         out.copy_(partials.out[:, :, 0, : q.shape[2]])
         return out

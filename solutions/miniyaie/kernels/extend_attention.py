@@ -122,7 +122,12 @@ def extend_attention(
     scale: float,
     max_query_len: int | None = None,
 ) -> torch.Tensor:
-    """Triton extend attention; same arguments and result as extend_attention_reference."""
+    """Triton extend attention; same arguments and result as extend_attention_reference.
+
+    `max_query_len` (the most new tokens of any sequence) sizes the grid. Give it when
+    it is on the host already, as the backend does once per step: reading it from
+    `query_start` on a GPU waits for the device, in every layer.
+    """
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
     if num_heads % num_kv_heads:
@@ -132,7 +137,7 @@ def extend_attention(
     if num_tokens == 0 or num_seqs == 0:
         return out
     if max_query_len is None:
-        max_query_len = int((query_start[1:] - query_start[:-1]).max())
+        max_query_len = int((query_start[1:] - query_start[:-1]).max())  # a device sync on a GPU
     on_cpu = q.device.type == "cpu"
     block_m, block_n = (16, 16) if on_cpu else (64, 64)
     grid = (num_seqs, num_heads, triton.cdiv(max_query_len, block_m))
