@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from miniyaie.kernels.activation import silu_and_mul
-from miniyaie.kernels.decode_attention import decode_attention, decode_block_n, default_num_splits
-from miniyaie.kernels.extend_attention import extend_attention
-from miniyaie.kernels.rms_norm import rms_norm
-from miniyaie.kernels.rotary import rotary
-from miniyaie.kernels.store_kv import store_kv
+from miniyaie.kernels.decode_attention_kernel import decode_attention, decode_block_n, default_num_splits
+from miniyaie.kernels.extend_attention_kernel import extend_attention
+from miniyaie.kernels.rms_norm_kernel import rms_norm
+from miniyaie.kernels.rotary_kernel import rotary
+from miniyaie.kernels.store_kv_kernel import store_kv
 from miniyaie.model import AttentionMetadata, LayerOps
 
 
