@@ -17,6 +17,8 @@ settings.register_profile(
     "ci", deadline=None, derandomize=True, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", deadline=None, max_examples=200)
+# "grading": `miniyaie grade` shows a learner one minimal failing example per test, not a group of them.
+settings.register_profile("grading", settings.get_profile("ci"), report_multiple_bugs=False)
 # "mutants": `course holes` / `course mutants` only ask whether a test fails, so no shrinking.
 settings.register_profile("mutants", settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

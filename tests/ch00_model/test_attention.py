@@ -1,4 +1,4 @@
-"""Task 0.4: causal attention of new queries over a KV cache, and the torch backend."""
+"""Task 0.4: causal attention of new queries over a KV cache; Task 0.5: the torch backend that writes and reads the cache."""
 
 import pytest
 import torch
@@ -68,7 +68,7 @@ def test_decode_rows_equal_full_prefill_rows(context, kv_heads, group, seed):
     torch.testing.assert_close(full[0], v[0].repeat_interleave(group, 0), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.task("0.4")
+@pytest.mark.task("0.5")
 @given(
     seq_lens=st.lists(st.integers(1, 20), min_size=1, max_size=4),
     cached_fraction=st.floats(0, 1),

@@ -1,6 +1,6 @@
 """Chapter 0 end to end: greedy output equal, token for token, to transformers' generate.
 
-These tests use all four tasks (RMSNorm, RoPE, SwiGLU, attention over the cache).
+These tests use all five tasks (RMSNorm, RoPE, SwiGLU, attention over the cache, the backend).
 """
 
 import pytest
@@ -9,7 +9,7 @@ from tiny_models import CONFIGS, save_tiny_model, transformers_greedy
 
 from miniyaie.model import AttentionMetadata, KVCache, SamplingParams, generate, load_model
 
-pytestmark = [pytest.mark.task("0.1"), pytest.mark.task("0.2"), pytest.mark.task("0.3"), pytest.mark.task("0.4")]
+pytestmark = [pytest.mark.task("0.1"), pytest.mark.task("0.2"), pytest.mark.task("0.3"), pytest.mark.task("0.4"), pytest.mark.task("0.5")]
 
 
 

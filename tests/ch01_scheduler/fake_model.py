@@ -134,6 +134,9 @@ def check_step(s: Scheduler, out: SchedulerOutput, running_before: list[Request]
     head = list(s.waiting)[: len(preempted)]
     assert {id(r) for r in head} == {id(r) for r in preempted}, "preempted requests wait at the front of the queue"
     assert head == [r for r in running_before if r in preempted], "preempted requests keep their order"
+    if preempted:
+        admitted = [c.request.request_id for c in out.chunks if c.request not in running_before]
+        assert not admitted, f"{admitted} admitted in a step that preempted: memory is tight, the running requests drain first"
     newest = running_before[len(running_before) - len(preempted) :]
     assert {id(r) for r in preempted} == {id(r) for r in newest}, "the newest running requests are preempted first"
     ids = [c.request.request_id for c in out.chunks]

@@ -23,27 +23,41 @@ def scheduler(budget=64, seqs=8, capacity=1000, policy="fcfs", memory=None, pref
 
 
 @pytest.mark.task("1.1")
-@given(capacity=st.integers(1, 40), wants=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 15)), max_size=20))
-@example(capacity=5, wants=[(0, 5), (1, 1)])  # the pool exactly full, then one token more
+@given(
+    capacity=st.integers(1, 40),
+    wants=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 15), st.booleans()), max_size=20),
+)
+@example(capacity=5, wants=[(0, 5, True), (1, 1, True)])  # the pool exactly full, then one token more
+@example(capacity=9, wants=[(0, 6, False), (0, 2, True), (1, 3, True)])  # asking less than it holds takes nothing
 def test_counting_memory_contract(capacity, wants):
     memory = TokenCountingMemory(capacity)
     requests = [request(1) for _ in range(4)]
-    held = {r.request_id: 0 for r in requests}
-    for index, n in wants:
+    held = {r.request_id: 0 for r in requests}  # the model: slots each request must hold
+    for index, n, run in wants:
         r = requests[index]
+        missing = max(0, r.num_computed_tokens + n - held[r.request_id])
         fits = memory.can_allocate(r, n)
-        assert fits == (max(0, r.num_computed_tokens + n - held[r.request_id]) <= capacity - sum(held.values()))
+        assert memory.num_used_tokens == sum(held.values()), "can_allocate only asks"
+        assert fits == (missing <= capacity - sum(held.values())), (
+            f"{r.request_id} holds {held[r.request_id]}, asks for {r.num_computed_tokens} + {n}: it misses {missing} "
+            f"of {capacity - sum(held.values())} free slots, so can_allocate must say {not fits}"
+        )
         if fits:
             memory.allocate(r, n)
             held[r.request_id] = max(held[r.request_id], r.num_computed_tokens + n)
-            r.num_computed_tokens += n
+            if run:
+                r.num_computed_tokens += n
         else:
             with pytest.raises(MemoryError):
                 memory.allocate(r, n)
-        assert memory.num_used_tokens == sum(held.values()) <= capacity
+        assert memory.num_used_tokens == sum(held.values()) <= capacity, (
+            f"the memory holds {memory.num_used_tokens} slots; the requests hold {held}: "
+            "a request grows to num_computed + num_new tokens, never shrinks, and a refused allocate changes nothing"
+        )
     for r in requests:
         memory.free(r)
-    assert memory.num_used_tokens == 0
+    memory.free(requests[0])  # freeing twice (a preempted request finishing) is harmless
+    assert memory.num_used_tokens == 0, "free gives every slot back"
 
 
 @pytest.mark.task("1.2")
@@ -86,18 +100,23 @@ class PrefixCachingMemory(TokenCountingMemory):
 
 
 @pytest.mark.task("1.2")
-@given(prompt_len=st.integers(1, 20), cached=st.integers(0, 25))
-@example(prompt_len=8, cached=8)  # a full-prompt hit still computes the last token
-@example(prompt_len=8, cached=3)
-def test_admission_starts_after_the_cached_prefix(prompt_len, cached):
+@given(prompt_len=st.integers(1, 20), cached=st.integers(0, 25), oracle=st.integers(0, 25))
+@example(prompt_len=8, cached=8, oracle=8)  # a full-prompt hit still computes the last token
+@example(prompt_len=8, cached=3, oracle=3)
+@example(prompt_len=8, cached=0, oracle=6)  # the ordering oracle says 6, the memory holds nothing
+@example(prompt_len=8, cached=5, oracle=0)
+def test_admission_starts_after_the_cached_prefix(prompt_len, cached, oracle):
     memory = PrefixCachingMemory(100, cached)
-    s = scheduler(memory=memory)
+    s = scheduler(memory=memory, prefix_len=lambda r: oracle)  # the oracle only orders the queue
     r = request(prompt_len, max_tokens=3)
     s.add_request(r)
     out = s.schedule()
     (chunk,) = out.chunks
     expected_start = min(cached, prompt_len - 1)
-    assert (chunk.start, chunk.num_tokens) == (expected_start, prompt_len - expected_start)
+    assert (chunk.start, chunk.num_tokens) == (expected_start, prompt_len - expected_start), (
+        f"the memory holds {min(cached, prompt_len)} of {prompt_len} prompt tokens (the ordering oracle says {oracle}): "
+        f"the chunk must start at {expected_start} (memory.cached_prefix_len, and the last token is always computed)"
+    )
     assert r.num_computed_tokens == expected_start, "num_computed_tokens starts at the cached prefix"
     assert r.num_cached_tokens == expected_start, "num_cached_tokens records the tokens found in the cache"
     assert memory.num_used_tokens == prompt_len, "the memory holds the cached prefix and the new chunk"
@@ -123,7 +142,7 @@ def test_a_request_that_does_not_fit_waits_untouched_and_blocks_the_queue(cached
     assert memory.num_used_tokens == 10, "only the admitted request holds memory"
 
 
-@pytest.mark.task("1.3")
+@pytest.mark.task("1.4")
 @given(prompt_len=st.integers(1, 40), budget=st.integers(1, 16), max_tokens=st.integers(1, 5))
 @example(prompt_len=10, budget=1, max_tokens=2)  # budget 1
 @example(prompt_len=33, budget=8, max_tokens=3)  # a prompt longer than the budget: chunked prefill
@@ -139,7 +158,7 @@ def test_running_requests_get_their_next_chunk(prompt_len, budget, max_tokens):
     assert r.output_token_ids == reference_output(r.prompt_token_ids, max_tokens)
 
 
-@pytest.mark.task("1.3")
+@pytest.mark.task("1.4")
 def test_running_requests_are_served_before_new_ones():
     s = scheduler(budget=4)
     a, b = request(3, max_tokens=5), request(3, max_tokens=5)
@@ -153,7 +172,7 @@ def test_running_requests_are_served_before_new_ones():
     assert [(c.request, c.num_tokens) for c in out.chunks] == [(a, 1), (b, 1)], "two decodes share a step"
 
 
-@pytest.mark.task("1.3")
+@pytest.mark.task("1.4")
 @given(num_requests=st.integers(2, 6), budget=st.integers(1, 6))
 @example(num_requests=3, budget=2)  # the budget runs out before the last running request
 @example(num_requests=4, budget=4)  # exactly one decode each
@@ -172,7 +191,7 @@ def test_decodes_share_the_budget_oldest_first(num_requests, budget):
         assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens)
 
 
-@pytest.mark.task("1.3")
+@pytest.mark.task("1.4")
 @given(
     prompt_lens=st.lists(st.integers(1, 12), min_size=1, max_size=8),
     budget=st.integers(1, 30),
@@ -191,7 +210,7 @@ def test_every_request_runs_to_the_end_in_arrival_order(prompt_lens, budget, seq
     assert s.memory.num_used_tokens == 0, "finished requests give their memory back"
 
 
-@pytest.mark.task("1.4")
+@pytest.mark.task("1.5")
 def test_preempted_request_recomputes_and_matches_unpreempted_output():
     # Memory for one long request: the newer one is preempted when the older grows.
     s = scheduler(budget=16, capacity=24)
@@ -213,7 +232,7 @@ def test_preempted_request_recomputes_and_matches_unpreempted_output():
     assert s.memory.num_used_tokens == 0
 
 
-@pytest.mark.task("1.5")
+@pytest.mark.task("1.6")
 @given(prefix_lens=st.lists(st.integers(0, 10), min_size=2, max_size=8), seqs=st.integers(1, 3))
 def test_lpm_admits_longest_cached_prefix_first(prefix_lens, seqs):
     requests = [request(12, max_tokens=1) for _ in prefix_lens]
@@ -229,7 +248,7 @@ def test_lpm_admits_longest_cached_prefix_first(prefix_lens, seqs):
     assert [r for r in ties if r in admitted] == ties[: len([r for r in ties if r in admitted])], "ties keep arrival order"
 
 
-@pytest.mark.task("1.6")
+@pytest.mark.task("1.7")
 @given(abort_when=st.integers(0, 6), which=st.integers(0, 2))
 @example(abort_when=0, which=2)  # abort a request that is still waiting
 def test_abort_returns_all_memory(abort_when, which):
@@ -251,6 +270,22 @@ def test_abort_returns_all_memory(abort_when, which):
     assert s.abort("no-such-request") is None
 
 
+@pytest.mark.task("1.2")
+def test_a_request_that_could_never_run_is_refused_at_once():
+    s = scheduler(capacity=10)
+    too_big = request(10, max_tokens=4)  # may grow to 14 tokens: more than the whole pool
+    with pytest.raises(ValueError, match=too_big.request_id):
+        s.add_request(too_big)
+    assert not s.has_unfinished(), "a refused request is not queued"
+    just_fits = request(6, max_tokens=4)
+    s.add_request(just_fits)  # 10 tokens at most: exactly the pool
+    with pytest.raises(ValueError, match=just_fits.request_id):
+        s.add_request(Request(just_fits.request_id, [1], 1))  # the id is in use
+    assert list(s.waiting) == [just_fits], "a refused request changes nothing"
+    out = s.schedule()
+    assert [c.request for c in out.chunks] == [just_fits]
+
+
 @pytest.mark.ungraded
 def test_bad_requests_are_rejected_clearly():
     s = scheduler(capacity=10)
@@ -260,9 +295,5 @@ def test_bad_requests_are_rejected_clearly():
         Request("x", [], 3)
     with pytest.raises(ValueError, match="max_tokens"):
         Request("x", [1], 0)
-    r = request(2)
-    s.add_request(r)
-    with pytest.raises(ValueError, match="already in use"):
-        s.add_request(Request(r.request_id, [1], 1))
     with pytest.raises(ValueError, match="policy"):
         SchedulerConfig(policy="random")

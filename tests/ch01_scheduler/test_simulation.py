@@ -8,7 +8,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from miniyaie.scheduler import FinishReason, Request, Scheduler, SchedulerConfig, TokenCountingMemory
 
-pytestmark = [pytest.mark.task(f"1.{n}") for n in range(1, 7)]
+pytestmark = [pytest.mark.task(f"1.{n}") for n in range(1, 8)]
 
 workloads = st.fixed_dictionaries(
     dict(

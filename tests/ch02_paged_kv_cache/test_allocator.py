@@ -180,6 +180,8 @@ def test_allocate_many_is_all_or_nothing(num_blocks, first, second):
         allocator.free(block)
     assert allocator.num_free == num_blocks and allocator.num_used == 0
     assert len(set(allocator.allocate_many(num_blocks))) == num_blocks  # every block comes back
+    with pytest.raises(ValueError):
+        allocator.allocate_many(-1)  # a negative count is a caller's bug
 
 
 @pytest.mark.task("2.1")

@@ -1,4 +1,6 @@
-"""Tasks 2.3 and 2.4: block tables that grow token by token, and the slot of every position."""
+"""Tasks 2.3, 2.4 and 2.8: block tables that grow token by token, the slot of every position, a step's metadata."""
+
+import random
 
 import pytest
 import torch
@@ -6,7 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from miniyaie.model import AttentionMetadata
-from miniyaie.paged import BlockAllocator, OutOfBlocksError, blocks_needed, grow_block_table, slot_mapping
+from miniyaie.paged import BlockAllocator, OutOfBlocksError, attention_metadata, blocks_needed, grow_block_table, slot_mapping
 
 block_sizes = st.one_of(st.sampled_from([1, 7, 16]), st.integers(1, 40))
 
@@ -84,3 +86,35 @@ def test_slot_mapping_of_a_scattered_table():
     assert slot_mapping([4, 1], 0, 2, 1) == [4, 1]
     with pytest.raises(ValueError):
         slot_mapping([3, 0, 2], 0, 7, 2)  # position 6 has no block
+
+
+@pytest.mark.task("2.8")
+@given(
+    block_size=st.sampled_from([1, 3, 16]),
+    steps=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 20)), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+@example(block_size=16, steps=[(0, 16), (31, 1)], seed=0)  # a prefill ending on a boundary, a decode
+@example(block_size=3, steps=[(5, 4)], seed=1)  # a chunk starting and ending mid-block
+def test_attention_metadata_lines_up_queries_slots_and_tables(block_size, steps, seed):
+    rng = random.Random(seed)
+    batch, tables = [], []
+    free = list(range(200))
+    rng.shuffle(free)  # blocks anywhere in the pool, in any order
+    for i, (start, n) in enumerate(steps):
+        table = [free.pop() for _ in range(-(-(start + n) // block_size))]
+        batch.append((f"r{i}", start, start + n))
+        tables.append(table)
+    meta = attention_metadata(tables, batch, block_size)
+    assert meta.query_lens == [n for _, n in steps], "query_lens: each request's new tokens, in batch order"
+    assert meta.seq_lens == [start + n for start, n in steps], "seq_lens: cached + new tokens of each request"
+    expected_slots = [
+        table[p // block_size] * block_size + p % block_size for table, (_, start, end) in zip(tables, batch) for p in range(start, end)
+    ]
+    assert meta.slot_mapping.tolist() == expected_slots, "slot_mapping: every new token's slot, request after request"
+    width = max(len(t) for t in tables)
+    assert list(meta.block_tables.shape) == [len(steps), width], "one row per request, as wide as the longest table"
+    for row, table in zip(meta.block_tables.tolist(), tables):
+        assert row == table + [0] * (width - len(table)), "each row is the request's table, padded with block 0"
+    assert meta.block_size == block_size
+    assert meta.slot_mapping.dtype == meta.block_tables.dtype == torch.int64, "index tensors are int64"

@@ -1,4 +1,4 @@
-"""Task 2.6: PagedMemory, the scheduler's KV memory on blocks.
+"""Task 2.7: PagedMemory, the scheduler's KV memory on blocks.
 
 The contract the scheduler relies on holds for any KVMemory, so the same
 state machine also runs on chapter 1's TokenCountingMemory (ungraded). The
@@ -92,7 +92,12 @@ class KVMemoryContract(RuleBasedStateMachine):
         before = self.snapshot()
         fits = self.memory.can_allocate(request, n)
         assert self.snapshot() == before, "can_allocate only asks"
-        assert fits == self.expected_fit(request, n)
+        expected = self.expected_fit(request, n)
+        assert fits == expected, (
+            f"can_allocate said {'yes' if fits else 'no'} for {request.request_id} + {n} tokens, but allocate would "
+            f"{'fail' if fits else 'succeed'} (new blocks the table lacks + copies of shared blocks written into, "
+            "against the free blocks)"
+        )
         if not fits:
             with pytest.raises(MemoryError):
                 self.memory.allocate(request, n)
@@ -131,8 +136,8 @@ class KVMemoryContract(RuleBasedStateMachine):
         probe = Request("probe", [1], max_tokens=1)
         assert not self.memory.can_allocate(probe, self.capacity + 1)  # never more than the pool
         if not any(self.held.values()):  # everything given back ...
-            assert self.used() == 0
-            assert self.memory.can_allocate(probe, self.capacity)  # ... and all of it usable again
+            assert self.used() == 0, f"{self.used()} blocks still held after every request was freed"
+            assert self.memory.can_allocate(probe, self.capacity), "after every free, the whole pool is usable again"
 
 
 class TokenCountingContract(KVMemoryContract):
@@ -220,13 +225,19 @@ class PagedMemoryMachine(KVMemoryContract):
             return
         tables = self.tables()
         owners = Counter(block for t in tables.values() for block in t)
-        assert self.memory.num_used_blocks == len(owners)  # in use = in some table: no leak
+        assert self.memory.num_used_blocks == len(owners), (
+            f"{self.memory.num_used_blocks} blocks in use but {len(owners)} in the tables: a block leaked or was lost"
+        )
         assert self.memory.num_free_blocks + self.memory.num_used_blocks == self.num_blocks
         for block, count in owners.items():
             assert 0 <= block < self.num_blocks
-            assert self.memory.allocator.ref_count(block) == count  # one reference per table holding it
+            assert self.memory.allocator.ref_count(block) == count, (
+                f"block {block} is in {count} table(s) but its reference count is {self.memory.allocator.ref_count(block)}"
+            )
         for rid, table in tables.items():
-            assert len(table) == ceil_div(self.held[rid], self.block_size), "exactly the blocks needed"
+            assert len(table) == ceil_div(self.held[rid], self.block_size), (
+                f"{rid} holds {len(table)} blocks for {self.held[rid]} tokens: exactly the blocks needed"
+            )
 
     @invariant()
     def every_request_reads_what_it_wrote(self):
@@ -234,10 +245,12 @@ class PagedMemoryMachine(KVMemoryContract):
             computed = request.num_computed_tokens
             if computed:
                 slots = self.memory.slot_mapping(rid, 0, computed)
-                assert [self.pool.get(s) for s in slots] == self.expected[rid][:computed]
+                assert [self.pool.get(s) for s in slots] == self.expected[rid][:computed], (
+                    f"{rid} does not read back what it wrote: a shared block was written in place, or a copy was lost"
+                )
 
 
-@pytest.mark.task("2.6")
+@pytest.mark.task("2.7")
 def test_paged_memory_state_machine():
     run_state_machine_as_test(PagedMemoryMachine, settings=MACHINE_SETTINGS)
 
@@ -247,7 +260,7 @@ def test_token_counting_memory_meets_the_same_contract():
     run_state_machine_as_test(TokenCountingContract, settings=MACHINE_SETTINGS)
 
 
-@pytest.mark.task("2.6")
+@pytest.mark.task("2.7")
 @given(num_blocks=st.integers(1, 10), block_size=st.sampled_from([1, 2, 7, 16]), lengths=st.lists(st.integers(1, 60), max_size=6))
 @example(num_blocks=3, block_size=1, lengths=[1, 2, 1])  # block size 1: then the pool is full
 @example(num_blocks=5, block_size=16, lengths=[16, 32, 17])  # prompts ending exactly on a block boundary
@@ -283,7 +296,7 @@ def test_prompts_take_exactly_the_blocks_they_need(num_blocks, block_size, lengt
     assert memory.num_free_blocks == num_blocks and memory.num_used_blocks == 0
 
 
-@pytest.mark.task("2.6")
+@pytest.mark.task("2.7")
 @pytest.mark.parametrize("block_size", [1, 7, 16])
 def test_decode_adds_a_block_only_when_crossing_a_block_boundary(block_size):
     memory = PagedMemory(45, block_size)
@@ -300,7 +313,7 @@ def test_decode_adds_a_block_only_when_crossing_a_block_boundary(block_size):
         assert memory.num_used_blocks == used + new_blocks
 
 
-@pytest.mark.task("2.6")
+@pytest.mark.task("2.7")
 @pytest.mark.parametrize("prompt_len", [10, 8])  # the last block partly filled, or exactly full
 def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     memory = PagedMemory(10, 4)
@@ -334,14 +347,26 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     assert memory.num_used_blocks == 0
 
 
-@pytest.mark.ungraded
-def test_no_copy_is_queued_into_a_block_freed_before_the_step():
-    memory = PagedMemory(4, 4)
+@pytest.mark.task("2.7")
+@pytest.mark.parametrize("who_is_freed", ["the child", "another request"])
+def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
+    memory = PagedMemory(6, 4)
     parent, child = Request("parent", [1] * 6, max_tokens=4), Request("child", [1] * 6, max_tokens=4)
+    other = Request("other", [2] * 3, max_tokens=4)
     memory.allocate(parent, 6)
+    memory.allocate(other, 3)
     parent.num_computed_tokens = child.num_computed_tokens = 6
     memory.fork("parent", "child")
     memory.allocate(child, 1)  # queues a copy of the shared partial block ...
-    memory.free(child)  # ... but the child is preempted before the step runs
-    assert memory.take_block_copies() == []
-    assert memory.num_used_blocks == 2
+    if who_is_freed == "the child":
+        memory.free(child)  # ... but the child is preempted before the step runs
+        assert memory.take_block_copies() == [], (
+            "a copy into the block of a request freed before the step would overwrite that block's next owner"
+        )
+        assert memory.num_used_blocks == 3, f"{memory.num_used_blocks} blocks in use; the parent and the other hold 3"
+    else:
+        memory.free(other)  # someone else finishes: the child's copy must still happen
+        copies = memory.take_block_copies()
+        assert copies == [(memory.block_table("parent")[1], memory.block_table("child")[1])], (
+            f"queued copies {copies}: freeing another request must not drop the child's copy-on-write"
+        )

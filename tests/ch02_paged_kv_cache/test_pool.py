@@ -1,4 +1,4 @@
-"""Task 2.5: sizing the pool from a byte budget; and the provided pool helpers (ungraded)."""
+"""Task 2.5: sizing the pool from a byte budget, and copying blocks in it; the provided make_pool (ungraded)."""
 
 import dataclasses
 
@@ -56,15 +56,28 @@ def test_the_pool_is_chapter_0s_flat_cache():
         make_pool(TINY, 0, 16, torch.float32)
 
 
-@pytest.mark.ungraded
-def test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else():
-    pool = make_pool(TINY, 4, 3, torch.float32)
+@pytest.mark.task("2.5")
+@given(
+    num_blocks=st.integers(2, 8), block_size=st.sampled_from([1, 3, 16]), data=st.data(),
+)
+@example(num_blocks=4, block_size=3, data=None)  # two copies; blocks 1 and 2 are sources and must not change
+def test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else(num_blocks, block_size, data):
+    if data is None:
+        copies = [(2, 0), (1, 3)]
+    else:  # distinct fresh destinations, none of them a source (what copy-on-write queues)
+        blocks = data.draw(st.permutations(range(num_blocks)))
+        n = data.draw(st.integers(0, num_blocks // 2))
+        sources, destinations = blocks[:n], blocks[n : 2 * n]  # a source may be copied twice (two writers)
+        copies = [(data.draw(st.sampled_from(sources)), dst) for dst in destinations]
+    pool = make_pool(TINY, num_blocks, block_size, torch.float32)
     pool.k.copy_(torch.randn_like(pool.k))
     pool.v.copy_(torch.randn_like(pool.v))
     k, v = pool.k.clone(), pool.v.clone()
-    copy_blocks(pool, [(2, 0), (1, 3)], 3)
-    for src, dst in [(2, 0), (1, 3)]:
-        assert torch.equal(pool.k[:, dst * 3 : dst * 3 + 3], k[:, src * 3 : src * 3 + 3])
-        assert torch.equal(pool.v[:, dst * 3 : dst * 3 + 3], v[:, src * 3 : src * 3 + 3])
-    assert torch.equal(pool.k[:, 3:9], k[:, 3:9]) and torch.equal(pool.v[:, 3:9], v[:, 3:9])  # blocks 1, 2 untouched
-    copy_blocks(pool, [], 3)
+    copy_blocks(pool, copies, block_size)
+    expected_k, expected_v = k.clone(), v.clone()
+    for src, dst in copies:
+        expected_k[:, dst * block_size : (dst + 1) * block_size] = k[:, src * block_size : (src + 1) * block_size]
+        expected_v[:, dst * block_size : (dst + 1) * block_size] = v[:, src * block_size : (src + 1) * block_size]
+    for name, got, want in (("K", pool.k, expected_k), ("V", pool.v, expected_v)):
+        wrong = sorted({slot // block_size for slot in torch.nonzero((got != want).any(-1).any(-1).any(0)).flatten().tolist()})
+        assert not wrong, f"after copying {copies} (src, dst), {name} of blocks {wrong} is not what it should be"

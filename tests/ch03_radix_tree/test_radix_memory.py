@@ -37,8 +37,10 @@ def test_a_request_starts_after_the_cached_prefix(block_size, shared, suffix):
     (a, b), driver = run(memory, [first, second], one_by_one=True)
     b_first_chunk = next(c for out in driver.trace.steps for c in out.chunks if c.request is b)
     aligned = shared // block_size * block_size
-    assert b_first_chunk.start == aligned, "the cached blocks are not computed again"
-    assert b.num_cached_tokens == aligned and memory.hit_tokens == aligned
+    assert b_first_chunk.start == aligned, f"b starts at {b_first_chunk.start}: its {aligned} cached tokens are not computed again"
+    assert b.num_cached_tokens == aligned and memory.hit_tokens == aligned, (
+        f"hit_tokens {memory.hit_tokens}, b.num_cached_tokens {b.num_cached_tokens}: b started on {aligned} cached tokens"
+    )
     for r in (a, b):
         assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens)
 
@@ -49,7 +51,11 @@ def test_a_full_hit_still_computes_the_last_token():
     prompt = list(range(1, 17))  # four whole blocks
     (a, b), driver = run(memory, [prompt, prompt], one_by_one=True)
     b_chunks = [c for out in driver.trace.steps for c in out.chunks if c.request is b]
-    assert (b_chunks[0].start, b_chunks[0].num_tokens) == (15, 1)
+    assert (b_chunks[0].start, b_chunks[0].num_tokens) == (15, 1), "all 16 tokens cached: only the last is computed"
+    assert memory.hit_tokens == b.num_cached_tokens == 15, (
+        f"hit_tokens is {memory.hit_tokens}: a full hit of 16 tokens serves 15 from the cache, the 16th is recomputed "
+        "(hit_tokens counts the num_computed_tokens a request starts with)"
+    )
     assert b.output_token_ids == a.output_token_ids == reference_output(prompt, 4)
 
 
@@ -62,17 +68,20 @@ def test_a_full_hit_still_computes_the_last_token():
     policy=st.sampled_from(["fcfs", "lpm"]),
 )
 @example(groups=2, per_group=4, block_size=2, num_blocks=14, policy="lpm")  # memory pressure: evictions
+@example(groups=2, per_group=4, block_size=2, num_blocks=60, policy="fcfs")  # room to spare: later requests hit
 def test_shared_prefix_workloads_reuse_and_return_every_block(groups, per_group, block_size, num_blocks, policy):
     memory = RadixMemory(num_blocks, block_size)
     prompts = [[g + 1] * 9 + [40 + q, 41 + g] for g in range(groups) for q in range(per_group)]
     requests, _ = run(memory, prompts, max_tokens=3, budget=16, seqs=3, policy=policy)
     for r in requests:
         assert r.output_token_ids == reference_output(r.prompt_token_ids, 3)
-    if per_group > 1 and num_blocks >= 40:
+    if per_group > 3 and num_blocks >= 40:  # more requests in a group than seats: a later one finds the prefix
         assert memory.hit_tokens > 0, "requests of a group reuse their shared prefix"
-    assert memory.num_used_blocks == memory.cache.cached_blocks, "what is not free is only cached"
+    assert memory.num_used_blocks == memory.cache.cached_blocks, (
+        f"{memory.num_used_blocks - memory.cache.cached_blocks} blocks still held after every request stopped"
+    )
     memory.cache.reset()
-    assert memory.num_free_blocks == num_blocks
+    assert memory.num_free_blocks == num_blocks, f"{num_blocks - memory.num_free_blocks} blocks lost after a reset"
 
 
 @pytest.mark.task("3.5")

@@ -41,18 +41,41 @@ def longest_prefix(sequences, query, block_size):
 tokens = st.lists(st.integers(0, 2), max_size=14)  # a tiny vocabulary: lots of sharing and splits
 
 
+def spelled(node) -> tuple:
+    """The tokens on the path from the root to `node`."""
+    parts = []
+    while node is not None:
+        parts.append(tuple(node.key))
+        node = node.parent
+    return tuple(t for part in reversed(parts) for t in part)
+
+
 @pytest.mark.task("3.2")
 @given(sequences=st.lists(tokens, max_size=6), query=tokens, block_size=st.sampled_from([1, 2, 4]))
 @example(sequences=[], query=[1, 2, 3], block_size=1)  # empty tree
 @example(sequences=[[1, 2, 3, 4]], query=[1, 2, 3, 4], block_size=2)  # a full hit
 @example(sequences=[[1, 2, 3, 4]], query=[1, 2, 3, 5], block_size=2)  # diverges inside the second block
 @example(sequences=[[0, 1, 2], [0, 1, 0]], query=[0, 2], block_size=1)  # diverges inside an edge whose child starts with the next token
+@example(sequences=[[1, 1, 2, 2, 3, 3]], query=[1, 1, 2, 2, 0, 0], block_size=2)  # the match ends partway along one edge
 def test_match_prefix_finds_the_longest_cached_prefix(sequences, query, block_size):
     tree = cache_with(sequences, block_size)
     match = tree.match_prefix(query)
-    assert match.length == longest_prefix(sequences, query, block_size)
-    assert len(match.blocks) == match.length // block_size
+    expected = longest_prefix(sequences, query, block_size)
+    assert match.length == expected, f"matched {match.length} tokens of {query}; the tree caches {expected} of them"
+    assert len(match.blocks) == match.length // block_size, "one block per matched block of tokens"
     assert len(set(match.blocks)) == len(match.blocks)
+    cached = cached_blocks_by_prefix(tree)
+    assert match.blocks == [cached[tuple(query[:n])] for n in range(block_size, match.length + 1, block_size)], (
+        "the blocks are the ones holding the matched prefix, in order"
+    )
+    path = spelled(match.node)
+    if match.length == 0:
+        assert match.node is tree.root, "nothing matched: the node is the root"
+    else:
+        assert path[: match.length] == tuple(query[: match.length]) and len(spelled(match.node.parent)) < match.length, (
+            f"match.node spells {path}: it must be the node whose edge holds the last matched block (when the match "
+            "ends partway along an edge, that edge's node), so that locking it protects every matched block"
+        )
 
 
 def cached_blocks_by_prefix(tree):
@@ -86,7 +109,12 @@ def test_insert_stores_each_shared_prefix_once(sequences, block_size):
     tree = RadixCache(allocator, block_size)
     expected = set()
     for seq in sequences:
-        insert(tree, seq)
+        node = insert(tree, seq)
+        aligned = tuple(seq[: len(seq) // block_size * block_size])
+        assert spelled(node) == aligned, (
+            f"insert returned a node whose path spells {spelled(node)}; it must spell the inserted tokens {aligned} "
+            "(the caller locks it to keep them)"
+        )
         expected |= {tuple(seq[:n]) for n in range(block_size, len(seq) + 1, block_size)}
         cached = cached_blocks_by_prefix(tree)
         assert set(cached) == expected, "the tree spells exactly the block-aligned prefixes inserted"
@@ -104,16 +132,25 @@ def test_locked_paths_are_never_evicted(sequences, pick, block_size):
     match = tree.match_prefix(seq)
     tree.lock(match.node)
     locked_blocks = set(tree.match_prefix(seq).blocks)
-    assert tree.evictable_blocks <= tree.cached_blocks - len(locked_blocks)
+    assert tree.evictable_blocks <= tree.cached_blocks - len(locked_blocks), (
+        f"{tree.evictable_blocks} of {tree.cached_blocks} cached blocks counted evictable, "
+        f"but {len(locked_blocks)} are on the locked path"
+    )
     tree.evict(10_000)
     assert tree.match_prefix(seq).length >= match.length, "a locked prefix survives any eviction"
-    assert tree.cached_blocks >= len(locked_blocks)
+    assert tree.cached_blocks >= len(locked_blocks), (
+        f"{tree.cached_blocks} blocks left after evicting everything possible; the locked path holds {len(locked_blocks)}"
+    )
     tree.unlock(match.node)
-    assert tree.evictable_blocks == tree.cached_blocks
+    assert tree.evictable_blocks == tree.cached_blocks, "with no lock left, every cached block is evictable"
     tree.evict(10_000)
-    assert tree.cached_blocks == 0 and tree.allocator.num_free == tree.allocator.num_blocks
+    assert tree.cached_blocks == 0 and tree.allocator.num_free == tree.allocator.num_blocks, (
+        f"{tree.cached_blocks} blocks still cached after evicting everything with no lock held"
+    )
+    before = (tree.evictable_blocks, tree.root.lock_ref)
     with pytest.raises(ValueError):
         tree.unlock(match.node)  # lock counts never go negative
+    assert (tree.evictable_blocks, tree.root.lock_ref) == before, "a refused unlock changes nothing"
 
 
 @pytest.mark.task("3.3")

@@ -11,7 +11,7 @@ import torch
 from kernel_cases import assert_close, paged_pool
 
 from miniyaie.kernels import decode_attention, decode_attention_reference, extend_attention, extend_attention_reference
-from miniyaie.kernels.decode_attention import decode_partials, merge_splits
+from miniyaie.kernels.decode_attention_kernel import decode_partials, merge_splits
 
 HEAD_DIM = 64
 

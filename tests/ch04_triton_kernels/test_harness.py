@@ -22,6 +22,8 @@ def test_harness_checks_every_kernel_and_writes_json_and_plot(tmp_path):
     assert {r["kernel"] for r in report["results"]} == {
         "decode_attention", "extend_attention", "store_kv", "rms_norm", "rotary", "silu_and_mul", "sample"}
     assert all(r["correct"] for r in report["results"])
+    # SDPA, the attention kernels' baseline, was checked to compute the same thing (a causal flag, not a bool mask)
+    assert all("sdpa" in r["baselines_checked"] for r in report["results"] if r["kernel"].endswith("_attention"))
     if not report["timed"]:
         assert "correctness only" in proc.stdout and not any("ms" in r for r in report["results"])
     assert (tmp_path / "h.png").stat().st_size > 0

@@ -69,7 +69,7 @@ def test_logprobs_are_the_models_own(tiny_loaded, tiny_dir):
         row = expected[len(result.prompt_token_ids) - 1 + i]
         assert entry.token_id == result.token_ids[i] == row.argmax().item()  # greedy
         assert entry.logprob == pytest.approx(row[entry.token_id].item(), abs=1e-4)
-        assert [t for t, _, _ in entry.top_logprobs] == row.topk(3).indices.tolist()
+        assert [t.token_id for t in entry.top_logprobs] == row.topk(3).indices.tolist()
 
 
 def test_stop_strings_and_stop_tokens_end_the_output(tiny_loaded):

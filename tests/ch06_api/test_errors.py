@@ -32,6 +32,10 @@ BAD_BODIES = {
     "top_logprobs without logprobs": ({**CHAT, "top_logprobs": 2}, 400, "top_logprobs"),
     "min_tokens above max_tokens": ({**CHAT, "min_tokens": 5}, 400, None),
     "kv pool too small for n x max_tokens": ({**CHAT, "n": 16, "max_tokens": 100}, 400, None),
+    "lone surrogate in content": ({**CHAT, "messages": [{"role": "user", "content": "a\ud800b"}]}, 400, "messages.0.content"),
+    "an image part": ({**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+                      400, "messages.0.content"),
+    "a stop string too long": ({**CHAT, "stop": "x" * 257}, 400, "stop"),
 }
 
 
@@ -89,6 +93,18 @@ def test_an_api_key_is_required_when_set(tiny_loaded):
         assert httpx.get(f"{server.url}/health").status_code == 200  # for load balancers
         good = openai.OpenAI(base_url=f"{server.url}/v1", api_key="s3cret", max_retries=0)
         assert good.completions.create(model=MODEL, prompt="hi", max_tokens=1).usage.completion_tokens == 1
+    finally:
+        server.__exit__(None, None, None)
+        engine.close()
+
+
+def test_the_api_key_is_checked_before_the_body_is_read(tiny_loaded):
+    engine, server = start_server(tiny_loaded, num_blocks=64, api_key="s3cret", max_body_bytes=64)
+    try:
+        big = {"model": MODEL, "prompt": "x" * 200, "max_tokens": 1}
+        assert httpx.post(f"{server.url}/v1/completions", json=big).status_code == 401, "no key: refused unread"
+        keyed = httpx.post(f"{server.url}/v1/completions", json=big, headers={"Authorization": "Bearer s3cret"})
+        assert keyed.status_code == 413 and keyed.json()["error"]["code"] == "body_too_large"
     finally:
         server.__exit__(None, None, None)
         engine.close()

@@ -90,7 +90,12 @@ def test_completion_logprobs_arrive_for_every_token(served, client):
     logprobs = reply.choices[0].logprobs
     assert logprobs is not None, "logprobs were asked for but the reply has none"
     assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == 5
-    assert all(len(top) == 2 for top in logprobs.top_logprobs) and all(lp <= 0 for lp in logprobs.token_logprobs)
+    assert all(lp <= 0 for lp in logprobs.token_logprobs), "a log probability above 0"
+    # the legacy shape keys alternatives by text: two tokens spelled alike (halves of characters, both
+    # U+FFFD in this byte-level vocabulary) share a key, so a step may show fewer than 2 texts, never more
+    for i, (token, top) in enumerate(zip(logprobs.tokens, logprobs.top_logprobs)):
+        assert 1 <= len(top) <= 2, f"token {i}: {len(top)} top alternatives for logprobs=2"
+        assert top.get(token) == pytest.approx(max(top.values())), f"token {i}: greedy chose {token!r}, not the best of {top}"
     assert reply.usage.completion_tokens == 5
 
 

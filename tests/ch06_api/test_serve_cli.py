@@ -21,8 +21,11 @@ def test_miniyaie_serve_answers_the_openai_client(tiny_dir, tmp_path):
     sock.close()
     log = open(tmp_path / "serve.log", "w+")
     env = {**os.environ, "MINIYAIE_API_KEY": "k"}
+    config = tmp_path / "serve.yaml"
+    config.write_text("sampling:\n  temperature: 0.0\n")  # the operator's default: greedy, over OpenAI's 1
     process = subprocess.Popen([sys.executable, "-m", "miniyaie", "serve", "--model", str(tiny_dir[0]), "--port", str(port),
-                                "--served-model-name", MODEL, "--log-level", "warning", "--device", "cpu"],
+                                "--served-model-name", MODEL, "--log-level", "warning", "--device", "cpu",
+                                "--config", str(config)],
                                stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0, timeout=60)
@@ -39,6 +42,13 @@ def test_miniyaie_serve_answers_the_openai_client(tiny_dir, tmp_path):
         reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3,
                                                extra_body={"ignore_eos": True})
         assert reply.usage.completion_tokens == 3
+
+        def text(seed, **fields):
+            return client.completions.create(model=MODEL, prompt="hello", max_tokens=8, seed=seed,
+                                             extra_body={"ignore_eos": True}, **fields).choices[0].text
+
+        greedy = text(0, temperature=0)
+        assert [text(seed) for seed in range(4)] == [greedy] * 4, "the config file's temperature 0 is the default"
         log.seek(0)
         assert f"Serving {MODEL} on http://127.0.0.1:{port}" in log.read()
     finally:

@@ -115,7 +115,7 @@ def test_closing_the_event_stream_aborts_the_engine_request(served):
     import asyncio
 
     from miniyaie.api.metrics import ServerMetrics
-    from miniyaie.api.responses import CompletionChunker
+    from miniyaie.engine.openai_format import CompletionChunker
     from miniyaie.api.streaming import event_stream
 
     engine, _ = served

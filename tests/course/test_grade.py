@@ -1,11 +1,15 @@
 """`miniyaie grade`'s table: one row per task, end-to-end tests apart (not graded itself)."""
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from miniyaie.course.grade import heading_id, task_table
 from miniyaie.course.testrun import TestResult
 
 pytestmark = pytest.mark.ungraded
+REPO = Path(__file__).resolve().parents[2]
 
 
 def result(nodeid, tasks, outcome, end_to_end=False):
@@ -32,3 +36,40 @@ def test_a_task_passes_when_its_own_tests_pass_even_if_end_to_end_fails():
 
 def test_heading_ids_follow_mdbook():
     assert heading_id("Task 0.4: Causal attention over a KV cache") == "task-04-causal-attention-over-a-kv-cache"
+
+
+def test_an_unmarked_test_counts_as_end_to_end_and_the_summary_counts_the_books_tasks():
+    rows, all_pass = task_table(
+        0,
+        [
+            result("test_layers.py::test_a", ["0.1"], "failed"),
+            result("test_layers.py::test_unmarked", [], "passed"),  # no mark at all: needs every task
+        ],
+    )
+    status = {row[0]: row for row in rows}
+    assert "other" not in status, "every graded test belongs to a task or to the end-to-end row"
+    assert status["all"][2] == "1/1"
+    assert status["0.1"][3] == "FAIL" and status["0.1"][5] == "miniyaie hint 0.1", "a failing task points at its hint"
+    assert status["0.2"][5] == "miniyaie hint 0.2" and status["all"][5] == ""
+    assert [row[0] for row in rows if row[0] != "all"] == ["0.1", "0.2", "0.3", "0.4", "0.5"], "one row per book task"
+
+
+def _marked(decorators) -> bool:
+    return any(".task(" in text or ".ungraded" in text for text in decorators)
+
+
+def test_every_test_names_its_task_or_is_ungraded():
+    """So that `miniyaie grade` can put every test in a task's row (a module-level task mark means end to end)."""
+    unmarked = []
+    for path in sorted(REPO.glob("tests/ch*/test_*.py")):
+        tree = ast.parse(path.read_text())
+        module_marked = any(
+            isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets)
+            and _marked([ast.unparse(node.value)])
+            for node in tree.body
+        )
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+                if not module_marked and not _marked([ast.unparse(d) for d in node.decorator_list]):
+                    unmarked.append(f"{path.relative_to(REPO)}::{node.name}")
+    assert not unmarked, "mark these with @pytest.mark.task('N.M') (the last task they need) or ungraded:\n" + "\n".join(unmarked)

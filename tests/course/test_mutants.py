@@ -100,7 +100,7 @@ SLOT_LOAD = "    slot = tl.load(slot_mapping_ptr + token).to(tl.int64)\n"
 def _kernels_tree(tmp_path: Path, name: str, old: str, new: str) -> Path:
     root = tmp_path / name / "miniyaie"
     shutil.copytree(chapter(4).solution_dir, root / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
-    target = root / "kernels" / "store_kv.py"
+    target = root / "kernels" / "store_kv_kernel.py"
     text = target.read_text()
     assert old in text
     target.write_text(text.replace(old, new, 1))

@@ -5,10 +5,11 @@
     uvicorn.run(app, host="127.0.0.1", port=8000)          # or: miniyaie serve
 
 Modules, one job each: protocol (request models), params (request ->
-SamplingParams), errors (OpenAI error objects), sse (event framing),
-responses (response objects and chunks), streaming (collect or stream a
-request), metrics (/metrics), middleware (body, key, counts), rag (--rag),
-app (the routes), server (run it).
+SamplingParams, the server's defaults), errors (OpenAI error objects),
+sse (event framing), streaming (collect or stream a request, abort it when
+the client leaves), metrics (/metrics), middleware (counts, the catch-all
+500, key, body), rag (--rag), app (the routes), server (run it). The
+response objects and chunks are the engine's (miniyaie.engine.openai_format).
 """
 
 from miniyaie.api.app import ServerSettings, create_app

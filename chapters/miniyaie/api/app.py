@@ -3,34 +3,38 @@
     POST /v1/completions        continue a prompt            (JSON, or SSE with stream: true)
     POST /v1/chat/completions   answer a conversation        (JSON, or SSE with stream: true)
     GET  /v1/models             the served model
-    GET  /health                {"status": "ok"}
+    GET  /health                {"status": "ok"}, or 503 when the engine loop has stopped
     GET  /stats                 engine.get_stats()
     GET  /metrics               Prometheus text format
 
 Every request is checked in full (types, ranges, the model name, the
 context, the KV pool) before anything is submitted, so a bad request gets
-a 4xx and an accepted one streams to its end.
+a 4xx and an accepted one streams to its end. A client that hangs up
+before its answer is complete, streamed or not, has its request aborted.
+Fields a request leaves out take the server's defaults (params.server_defaults).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
+from jinja2 import TemplateError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import miniyaie
-from miniyaie.api.errors import APIError, install_error_handlers
+from miniyaie.api.errors import APIError, error_response, install_error_handlers
 from miniyaie.api.metrics import ServerMetrics
-from miniyaie.api.middleware import ApiKeyGuard, BodyGuard, RequestCounter
-from miniyaie.api.params import sampling_params_for
+from miniyaie.api.middleware import ApiKeyGuard, BodyGuard, InternalErrorGuard, RequestCounter
+from miniyaie.api.params import sampling_params_for, server_defaults
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest, prompts_of
-from miniyaie.api.responses import CompletionChunker, text_completion
-from miniyaie.api.streaming import collect, count_unfinished, event_stream
-from miniyaie.engine import InferenceEngine, openai_format
+from miniyaie.api.streaming import collect, count_unfinished, event_stream, unless_disconnected
+from miniyaie.engine import EngineError, InferenceEngine, openai_format
+from miniyaie.engine.sampling_params import generation_config_defaults
 
 ENDPOINTS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/stats", "/metrics"}
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -41,6 +45,8 @@ class ServerSettings:
     api_key: str | None = None  # when set, every path but /health needs "Authorization: Bearer <key>"
     served_model_names: tuple[str, ...] = ()  # names clients may ask for (default: the engine's model name)
     max_body_bytes: int = 1 << 20
+    # defaults for fields a request leaves out, over the model's generation_config.json (e.g. {"temperature": 0})
+    sampling_defaults: Mapping[str, object] = field(default_factory=dict)
 
 
 def sse_response(events, timer) -> StreamingResponse:
@@ -50,6 +56,8 @@ def sse_response(events, timer) -> StreamingResponse:
 def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) -> FastAPI:
     settings = settings or ServerSettings()
     names = settings.served_model_names or (engine.model_name,)
+    defaults = server_defaults(engine.sampling_defaults, generation_config_defaults(engine.loaded.path),
+                               settings.sampling_defaults)
     metrics = ServerMetrics(engine)
     app = FastAPI(title="Mini-YAIE", version=getattr(miniyaie, "__version__", "0.1.0"),
                   description="An OpenAI-compatible API served by the Mini-YAIE engine.")
@@ -64,8 +72,12 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     def include_usage(body) -> bool:
         return bool(body.stream_options and body.stream_options.include_usage)
 
-    @app.get("/health")
-    async def health() -> dict:
+    @app.get("/health", responses={503: {"description": "the engine can no longer serve (an OpenAI error object says why)"}})
+    async def health():
+        try:
+            engine.check_health()
+        except EngineError as exc:  # its loop stopped: tell load balancers and orchestrators to replace us
+            return error_response(503, str(exc), code="engine_dead")
         return {"status": "ok", "model": names[0]}
 
     @app.get("/v1/models")
@@ -80,23 +92,31 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     async def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    def render_chat(body: ChatCompletionRequest) -> tuple[str, list[int]]:
+        try:
+            return engine.render_chat([m.model_dump(exclude_none=True) for m in body.messages])
+        except TemplateError as exc:  # the template's own raise_exception("..."): these messages are not for this model
+            raise APIError(400, f"the model's chat template refused these messages: {exc}", param="messages",
+                           code="invalid_value") from None
+
     # ANCHOR: chat_route
     @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest):
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
         timer = metrics.timer()
         check_model(body.model)
-        prompt, ids = engine.render_chat([m.model_dump(exclude_none=True) for m in body.messages])
-        params = engine.check_request(ids, sampling_params_for(body, len(ids), engine.context_length, engine.sampling_defaults))
+        prompt, ids = render_chat(body)
+        params = engine.check_request(ids, sampling_params_for(body, len(ids), engine.context_length, defaults))
         request_id = openai_format.completion_id()
         items = engine.stream_async(prompt, params, request_id=request_id, prompt_token_ids=ids)
         if body.stream:
             chunker = openai_format.ChatChunker(request_id, body.model, params.n, include_usage(body))
             return sse_response(event_stream(items, chunker, timer), timer)
-        return openai_format.chat_completion(await collect(items, timer), body.model)
+        result = await unless_disconnected(request, collect(items, timer))  # a client that hangs up aborts it
+        return openai_format.chat_completion(result, body.model)
     # ANCHOR_END: chat_route
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest):
+    async def completions(body: CompletionRequest, request: Request):
         started = time.perf_counter()
         check_model(body.model)
         prompts = prompts_of(body)
@@ -105,21 +125,23 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         checked = []
         for prompt in prompts:  # check every prompt before submitting any
             ids = list(prompt) if isinstance(prompt, list) else engine.encode(prompt)
-            params = engine.check_request(ids, sampling_params_for(body, len(ids), engine.context_length, engine.sampling_defaults))
+            params = engine.check_request(ids, sampling_params_for(body, len(ids), engine.context_length, defaults))
             text = prompt if isinstance(prompt, str) else engine.tokenizer.decode(ids)  # ids are checked: in the vocabulary
             checked.append((text, ids, params))
-        request_id = f"cmpl-{openai_format.completion_id().split('-', 1)[1]}"
+        request_id = openai_format.text_completion_id()
         streams = [engine.stream_async(text, params, request_id=f"{request_id}-{i}", prompt_token_ids=ids)
                    for i, (text, ids, params) in enumerate(checked)]
         if body.stream:
-            chunker = CompletionChunker(request_id, body.model, include_usage(body))
+            chunker = openai_format.CompletionChunker(request_id, body.model, include_usage(body))
             timer = metrics.timer(started)
             return sse_response(event_stream(streams[0], chunker, timer), timer)
-        results = await asyncio.gather(*(collect(s, metrics.timer(started)) for s in streams))
-        return text_completion(request_id, body.model, list(results), body.n)
+        results = await unless_disconnected(request, asyncio.gather(*(collect(s, metrics.timer(started)) for s in streams)))
+        return openai_format.text_completion(request_id, body.model, list(results), body.n)
 
+    # the last one added runs first: count, catch the unexpected, check the key, then read the body
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes)
     if settings.api_key:
         app.add_middleware(ApiKeyGuard, api_key=settings.api_key)
+    app.add_middleware(InternalErrorGuard)
     app.add_middleware(RequestCounter, counter=metrics.requests, endpoints=ENDPOINTS)
     return app

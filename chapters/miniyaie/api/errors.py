@@ -1,17 +1,23 @@
 """Every failure as an OpenAI error object: `{"error": {"message", "type", "param", "code"}}` and a 4xx/5xx.
 
 Clients (the `openai` package included) read these fields to raise their
-own exception classes, so the shape matters as much as the status.
+own exception classes, so the shape matters as much as the status. The
+handlers here cover the errors the server expects; anything else becomes
+a 500 of the same shape in middleware.InternalErrorGuard.
 """
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
+import logging
+
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from miniyaie.engine import EngineError, InvalidRequestError, RequestFailedError, ResourceExhaustedError
+
+log = logging.getLogger("miniyaie.api")
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                405: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
@@ -24,6 +30,13 @@ class APIError(Exception):
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+
+
+class ClientDisconnected(Exception):
+    """The client hung up before its answer was ready; its engine requests were aborted."""
+
+
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for it: nobody reads the answer, but the request counter shows it
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
@@ -60,11 +73,11 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     errors = exc.errors()
     if errors[0].get("type") == "json_invalid":
         return "the body is not valid JSON", None
-    param = _field_path(errors[0].get("loc", ()))
-    same_field = [e for e in errors if _field_path(e.get("loc", ())) == param]
     # a union (str | list[str]) fails once per member: a wrong type for one member is the least useful message
-    best = next((e for e in same_field if not e.get("type", "").endswith("_type")), same_field[0])
-    return (f"{param}: {best.get('msg')}" if param else str(best.get("msg"))), param
+    best = next((e for e in errors if not e.get("type", "").endswith("_type")), errors[0])
+    param = _field_path(best.get("loc", ()))
+    message = str(best.get("msg")).removeprefix("Value error, ")  # our own validators' messages say it all
+    return (f"{param}: {message}" if param else message), param
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -81,6 +94,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _invalid(request: Request, exc: RequestValidationError):
         message, param = _validation_message(exc)
         return error_response(400, message, param, "invalid_value")
+
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(request: Request, exc: ClientDisconnected):
+        log.info("%s %s: the client hung up before its answer was ready; its request was aborted",
+                 request.method, request.url.path)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

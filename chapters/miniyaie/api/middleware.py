@@ -1,4 +1,7 @@
-"""Checks that run before a route: the body's size and encoding, the API key; and the request count.
+"""What wraps every route: the request count, a catch-all for errors nobody expected, the API key, the body.
+
+    RequestCounter -> InternalErrorGuard -> ApiKeyGuard -> BodyGuard -> the route
+    (outermost first: a request without the right key is refused before its body is read)
 
 Pure ASGI middleware (not Starlette's BaseHTTPMiddleware): it passes a
 streaming response and the client's disconnect through untouched.
@@ -8,8 +11,11 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 
 from miniyaie.api.errors import error_body
+
+log = logging.getLogger("miniyaie.api")
 
 PUBLIC_PATHS = {"/health"}  # answered without the API key
 
@@ -77,6 +83,38 @@ class ApiKeyGuard:
                 return await _send_error(send, 401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
                                          "invalid_api_key", [(b"www-authenticate", b"Bearer")])
         await self.app(scope, receive, send)
+
+
+class InternalErrorGuard:
+    """An exception no handler expected: log its traceback, answer 500 with an OpenAI error object.
+
+    Without it the client would get Starlette's plain-text "Internal Server
+    Error", which OpenAI clients cannot parse. A response already under way
+    (a stream) cannot change its status: the exception goes on to the ASGI
+    server, which logs it and closes the connection.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as exc:
+            if started:
+                raise
+            log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
+            await _send_error(send, 500, f"internal server error ({type(exc).__name__}); the server's log has the details",
+                              "internal_error")
 
 
 class RequestCounter:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from miniyaie.api.errors import APIError
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest
 from miniyaie.engine import SamplingParams
@@ -9,6 +11,21 @@ from miniyaie.engine import SamplingParams
 # request fields that are SamplingParams fields of the same name (None = "the server's default")
 PASSED_THROUGH = ("temperature", "top_p", "n", "seed", "presence_penalty", "frequency_penalty",
                   "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos")
+# ANCHOR: server_defaults
+OPENAI_DEFAULTS = {"temperature": 1.0, "top_p": 1.0}  # what OpenAI's API does with a field left out
+
+
+def server_defaults(engine_defaults: SamplingParams, model_defaults: Mapping, operator_defaults: Mapping) -> SamplingParams:
+    """What the fields a request leaves out become, first match wins.
+
+    The operator's choice (ServerSettings.sampling_defaults, the `sampling:`
+    section of `miniyaie serve --config`), then the model's
+    generation_config.json (its authors' temperature, top_p, ...: what vLLM
+    does), then OpenAI's defaults (temperature 1: sampling, not greedy), and
+    for the fields none of them sets (max_tokens, ...) the engine's defaults.
+    """
+    return engine_defaults.with_updates(**{**OPENAI_DEFAULTS, **model_defaults, **operator_defaults})
+# ANCHOR_END: server_defaults
 
 
 def requested_logprobs(request: CompletionRequest | ChatCompletionRequest) -> int | None:

@@ -3,8 +3,9 @@
 Retrieval is BM25 (Robertson and Zaragoza's ranking function, what search
 engines used before embeddings): a passage scores high when it contains the
 query's rare words, often, without being long. No model, no dependency:
-a few dictionaries built once at startup. The adapter (seed 004's hook)
-puts the best passages in front of each prompt.
+a few dictionaries built once at startup. A `ModelAdapter` (the engine's
+hook that rewrites every prompt before it is tokenized, chapter 5) puts the
+best passages in front of each prompt.
 """
 
 from __future__ import annotations

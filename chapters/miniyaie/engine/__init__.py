@@ -24,14 +24,16 @@ Public API (stable; chapter 6's server uses exactly this):
     engine.render_chat(messages)                              -> (prompt text, token ids)
     engine.encode(prompt) / engine.context_length             -> token ids (adapters applied) / context in tokens
     engine.check_request(prompt_token_ids, ...)               -> SamplingParams, or raises what submitting would
-    engine.get_stats()                                        -> dict of counters
+    engine.get_stats()                                        -> dict of counters (loop_alive, loop_error too)
+    engine.check_health()                                     -> None, or EngineError if it can no longer serve
     engine.close() / with InferenceEngine(...) as engine: ...
 
 `**params` are SamplingParams fields (n, max_tokens, min_tokens, temperature, top_k, top_p, min_p,
 repetition_penalty, presence_penalty, frequency_penalty, seed, stop, stop_token_ids, ignore_eos,
 logprobs, skip_special_tokens); unknown names raise InvalidRequestError.
 Errors: EngineError ⊃ InvalidRequestError, ResourceExhaustedError, ModelLoadError, RequestFailedError.
-Closing a stream (sync or async) before its end aborts the request.
+Closing a stream (sync or async) before its end aborts the request. A fault in one request fails that
+request alone (RequestFailedError); the others go on.
 
 LLMEngine is the step-level core in token ids (add_request / step / abort), used by chapters 2-3.
 """
@@ -46,9 +48,16 @@ from miniyaie.engine.errors import (
     ResourceExhaustedError,
 )
 from miniyaie.engine.inference_engine import InferenceEngine
-from miniyaie.engine.llm_engine import LLMEngine, RequestEvent, StepRecord
+from miniyaie.engine.llm_engine import LLMEngine
 from miniyaie.engine.model_runner import ModelRunner
-from miniyaie.engine.outputs import CompletionDelta, CompletionOutput, GenerationOutput, TokenLogprob
+from miniyaie.engine.outputs import (
+    CompletionDelta,
+    CompletionOutput,
+    GenerationOutput,
+    RequestEvent,
+    StepRecord,
+    TokenLogprob,
+)
 from miniyaie.engine.sampler import Sampler
 from miniyaie.engine.sampling_params import SamplingParams
 

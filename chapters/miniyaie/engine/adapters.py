@@ -1,4 +1,4 @@
-"""Adapters (seed 004): user hooks around every request, without touching the engine.
+"""Adapters: user hooks around every request, without touching the engine.
 
 An adapter can rewrite the prompt before tokenization (`prepare_prompt`
 for plain prompts, `prepare_messages` for chats) and the finished result

@@ -3,7 +3,7 @@
     torch      the default on CPU: the whole step batched (miniyaie/model/batched_attention.py)
     reference  chapter 0's per-sequence TorchAttentionBackend: readable, the one others are tested against
     triton     chapter 4's kernels (attention and the fused layers; the default on CUDA)
-    auto       triton on CUDA, torch elsewhere
+    auto       triton on CUDA, torch elsewhere (on CUDA by design: the kernels' GPU speed is not measured yet)
 """
 
 from __future__ import annotations

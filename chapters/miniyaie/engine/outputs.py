@@ -1,16 +1,30 @@
-"""What the engine hands back: whole results and the deltas of a stream."""
+"""What the engine hands back: whole results and the deltas of a stream (InferenceEngine), and one level
+down the token events and step records of LLMEngine."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True)
+class TopLogprob:
+    """One of the most likely tokens at a position (an entry of OpenAI's `top_logprobs`)."""
+
+    token_id: int
+    token: str  # its text (engine/token_text.py): U+FFFD where the token holds only part of a character
+    logprob: float
+    bytes: bytes = b""  # its real bytes: joined over consecutive tokens, they rebuild split characters
+
+
 @dataclass
 class TokenLogprob:
+    """A generated token's log-probability and, when asked for, the most likely tokens at its position."""
+
     token_id: int
-    token: str  # the token's text as the tokenizer spells it
+    token: str  # its text, as TopLogprob.token
     logprob: float
-    top_logprobs: list[tuple[int, str, float]] = field(default_factory=list)  # (id, text, logprob), best first
+    top_logprobs: list[TopLogprob] = field(default_factory=list)  # best first
+    bytes: bytes = b""  # its real bytes, as TopLogprob.bytes
 
 
 @dataclass
@@ -26,7 +40,7 @@ class CompletionOutput:
 
 @dataclass
 class GenerationOutput:
-    """The result of one prompt. `text`, `token_ids`, `finish_reason` are completion 0's (the seeds' fields)."""
+    """The result of one prompt. `text`, `token_ids`, `finish_reason` are completion 0's (the fields a one-completion caller reads)."""
 
     request_id: str
     prompt: str
@@ -70,3 +84,33 @@ class CompletionDelta:
     token_ids: list[int]
     finish_reason: str | None = None
     logprobs: list[TokenLogprob] | None = None
+
+
+@dataclass(frozen=True)
+class RequestEvent:
+    """One new token of one completion, as LLMEngine.step() returns it."""
+
+    request_id: str
+    token_id: int
+    finish_reason: str | None  # "stop", "length", or None while running
+    logprob: float | None = None  # when the request asked for logprobs
+    top_logprobs: list[tuple[int, float]] | None = None
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache at the request's first admission (a resumed request's own work is not counted)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one step did (for traces: see `LLMEngine.on_step` and notebook 5)."""
+
+    step: int
+    started: float  # time.perf_counter() when the step began
+    seconds: float
+    num_seqs: int  # chunks in the batch
+    prefill_tokens: int  # prompt tokens computed (incl. recomputation after preemption)
+    decode_tokens: int  # one per request decoding
+    cached_tokens: int  # prompt tokens of requests admitted this step that came from the prefix cache
+    sampled_tokens: int  # new tokens out of this step
+    preempted: int
+    num_running: int  # after the step
+    num_waiting: int
+    used_blocks: int

@@ -2,20 +2,24 @@
 
 Every field is checked in `__post_init__`; a bad value raises
 InvalidRequestError naming the parameter and its allowed range, before the
-request touches the engine.
+request touches the engine. `generation_config_defaults` reads the
+defaults a model's authors recommend (a server uses them, chapter 6).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
-from miniyaie.engine.errors import InvalidRequestError
+from miniyaie.engine.errors import InvalidRequestError, ModelLoadError
 from miniyaie.model import SamplingParams as BasicSamplingParams
 
 MAX_N = 16
 MAX_LOGPROBS = 20
 MAX_STOP_STRINGS = 16
+MAX_STOP_STRING_LENGTH = 256  # characters: holding back a possible stop string costs O(length^2) per token
 
 
 @dataclass(frozen=True)
@@ -84,14 +88,26 @@ class SamplingParams:
             whole("seed")
             if not 0 <= self.seed < 2**63:
                 raise bad("seed", "must be in [0, 2**63)")
-        if len(self.stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) and s for s in self.stop):
-            raise bad("stop", f"must be at most {MAX_STOP_STRINGS} non-empty strings")
+        self._validate_stop()
         if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids):
             raise bad("stop_token_ids", "must be non-negative token ids")
         if self.logprobs is not None:
             whole("logprobs")
             if not 0 <= self.logprobs <= MAX_LOGPROBS:
                 raise bad("logprobs", f"must be between 0 and {MAX_LOGPROBS}")
+
+    def _validate_stop(self) -> None:
+        """At most MAX_STOP_STRINGS strings of 1 to MAX_STOP_STRING_LENGTH characters (the message never echoes them)."""
+        rule = f"stop must be at most {MAX_STOP_STRINGS} strings of 1 to {MAX_STOP_STRING_LENGTH} characters each"
+        if not all(isinstance(s, str) for s in self.stop):
+            raise InvalidRequestError(f"{rule}; got {[type(s).__name__ for s in self.stop]}")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise InvalidRequestError(f"{rule}; got {len(self.stop)} strings")
+        if "" in self.stop:
+            raise InvalidRequestError(f"{rule}; got an empty one")
+        longest = max((len(s) for s in self.stop), default=0)
+        if longest > MAX_STOP_STRING_LENGTH:
+            raise InvalidRequestError(f"{rule}; got one of {longest} characters")
 
     @property
     def greedy(self) -> bool:
@@ -116,3 +132,27 @@ class SamplingParams:
             )
         raise InvalidRequestError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
 
+
+
+GENERATION_CONFIG_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")  # the ones vLLM reads
+
+
+def generation_config_defaults(model_dir: str | Path) -> dict:
+    """The sampling fields that the model's generation_config.json sets: its authors' recommended defaults.
+
+    Only the keys present count ({} without the file). A server uses them
+    for the fields a request leaves out, as vLLM does.
+    """
+    path = Path(model_dir) / "generation_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path} cannot be read as JSON: {exc}") from None
+    found = {name: config[name] for name in GENERATION_CONFIG_FIELDS if config.get(name) is not None}
+    try:
+        SamplingParams(**found)
+    except InvalidRequestError as exc:
+        raise ModelLoadError(f"{path}: {exc}") from None
+    return found

@@ -36,7 +36,7 @@ def dot_dtype(dtype: torch.dtype):
     """The dtype `tl.dot` multiplies in: the input's on a GPU (tensor cores), float32 in the interpreter.
 
     The interpreter computes bf16 arithmetic wrongly, so there every loaded
-    value is widened to float32 first (see ARCHITECTURE.md, "Triton on CPU").
+    value is widened to float32 first (book, chapter 4: the interpreter).
     """
     if interpreting() or dtype == torch.float32:
         return tl.float32

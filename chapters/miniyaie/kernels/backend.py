@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from miniyaie.kernels.activation import silu_and_mul
-from miniyaie.kernels.decode_attention import decode_attention
-from miniyaie.kernels.extend_attention import extend_attention
-from miniyaie.kernels.rms_norm import rms_norm
-from miniyaie.kernels.rotary import rotary
-from miniyaie.kernels.store_kv import store_kv
+from miniyaie.kernels.decode_attention_kernel import decode_attention, decode_block_n, default_num_splits
+from miniyaie.kernels.extend_attention_kernel import extend_attention
+from miniyaie.kernels.rms_norm_kernel import rms_norm
+from miniyaie.kernels.rotary_kernel import rotary
+from miniyaie.kernels.store_kv_kernel import store_kv
 from miniyaie.model import AttentionMetadata, LayerOps
 
 
@@ -21,28 +21,35 @@ class TritonAttentionBackend:
     split-KV decode kernel; any other step (prefill, chunked prefill, or
     decode mixed with prefill) uses the extend kernel, which also handles
     one-token sequences.
+
+    The longest query, the longest context and the decode split count come
+    from the step's metadata, which is on the host: no layer has to read them
+    back from the GPU (each read would wait for the device, 30 times a step).
     """
 
     def __init__(self):
-        self._meta: AttentionMetadata | None = None  # the step the tensors below describe
+        self._meta: AttentionMetadata | None = None  # the step the values below describe
         self.launches = {"decode": 0, "extend": 0}  # counters: proof of which kernel ran
 
-    def _step_tensors(self, meta: AttentionMetadata, device: torch.device):
-        """Per-step tensors, built once and shared by every layer of the step."""
+    def _step_values(self, meta: AttentionMetadata, q: torch.Tensor, num_kv_heads: int):
+        """Per-step tensors and sizes, built once and shared by every layer of the step."""
         if meta is not self._meta:
             query_lens = torch.tensor(meta.query_lens, dtype=torch.int32)
-            self._seq_lens = torch.tensor(meta.seq_lens, dtype=torch.int32, device=device)
-            self._query_start = torch.nn.functional.pad(query_lens.cumsum(0), (1, 0)).to(device, torch.int32)
+            self._seq_lens = torch.tensor(meta.seq_lens, dtype=torch.int32, device=q.device)
+            self._query_start = torch.nn.functional.pad(query_lens.cumsum(0), (1, 0)).to(q.device, torch.int32)
             self._max_query_len = max(meta.query_lens, default=0)
+            self._max_seq_len = max(meta.seq_lens, default=0)
+            self._num_splits = default_num_splits(len(meta.seq_lens), num_kv_heads, self._max_seq_len, decode_block_n(q.device))
             self._meta = meta
         return self._seq_lens, self._query_start, self._max_query_len
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        seq_lens, query_start, max_query_len = self._step_tensors(meta, q.device)
+        seq_lens, query_start, max_query_len = self._step_values(meta, q, k_cache.shape[1])
         if max_query_len == 1:
             self.launches["decode"] += 1
-            return decode_attention(q, k_cache, v_cache, meta.block_tables, seq_lens, meta.block_size, scale)
+            return decode_attention(q, k_cache, v_cache, meta.block_tables, seq_lens, meta.block_size, scale,
+                                    num_splits=self._num_splits, max_seq_len=self._max_seq_len)
         self.launches["extend"] += 1
         return extend_attention(
             q, k_cache, v_cache, meta.block_tables, query_start, seq_lens, meta.block_size, scale, max_query_len

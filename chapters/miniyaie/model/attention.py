@@ -29,12 +29,16 @@ class AttentionMetadata:
     block_size: int  # slots per block
 
     def context_slots(self, seq: int) -> torch.Tensor:
-        """The cache slots holding sequence `seq`'s tokens 0..seq_len-1, in order."""
-        length = self.seq_lens[seq]
-        num_blocks = -(-length // self.block_size)
-        blocks = self.block_tables[seq, :num_blocks]
-        offsets = torch.arange(self.block_size, device=blocks.device)
-        return (blocks[:, None] * self.block_size + offsets[None, :]).flatten()[:length]
+        """The cache slots holding sequence `seq`'s tokens 0..seq_len-1, in order (int64, on the tables' device).
+
+        Token p of the sequence sits in block block_tables[seq, p // block_size]
+        at offset p % block_size, i.e. in slot block * block_size + offset.
+        Entries of block_tables past the blocks the sequence uses are padding.
+        """
+        # Idea: a block table is a page table: expand each block id into its block_size slots.
+        # Stuck? `miniyaie hint 0.5` prints hints, one level at a time.
+        # TODO(Task 0.5): Write the cache, then attend over it. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 5: Write the cache, then attend over it — see book/src/ch00_model.md')
 # ANCHOR_END: metadata
 
 
@@ -63,10 +67,8 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     see keys 0..that position. Grouped-query attention: query head h reads
     kv head h // (num_heads // num_kv_heads).
     """
-    # Hint: repeat k and v along the head dim (repeat_interleave) to num_heads;
-    # scores = einsum("qhd,khd->hqk") * scale; mask key j > query position with -inf
-    # (torch.ones(...).tril(diagonal=context_len - num_new)); softmax in float32
-    # over keys; out = einsum("hqk,khd->qhd"); return it in q's dtype.
+    # Idea: the causal mask is shifted: the new queries are the last num_new tokens of the context.
+    # Stuck? `miniyaie hint 0.4` prints hints, one level at a time.
     # TODO(Task 0.4): Causal attention over a KV cache. Replace this line with your code.
     raise NotImplementedError('Chapter 0, Task 4: Causal attention over a KV cache — see book/src/ch00_model.md')
 # ANCHOR_END: causal_attention
@@ -77,15 +79,17 @@ class TorchAttentionBackend:
     """The plain-torch reference backend: readable, runs anywhere, one sequence at a time."""
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        k_cache[meta.slot_mapping] = k.to(k_cache.dtype)
-        v_cache[meta.slot_mapping] = v.to(v_cache.dtype)
-        out = torch.empty_like(q)
-        start = 0
-        for seq, num_new in enumerate(meta.query_lens):
-            slots = meta.context_slots(seq)
-            out[start : start + num_new] = causal_attention(
-                q[start : start + num_new], k_cache[slots], v_cache[slots], scale
-            )
-            start += num_new
-        return out
+        """Write the step's new K/V into the cache, then attend each sequence's queries over its context.
+
+        q, k, v hold every sequence's new tokens one after the other, in the
+        order of meta.query_lens; new token t's K/V go to cache slot
+        meta.slot_mapping[t] (in the cache's dtype). Sequence s's context is
+        the seq_lens[s] tokens that meta.context_slots(s) lists, cached prefix
+        and new tokens together. Returns [num_tokens, num_heads, head_dim], the
+        rows in q's order.
+        """
+        # Idea: write first, then read: the new tokens are part of their own context.
+        # Stuck? `miniyaie hint 0.5` prints hints, one level at a time.
+        # TODO(Task 0.5): Write the cache, then attend over it. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 5: Write the cache, then attend over it — see book/src/ch00_model.md')
 # ANCHOR_END: torch_backend

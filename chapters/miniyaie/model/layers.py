@@ -17,11 +17,13 @@ from miniyaie.model.config import ModelConfig
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Root-mean-square normalisation over the last dimension, then a learned scale.
 
-    Computed in float32 whatever the input dtype (a bf16 sum of squares loses
-    too much), and cast back before the scale, as Llama does.
+    Returns weight * x / sqrt(mean(x ** 2 over the last dim) + eps), same shape
+    and dtype as x; eps keeps an all-zero row at zero instead of NaN. Computed
+    in float32 whatever the input dtype (a bf16 sum of squares loses too
+    much), and cast back to x's dtype before the scale, as Llama does.
     """
-    # Hint: x32 = x.float(); divide x32 by sqrt(mean(x32**2 over the last dim) + eps)
-    # (torch.rsqrt), cast back to x.dtype, then multiply by weight.
+    # Idea: unlike LayerNorm nothing is subtracted: divide by the root mean square, then scale.
+    # Stuck? `miniyaie hint 0.1` prints hints, one level at a time.
     # TODO(Task 0.1): RMSNorm. Replace this line with your code.
     raise NotImplementedError('Chapter 0, Task 1: RMSNorm — see book/src/ch00_model.md')
 # ANCHOR_END: rms_norm
@@ -76,12 +78,14 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
     x: [num_tokens, num_heads, head_dim]; cos, sin: [num_tokens, head_dim].
     This is the Hugging Face "rotate half" layout: dimension i is paired with
-    dimension i + head_dim / 2. Meta's and GGUF checkpoints pair neighbours
-    (2i, 2i+1); converting them permutes the q/k projection rows to this layout.
+    dimension i + head_dim / 2, and the pair turns by angle a (cos[:, i] and
+    sin[:, i] hold it): (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a).
+    Returns a tensor of x's shape and dtype, computed in float32. Meta's and
+    GGUF checkpoints pair neighbours (2i, 2i+1); converting them permutes the
+    q/k projection rows to this layout.
     """
-    # Hint: with x1, x2 = the two halves of the last dim, rotate_half(x) is cat(-x2, x1);
-    # the result is x * cos + rotate_half(x) * sin, with cos/sin broadcast over heads
-    # (unsqueeze dim 1). Compute in float32 and cast back to x.dtype.
+    # Idea: pair dimension i with i + head_dim/2 and turn each pair like a complex number.
+    # Stuck? `miniyaie hint 0.2` prints hints, one level at a time.
     # TODO(Task 0.2): Rotary position embedding. Replace this line with your code.
     raise NotImplementedError('Chapter 0, Task 2: Rotary position embedding — see book/src/ch00_model.md')
 # ANCHOR_END: apply_rotary
@@ -89,11 +93,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 # ANCHOR: swiglu
 def swiglu(x: torch.Tensor, gate_proj, up_proj, down_proj) -> torch.Tensor:
-    """The gated MLP of Llama-family models: down(silu(gate(x)) * up(x)).
+    """The gated MLP of Llama-family models: down(silu(gate(x)) * up(x)), silu(g) = g * sigmoid(g).
 
     The projections are callables (nn.Linear modules) so biases come for free.
     """
-    # Hint: torch.nn.functional.silu is x * sigmoid(x).
+    # Idea: the gate decides, element by element, how much of the up projection passes.
+    # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
     # TODO(Task 0.3): SwiGLU MLP. Replace this line with your code.
     raise NotImplementedError('Chapter 0, Task 3: SwiGLU MLP — see book/src/ch00_model.md')
 # ANCHOR_END: swiglu

@@ -22,7 +22,8 @@ class BlockAllocator:
     """Hands out block ids, counts their owners, and takes them back.
 
     State: `_ref_counts[b]` is the number of owners of block b (0 when free);
-    `_free` holds exactly the blocks whose count is 0, oldest-freed first.
+    `_free` holds exactly the blocks whose count is 0. Which free block comes
+    next is the allocator's choice: callers never depend on block ids.
     """
 
     def __init__(self, num_blocks: int):
@@ -52,40 +53,53 @@ class BlockAllocator:
 
     # ANCHOR: allocate
     def allocate(self) -> int:
-        """Take a free block; it gets one owner (the caller)."""
-        # Hint: raise OutOfBlocksError (with a message saying the pool is full)
-        # when self._free is empty; otherwise pop a block from the free list,
-        # set its reference count to 1 and return it.
+        """Take a free block: it gets one owner (the caller) and leaves the free list.
+
+        Raises OutOfBlocksError, changing nothing, when no block is free.
+        """
+        # Idea: a free block is one with no owner; taking it makes the caller its only owner.
+        # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
         # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
         raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
 
     def allocate_many(self, n: int) -> list[int]:
-        """Take `n` free blocks, or none: raises OutOfBlocksError, changing nothing, when fewer are free."""
-        if n < 0:
-            raise ValueError(f"cannot allocate {n} blocks")
-        if n > len(self._free):
-            raise OutOfBlocksError(
-                f"need {n} blocks but only {len(self._free)} of {self._num_blocks} are free"
-            )
-        return [self.allocate() for _ in range(n)]
+        """Take `n` free blocks (distinct), or none.
+
+        Raises OutOfBlocksError, with a message saying how many blocks were
+        asked for and how many are free, and changing nothing, when fewer
+        than `n` are free; ValueError for a negative `n`.
+        """
+        # Idea: all or nothing: check that n fit before taking the first one.
+        # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
+        # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: allocate
 
     # ANCHOR: free
     def free(self, block: int) -> None:
-        """Drop one owner of `block`; with no owner left it goes back to the free list."""
+        """Drop one owner of `block`; with no owner left it goes back to the free list.
+
+        Freeing a block that is already free (count 0) is a double free, a
+        bug in the caller: ValueError, and nothing changes. A block id outside
+        the pool is a ValueError too.
+        """
         self._check(block)
-        # Hint: freeing a block whose count is already 0 is a bug in the caller
-        # (a double free): raise ValueError and change nothing. Otherwise
-        # decrement its count, and append it to self._free when it reaches 0.
+        # Idea: count owners down; the last one out puts the block back.
+        # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
         # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
         raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
 
     def share(self, block: int) -> None:
-        """Add an owner to a block in use (a forked request, a prefix cache entry)."""
+        """Add an owner to a block in use (a forked request, a prefix cache entry).
+
+        Sharing a free block is a ValueError (nobody filled it: there is
+        nothing to share), and nothing changes.
+        """
         self._check(block)
-        if self._ref_counts[block] == 0:
-            raise ValueError(f"block {block} is free: only a block in use can be shared")
-        self._ref_counts[block] += 1
+        # Idea: one more owner; only a block that someone owns can be shared.
+        # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
+        # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: free
 
     # ANCHOR: copy_on_write
@@ -102,9 +116,8 @@ class BlockAllocator:
         self._check(block)
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is free: nobody may write into it")
-        # Hint: an unshared block (count 1) is returned as it is. Otherwise
-        # allocate a new block first (if that raises, nothing has changed),
-        # then drop the caller's reference to the old block, and return the new one.
+        # Idea: alone, write in place; shared, take a fresh block first, then let go of the old one.
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
         # TODO(Task 2.2): Copy-on-write. Replace this line with your code.
         raise NotImplementedError('Chapter 2, Task 2: Copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: copy_on_write

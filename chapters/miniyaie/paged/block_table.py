@@ -5,17 +5,24 @@ p lives in block `table[p // block_size]`, at offset `p % block_size`, which
 is slot `table[p // block_size] * block_size + p % block_size` of the flat
 pool. The table grows by one block each time the request crosses a block
 boundary, so a request holds at most block_size - 1 slots it does not use.
+A step's `AttentionMetadata` is read off the tables of its requests.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import torch
+
+from miniyaie.model import AttentionMetadata
 from miniyaie.paged.allocator import BlockAllocator
 
 
 # ANCHOR: blocks_needed
 def blocks_needed(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold `num_tokens` tokens (the last one may be partly empty)."""
-    # Hint: a ceiling division: 16 tokens in blocks of 16 need 1 block, 17 need 2, 0 need 0.
+    """The fewest blocks that hold `num_tokens` tokens (the last one may be partly empty); 0 for 0 tokens."""
+    # Idea: a ceiling division.
+    # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
     # TODO(Task 2.3): Grow a block table. Replace this line with your code.
     raise NotImplementedError('Chapter 2, Task 3: Grow a block table — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: blocks_needed
@@ -29,9 +36,8 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     shrink here). All or nothing: when the allocator cannot give every
     missing block, OutOfBlocksError is raised and `table` is unchanged.
     """
-    # Hint: compare blocks_needed(num_tokens, block_size) with len(table); take
-    # the missing ones with allocator.allocate_many (all or nothing), extend
-    # the table in place and return them.
+    # Idea: the table lacks blocks_needed(num_tokens) - len(table) blocks: take them all at once.
+    # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
     # TODO(Task 2.3): Grow a block table. Replace this line with your code.
     raise NotImplementedError('Chapter 2, Task 3: Grow a block table — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: grow_block_table
@@ -39,13 +45,39 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
 
 # ANCHOR: slot_mapping
 def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> list[int]:
-    """The pool slots of positions start..end-1 of the request whose block table is `table`."""
+    """The pool slots of positions start..end-1 of the request whose block table is `table`, in order.
+
+    Position p lives in block table[p // block_size] at offset p % block_size:
+    slot table[p // block_size] * block_size + p % block_size. Positions
+    outside the table's blocks are a ValueError.
+    """
     if not 0 <= start <= end <= len(table) * block_size:
         raise ValueError(
             f"positions {start}..{end - 1} are outside a table of {len(table)} blocks of {block_size} slots"
         )
-    # Hint: position p is in block table[p // block_size] at offset p % block_size;
-    # that block's first slot is block * block_size.
+    # Idea: the block table is a page table: block number, then offset inside the block.
+    # Stuck? `miniyaie hint 2.4` prints hints, one level at a time.
     # TODO(Task 2.4): Slot mapping. Replace this line with your code.
     raise NotImplementedError('Chapter 2, Task 4: Slot mapping — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: slot_mapping
+
+
+# ANCHOR: attention_metadata
+def attention_metadata(
+    tables: Sequence[list[int]], batch: Sequence[tuple[str, int, int]], block_size: int,
+    device: str | torch.device = "cpu",
+) -> AttentionMetadata:
+    """The metadata of a step that computes positions start..end-1 of each (request_id, start, end).
+
+    tables[i] is the block table of batch[i]'s request; it already holds
+    the request's `end` tokens (the memory allocated them). In batch order:
+    query_lens[i] = end - start, seq_lens[i] = end; slot_mapping lists the
+    slots of every request's positions start..end-1 (slot_mapping above),
+    one request after the other; block_tables has one row per request, its
+    table padded with block 0 to the longest. Tensors int64, on `device`.
+    """
+    # Idea: everything chapter 0's backend needs, read off the block tables.
+    # Stuck? `miniyaie hint 2.8` prints hints, one level at a time.
+    # TODO(Task 2.8): Attention metadata for a step. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 8: Attention metadata for a step — see book/src/ch02_paged_kv_cache.md')
+# ANCHOR_END: attention_metadata

@@ -25,7 +25,7 @@ import torch
 
 from miniyaie.model import AttentionMetadata
 from miniyaie.paged.allocator import BlockAllocator, OutOfBlocksError
-from miniyaie.paged.block_table import blocks_needed, grow_block_table, slot_mapping
+from miniyaie.paged.block_table import attention_metadata, blocks_needed, grow_block_table, slot_mapping
 
 if TYPE_CHECKING:
     from miniyaie.scheduler import Request
@@ -65,26 +65,37 @@ class PagedMemory:
 
     # ANCHOR: can_allocate
     def _blocks_written(self, table: list[int], start: int, end: int) -> range:
-        """Indexes into `table` of the blocks that positions start..end-1 write into."""
-        if end <= start:
-            return range(0)
-        return range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)))
+        """Indexes into `table` of the blocks it already has that positions start..end-1 write into.
+
+        Empty when end <= start; blocks the table does not have yet are not counted.
+        """
+        # Idea: from the block of the first position written to the last block the table has.
+        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
+        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
         """Indexes into `table` of the blocks that positions start..end-1 write into and that others share."""
-        return [i for i in self._blocks_written(table, start, end) if self.allocator.ref_count(table[i]) > 1]
+        # Idea: a block written into is copied first exactly when someone else also owns it.
+        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
+        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
-        """Whether the table of `request` can grow to num_computed_tokens + num_new_tokens tokens."""
+        """Whether allocate(request, num_new_tokens) would succeed; asking changes nothing.
+
+        It succeeds when the free blocks cover the blocks the table lacks to
+        hold num_computed_tokens + num_new_tokens tokens, plus one copy for
+        every shared block among those that positions num_computed_tokens..
+        are written into.
+        """
         table = self.tables.get(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Hint: the request needs a new block for every block its table lacks
-        # to hold `end` tokens (blocks_needed), plus one for every shared
-        # block it will write into (self._shared_blocks_to_write: each is
-        # copied on write). It fits if that is no more than the free blocks.
-        # TODO(Task 2.6): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 6: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Idea: count the new blocks AND the copies: a shared block written into costs a block too.
+        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
+        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: can_allocate
 
     # ANCHOR: allocate
@@ -104,49 +115,65 @@ class PagedMemory:
         table = self.tables.setdefault(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Hint: for each shared block to write into, replace it in the table by
-        # self.allocator.copy_on_write(block) and record (old, new) in
-        # self._copies; then grow the table (grow_block_table) to hold `end` tokens.
-        # TODO(Task 2.6): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 6: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Idea: copy the shared blocks you will write into, then grow the table.
+        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
+        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: allocate
 
+    # ANCHOR: free
     def free(self, request: Request) -> None:
-        """Drop the request's share of every block it holds (finished, aborted or preempted)."""
-        for block in self.tables.pop(request.request_id, []):
-            self.allocator.free(block)
-        # a queued copy into a block nobody owns any more must not land on its next owner
-        self._copies = [(src, dst) for src, dst in self._copies if self.allocator.ref_count(dst) > 0]
+        """Drop the request's share of every block it holds (finished, aborted or preempted).
+
+        Its table is forgotten; a block goes back to the pool when its last
+        owner lets go. A copy queued for one of the request's blocks and not
+        yet taken (take_block_copies) is dropped: the block may already be
+        someone else's. Freeing a request that holds nothing does nothing.
+        """
+        # Idea: give back every block, and cancel the copies queued into blocks nobody owns now.
+        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
+        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+    # ANCHOR_END: free
 
     # ------------------------------------------------------------ sharing
     # ANCHOR: sharing
     def share_blocks(self, request_id: str, blocks: Sequence[int]) -> None:
         """Start the table of `request_id` with `blocks`, already filled by another owner.
 
-        The request takes one reference on each; it reads them freely and
-        copies any of them on its first write into it. Used by `fork`, and by
-        chapter 3 to start a request on a cached prefix.
+        The request takes one reference on each (allocator.share); it reads
+        them freely and copies any of them on its first write into it. Its
+        table is a new list: later changes to `blocks` do not reach it. A
+        request that already holds blocks is a ValueError, and nothing
+        changes. Used by `fork`, and by chapter 3 to start a request on a
+        cached prefix.
         """
-        if self.tables.get(request_id):
-            raise ValueError(f"request {request_id!r} already holds blocks")
-        for block in blocks:
-            self.allocator.share(block)
-        self.tables[request_id] = list(blocks)
+        # Idea: sharing is one more reference per block, never a copy.
+        # Stuck? `miniyaie hint 2.6` prints hints, one level at a time.
+        # TODO(Task 2.6): Share blocks between requests. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 6: Share blocks between requests — see book/src/ch02_paged_kv_cache.md')
 
     def fork(self, parent_request_id: str, child_request_id: str) -> None:
         """Give the child every block of the parent, shared (parallel sampling: n > 1).
 
         The child's request must have the parent's num_computed_tokens: the
-        two continue from the same cached tokens and diverge from there.
+        two continue from the same cached tokens and diverge from there. A
+        parent that holds no blocks is a KeyError.
         """
-        if parent_request_id not in self.tables:
-            raise KeyError(f"request {parent_request_id!r} holds no blocks")
-        self.share_blocks(child_request_id, self.tables[parent_request_id])
+        # Idea: a fork is share_blocks with the parent's table.
+        # Stuck? `miniyaie hint 2.6` prints hints, one level at a time.
+        # TODO(Task 2.6): Share blocks between requests. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 6: Share blocks between requests — see book/src/ch02_paged_kv_cache.md')
 
     def take_block_copies(self) -> list[tuple[int, int]]:
-        """The (src, dst) block copies queued by copy-on-write since the last call; apply them before the forward."""
-        copies, self._copies = self._copies, []
-        return copies
+        """The (src, dst) block copies queued by copy-on-write since the last call, in order; the queue is then empty.
+
+        The runner applies them (copy_blocks) before the forward pass.
+        """
+        # Idea: hand the queue over and start a new one.
+        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
+        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: sharing
 
     # ------------------------------------------------------------ for the model runner
@@ -158,20 +185,8 @@ class PagedMemory:
         """The pool slots of the request's positions start..end-1."""
         return slot_mapping(self.tables.get(request_id, []), start, end, self.block_size)
 
-    # ANCHOR: attention_metadata
     def attention_metadata(
         self, batch: Sequence[tuple[str, int, int]], device: str | torch.device = "cpu"
     ) -> AttentionMetadata:
         """The metadata of a step that computes positions start..end-1 of each (request_id, start, end)."""
-        tables = [self.tables.get(rid, []) for rid, _, _ in batch]
-        width = max(len(t) for t in tables)
-        slots = [s for rid, start, end in batch for s in self.slot_mapping(rid, start, end)]
-        return AttentionMetadata(
-            query_lens=[end - start for _, start, end in batch],
-            seq_lens=[end for _, _, end in batch],
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-            # padding with block 0 is harmless: a sequence reads only its first ceil(seq_len / block_size) entries
-            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int64, device=device),
-            block_size=self.block_size,
-        )
-    # ANCHOR_END: attention_metadata
+        return attention_metadata([self.tables.get(rid, []) for rid, _, _ in batch], batch, self.block_size, device)

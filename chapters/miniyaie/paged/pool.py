@@ -24,11 +24,15 @@ def block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int
 
 # ANCHOR: budget
 def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: int, dtype: torch.dtype) -> int:
-    """The most blocks whose K and V (all layers) fit in `budget_bytes`."""
-    # Hint: one token takes config.kv_bytes_per_token(dtype.itemsize) bytes
-    # (K and V, every layer); a block holds block_size tokens. Round down.
-    # TODO(Task 2.5): Size the pool from a byte budget. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 5: Size the pool from a byte budget — see book/src/ch02_paged_kv_cache.md')
+    """The most blocks whose K and V (all layers, `dtype`) fit in `budget_bytes`.
+
+    A pool of that many blocks takes at most budget_bytes; one block more
+    would not fit. A budget too small for one block is a ValueError.
+    """
+    # Idea: divide the budget by the bytes of one block, rounding down.
+    # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
+    # TODO(Task 2.5): Size the pool and copy its blocks. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 5: Size the pool and copy its blocks — see book/src/ch02_paged_kv_cache.md')
     if num_blocks < 1:
         raise ValueError(
             f"a KV budget of {budget_bytes} bytes holds no block of {block_size} tokens "
@@ -46,17 +50,22 @@ def make_pool(
     if num_blocks < 1 or block_size < 1:
         raise ValueError(f"a pool needs at least one block of at least one slot, got {num_blocks} x {block_size}")
     return KVCache(config, num_blocks * block_size, dtype, device)
+# ANCHOR_END: make_pool
 
 
+# ANCHOR: copy_blocks
 def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: int) -> None:
-    """Copy every (src, dst) block's K and V, all layers: what copy-on-write asks the runner to do."""
+    """Copy every (src, dst) block's K and V, all layers: what copy-on-write asks the runner to do.
+
+    After the call, block dst of every layer holds what block src held
+    before it (its block_size slots, K and V); no other slot changes. The
+    destinations are distinct fresh blocks, never a source of the same call.
+    """
     copies = list(copies)
     if not copies:
         return
-    device = pool.k.device
-    offsets = torch.arange(block_size, device=device)
-    src = (torch.tensor([s for s, _ in copies], device=device)[:, None] * block_size + offsets).flatten()
-    dst = (torch.tensor([d for _, d in copies], device=device)[:, None] * block_size + offsets).flatten()
-    pool.k[:, dst] = pool.k[:, src]
-    pool.v[:, dst] = pool.v[:, src]
-# ANCHOR_END: make_pool
+    # Idea: a block is block_size consecutive slots: turn block ids into slot indexes, copy once.
+    # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
+    # TODO(Task 2.5): Size the pool and copy its blocks. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 5: Size the pool and copy its blocks — see book/src/ch02_paged_kv_cache.md')
+# ANCHOR_END: copy_blocks

@@ -26,7 +26,10 @@ class RadixMemory(PagedMemory):
         self.cache = RadixCache(self.allocator, block_size)
         self._locked: dict[str, Node] = {}  # request id -> the node its lock is on
         self._num_cached: dict[str, int] = {}  # request id -> its leading blocks already in the tree
-        self.hit_tokens = 0  # tokens served from the cache at admission (a resumed request's own output included), over all admissions
+        # Tokens served from the cache at admission, over all admissions: each admitted request adds
+        # the num_computed_tokens it starts with (a resumed request's own output included). A full
+        # hit starts at num_tokens - 1 (the last token is recomputed), so that token is not counted.
+        self.hit_tokens = 0
 
     # ANCHOR: cached_prefix_len
     def cached_prefix_len(self, request: Request) -> int:
@@ -68,17 +71,21 @@ class RadixMemory(PagedMemory):
 
     # ANCHOR: allocate
     def allocate(self, request: Request, num_new_tokens: int) -> None:
+        """Chapter 2's allocate, on top of the prefix cache.
+
+        A request being admitted with num_computed_tokens > 0 (the scheduler
+        found that many tokens cached) starts on the cached blocks that hold
+        them, shared, not copied, and locked (on the node where they end)
+        until it is freed; hit_tokens grows by num_computed_tokens. A running
+        request first caches the whole blocks the last step computed. Then
+        unlocked cached blocks are evicted if the pool is short, and the
+        table grows as in chapter 2 (writing into a shared block copies it).
+        Raises OutOfBlocksError, changing nothing, when can_allocate says no.
+        """
         if not self.can_allocate(request, num_new_tokens):
             raise OutOfBlocksError(f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens")
-        # Hint: a request being admitted with num_computed_tokens > 0 starts on
-        # the cached blocks that self._admission_blocks(request) returns with
-        # their node: lock the node first, so that eviction below cannot take
-        # them (remember it in
-        # self._locked), share the blocks into its table (self.share_blocks)
-        # and count the hit in self.hit_tokens. A running request first caches
-        # what the last step computed (self._cache_computed). Then evict what
-        # the pool is short of (self._blocks_short(request, n, [])), and grow
-        # the table as chapter 2 does (super().allocate).
+        # Idea: take the cached prefix first (and lock it), then make room, then grow as chapter 2 does.
+        # Stuck? `miniyaie hint 3.5` prints hints, one level at a time.
         # TODO(Task 3.5): Start on the cached prefix, cache what is computed. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 5: Start on the cached prefix, cache what is computed — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: allocate

@@ -42,7 +42,10 @@ class Node:
 class PrefixMatch:
     length: int  # tokens of the query found in the tree (a multiple of the block size)
     blocks: list[int]  # the blocks holding them, in order
-    node: Node  # the deepest node the match reaches (lock it to keep the prefix)
+    # The node whose edge holds the last matched block: when the match ends partway along an
+    # edge, the node that edge leads to (so that locking it protects every matched block);
+    # the root when nothing matched.
+    node: Node
 # ANCHOR_END: node
 
 
@@ -65,64 +68,76 @@ class RadixCache:
 
     # ANCHOR: match_prefix
     def match_prefix(self, tokens: Sequence[int], touch: bool = True) -> PrefixMatch:
-        """The longest cached prefix of `tokens`, in whole blocks.
+        """The longest cached prefix of `tokens`, in whole blocks (see PrefixMatch for which node it returns).
 
-        `touch` marks the path as just used (for LRU); a peek (the scheduler's
-        prefix-length oracle) passes touch=False.
+        Only whole blocks match: a block of the query that differs from the
+        tree's in any token ends the match before it. `touch` stamps every
+        node the match passes through (the partly matched one too) with one
+        fresh time, next(_clock), in last_access: eviction (Task 3.3) takes
+        the least recently used leaf first. A peek (the scheduler's
+        prefix-length oracle) passes touch=False and changes nothing.
         """
-        # Hint: start at the root; while the next block of tokens is a key in
-        # node.children, count how many whole blocks the child's key shares
-        # with the rest of the tokens (self._common_blocks), take that many
-        # of its blocks, and descend only if the whole key matched. When
-        # `touch`, stamp every node you pass with one fresh time,
-        # now = next(_clock), in node.last_access: eviction (Task 3.3) takes
-        # the least recently used leaf first.
+        # Idea: walk down block by block; an edge may match in full (descend) or only in part (stop inside it).
+        # Stuck? `miniyaie hint 3.2` prints hints, one level at a time.
         # TODO(Task 3.2): Match the longest cached prefix. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 2: Match the longest cached prefix — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: match_prefix
 
     # ANCHOR: insert
     def insert(self, tokens: Sequence[int], blocks: Sequence[int]) -> Node:
-        """Cache `tokens` (whole blocks), held in `blocks`; returns the node where they end.
+        """Cache `tokens` (whole blocks), held in `blocks`; returns the node whose path from the root spells exactly `tokens`.
 
         The part already cached is left as it is (the caller's duplicate
-        blocks stay the caller's); the tree takes a reference on the blocks of
-        the new part.
+        blocks stay the caller's); the tree takes one allocator reference on
+        each block of the new part and counts it in cached_blocks (and in
+        evictable_blocks, its node being unlocked). Where the tokens leave an
+        edge partway, the edge is split at that block boundary. A request
+        caching its next blocks ends on the leaf it inserted before: that
+        leaf's edge grows instead of a chain of one node per block. Every
+        node passed, split or created is stamped with one fresh time,
+        next(_clock), in last_access. Inserting no tokens returns the root.
         """
         assert len(tokens) == len(blocks) * self.block_size, "insert whole blocks only"
-        # Hint: walk like match_prefix. When a child's key matches only in
-        # part, split it there (self._split). When no child starts with the
-        # next block, add a leaf with the remaining tokens and blocks (or, if
-        # the node is itself a leaf other than the root, extend its edge: a
-        # request caching its next blocks grows its own leaf instead of
-        # chaining one node per block): share each new block with the
-        # allocator, count it in cached_blocks, and in evictable_blocks when
-        # its node is unlocked. Stamp the nodes you pass or create with
-        # now = next(_clock) in last_access, as match_prefix does.
+        # Idea: follow the path the tokens spell; split where they leave an edge; hang the rest as a leaf.
+        # Stuck? `miniyaie hint 3.1` prints hints, one level at a time.
+        # TODO(Task 3.1): Insert with node split. Replace this line with your code.
+        raise NotImplementedError('Chapter 3, Task 1: Insert with node split — see book/src/ch03_radix_tree.md')
+
+    def _split(self, child: Node, num_blocks: int) -> Node:
+        """Cut `child`'s edge after `num_blocks` blocks (0 < num_blocks < its length); returns the new upper node.
+
+        The upper node takes the first num_blocks blocks of the edge, its
+        parent, lock count and last_access; `child` keeps the rest and hangs
+        below it. No block changes owner, so no counter changes.
+        """
+        # Idea: one edge becomes two: a new node in the middle takes the first part.
+        # Stuck? `miniyaie hint 3.1` prints hints, one level at a time.
         # TODO(Task 3.1): Insert with node split. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 1: Insert with node split — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: insert
 
-    def _split(self, child: Node, num_blocks: int) -> Node:
-        """Cut `child`'s edge after `num_blocks` blocks; returns the new upper node."""
-        cut = num_blocks * self.block_size
-        upper = Node(child.key[:cut], child.blocks[:num_blocks], child.parent, lock_ref=child.lock_ref, last_access=child.last_access)
-        upper.children[self._first_block(child.key[cut:])] = child
-        child.parent.children[self._first_block(child.key)] = upper
-        child.key, child.blocks, child.parent = child.key[cut:], child.blocks[num_blocks:], upper
-        return upper
-
     # ANCHOR: lock
     def lock(self, node: Node) -> None:
-        """Protect the path from `node` to the root from eviction (one more user)."""
-        # Hint: walk up to the root; a node whose lock_ref goes from 0 to 1
-        # stops being evictable (subtract its blocks from evictable_blocks).
+        """Protect the path from `node` to the root from eviction (one more user).
+
+        Adds one to lock_ref of `node` and of every node above it, the root
+        included; a node locked for the first time (0 -> 1) stops counting in
+        evictable_blocks.
+        """
+        # Idea: a lock counts on every node up to the root.
+        # Stuck? `miniyaie hint 3.4` prints hints, one level at a time.
         # TODO(Task 3.4): Lock and unlock. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 4: Lock and unlock — see book/src/ch03_radix_tree.md')
 
     def unlock(self, node: Node) -> None:
-        """One user fewer on the path from `node` to the root."""
-        # Hint: the mirror image of lock; a lock_ref must never go below 0.
+        """One user fewer on the path from `node` to the root.
+
+        The mirror of lock: a node unlocked for the last time (1 -> 0) counts
+        in evictable_blocks again. Unlocking a node that is not locked
+        (lock_ref 0) is a caller's bug: ValueError, and nothing changes.
+        """
+        # Idea: the mirror image of lock; a count must never go below 0.
+        # Stuck? `miniyaie hint 3.4` prints hints, one level at a time.
         # TODO(Task 3.4): Lock and unlock. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 4: Lock and unlock — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: lock
@@ -131,15 +146,16 @@ class RadixCache:
     def evict(self, num_blocks: int) -> int:
         """Free at least `num_blocks` blocks (if that many are evictable), LRU leaves first.
 
-        Returns the number of blocks freed.
+        Only unlocked leaves are evicted, whole (all their blocks), least
+        recently used (smallest last_access) first; evicting a leaf can make
+        its parent an unlocked leaf, a candidate in turn. The root is never
+        evicted. Stops as soon as num_blocks are freed, or nothing is left to
+        evict. Returns the number of blocks freed (given back to the allocator).
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
-        # Hint: put every unlocked leaf in a heap keyed by last_access. Pop the
-        # oldest, free its blocks (allocator.free; they return to the free
-        # list), remove it from its parent's children and update the counters;
-        # if the parent is now an unlocked leaf, push it too, except the root
-        # (it holds no blocks and is never evicted).
+        # Idea: a heap of unlocked leaves by last use; a parent left childless joins the heap.
+        # Stuck? `miniyaie hint 3.3` prints hints, one level at a time.
         # TODO(Task 3.3): Evict least recently used leaves. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 3: Evict least recently used leaves — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: evict

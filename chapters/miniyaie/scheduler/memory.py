@@ -42,7 +42,12 @@ class KVMemory(Protocol):
 
 # ANCHOR: counting_memory
 class TokenCountingMemory:
-    """Memory as a plain count of token slots: no blocks, no sharing, no prefix cache."""
+    """Memory as a plain count of token slots: no blocks, no sharing, no prefix cache.
+
+    Each request holds a number of slots: the most tokens it was ever grown
+    to (num_computed_tokens + num_new_tokens of an allocate) since it was
+    last freed; the pool holds `capacity_tokens` slots in all.
+    """
 
     def __init__(self, capacity_tokens: int):
         if capacity_tokens < 1:
@@ -56,26 +61,45 @@ class TokenCountingMemory:
 
     @property
     def num_used_tokens(self) -> int:
+        """Slots held by all requests together."""
         return sum(self._held.values())
 
     def cached_prefix_len(self, request: Request) -> int:
         return 0
 
-    def _missing(self, request: Request, num_new_tokens: int) -> int:
-        """Slots still to reserve so the request holds num_computed + num_new tokens."""
-        target = request.num_computed_tokens + num_new_tokens
-        return max(0, target - self._held.get(request.request_id, 0))
-
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
-        # Hint: the request fits if the slots it is missing are no more than the free slots.
+        """Whether the request can grow to hold num_computed_tokens + num_new_tokens tokens.
+
+        Only the slots it does not hold yet count against the free slots
+        (capacity - num_used_tokens); a request that already holds that
+        many (or more) always fits. Asking changes nothing.
+        """
+        # Idea: a request needs only the slots it does not hold yet.
+        # Stuck? `miniyaie hint 1.1` prints hints, one level at a time.
         # TODO(Task 1.1): Counting memory. Replace this line with your code.
         raise NotImplementedError('Chapter 1, Task 1: Counting memory — see book/src/ch01_scheduler.md')
 
     def allocate(self, request: Request, num_new_tokens: int) -> None:
-        if not self.can_allocate(request, num_new_tokens):
-            raise MemoryError(f"request {request.request_id!r} does not fit: {num_new_tokens} more tokens")
-        self._held[request.request_id] = self._held.get(request.request_id, 0) + self._missing(request, num_new_tokens)
+        """Grow the request to hold num_computed_tokens + num_new_tokens tokens (never shrink it).
+
+        Raises MemoryError, changing nothing, when can_allocate says no.
+        """
+        # Idea: check first, then record only what is missing.
+        # Stuck? `miniyaie hint 1.1` prints hints, one level at a time.
+        # TODO(Task 1.1): Counting memory. Replace this line with your code.
+        raise NotImplementedError('Chapter 1, Task 1: Counting memory — see book/src/ch01_scheduler.md')
+
+    def _missing(self, request: Request, num_new_tokens: int) -> int:
+        """Slots still to reserve so the request holds num_computed + num_new tokens."""
+        # Idea: the target minus what is held, never negative.
+        # Stuck? `miniyaie hint 1.1` prints hints, one level at a time.
+        # TODO(Task 1.1): Counting memory. Replace this line with your code.
+        raise NotImplementedError('Chapter 1, Task 1: Counting memory — see book/src/ch01_scheduler.md')
 
     def free(self, request: Request) -> None:
-        self._held.pop(request.request_id, None)
+        """Give back every slot the request holds; freeing a request that holds none does nothing."""
+        # Idea: forget the request's count; unknown ids are fine.
+        # Stuck? `miniyaie hint 1.1` prints hints, one level at a time.
+        # TODO(Task 1.1): Counting memory. Replace this line with your code.
+        raise NotImplementedError('Chapter 1, Task 1: Counting memory — see book/src/ch01_scheduler.md')
 # ANCHOR_END: counting_memory

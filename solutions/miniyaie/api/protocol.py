@@ -2,20 +2,32 @@
 
 Strict mode: a string where a number belongs is an error, not a guess.
 Unknown fields are refused (as OpenAI does), so a typo never silently
-becomes a default. The same models produce the OpenAPI schema at
-`/openapi.json`, which the tests fuzz.
+becomes a default. Every string must be valid Unicode (JSON can carry a
+lone surrogate, "\ud800", that no tokenizer encodes). The same models
+produce the OpenAPI schema at `/openapi.json`, which the tests fuzz.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator
 
-from miniyaie.engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRINGS
+from miniyaie.engine.openai_format import check_text, content_text
+from miniyaie.engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRING_LENGTH, MAX_STOP_STRINGS
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 MAX_PROMPTS = 16  # prompts in one /v1/completions batch
+
+
+def _valid_unicode(value):
+    """A string must be valid Unicode before anything else reads it; other types are left to the type check."""
+    return check_text(value, "the text") if isinstance(value, str) else value
+
+
+Text = Annotated[str, BeforeValidator(_valid_unicode)]
+StopString = Annotated[Annotated[str, StringConstraints(min_length=1, max_length=MAX_STOP_STRING_LENGTH)],
+                       BeforeValidator(_valid_unicode)]
 
 
 class _Strict(BaseModel):
@@ -28,26 +40,31 @@ class StreamOptions(_Strict):
 
 class ChatMessage(_Strict):
     role: Role
-    content: str
-    name: str | None = None
+    content: str | list[dict[str, Any]]  # a string, or OpenAI's content parts: text parts are joined
+    name: Text | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _one_text(cls, content: str | list[dict[str, Any]]) -> str:
+        return content_text(content)
 
 
 # ANCHOR: generation_request
 class _GenerationRequest(_Strict):
     """What both endpoints share: the model, sampling and stopping."""
 
-    model: str
+    model: Text
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     n: int = Field(1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None = None
+    stop: StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_STRINGS)] | None = None
     seed: int | None = Field(None, ge=0, lt=2**63)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    user: str | None = None
+    user: Text | None = None
     # extensions beyond OpenAI (vLLM has the same names)
     top_k: int | None = Field(None, ge=-1)
     min_p: float | None = Field(None, ge=0, le=1)
@@ -60,7 +77,7 @@ class _GenerationRequest(_Strict):
 class CompletionRequest(_GenerationRequest):
     """POST /v1/completions: continue a prompt (no chat template)."""
 
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)] | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    prompt: Text | Annotated[list[Text], Field(min_length=1, max_length=MAX_PROMPTS)] | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
 
 

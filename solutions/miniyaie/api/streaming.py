@@ -1,25 +1,33 @@
 """Driving one request through the engine: collected into a result, or streamed as SSE.
 
 Both paths read the same engine stream (`InferenceEngine.stream_async`), so
-both feed the latency metrics. The streaming path is where disconnects are
-handled: when the client goes away, the ASGI server stops pulling this
-generator (Starlette cancels it or closes it); closing the engine stream
-aborts the request, and its KV blocks return to the pool at once.
+both feed the latency metrics, and both abort the request when the client
+goes away, so that its KV blocks return to the pool at once:
+
+- streamed: the ASGI server stops pulling the event generator (Starlette
+  cancels it or closes it), and closing the engine stream aborts the request;
+- collected: nothing is sent until the answer is complete, so nothing would
+  notice; `unless_disconnected` listens for the client's hang-up meanwhile
+  and cancels the collection, which closes the engine stream the same way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable
+from typing import Protocol, TypeVar
 
-from miniyaie.api.errors import error_body, from_engine_error
+from starlette.requests import Request
+
+from miniyaie.api.errors import ClientDisconnected, error_body, from_engine_error
 from miniyaie.api.metrics import RequestTimer
 from miniyaie.api.sse import sse_done, sse_event
 from miniyaie.engine import CompletionDelta, EngineError, GenerationOutput
 
 log = logging.getLogger("miniyaie.api")
 EngineItems = AsyncIterator[CompletionDelta | GenerationOutput]
+T = TypeVar("T")
 
 
 class Chunker(Protocol):
@@ -36,12 +44,43 @@ def observe(item: CompletionDelta | GenerationOutput, timer: RequestTimer) -> No
 
 
 async def collect(items: EngineItems, timer: RequestTimer) -> GenerationOutput:
-    """Run a request to its end (non-streaming responses); its result."""
+    """Run a request to its end (non-streaming responses); its result. Cancelling it aborts the request."""
     result = None
-    async for item in items:
-        observe(item, timer)
-        result = item
+    try:
+        async for item in items:
+            observe(item, timer)
+            result = item
+    finally:
+        await items.aclose()
     return result
+
+
+# ANCHOR: unless_disconnected
+async def until_disconnected(request: Request) -> None:
+    """Return once the client has hung up (the ASGI server's `http.disconnect` message).
+
+    The route has read the whole body already, so the next message can only
+    be the disconnect.
+    """
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """The result of `work`; ClientDisconnected if the client hangs up first (`work` is cancelled then)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(until_disconnected(request))
+    try:
+        done, _ = await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()  # inside collect(): the engine stream is closed, which aborts the request
+            await asyncio.gather(task, return_exceptions=True)
+    if task not in done:
+        raise ClientDisconnected
+    return task.result()
+# ANCHOR_END: unless_disconnected
 
 
 # ANCHOR: event_stream

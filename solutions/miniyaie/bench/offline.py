@@ -1,66 +1,29 @@
 """`miniyaie bench offline`: our engine and transformers on the same prompts, in one process.
 
     miniyaie bench offline --workload random|shared-prefix [--num-requests N]
-        [--peers hf-static,hf-cb] [--json OUT] [--plot OUT.png]
+        [--peers hf-static,hf-cb,vllm] [--vllm-python PATH] [--json OUT] [--plot OUT.png]
 
 Every system gets the same random-token prompts (seed 0) and must produce
-exactly each request's output length (`ignore_eos`). The table gives output
-tokens per second, our speed over each other system's, and our efficiency
-against the compute floor: the same step shapes through the model with
-attention replaced by a no-op, timed in the same run.
+exactly each request's output length (`ignore_eos`). transformers runs in
+this process; vLLM, which needs its own torch, in a child process of its
+own environment (bench/vllm_peer.py), with the same number of threads.
+The table gives output tokens per second, our speed over each other
+system's, and our efficiency against the compute floor: the same step
+shapes through the model with attention replaced by a no-op, timed in the
+same run.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
 import platform
-import sys
 
 from miniyaie.bench.workloads import Workload, random_workload, shared_prefix_workload
 
-PEERS = ("hf-static", "hf-cb")
-
-
-def _range(text: str) -> tuple[int, int]:
-    """'32:256' -> (32, 256); '32' -> (32, 32)."""
-    try:
-        low, _, high = text.partition(":")
-        low, high = int(low), int(high or low)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected N or LOW:HIGH, got {text!r}") from None
-    if not 1 <= low <= high:
-        raise argparse.ArgumentTypeError(f"need 1 <= LOW <= HIGH, got {text!r}")
-    return low, high
-
-
-def _peers(text: str) -> list[str]:
-    names = [p for p in text.split(",") if p and p != "none"]
-    unknown = [p for p in names if p not in PEERS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r}; choose from {', '.join(PEERS)} or none")
-    return names
-
-
-def add_parser(bench_sub) -> None:
-    """Register `offline` on the subparsers of `miniyaie bench`."""
-    p = bench_sub.add_parser("offline", help="offline throughput against transformers, side by side")
-    p.add_argument("--workload", choices=("random", "shared-prefix"), default="random")
-    p.add_argument("--num-requests", type=int, default=None, help="random: 64; shared-prefix: 32 (4 groups of 8)")
-    p.add_argument("--input-len", type=_range, default=(32, 256), help="random: prompt length range (default 32:256)")
-    p.add_argument("--output-len", type=_range, default=None, help="output length range (random 32:128, shared-prefix 32)")
-    p.add_argument("--prefix-len", type=int, default=512, help="shared-prefix: tokens each group shares (default 512)")
-    p.add_argument("--question-len", type=int, default=32, help="shared-prefix: tokens after the prefix (default 32)")
-    p.add_argument("--group-size", type=int, default=8, help="shared-prefix: prompts per group (default 8)")
-    p.add_argument("--peers", type=_peers, default=list(PEERS), help="comma-separated: hf-static,hf-cb or none")
-    p.add_argument("--no-floor", action="store_true", help="skip timing the compute floor")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
-    p.add_argument("--model", default=None, help="a local Hugging Face directory (default: bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
-    p.add_argument("--plot", default=None, metavar="OUT.png", help="draw the output tok/s bars")
-    p.add_argument("--no-progress", action="store_true")
+PEERS = ("hf-static", "hf-cb", "vllm")
+DEFAULT_PEERS = ("hf-static", "hf-cb")  # vllm needs an environment of its own: asked for by name
 
 
 def make_workload(args, vocab_size: int) -> Workload:
@@ -78,6 +41,7 @@ def run(args) -> dict:
     from transformers import AutoModelForCausalLM
 
     from miniyaie.bench.runners import Result, run_engine, run_floor, run_hf_continuous, run_hf_static
+    from miniyaie.bench.vllm_peer import PeerFailed, PeerSkipped, run_vllm
     from miniyaie.engine import EngineConfig
     from miniyaie.model import load_model, resolve_model_path
 
@@ -101,12 +65,22 @@ def run(args) -> dict:
     floor = None if args.no_floor else run_floor(model, best, progress)
     if floor:
         results.append(floor)
-    if args.peers:
+    if "hf-static" in args.peers or "hf-cb" in args.peers:
         hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         if "hf-static" in args.peers:
             results.append(run_hf_static(hf_model, workload, progress=progress))
         if "hf-cb" in args.peers:
             results.append(run_hf_continuous(hf_model, workload, progress=progress))
+    not_run = []  # peers asked for that gave no figure, and why
+    if "vllm" in args.peers:
+        if progress:
+            print("vllm: running in its own environment (start-up, not timed, takes about a minute) ...", flush=True)
+        try:  # the same prefix-cache setting as our best run
+            results.append(run_vllm(workload, str(path), threads, best.stats["enable_prefix_caching"], args.vllm_python))
+        except PeerSkipped as exc:
+            not_run.append(dict(system="vllm", status="skipped", reason=str(exc)))
+        except PeerFailed as exc:
+            not_run.append(dict(system="vllm", status="failed", reason=str(exc)))
 
     rows = []
     for r in results:
@@ -118,6 +92,10 @@ def run(args) -> dict:
             row["hit_rate"] = round(r.stats["hit_rate"], 4)
             row["num_preemptions"] = r.stats["num_preemptions"]
             row["steps"] = r.stats["steps"]
+        elif "outputs" in r.stats:  # a peer that returned its tokens: how many requests equal ours (greedy)
+            row["same_tokens_as_ours"] = sum(a == b for a, b in zip(r.stats["outputs"], best.stats["outputs"]))
+        if r.stats.get("note"):
+            row["note"] = r.stats["note"]
         rows.append(row)
     report = dict(
         workload=workload.name,
@@ -133,6 +111,7 @@ def run(args) -> dict:
         block_size=block_size,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         rows=rows,
+        not_run=not_run,
     )
     return report
 
@@ -148,6 +127,13 @@ def format_table(report: dict) -> str:
         hit = f"{row['hit_rate']:.1%}" if "hit_rate" in row else ""
         pre = str(row.get("num_preemptions", ""))
         lines.append(f"{row['system']:34} {row['seconds']:8.1f} {row['output_tok_s']:10.1f} {ratio:>10} {hit:>9} {pre:>8}")
+    for peer in report.get("not_run", []):
+        lines.append(f"{peer['system']}: {peer['status']}: {peer['reason']}")
+    for row in report["rows"]:
+        if "same_tokens_as_ours" in row:
+            lines.append(f"{row['system']}: {row['same_tokens_as_ours']} of {report['num_requests']} outputs equal ours token for token")
+        if "note" in row:
+            lines.append(f"{row['system']}: {row['note']}")
     if report["efficiency_vs_floor"] is not None:
         lines.append(f"ours / compute floor: {report['efficiency_vs_floor']:.0%}")
     if report["workload"] == "shared-prefix":
@@ -184,10 +170,4 @@ def main(args) -> int:
             json.dump(report, f, indent=2)
     if args.plot:
         plot(report, args.plot)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers(dest="bench_command"))
-    sys.exit(main(parser.parse_args()))
+    return 1 if any(peer["status"] == "failed" for peer in report["not_run"]) else 0

@@ -36,10 +36,11 @@ def _bar(desc: str, total: int, show: bool) -> tqdm:
 
 
 def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: str, progress: bool = True) -> Result:
-    """Our engine on the workload; records each step's shape (tokens, sampled rows) for the floor."""
+    """Our engine on the workload; records each step's shape (tokens, sampled rows) for the floor,
+    and each request's tokens (to compare with a peer's)."""
     engine = LLMEngine(model, config)
-    for prompt, n in zip(workload.prompts, workload.output_lens):
-        engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
+    tokens = {engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True)): []
+              for prompt, n in zip(workload.prompts, workload.output_lens)}
     shapes = []
     with _bar(name, workload.num_output_tokens, progress) as bar:
         start = time.perf_counter()
@@ -47,9 +48,12 @@ def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: 
             computed = engine.counters["computed_tokens"]
             events = engine.step()
             shapes.append((engine.counters["computed_tokens"] - computed, len(events)))
+            for event in events:
+                tokens[event.request_id].append(event.token_id)
             bar.update(len(events))
         seconds = time.perf_counter() - start
-    stats = dict(engine.stats, step_shapes=shapes)
+    stats = dict(engine.stats, step_shapes=shapes, outputs=list(tokens.values()),
+                 enable_prefix_caching=config.enable_prefix_caching)
     stats["hit_rate"] = stats["cached_tokens"] / workload.num_prompt_tokens
     return Result(name, seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)
 

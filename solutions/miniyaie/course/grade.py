@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from miniyaie._switch import CHAPTER_PACKAGES
@@ -11,6 +12,7 @@ from miniyaie.course.testrun import TestResult, run_tests
 
 
 END_TO_END = "all"
+MAX_EXAMPLE_LINES = 12  # of a failing hypothesis example shown under its test
 _STUB = re.compile(r"NotImplementedError: Chapter (\d+), Task (\d+):")  # the message of a region's stub
 
 
@@ -26,14 +28,22 @@ def heading_id(text: str) -> str:
 
 
 def task_table(number: int, results: list[TestResult]) -> tuple[list[list[str]], bool]:
-    """Rows of (task, what, tests passed, status, where to read) and whether all pass."""
+    """Rows of (task, what, tests passed, status, where to read, hint) and whether all pass.
+
+    One row per task of the book (the tests marked with it), then one
+    end-to-end row for the tests that need every task (module-level marks;
+    a graded test with no mark at all counts there too, since nothing says
+    which task it needs).
+    """
     ch = chapter(number)
     what = {r.task: r.what for r in regions_of(ch)}
     by_task: dict[str, list[TestResult]] = {task: [] for task in sorted(what, key=_task_key)}
     for result in results:
         if result.chapter == number and result.graded:
-            for task in result.tasks or [END_TO_END if result.end_to_end else "other"]:
+            for task in result.tasks or [END_TO_END]:
                 by_task.setdefault(task, []).append(result)
+    if not by_task.get(END_TO_END, True):
+        del by_task[END_TO_END]
     rows, all_pass = [], True
     for task, tests in by_task.items():
         passed = sum(t.outcome == "passed" for t in tests)
@@ -48,10 +58,10 @@ def task_table(number: int, results: list[TestResult]) -> tuple[list[list[str]],
             status += " (timed out: a loop that never ends?)"
         if task in what:
             label, read = what[task], f"{ch.page}#{heading_id(f'Task {task}: {what[task]}')}"
+            hint = f"miniyaie hint {task}"
         else:
-            label = "end to end: needs every task" if task == END_TO_END else "tests without a task mark"
-            read = ch.page
-        rows.append([task, label, f"{passed}/{len(tests)}", status, "" if ok else read])
+            label, read, hint = "end to end: needs every task", ch.page, ""
+        rows.append([task, label, f"{passed}/{len(tests)}", status, "" if ok else read, "" if ok else hint])
     return rows, all_pass
 
 
@@ -65,17 +75,30 @@ def grade(number: int, impl: str | None = None, verbose: bool = False) -> int:
     ch = chapter(number)
     impl = impl or f"{CHAPTER_PACKAGES[number]}=chapters"
     print(f"Grading chapter {number} ({ch.title}) with {impl} ...", flush=True)
+    os.environ.setdefault("HYPOTHESIS_PROFILE", "grading")  # one minimal failing example per test (tests/conftest.py)
     results = run_tests([ch.tests], impl, ["-m", "not ungraded"], quiet=not verbose)
     rows, all_pass = task_table(number, results)
-    print(format_table(rows, ["task", "what", "tests", "status", "read"]))
+    print(format_table(rows, ["task", "what", "tests", "status", "read", "stuck?"]))
     failing = [r for r in results if r.graded and r.outcome == "failed"]
     for r in failing[:10]:
         print(f"  {r.nodeid}: {r.message}")
-    tasks_ok = sum(row[3] == "pass" for row in rows)
-    tests_ok = sum(r.outcome == "passed" for r in results if r.graded)
-    graded = sum(r.graded for r in results)
+        for line in r.example.splitlines()[:MAX_EXAMPLE_LINES]:
+            print(f"      {line}")
+    if len(failing) > 10:
+        print(f"  ... and {len(failing) - 10} more failing tests (pytest {ch.tests} --impl {impl} shows them all)")
+    tasks = [row for row in rows if row[0] != END_TO_END]
+    tasks_ok = sum(row[3] == "pass" for row in tasks)
+    graded = [r for r in results if r.graded and r.chapter == number]
+    tests_ok = sum(r.outcome == "passed" for r in graded)
+    summary = f"Chapter {number}: {tasks_ok}/{len(tasks)} tasks pass"
+    end_to_end = [row for row in rows if row[0] == END_TO_END]
+    if end_to_end:
+        summary += f", end to end {end_to_end[0][2]}"
     verdict = "all tasks pass" if all_pass else "keep going"
-    print(f"Chapter {number}: {tasks_ok}/{len(rows)} tasks pass, {tests_ok}/{graded} tests pass: {verdict}.")
+    print(f"{summary}; {tests_ok}/{len(graded)} tests pass: {verdict}.")
+    stuck = [row[0] for row in tasks if row[3] != "pass"]
+    if stuck:
+        print(f"Stuck on Task {stuck[0]}? `miniyaie hint {stuck[0]}` gives the idea; `--level 2` and `--level 3` say more.")
     return 0 if all_pass else 1
 
 

@@ -162,12 +162,24 @@ def _short_message(report) -> str:
     return text.strip().splitlines()[0][:300] if text.strip() else ""
 
 
+_EXAMPLE = re.compile(r"^(Failing test case|Failing explicit example|Falsifying example|Falsifying explicit example):", re.M)
+
+
+def _failing_example(report) -> str:
+    """Hypothesis's minimal failing example (the calls of a state machine), from the crash message."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else ""
+    m = _EXAMPLE.search(text)
+    return text[m.start() :][:2000] if m else ""
+
+
 def pytest_runtest_logreport(report):
     entry = _RESULTS.get(report.nodeid)
     if entry is None or entry["outcome"] == "failed":
         return
     if report.failed:
         entry["outcome"], entry["message"] = "failed", _short_message(report)
+        entry["example"] = _failing_example(report)
     elif report.skipped:
         entry["outcome"] = "skipped"
     elif report.when == "call":

@@ -1,28 +1,47 @@
-"""Solution regions: the code a learner writes, marked in the reference tree.
+"""Solution regions: the code a learner writes, marked in the reference tree, with its hint ladder.
 
-A region looks like this (the hint comments above it are kept in both trees):
+A region looks like this in solutions/:
 
-    # Hint: divide by the root mean square, then scale by the weight.
+    # Nudge: normalise by the root mean square, not by the mean and variance.
+    # Hint 1: the idea and the invariant to keep (prose, continuation
+    #   lines indented by two more spaces).
+    # Hint 2: the algorithm in words.
+    # Hint 3:
+    #   pseudocode, one step a line,
+    #       indented as code is
     # BEGIN SOLUTION 0.1: RMSNorm
     ...reference code...
     # END SOLUTION
 
-In the student tree the region becomes a TODO and a `NotImplementedError`
-that names the chapter, the task and the book page.
+In the student tree the ladder and the region become the nudge, a TODO and
+a `NotImplementedError` that names the chapter, the task and the book page;
+the function's docstring (its contract) is outside the region and stays.
+The ladder itself is printed by `miniyaie hint N.M` and shown in the book in
+collapsible blocks (course/hints.py).
+
+An old-style region has one `# Hint: ...` comment block instead (continued
+by plain `# ...` lines): it is kept in the stub as it was and read as a
+one-level ladder. Only chapters still being converted may use it
+(hints.LEGACY_CHAPTERS).
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION (?P<task>\d+\.\d+): (?P<what>\S.*?)\s*$")
 END = re.compile(r"^[ \t]*# END SOLUTION\s*$")
+_COMMENT = re.compile(r"^(?P<indent>[ \t]*)#(?P<text>.*)$")
+_LEVEL = re.compile(r"^ Hint (?P<level>\d): ?(?P<text>.*)$")
+_NUDGE = re.compile(r"^ Nudge: (?P<text>\S.*)$")
+_LEGACY = re.compile(r"^ Hint: (?P<text>.*)$")
+CONTINUATION = "   "  # after '#': a continuation line of a hint is indented by (at least) three spaces
 
 
 class RegionError(ValueError):
-    """Region markers that do not pair up."""
+    """Region markers that do not pair up, or a hint ladder that does not parse."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +52,10 @@ class Region:
     begin: int  # 1-based line of the BEGIN marker
     end: int  # 1-based line of the END marker
     indent: str
+    hints_begin: int = 0  # 1-based first line of the ladder above BEGIN (== begin when there is none)
+    nudge: str = ""  # the one line the stub keeps
+    hints: tuple[str, ...] = field(default=())  # level 1, 2, 3, ... (level 3 keeps its line breaks)
+    legacy: bool = False  # an old-style '# Hint:' block, kept in the stub as it was
 
     @property
     def chapter(self) -> int:
@@ -44,9 +67,10 @@ class Region:
 
 
 def find_regions(text: str, path: str) -> list[Region]:
+    lines = text.splitlines()
     regions: list[Region] = []
     open_match, open_line = None, 0
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(lines, start=1):
         if (m := BEGIN.match(line)) is not None:
             if open_match is not None:
                 raise RegionError(f"{path}:{lineno}: BEGIN SOLUTION inside the region opened at line {open_line}")
@@ -54,8 +78,9 @@ def find_regions(text: str, path: str) -> list[Region]:
         elif END.match(line):
             if open_match is None:
                 raise RegionError(f"{path}:{lineno}: END SOLUTION without BEGIN SOLUTION")
+            ladder = parse_ladder(lines, open_line, open_match["indent"], path)
             regions.append(
-                Region(path, open_match["task"], open_match["what"], open_line, lineno, open_match["indent"])
+                Region(path, open_match["task"], open_match["what"], open_line, lineno, open_match["indent"], *ladder)
             )
             open_match = None
         elif "SOLUTION" in line and line.lstrip().startswith("# BEGIN"):
@@ -63,6 +88,58 @@ def find_regions(text: str, path: str) -> list[Region]:
     if open_match is not None:
         raise RegionError(f"{path}:{open_line}: BEGIN SOLUTION is never closed")
     return regions
+
+
+def parse_ladder(lines: list[str], begin: int, indent: str, path: str) -> tuple[int, str, tuple[str, ...], bool]:
+    """(first ladder line, nudge, hint levels, legacy) of the region whose BEGIN is on line `begin`.
+
+    The ladder is the run of comment lines (at the marker's indent) right
+    above BEGIN, from its first `# Nudge:` / `# Hint N:` line (or, old
+    style, its `# Hint:` line); comments above that are the code's own.
+    """
+    block: list[str] = []  # the comment texts above BEGIN, top to bottom
+    row = begin - 1  # 1-based line just above BEGIN
+    while row >= 1 and (m := _COMMENT.match(lines[row - 1])) and m["indent"] == indent:
+        block.insert(0, m["text"])
+        row -= 1
+    starts = [i for i, t in enumerate(block) if _NUDGE.match(t) or _LEVEL.match(t) or _LEGACY.match(t)]
+    if not starts:
+        return begin, "", (), False
+    first = starts[0]
+    block = block[first:]
+    hints_begin = begin - len(block)
+    if _LEGACY.match(block[0]):
+        text = " ".join([_LEGACY.match(block[0])["text"], *(t.strip() for t in block[1:])]).strip()
+        return hints_begin, "", (text,), True
+    nudge, levels = "", {}
+    current: list[str] | None = None
+    for offset, text in enumerate(block):
+        where = f"{path}:{hints_begin + offset}"
+        if m := _NUDGE.match(text):
+            if nudge:
+                raise RegionError(f"{where}: a second '# Nudge:' line")
+            nudge, current = m["text"].strip(), None
+        elif m := _LEVEL.match(text):
+            level = int(m["level"])
+            if level != len(levels) + 1:
+                raise RegionError(f"{where}: 'Hint {level}' follows 'Hint {len(levels)}': number the levels 1, 2, 3")
+            current = levels[level] = [m["text"].rstrip()] if m["text"].strip() else []
+        elif current is not None and (text.startswith(CONTINUATION) or not text.strip()):
+            current.append(text)
+        else:
+            raise RegionError(
+                f"{where}: expected '# Hint N: ...' or a continuation line indented by three spaces after '#'"
+                + (" (a nudge is one line)" if current is None else "")
+            )
+    return hints_begin, nudge, tuple(_level_text(levels[n]) for n in sorted(levels)), False
+
+
+def _level_text(lines: list[str]) -> str:
+    """A level's text: its first line, then its continuation lines without their common indent."""
+    head = [lines[0].strip()] if lines and not lines[0].startswith(" ") else []
+    rest = lines[len(head) :]
+    width = min((len(t) - len(t.lstrip()) for t in rest if t.strip()), default=0)
+    return "\n".join(head + [t[width:].rstrip() for t in rest]).strip("\n")
 
 
 def stub_lines(region: Region, page: str, keep_generator: bool = False) -> list[str]:
@@ -81,12 +158,21 @@ def stub_lines(region: Region, page: str, keep_generator: bool = False) -> list[
     return lines
 
 
+def nudge_lines(region: Region) -> list[str]:
+    """What the stub keeps of the ladder: the nudge, and where the hints are."""
+    if region.legacy or not (region.nudge or region.hints):
+        return []
+    lines = [f"{region.indent}# Idea: {region.nudge}"] if region.nudge else []
+    return lines + [f"{region.indent}# Stuck? `miniyaie hint {region.task}` prints hints, one level at a time."]
+
+
 def stub_regions(text: str, regions: list[Region], page: str) -> str:
-    """Replace the given regions of `text` (found by find_regions) with stubs."""
+    """Replace the given regions of `text` (found by find_regions) and their ladders with stubs."""
     lines = text.splitlines()
     needs_yield = _regions_holding_every_yield(text, regions)
     for region in sorted(regions, key=lambda r: r.begin, reverse=True):
-        lines[region.begin - 1 : region.end] = stub_lines(region, page, region in needs_yield)
+        first = region.begin if region.legacy else region.hints_begin or region.begin
+        lines[first - 1 : region.end] = nudge_lines(region) + stub_lines(region, page, region in needs_yield)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 

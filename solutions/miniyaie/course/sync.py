@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from miniyaie._switch import CHAPTERS_ROOT
+from miniyaie.course import hints
 from miniyaie.course.regions import Region, find_regions, function_kinds, stub_regions
 from miniyaie.course.registry import CHAPTERS, Chapter
 
@@ -71,9 +72,9 @@ def _existing_files() -> set[str]:
 
 
 def check() -> list[str]:
-    """Problems that make chapters/ stale; empty when it is up to date."""
+    """Problems that make chapters/ or the book's hint pages stale; empty when they are up to date."""
     tree = generated_tree()
-    problems = []
+    problems = hints.check_pages()
     for rel, text in sorted(tree.items()):
         path = CHAPTERS_ROOT / rel
         if not path.is_file():
@@ -107,7 +108,7 @@ def kind_changes(tree: dict[str, str]) -> list[str]:
 
 
 def sync(force: bool = False) -> list[str]:
-    """Write chapters/ from solutions/; returns the files written or removed.
+    """Write chapters/ from solutions/; returns the files written or removed (hints.write_pages does the book's part).
 
     A file whose content differs from what the last sync wrote was edited by
     hand (a learner's work): sync refuses to touch it unless `force`.

@@ -25,6 +25,7 @@ class TestResult:
     outcome: str  # passed | failed | skipped | not run
     message: str
     duration: float = 0.0  # seconds the test itself ran, when it passed
+    example: str = ""  # hypothesis's minimal failing example, when it found one
 
 
 def run_tests(paths: list[str], impl: str, extra_args: list[str] = (), quiet: bool = True) -> list[TestResult]:
@@ -45,6 +46,7 @@ def run_tests(paths: list[str], impl: str, extra_args: list[str] = (), quiet: bo
     for nodeid, r in raw.items():
         outcome = r["outcome"]
         results.append(
-            TestResult(nodeid, r["chapter"], r["tasks"], r["end_to_end"], r["graded"], outcome, r["message"], r["duration"])
+            TestResult(nodeid, r["chapter"], r["tasks"], r["end_to_end"], r["graded"], outcome, r["message"], r["duration"],
+                       r.get("example", ""))
         )
     return results

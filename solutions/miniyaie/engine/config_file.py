@@ -1,4 +1,4 @@
-"""Engine settings from a YAML or TOML file, in seed 004's layout.
+"""Engine settings from a YAML or TOML file (sections engine, sampling, resource).
 
     engine:                      # how the engine runs (EngineConfig fields, plus the model)
       model: smollm2
@@ -48,6 +48,7 @@ class EngineSettings:
     dtype: str | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    sampling_keys: frozenset[str] = frozenset()  # the sampling fields the file sets (a server lets them win over the model's)
 
 
 def _read(path: Path) -> dict:
@@ -106,4 +107,4 @@ def load_settings(path: str | Path) -> EngineSettings:
         sampling = SamplingParams(**sections["sampling"])
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
-    return EngineSettings(model, device, dtype, engine_config, sampling)
+    return EngineSettings(model, device, dtype, engine_config, sampling, frozenset(sections["sampling"]))

@@ -4,7 +4,7 @@
     ├── InvalidRequestError     the request is wrong (a parameter out of range, a prompt too long)
     ├── ResourceExhaustedError  the request is fine but can never fit in this engine's KV cache
     ├── ModelLoadError          the model cannot be found or read (also chapter 0's ModelLoadError)
-    └── RequestFailedError      the engine failed while running the request (the engine itself lives on)
+    └── RequestFailedError      the engine failed while running the request (the other requests go on)
 
 InvalidRequestError and ResourceExhaustedError are also ValueErrors, so code
 written against chapters 0-3 (which raise ValueError) keeps working.
@@ -32,4 +32,5 @@ class ModelLoadError(EngineError, _ChapterZeroModelLoadError):
 
 
 class RequestFailedError(EngineError):
-    """The step running this request raised; the request was ended and its memory returned."""
+    """Running this request raised (its step, its detokenizer, its stop strings...); the request was ended
+    and its memory returned, and the engine serves on."""

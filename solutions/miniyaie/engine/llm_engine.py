@@ -11,7 +11,9 @@ Parallel sampling (n > 1): completion 0 is the request itself. Right after
 its prompt's prefill the other n - 1 completions are sampled from the same
 logits row and join the running batch on the prompt's blocks
 (`PagedMemory.fork`): the prompt is computed once, and a shared block is
-copied only when a completion writes into it.
+copied only when a completion writes into it. The engine remembers each
+request's completions by name, so aborting a request ends its completions
+and nothing else.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 
@@ -27,44 +28,18 @@ from miniyaie.engine.backends import use_backend
 from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.errors import InvalidRequestError, ResourceExhaustedError
 from miniyaie.engine.model_runner import ModelRunner
+from miniyaie.engine.outputs import RequestEvent, StepRecord
 from miniyaie.engine.sampler import SampledToken, SamplingRow
-from miniyaie.engine.sampling_params import MAX_N, SamplingParams
+from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.model import CausalLM, Generation, PromptTooLongError
 from miniyaie.model import SamplingParams as BasicSamplingParams
 from miniyaie.paged import PagedMemory, make_pool, num_blocks_for_budget
 from miniyaie.radix import RadixMemory
-from miniyaie.scheduler import Request, RequestStatus, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
+from miniyaie.scheduler import Request, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
 
 
 class PromptTooLongRequestError(InvalidRequestError, PromptTooLongError):
     """The prompt leaves no room in the model's context (also chapter 0's PromptTooLongError)."""
-
-
-@dataclass(frozen=True)
-class RequestEvent:
-    request_id: str
-    token_id: int
-    finish_reason: str | None  # "stop", "length", or None while running
-    logprob: float | None = None  # when the request asked for logprobs
-    top_logprobs: list[tuple[int, float]] | None = None
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """What one step did (for traces: see `LLMEngine.on_step` and notebook 5)."""
-
-    step: int
-    started: float  # time.perf_counter() when the step began
-    seconds: float
-    num_seqs: int  # chunks in the batch
-    prefill_tokens: int  # prompt tokens computed (incl. recomputation after preemption)
-    decode_tokens: int  # one per request decoding
-    cached_tokens: int  # prompt tokens of requests admitted this step that came from the prefix cache
-    sampled_tokens: int  # new tokens out of this step
-    preempted: int
-    num_running: int  # after the step
-    num_waiting: int
-    used_blocks: int
 
 
 def child_request_id(request_id: str, index: int) -> str:
@@ -91,6 +66,9 @@ class LLMEngine:
         self._generators: dict[str, torch.Generator | None] = {}
         self._stop_ids: dict[str, tuple[int, ...]] = {}  # end-of-sequence + stop_token_ids
         self._children: dict[str, list[str]] = {}  # n > 1: completions not forked yet
+        self._family: dict[str, list[str]] = {}  # n > 1: a request's id -> the ids of all its completions
+        self._parent: dict[str, str] = {}  # completion id (n > 1) -> its request's id
+        self._prompt_cached: dict[str, int] = {}  # prompt tokens found in the prefix cache at a request's first admission
         self._ids = itertools.count()
         self.on_step: Callable[[StepRecord], None] | None = None  # called after every step (tracing)
         self.counters = dict(
@@ -112,7 +90,7 @@ class LLMEngine:
         self.check_request(prompt, params)
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
         ids = [request_id] + [child_request_id(request_id, i) for i in range(1, params.n)]
-        taken = [rid for rid in ids if rid in self.scheduler.requests or rid in self._params]
+        taken = [rid for rid in ids if rid in self.scheduler.requests or rid in self._params or rid in self._family]
         if taken:
             raise InvalidRequestError(f"request id {taken[0]!r} is already in use")
         max_tokens = self.max_tokens_for(prompt, params)
@@ -127,6 +105,8 @@ class LLMEngine:
             self._generators[rid] = torch.Generator(self.runner.device).manual_seed(params.seed + index) if seeded else None
         if params.n > 1:
             self._children[request_id] = ids[1:]
+            self._family[request_id] = ids
+            self._parent.update((child, request_id) for child in ids[1:])
         self.counters["prompt_tokens"] += len(prompt)
         return request_id
 
@@ -153,17 +133,27 @@ class LLMEngine:
             )
 
     def abort(self, request_id: str) -> bool:
-        """End a request and all its completions now and free their blocks; False if unknown or finished."""
-        family = [request_id] + [child_request_id(request_id, i) for i in range(1, MAX_N)]
-        aborted = [rid for rid in family if self.scheduler.abort(rid) is not None]
-        for rid in family + self._children.pop(request_id, []):
+        """End a request and all its completions now and free their blocks; False if unknown or finished.
+
+        The id of one completion (n > 1) ends that completion alone.
+        """
+        members = self._family.pop(request_id, [request_id])
+        self._children.pop(request_id, None)
+        aborted = [rid for rid in members if self.scheduler.abort(rid) is not None]
+        for rid in members:
             self._forget(rid)
         return bool(aborted)
 
     def _forget(self, request_id: str) -> None:
+        """Drop a finished or aborted completion's settings; its request's family once all of it is done."""
         self._params.pop(request_id, None)
         self._generators.pop(request_id, None)
         self._stop_ids.pop(request_id, None)
+        self._prompt_cached.pop(request_id, None)
+        parent = self._parent.pop(request_id, request_id)
+        family = self._family.get(parent)
+        if family is not None and not any(rid in self._params for rid in family):
+            del self._family[parent]
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -186,7 +176,7 @@ class LLMEngine:
         decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
         sampling = [c.request for c in out.chunks if c.samples_next_token]
         rows = {r.request_id: self._row(r.request_id, r) for r in sampling}
-        fanout = {r.request_id: self._children.pop(r.request_id) for r in sampling if r.request_id in self._children}
+        fanout = {r.request_id: self._unforked_children(r.request_id) for r in sampling if r.request_id in self._children}
         for parent_id, children in fanout.items():
             parent = self.scheduler.requests[parent_id]
             rows.update({child: self._row(child, parent, first=True) for child in children})
@@ -204,6 +194,7 @@ class LLMEngine:
                     self.counters["resumed_cached_tokens"] += c.start
                 else:
                     cached += c.start
+                    self._prompt_cached[c.request.request_id] = c.start
         self.counters["cached_tokens"] += cached
         self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], self.memory.num_used_blocks)
         update = SchedulerOutput(out.chunks + child_chunks, out.preempted)
@@ -211,26 +202,31 @@ class LLMEngine:
         finished.update(self._stop_token_finishes(sampled, finished))
         self.counters["output_tokens"] += len(sampled)
         self.counters["finished_requests"] += len(finished)
-        for rid in finished:
-            self._forget(rid)
         if self.on_step is not None:
             self.on_step(StepRecord(
                 self.counters["steps"], started, time.perf_counter() - started, len(out.chunks),
                 out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
                 len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
             ))
-        return [self._event(rid, s, finished.get(rid)) for rid, s in sampled.items()]
+        events = [self._event(rid, s, finished.get(rid), self._prompt_cached.get(rid, 0)) for rid, s in sampled.items()]
+        for rid in finished:
+            self._forget(rid)
+        return events
     # ANCHOR_END: step
+
+    def _unforked_children(self, parent_id: str) -> list[str]:
+        """The completions of `parent_id` still to fork (one aborted on its own before its fork is left out)."""
+        return [child for child in self._children.pop(parent_id) if child in self._params]
 
     def _fork(self, parent_id: str, child_id: str) -> ScheduledChunk:
         """Completion `child_id` joins the batch on its parent's prompt blocks (before the parent's update)."""
         parent = self.scheduler.requests[parent_id]
         child = Request(child_id, parent.prompt_token_ids, parent.max_tokens, parent.eos_token_ids, parent.ignore_eos)
         child.num_computed_tokens = len(parent.prompt_token_ids)
+        child.num_cached_tokens = parent.num_cached_tokens
+        self._prompt_cached[child_id] = self._prompt_cached.get(parent_id, 0)
         self.memory.fork(parent_id, child_id)
-        child.status = RequestStatus.RUNNING
-        self.scheduler.requests[child_id] = child
-        self.scheduler.running.append(child)
+        self.scheduler.add_forked(child)
         self.counters["forked_requests"] += 1
         # a zero-token chunk at the end of the prompt: update() records its first token like any other
         return ScheduledChunk(child, child.num_computed_tokens, 0)
@@ -245,12 +241,14 @@ class LLMEngine:
         return stopped
 
     @staticmethod
-    def _event(rid: str, s: SampledToken, finish_reason: str | None) -> RequestEvent:
-        return RequestEvent(rid, s.token_id, finish_reason, s.logprob, s.top_logprobs)
+    def _event(rid: str, s: SampledToken, finish_reason: str | None, cached_tokens: int) -> RequestEvent:
+        return RequestEvent(rid, s.token_id, finish_reason, s.logprob, s.top_logprobs, cached_tokens)
 
     def finish(self, request_id: str) -> bool:
         """End one running completion early (a stop string matched); its blocks come back."""
         finished = self.scheduler.abort(request_id) is not None
+        if finished:
+            self.counters["finished_requests"] += 1
         self._forget(request_id)
         return finished
 

@@ -29,12 +29,32 @@ class AttentionMetadata:
     block_size: int  # slots per block
 
     def context_slots(self, seq: int) -> torch.Tensor:
-        """The cache slots holding sequence `seq`'s tokens 0..seq_len-1, in order."""
+        """The cache slots holding sequence `seq`'s tokens 0..seq_len-1, in order (int64, on the tables' device).
+
+        Token p of the sequence sits in block block_tables[seq, p // block_size]
+        at offset p % block_size, i.e. in slot block * block_size + offset.
+        Entries of block_tables past the blocks the sequence uses are padding.
+        """
+        # Nudge: a block table is a page table: expand each block id into its block_size slots.
+        # Hint 1: The sequence's tokens fill its blocks in table order, block_size slots each,
+        #   so its first ceil(seq_len / block_size) entries hold it and the rest is padding.
+        #   The answer has exactly seq_len slots: the last block may be partly filled.
+        # Hint 2: Take the first ceil(seq_len / block_size) entries of the sequence's row
+        #   of block_tables; turn every block b into the slots b * block_size + 0 ..
+        #   b * block_size + block_size - 1 (an outer sum with arange(block_size)); flatten
+        #   in order and keep the first seq_len.
+        # Hint 3:
+        #   length = seq_lens[seq]
+        #   blocks = block_tables[seq, : ceil(length / block_size)]
+        #   slots = blocks[:, None] * block_size + arange(block_size)[None, :]
+        #   return slots.flatten()[:length]
+        # BEGIN SOLUTION 0.5: Write the cache, then attend over it
         length = self.seq_lens[seq]
         num_blocks = -(-length // self.block_size)
         blocks = self.block_tables[seq, :num_blocks]
         offsets = torch.arange(self.block_size, device=blocks.device)
         return (blocks[:, None] * self.block_size + offsets[None, :]).flatten()[:length]
+        # END SOLUTION
 # ANCHOR_END: metadata
 
 
@@ -63,10 +83,23 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     see keys 0..that position. Grouped-query attention: query head h reads
     kv head h // (num_heads // num_kv_heads).
     """
-    # Hint: repeat k and v along the head dim (repeat_interleave) to num_heads;
-    # scores = einsum("qhd,khd->hqk") * scale; mask key j > query position with -inf
-    # (torch.ones(...).tril(diagonal=context_len - num_new)); softmax in float32
-    # over keys; out = einsum("hqk,khd->qhd"); return it in q's dtype.
+    # Nudge: the causal mask is shifted: the new queries are the last num_new tokens of the context.
+    # Hint 1: Query i is the token at position context_len - num_new + i, so it may see keys
+    #   0 .. that position and no later one. A decode step (one query) sees every key; a
+    #   prefill (num_new == context_len) is the usual lower triangle. With GQA, query head
+    #   h reads K/V head h // (num_heads // num_kv_heads). Softmax in float32.
+    # Hint 2: Repeat each K/V head `group` times along the head dimension so that K and V
+    #   have num_heads heads (repeat_interleave keeps head h next to its group). Scores are
+    #   q . k over head_dim, times scale, one [num_new, context_len] matrix per head. Set the
+    #   score of every key after the query's position to -inf, softmax over the keys,
+    #   weight V by the probabilities and return the result in q's dtype.
+    # Hint 3:
+    #   group = num_heads // num_kv_heads
+    #   k, v = repeat_interleave(k, group, dim=1), repeat_interleave(v, group, dim=1)
+    #   scores[h, i, j] = scale * sum_d q[i, h, d] * k[j, h, d]   (in float32)
+    #   visible[i, j] = j <= context_len - num_new + i   (ones(...).tril(context_len - num_new))
+    #   scores = where(visible, scores, -inf); probs = softmax(scores, over j)
+    #   out[i, h, d] = sum_j probs[h, i, j] * v[j, h, d]; return out in q.dtype
     # BEGIN SOLUTION 0.4: Causal attention over a KV cache
     num_new, num_heads, _ = q.shape
     context_len, num_kv_heads, _ = k.shape
@@ -87,6 +120,34 @@ class TorchAttentionBackend:
     """The plain-torch reference backend: readable, runs anywhere, one sequence at a time."""
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """Write the step's new K/V into the cache, then attend each sequence's queries over its context.
+
+        q, k, v hold every sequence's new tokens one after the other, in the
+        order of meta.query_lens; new token t's K/V go to cache slot
+        meta.slot_mapping[t] (in the cache's dtype). Sequence s's context is
+        the seq_lens[s] tokens that meta.context_slots(s) lists, cached prefix
+        and new tokens together. Returns [num_tokens, num_heads, head_dim], the
+        rows in q's order.
+        """
+        # Nudge: write first, then read: the new tokens are part of their own context.
+        # Hint 1: Two passes over the packed batch. The write puts every new token's K/V where
+        #   the slot mapping says, so that the read finds each sequence's whole context
+        #   (cached prefix + this step's tokens) through its block table. Rows of q belong to
+        #   sequences in order: sequence s owns the next query_lens[s] rows.
+        # Hint 2: Assign k and v (cast to the cache's dtype) into k_cache and v_cache at
+        #   meta.slot_mapping. Then walk the sequences with a running row offset: for sequence
+        #   s take its query_lens[s] rows of q, gather its context K/V with meta.context_slots(s),
+        #   run causal_attention (Task 0.4) on them and store the result in the same rows of
+        #   the output; advance the offset.
+        # Hint 3:
+        #   k_cache[slot_mapping] = k; v_cache[slot_mapping] = v      (cast to the cache dtype)
+        #   out = empty like q; start = 0
+        #   for s, n in enumerate(query_lens):
+        #       slots = meta.context_slots(s)
+        #       out[start : start + n] = causal_attention(q[start : start + n], k_cache[slots], v_cache[slots], scale)
+        #       start += n
+        #   return out
+        # BEGIN SOLUTION 0.5: Write the cache, then attend over it
         k_cache[meta.slot_mapping] = k.to(k_cache.dtype)
         v_cache[meta.slot_mapping] = v.to(v_cache.dtype)
         out = torch.empty_like(q)
@@ -98,4 +159,5 @@ class TorchAttentionBackend:
             )
             start += num_new
         return out
+        # END SOLUTION
 # ANCHOR_END: torch_backend

@@ -17,11 +17,23 @@ from miniyaie.model.config import ModelConfig
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Root-mean-square normalisation over the last dimension, then a learned scale.
 
-    Computed in float32 whatever the input dtype (a bf16 sum of squares loses
-    too much), and cast back before the scale, as Llama does.
+    Returns weight * x / sqrt(mean(x ** 2 over the last dim) + eps), same shape
+    and dtype as x; eps keeps an all-zero row at zero instead of NaN. Computed
+    in float32 whatever the input dtype (a bf16 sum of squares loses too
+    much), and cast back to x's dtype before the scale, as Llama does.
     """
-    # Hint: x32 = x.float(); divide x32 by sqrt(mean(x32**2 over the last dim) + eps)
-    # (torch.rsqrt), cast back to x.dtype, then multiply by weight.
+    # Nudge: unlike LayerNorm nothing is subtracted: divide by the root mean square, then scale.
+    # Hint 1: Each row (the last dimension) is divided by its own root mean square, so
+    #   rms_norm(c * x) == rms_norm(x) for any c > 0. Precision is the invariant to keep:
+    #   square and average in float32 even when x is bfloat16.
+    # Hint 2: Cast x to float32; take the mean of its squares over the last dimension
+    #   (keep that dimension so it broadcasts); multiply x by 1 / sqrt(mean + eps)
+    #   (torch.rsqrt); cast the result back to x's dtype; multiply by weight.
+    # Hint 3:
+    #   x32 = x as float32
+    #   mean_square = mean of x32 ** 2 over dim -1, keepdim
+    #   normed = x32 * rsqrt(mean_square + eps)
+    #   return weight * (normed cast to x.dtype)
     # BEGIN SOLUTION 0.1: RMSNorm
     x32 = x.float()
     variance = x32.pow(2).mean(dim=-1, keepdim=True)
@@ -80,12 +92,25 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
     x: [num_tokens, num_heads, head_dim]; cos, sin: [num_tokens, head_dim].
     This is the Hugging Face "rotate half" layout: dimension i is paired with
-    dimension i + head_dim / 2. Meta's and GGUF checkpoints pair neighbours
-    (2i, 2i+1); converting them permutes the q/k projection rows to this layout.
+    dimension i + head_dim / 2, and the pair turns by angle a (cos[:, i] and
+    sin[:, i] hold it): (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a).
+    Returns a tensor of x's shape and dtype, computed in float32. Meta's and
+    GGUF checkpoints pair neighbours (2i, 2i+1); converting them permutes the
+    q/k projection rows to this layout.
     """
-    # Hint: with x1, x2 = the two halves of the last dim, rotate_half(x) is cat(-x2, x1);
-    # the result is x * cos + rotate_half(x) * sin, with cos/sin broadcast over heads
-    # (unsqueeze dim 1). Compute in float32 and cast back to x.dtype.
+    # Nudge: pair dimension i with i + head_dim/2 and turn each pair like a complex number.
+    # Hint 1: The pair (x[i], x[i + d/2]) is the complex number x[i] + j*x[i + d/2]; RoPE
+    #   multiplies it by cos + j*sin of its position's angle. A rotation keeps every
+    #   vector's length, and a query-key score then depends only on their distance.
+    # Hint 2: Build rotate_half(x): the second half negated, followed by the first half.
+    #   The result is x * cos + rotate_half(x) * sin; cos and sin hold one row per token,
+    #   so give them a heads dimension (dim 1) to broadcast. Work in float32 and cast
+    #   back to x's dtype.
+    # Hint 3:
+    #   x32 = x as float32; half = head_dim // 2
+    #   rotated = cat(-x32[..., half:], x32[..., :half]) on the last dim
+    #   out = x32 * cos[:, None, :] + rotated * sin[:, None, :]
+    #   return out cast to x.dtype
     # BEGIN SOLUTION 0.2: Rotary position embedding
     x32 = x.float()
     half = x.shape[-1] // 2
@@ -97,11 +122,19 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 # ANCHOR: swiglu
 def swiglu(x: torch.Tensor, gate_proj, up_proj, down_proj) -> torch.Tensor:
-    """The gated MLP of Llama-family models: down(silu(gate(x)) * up(x)).
+    """The gated MLP of Llama-family models: down(silu(gate(x)) * up(x)), silu(g) = g * sigmoid(g).
 
     The projections are callables (nn.Linear modules) so biases come for free.
     """
-    # Hint: torch.nn.functional.silu is x * sigmoid(x).
+    # Nudge: the gate decides, element by element, how much of the up projection passes.
+    # Hint 1: Two projections of the same x; the gate one goes through SiLU (x * sigmoid(x))
+    #   and multiplies the other element-wise; the product is projected back down. The
+    #   projections are callables: call them, do not reach for their weights (biases come free).
+    # Hint 2: Compute gate_proj(x) and up_proj(x); apply torch.nn.functional.silu to the
+    #   gate; multiply the two; return down_proj of the product.
+    # Hint 3:
+    #   gated = silu(gate_proj(x)) * up_proj(x)
+    #   return down_proj(gated)
     # BEGIN SOLUTION 0.3: SwiGLU MLP
     return down_proj(torch.nn.functional.silu(gate_proj(x)) * up_proj(x))
     # END SOLUTION

@@ -22,7 +22,8 @@ class BlockAllocator:
     """Hands out block ids, counts their owners, and takes them back.
 
     State: `_ref_counts[b]` is the number of owners of block b (0 when free);
-    `_free` holds exactly the blocks whose count is 0, oldest-freed first.
+    `_free` holds exactly the blocks whose count is 0. Which free block comes
+    next is the allocator's choice: callers never depend on block ids.
     """
 
     def __init__(self, num_blocks: int):
@@ -52,10 +53,19 @@ class BlockAllocator:
 
     # ANCHOR: allocate
     def allocate(self) -> int:
-        """Take a free block; it gets one owner (the caller)."""
-        # Hint: raise OutOfBlocksError (with a message saying the pool is full)
-        # when self._free is empty; otherwise pop a block from the free list,
-        # set its reference count to 1 and return it.
+        """Take a free block: it gets one owner (the caller) and leaves the free list.
+
+        Raises OutOfBlocksError, changing nothing, when no block is free.
+        """
+        # Nudge: a free block is one with no owner; taking it makes the caller its only owner.
+        # Hint 1: Two views of the same state must agree at all times: the free list holds exactly
+        #   the blocks whose reference count is 0. Taking a block moves it from one side to the
+        #   other: off the free list, count 1.
+        # Hint 2: If the free list is empty, raise OutOfBlocksError with a message saying the pool
+        #   is full. Otherwise take any block off the free list, set its count to 1, return it.
+        # Hint 3:
+        #   if not free: raise OutOfBlocksError("all N blocks are in use")
+        #   block = free.popleft(); ref_counts[block] = 1; return block
         # BEGIN SOLUTION 2.1: Allocate and free blocks with reference counts
         if not self._free:
             raise OutOfBlocksError(f"all {self._num_blocks} blocks are in use")
@@ -65,7 +75,24 @@ class BlockAllocator:
         # END SOLUTION
 
     def allocate_many(self, n: int) -> list[int]:
-        """Take `n` free blocks, or none: raises OutOfBlocksError, changing nothing, when fewer are free."""
+        """Take `n` free blocks (distinct), or none.
+
+        Raises OutOfBlocksError, with a message saying how many blocks were
+        asked for and how many are free, and changing nothing, when fewer
+        than `n` are free; ValueError for a negative `n`.
+        """
+        # Nudge: all or nothing: check that n fit before taking the first one.
+        # Hint 1: A request that gets half of the blocks it needs is worse off than one that gets
+        #   none: it holds memory and still cannot run. So decide up front, from the free count,
+        #   whether all n can be taken; only then take them.
+        # Hint 2: Reject a negative n with ValueError. If n is more than the free blocks, raise
+        #   OutOfBlocksError naming n and the free count. Otherwise call allocate() n times and
+        #   return the blocks.
+        # Hint 3:
+        #   if n < 0: raise ValueError
+        #   if n > len(free): raise OutOfBlocksError(f"need {n} blocks but only {len(free)} ... are free")
+        #   return [allocate() for _ in range(n)]
+        # BEGIN SOLUTION 2.1: Allocate and free blocks with reference counts
         if n < 0:
             raise ValueError(f"cannot allocate {n} blocks")
         if n > len(self._free):
@@ -73,15 +100,29 @@ class BlockAllocator:
                 f"need {n} blocks but only {len(self._free)} of {self._num_blocks} are free"
             )
         return [self.allocate() for _ in range(n)]
+        # END SOLUTION
     # ANCHOR_END: allocate
 
     # ANCHOR: free
     def free(self, block: int) -> None:
-        """Drop one owner of `block`; with no owner left it goes back to the free list."""
+        """Drop one owner of `block`; with no owner left it goes back to the free list.
+
+        Freeing a block that is already free (count 0) is a double free, a
+        bug in the caller: ValueError, and nothing changes. A block id outside
+        the pool is a ValueError too.
+        """
         self._check(block)
-        # Hint: freeing a block whose count is already 0 is a bug in the caller
-        # (a double free): raise ValueError and change nothing. Otherwise
-        # decrement its count, and append it to self._free when it reaches 0.
+        # Nudge: count owners down; the last one out puts the block back.
+        # Hint 1: A block with several owners (shared) stays in use until the last of them lets go;
+        #   only then is it free again. A count never goes below 0: freeing a free block is a
+        #   caller's bug (a double free), refused at once rather than turned into a block that
+        #   is later handed to two owners.
+        # Hint 2: If the block's count is 0, raise ValueError (say "double free"). Otherwise
+        #   decrement it, and when it reaches 0 put the block back on the free list.
+        # Hint 3:
+        #   if ref_counts[block] == 0: raise ValueError("block ... is already free (double free)")
+        #   ref_counts[block] -= 1
+        #   if ref_counts[block] == 0: free.append(block)
         # BEGIN SOLUTION 2.1: Allocate and free blocks with reference counts
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is already free (double free)")
@@ -91,11 +132,25 @@ class BlockAllocator:
         # END SOLUTION
 
     def share(self, block: int) -> None:
-        """Add an owner to a block in use (a forked request, a prefix cache entry)."""
+        """Add an owner to a block in use (a forked request, a prefix cache entry).
+
+        Sharing a free block is a ValueError (nobody filled it: there is
+        nothing to share), and nothing changes.
+        """
         self._check(block)
+        # Nudge: one more owner; only a block that someone owns can be shared.
+        # Hint 1: Sharing adds an owner without copying anything: the block's count goes up by one
+        #   and it stays off the free list. A free block holds nothing worth sharing, and sharing
+        #   it would give it an owner while it sits on the free list.
+        # Hint 2: If the count is 0, raise ValueError. Otherwise add one to it.
+        # Hint 3:
+        #   if ref_counts[block] == 0: raise ValueError("block ... is free")
+        #   ref_counts[block] += 1
+        # BEGIN SOLUTION 2.1: Allocate and free blocks with reference counts
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is free: only a block in use can be shared")
         self._ref_counts[block] += 1
+        # END SOLUTION
     # ANCHOR_END: free
 
     # ANCHOR: copy_on_write
@@ -112,9 +167,19 @@ class BlockAllocator:
         self._check(block)
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is free: nobody may write into it")
-        # Hint: an unshared block (count 1) is returned as it is. Otherwise
-        # allocate a new block first (if that raises, nothing has changed),
-        # then drop the caller's reference to the old block, and return the new one.
+        # Nudge: alone, write in place; shared, take a fresh block first, then let go of the old one.
+        # Hint 1: The invariant is that no owner ever sees another owner's writes. A block with one
+        #   owner can be written in place; a shared one must not be touched, so the writer moves
+        #   to a private block. Order matters: when the pool is full the call must fail before
+        #   anything changed, so the new block is taken before the old reference is dropped.
+        # Hint 2: If the block's count is 1, return it. Otherwise allocate a new block (this raises
+        #   OutOfBlocksError when none is free, and nothing has changed yet), drop the caller's
+        #   reference to the old block with free (the other owners keep it), return the new one.
+        # Hint 3:
+        #   if ref_counts[block] == 1: return block
+        #   new = allocate()        # may raise: nothing changed
+        #   free(block)             # the others keep it
+        #   return new
         # BEGIN SOLUTION 2.2: Copy-on-write
         if self._ref_counts[block] == 1:
             return block

@@ -5,17 +5,28 @@ p lives in block `table[p // block_size]`, at offset `p % block_size`, which
 is slot `table[p // block_size] * block_size + p % block_size` of the flat
 pool. The table grows by one block each time the request crosses a block
 boundary, so a request holds at most block_size - 1 slots it does not use.
+A step's `AttentionMetadata` is read off the tables of its requests.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import torch
+
+from miniyaie.model import AttentionMetadata
 from miniyaie.paged.allocator import BlockAllocator
 
 
 # ANCHOR: blocks_needed
 def blocks_needed(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold `num_tokens` tokens (the last one may be partly empty)."""
-    # Hint: a ceiling division: 16 tokens in blocks of 16 need 1 block, 17 need 2, 0 need 0.
+    """The fewest blocks that hold `num_tokens` tokens (the last one may be partly empty); 0 for 0 tokens."""
+    # Nudge: a ceiling division.
+    # Hint 1: Every block holds block_size tokens and only the last may be partly filled: 16 tokens
+    #   in blocks of 16 need 1 block, 17 need 2, 0 need 0.
+    # Hint 2: Divide rounding up. In integers, -(-a // b) rounds up without floats.
+    # Hint 3:
+    #   return -(-num_tokens // block_size)      # or (num_tokens + block_size - 1) // block_size
     # BEGIN SOLUTION 2.3: Grow a block table
     return -(-num_tokens // block_size)
     # END SOLUTION
@@ -30,9 +41,17 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     shrink here). All or nothing: when the allocator cannot give every
     missing block, OutOfBlocksError is raised and `table` is unchanged.
     """
-    # Hint: compare blocks_needed(num_tokens, block_size) with len(table); take
-    # the missing ones with allocator.allocate_many (all or nothing), extend
-    # the table in place and return them.
+    # Nudge: the table lacks blocks_needed(num_tokens) - len(table) blocks: take them all at once.
+    # Hint 1: The table only ever grows, by whole blocks, and only when the tokens reach a block it
+    #   does not have yet. All or nothing: if the pool cannot give every missing block, the
+    #   table must be exactly as it was (allocate_many already behaves that way).
+    # Hint 2: Count the missing blocks: blocks_needed(num_tokens, block_size) minus the table's
+    #   length. None missing (or fewer tokens than the table holds): return []. Otherwise take
+    #   them with allocator.allocate_many, append them to the table in place, return them.
+    # Hint 3:
+    #   missing = blocks_needed(num_tokens, block_size) - len(table)
+    #   if missing <= 0: return []
+    #   new = allocator.allocate_many(missing); table.extend(new); return new
     # BEGIN SOLUTION 2.3: Grow a block table
     missing = blocks_needed(num_tokens, block_size) - len(table)
     if missing <= 0:
@@ -46,14 +65,69 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
 
 # ANCHOR: slot_mapping
 def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> list[int]:
-    """The pool slots of positions start..end-1 of the request whose block table is `table`."""
+    """The pool slots of positions start..end-1 of the request whose block table is `table`, in order.
+
+    Position p lives in block table[p // block_size] at offset p % block_size:
+    slot table[p // block_size] * block_size + p % block_size. Positions
+    outside the table's blocks are a ValueError.
+    """
     if not 0 <= start <= end <= len(table) * block_size:
         raise ValueError(
             f"positions {start}..{end - 1} are outside a table of {len(table)} blocks of {block_size} slots"
         )
-    # Hint: position p is in block table[p // block_size] at offset p % block_size;
-    # that block's first slot is block * block_size.
+    # Nudge: the block table is a page table: block number, then offset inside the block.
+    # Hint 1: Blocks can lie anywhere in the pool and in any order; only the table knows where.
+    #   A position's block is the table entry for its block number (p // block_size), and the
+    #   position sits at offset p % block_size inside it.
+    # Hint 2: For each position from start to end - 1: look up its block in the table, multiply by
+    #   block_size to get the block's first slot, add the offset.
+    # Hint 3:
+    #   return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
     # BEGIN SOLUTION 2.4: Slot mapping
     return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
     # END SOLUTION
 # ANCHOR_END: slot_mapping
+
+
+# ANCHOR: attention_metadata
+def attention_metadata(
+    tables: Sequence[list[int]], batch: Sequence[tuple[str, int, int]], block_size: int,
+    device: str | torch.device = "cpu",
+) -> AttentionMetadata:
+    """The metadata of a step that computes positions start..end-1 of each (request_id, start, end).
+
+    tables[i] is the block table of batch[i]'s request; it already holds
+    the request's `end` tokens (the memory allocated them). In batch order:
+    query_lens[i] = end - start, seq_lens[i] = end; slot_mapping lists the
+    slots of every request's positions start..end-1 (slot_mapping above),
+    one request after the other; block_tables has one row per request, its
+    table padded with block 0 to the longest. Tensors int64, on `device`.
+    """
+    # Nudge: everything chapter 0's backend needs, read off the block tables.
+    # Hint 1: One row per request, in the batch's order, so that the packed tokens, their
+    #   slots and the tables line up. A tensor needs rows of one length: pad every table
+    #   with block 0 to the longest. Padding is harmless, since a sequence reads only the
+    #   first ceil(seq_len / block_size) entries of its row.
+    # Hint 2: query_lens are end - start and seq_lens are end, request by request. The slot
+    #   mapping concatenates slot_mapping(table, start, end, block_size) over the batch. Pad
+    #   each table with 0s to the longest length. Build AttentionMetadata with int64 tensors
+    #   on `device` and block_size.
+    # Hint 3:
+    #   width = max(len(t) for t in tables)
+    #   slots = [s for t, (_, start, end) in zip(tables, batch) for s in slot_mapping(t, start, end, block_size)]
+    #   return AttentionMetadata(query_lens=[end - start, ...], seq_lens=[end, ...],
+    #       slot_mapping=tensor(slots, int64), block_tables=tensor([t + [0] * (width - len(t)), ...], int64),
+    #       block_size=block_size)
+    # BEGIN SOLUTION 2.8: Attention metadata for a step
+    width = max(len(t) for t in tables)
+    slots = [s for table, (_, start, end) in zip(tables, batch) for s in slot_mapping(table, start, end, block_size)]
+    return AttentionMetadata(
+        query_lens=[end - start for _, start, end in batch],
+        seq_lens=[end for _, _, end in batch],
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+        # padding with block 0 is harmless: a sequence reads only its first ceil(seq_len / block_size) entries
+        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int64, device=device),
+        block_size=block_size,
+    )
+    # END SOLUTION
+# ANCHOR_END: attention_metadata

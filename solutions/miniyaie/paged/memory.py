@@ -25,7 +25,7 @@ import torch
 
 from miniyaie.model import AttentionMetadata
 from miniyaie.paged.allocator import BlockAllocator, OutOfBlocksError
-from miniyaie.paged.block_table import blocks_needed, grow_block_table, slot_mapping
+from miniyaie.paged.block_table import attention_metadata, blocks_needed, grow_block_table, slot_mapping
 
 if TYPE_CHECKING:
     from miniyaie.scheduler import Request
@@ -65,25 +65,63 @@ class PagedMemory:
 
     # ANCHOR: can_allocate
     def _blocks_written(self, table: list[int], start: int, end: int) -> range:
-        """Indexes into `table` of the blocks that positions start..end-1 write into."""
+        """Indexes into `table` of the blocks it already has that positions start..end-1 write into.
+
+        Empty when end <= start; blocks the table does not have yet are not counted.
+        """
+        # Nudge: from the block of the first position written to the last block the table has.
+        # Hint 1: Writing positions start .. end - 1 touches the blocks from start // block_size up
+        #   to the block of position end - 1. Of those, only the ones already in the table can be
+        #   shared; the rest will be fresh blocks.
+        # Hint 2: Nothing is written when end <= start: an empty range. Otherwise the range starts
+        #   at start // block_size and stops at blocks_needed(end) or at the table's length,
+        #   whichever is smaller.
+        # Hint 3:
+        #   if end <= start: return range(0)
+        #   return range(start // block_size, min(len(table), blocks_needed(end, block_size)))
+        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
         if end <= start:
             return range(0)
         return range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)))
+        # END SOLUTION
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
         """Indexes into `table` of the blocks that positions start..end-1 write into and that others share."""
+        # Nudge: a block written into is copied first exactly when someone else also owns it.
+        # Hint 1: This is the copy-on-write decision: a block is shared when its reference count is
+        #   above 1 (this request plus at least one other owner). Only blocks the write touches
+        #   matter; a shared block the request only reads stays shared.
+        # Hint 2: Keep the indexes of _blocks_written(table, start, end) whose block has a reference
+        #   count above 1.
+        # Hint 3:
+        #   return [i for i in _blocks_written(table, start, end) if allocator.ref_count(table[i]) > 1]
+        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
         return [i for i in self._blocks_written(table, start, end) if self.allocator.ref_count(table[i]) > 1]
+        # END SOLUTION
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
-        """Whether the table of `request` can grow to num_computed_tokens + num_new_tokens tokens."""
+        """Whether allocate(request, num_new_tokens) would succeed; asking changes nothing.
+
+        It succeeds when the free blocks cover the blocks the table lacks to
+        hold num_computed_tokens + num_new_tokens tokens, plus one copy for
+        every shared block among those that positions num_computed_tokens..
+        are written into.
+        """
         table = self.tables.get(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Hint: the request needs a new block for every block its table lacks
-        # to hold `end` tokens (blocks_needed), plus one for every shared
-        # block it will write into (self._shared_blocks_to_write: each is
-        # copied on write). It fits if that is no more than the free blocks.
-        # BEGIN SOLUTION 2.6: Paged memory for the scheduler
+        # Nudge: count the new blocks AND the copies: a shared block written into costs a block too.
+        # Hint 1: can_allocate must say yes exactly when allocate would succeed, or the scheduler
+        #   admits a request that then fails. allocate takes two kinds of blocks: the ones the
+        #   table lacks, and one private copy per shared block the new tokens land in.
+        # Hint 2: Missing blocks: blocks_needed(end) minus the table's length, at least 0. Copies:
+        #   the length of _shared_blocks_to_write(table, start, end). It fits when their sum is
+        #   at most the allocator's free blocks.
+        # Hint 3:
+        #   missing = max(0, blocks_needed(end, block_size) - len(table))
+        #   copies = len(_shared_blocks_to_write(table, start, end))
+        #   return missing + copies <= allocator.num_free
+        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
         missing = max(0, blocks_needed(end, self.block_size) - len(table))
         copies = len(self._shared_blocks_to_write(table, start, end))
         return missing + copies <= self.allocator.num_free
@@ -107,10 +145,20 @@ class PagedMemory:
         table = self.tables.setdefault(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Hint: for each shared block to write into, replace it in the table by
-        # self.allocator.copy_on_write(block) and record (old, new) in
-        # self._copies; then grow the table (grow_block_table) to hold `end` tokens.
-        # BEGIN SOLUTION 2.6: Paged memory for the scheduler
+        # Nudge: copy the shared blocks you will write into, then grow the table.
+        # Hint 1: A shared block is read-only: before the step writes into it, the request gets a
+        #   private copy (copy_on_write) in its table, and the pool must be told to copy the K/V,
+        #   which the model runner does from the queued (old, new) pairs before the forward
+        #   pass. Then the table grows to hold every position up to end. can_allocate already
+        #   said everything fits, so nothing fails half-way.
+        # Hint 2: For each index i in _shared_blocks_to_write(table, start, end): new =
+        #   allocator.copy_on_write(table[i]); queue (table[i], new) in self._copies; put new in
+        #   table[i]. Then grow_block_table(table, end, block_size, allocator).
+        # Hint 3:
+        #   for i in _shared_blocks_to_write(table, start, end):
+        #       new = allocator.copy_on_write(table[i]); copies.append((table[i], new)); table[i] = new
+        #   grow_block_table(table, end, block_size, allocator)
+        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
         for i in self._shared_blocks_to_write(table, start, end):
             new_block = self.allocator.copy_on_write(table[i])
             self._copies.append((table[i], new_block))
@@ -119,42 +167,98 @@ class PagedMemory:
         # END SOLUTION
     # ANCHOR_END: allocate
 
+    # ANCHOR: free
     def free(self, request: Request) -> None:
-        """Drop the request's share of every block it holds (finished, aborted or preempted)."""
+        """Drop the request's share of every block it holds (finished, aborted or preempted).
+
+        Its table is forgotten; a block goes back to the pool when its last
+        owner lets go. A copy queued for one of the request's blocks and not
+        yet taken (take_block_copies) is dropped: the block may already be
+        someone else's. Freeing a request that holds nothing does nothing.
+        """
+        # Nudge: give back every block, and cancel the copies queued into blocks nobody owns now.
+        # Hint 1: Each table entry is one reference; freeing drops them all. A subtle case: the
+        #   request may have queued a copy-on-write copy in this step and be freed (preempted)
+        #   before the step runs. The copy's destination is then free, maybe handed out already:
+        #   the runner must not write the old K/V over its next owner's.
+        # Hint 2: Pop the request's table (an empty one if it has none) and free each block. Then
+        #   keep only the queued (src, dst) copies whose dst still has an owner (ref_count > 0).
+        # Hint 3:
+        #   for block in tables.pop(request_id, []): allocator.free(block)
+        #   copies = [(src, dst) for src, dst in copies if allocator.ref_count(dst) > 0]
+        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
         for block in self.tables.pop(request.request_id, []):
             self.allocator.free(block)
         # a queued copy into a block nobody owns any more must not land on its next owner
         self._copies = [(src, dst) for src, dst in self._copies if self.allocator.ref_count(dst) > 0]
+        # END SOLUTION
+    # ANCHOR_END: free
 
     # ------------------------------------------------------------ sharing
     # ANCHOR: sharing
     def share_blocks(self, request_id: str, blocks: Sequence[int]) -> None:
         """Start the table of `request_id` with `blocks`, already filled by another owner.
 
-        The request takes one reference on each; it reads them freely and
-        copies any of them on its first write into it. Used by `fork`, and by
-        chapter 3 to start a request on a cached prefix.
+        The request takes one reference on each (allocator.share); it reads
+        them freely and copies any of them on its first write into it. Its
+        table is a new list: later changes to `blocks` do not reach it. A
+        request that already holds blocks is a ValueError, and nothing
+        changes. Used by `fork`, and by chapter 3 to start a request on a
+        cached prefix.
         """
+        # Nudge: sharing is one more reference per block, never a copy.
+        # Hint 1: No block is allocated and no K/V moves: the request becomes one more owner of
+        #   each block, and copy-on-write protects everyone when someone writes later. Refuse to
+        #   replace a table the request already has (its blocks would leak).
+        # Hint 2: If the request already has a non-empty table, raise ValueError. Otherwise share
+        #   every block with the allocator and store a copy of the list as its table.
+        # Hint 3:
+        #   if tables.get(request_id): raise ValueError("already holds blocks")
+        #   for b in blocks: allocator.share(b)
+        #   tables[request_id] = list(blocks)
+        # BEGIN SOLUTION 2.6: Share blocks between requests
         if self.tables.get(request_id):
             raise ValueError(f"request {request_id!r} already holds blocks")
         for block in blocks:
             self.allocator.share(block)
         self.tables[request_id] = list(blocks)
+        # END SOLUTION
 
     def fork(self, parent_request_id: str, child_request_id: str) -> None:
         """Give the child every block of the parent, shared (parallel sampling: n > 1).
 
         The child's request must have the parent's num_computed_tokens: the
-        two continue from the same cached tokens and diverge from there.
+        two continue from the same cached tokens and diverge from there. A
+        parent that holds no blocks is a KeyError.
         """
+        # Nudge: a fork is share_blocks with the parent's table.
+        # Hint 1: The child starts where the parent is, on the same blocks: no copy now, one
+        #   reference more on each block; the first write into the shared last block copies it.
+        # Hint 2: Raise KeyError if the parent has no table; otherwise share the parent's blocks
+        #   into the child's table.
+        # Hint 3:
+        #   if parent not in tables: raise KeyError
+        #   share_blocks(child, tables[parent])
+        # BEGIN SOLUTION 2.6: Share blocks between requests
         if parent_request_id not in self.tables:
             raise KeyError(f"request {parent_request_id!r} holds no blocks")
         self.share_blocks(child_request_id, self.tables[parent_request_id])
+        # END SOLUTION
 
     def take_block_copies(self) -> list[tuple[int, int]]:
-        """The (src, dst) block copies queued by copy-on-write since the last call; apply them before the forward."""
+        """The (src, dst) block copies queued by copy-on-write since the last call, in order; the queue is then empty.
+
+        The runner applies them (copy_blocks) before the forward pass.
+        """
+        # Nudge: hand the queue over and start a new one.
+        # Hint 1: Every queued copy must be applied exactly once: returned by one call, never again.
+        # Hint 2: Return the queued list and leave an empty one in its place.
+        # Hint 3:
+        #   copies, self._copies = self._copies, []; return copies
+        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
         copies, self._copies = self._copies, []
         return copies
+        # END SOLUTION
     # ANCHOR_END: sharing
 
     # ------------------------------------------------------------ for the model runner
@@ -166,20 +270,8 @@ class PagedMemory:
         """The pool slots of the request's positions start..end-1."""
         return slot_mapping(self.tables.get(request_id, []), start, end, self.block_size)
 
-    # ANCHOR: attention_metadata
     def attention_metadata(
         self, batch: Sequence[tuple[str, int, int]], device: str | torch.device = "cpu"
     ) -> AttentionMetadata:
         """The metadata of a step that computes positions start..end-1 of each (request_id, start, end)."""
-        tables = [self.tables.get(rid, []) for rid, _, _ in batch]
-        width = max(len(t) for t in tables)
-        slots = [s for rid, start, end in batch for s in self.slot_mapping(rid, start, end)]
-        return AttentionMetadata(
-            query_lens=[end - start for _, start, end in batch],
-            seq_lens=[end for _, _, end in batch],
-            slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
-            # padding with block 0 is harmless: a sequence reads only its first ceil(seq_len / block_size) entries
-            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int64, device=device),
-            block_size=self.block_size,
-        )
-    # ANCHOR_END: attention_metadata
+        return attention_metadata([self.tables.get(rid, []) for rid, _, _ in batch], batch, self.block_size, device)

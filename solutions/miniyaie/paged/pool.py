@@ -24,10 +24,19 @@ def block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int
 
 # ANCHOR: budget
 def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: int, dtype: torch.dtype) -> int:
-    """The most blocks whose K and V (all layers) fit in `budget_bytes`."""
-    # Hint: one token takes config.kv_bytes_per_token(dtype.itemsize) bytes
-    # (K and V, every layer); a block holds block_size tokens. Round down.
-    # BEGIN SOLUTION 2.5: Size the pool from a byte budget
+    """The most blocks whose K and V (all layers, `dtype`) fit in `budget_bytes`.
+
+    A pool of that many blocks takes at most budget_bytes; one block more
+    would not fit. A budget too small for one block is a ValueError.
+    """
+    # Nudge: divide the budget by the bytes of one block, rounding down.
+    # Hint 1: A block is K and V of block_size tokens in every layer, so its size in bytes is
+    #   fixed by the model's shape and the dtype. Whole blocks only: round down.
+    # Hint 2: Bytes of one token: config.kv_bytes_per_token(dtype.itemsize) (K and V, every
+    #   layer). Bytes of one block: that times block_size. Integer-divide the budget by it.
+    # Hint 3:
+    #   num_blocks = budget_bytes // (block_size * config.kv_bytes_per_token(dtype.itemsize))
+    # BEGIN SOLUTION 2.5: Size the pool and copy its blocks
     num_blocks = budget_bytes // (block_size * config.kv_bytes_per_token(dtype.itemsize))
     # END SOLUTION
     if num_blocks < 1:
@@ -47,17 +56,39 @@ def make_pool(
     if num_blocks < 1 or block_size < 1:
         raise ValueError(f"a pool needs at least one block of at least one slot, got {num_blocks} x {block_size}")
     return KVCache(config, num_blocks * block_size, dtype, device)
+# ANCHOR_END: make_pool
 
 
+# ANCHOR: copy_blocks
 def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: int) -> None:
-    """Copy every (src, dst) block's K and V, all layers: what copy-on-write asks the runner to do."""
+    """Copy every (src, dst) block's K and V, all layers: what copy-on-write asks the runner to do.
+
+    After the call, block dst of every layer holds what block src held
+    before it (its block_size slots, K and V); no other slot changes. The
+    destinations are distinct fresh blocks, never a source of the same call.
+    """
     copies = list(copies)
     if not copies:
         return
+    # Nudge: a block is block_size consecutive slots: turn block ids into slot indexes, copy once.
+    # Hint 1: The pool is [num_layers, num_slots, kv_heads, head_dim] for K and for V; block b owns
+    #   slots b * block_size .. (b + 1) * block_size - 1 of every layer. A copy of a block is a
+    #   copy of those slots, in every layer, for K and for V. One indexed copy does all pairs.
+    # Hint 2: Build the slot indexes of all source blocks (each block id times block_size plus
+    #   arange(block_size), flattened) and, in the same order, of all destination blocks. Then
+    #   assign pool.k[:, dst_slots] = pool.k[:, src_slots], and the same for pool.v. Make the
+    #   index tensors on the pool's device.
+    # Hint 3:
+    #   offsets = arange(block_size)
+    #   src = (tensor(sources)[:, None] * block_size + offsets).flatten()
+    #   dst = (tensor(destinations)[:, None] * block_size + offsets).flatten()
+    #   pool.k[:, dst] = pool.k[:, src]; pool.v[:, dst] = pool.v[:, src]
+    # BEGIN SOLUTION 2.5: Size the pool and copy its blocks
     device = pool.k.device
     offsets = torch.arange(block_size, device=device)
     src = (torch.tensor([s for s, _ in copies], device=device)[:, None] * block_size + offsets).flatten()
     dst = (torch.tensor([d for _, d in copies], device=device)[:, None] * block_size + offsets).flatten()
     pool.k[:, dst] = pool.k[:, src]
     pool.v[:, dst] = pool.v[:, src]
-# ANCHOR_END: make_pool
+    # END SOLUTION
+# ANCHOR_END: copy_blocks

@@ -26,7 +26,10 @@ class RadixMemory(PagedMemory):
         self.cache = RadixCache(self.allocator, block_size)
         self._locked: dict[str, Node] = {}  # request id -> the node its lock is on
         self._num_cached: dict[str, int] = {}  # request id -> its leading blocks already in the tree
-        self.hit_tokens = 0  # tokens served from the cache at admission (a resumed request's own output included), over all admissions
+        # Tokens served from the cache at admission, over all admissions: each admitted request adds
+        # the num_computed_tokens it starts with (a resumed request's own output included). A full
+        # hit starts at num_tokens - 1 (the last token is recomputed), so that token is not counted.
+        self.hit_tokens = 0
 
     # ANCHOR: cached_prefix_len
     def cached_prefix_len(self, request: Request) -> int:
@@ -68,17 +71,40 @@ class RadixMemory(PagedMemory):
 
     # ANCHOR: allocate
     def allocate(self, request: Request, num_new_tokens: int) -> None:
+        """Chapter 2's allocate, on top of the prefix cache.
+
+        A request being admitted with num_computed_tokens > 0 (the scheduler
+        found that many tokens cached) starts on the cached blocks that hold
+        them, shared, not copied, and locked (on the node where they end)
+        until it is freed; hit_tokens grows by num_computed_tokens. A running
+        request first caches the whole blocks the last step computed. Then
+        unlocked cached blocks are evicted if the pool is short, and the
+        table grows as in chapter 2 (writing into a shared block copies it).
+        Raises OutOfBlocksError, changing nothing, when can_allocate says no.
+        """
         if not self.can_allocate(request, num_new_tokens):
             raise OutOfBlocksError(f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens")
-        # Hint: a request being admitted with num_computed_tokens > 0 starts on
-        # the cached blocks that self._admission_blocks(request) returns with
-        # their node: lock the node first, so that eviction below cannot take
-        # them (remember it in
-        # self._locked), share the blocks into its table (self.share_blocks)
-        # and count the hit in self.hit_tokens. A running request first caches
-        # what the last step computed (self._cache_computed). Then evict what
-        # the pool is short of (self._blocks_short(request, n, [])), and grow
-        # the table as chapter 2 does (super().allocate).
+        # Nudge: take the cached prefix first (and lock it), then make room, then grow as chapter 2 does.
+        # Hint 1: The order is the design. A prefix the request starts on must be locked before
+        #   anything is evicted, or the eviction that makes room for it could take it away. The
+        #   request shares the cached blocks (one more reference each): its K/V are not computed
+        #   again, and copy-on-write keeps the tree's copy intact if the request writes into one.
+        #   hit_tokens counts what the request does not compute: num_computed_tokens.
+        # Hint 2: self._admission_blocks(request) gives the cached blocks and their node for a request
+        #   being admitted on a hit (none otherwise). With a node: lock it, remember it in
+        #   self._locked[request_id], share the blocks into the request's table
+        #   (self.share_blocks) and add num_computed_tokens to hit_tokens. Without: cache what the
+        #   request computed so far (self._cache_computed). Then evict what the pool is short of,
+        #   self._blocks_short(request, n, []), and call chapter 2's allocate (super().allocate).
+        # Hint 3:
+        #   prefix, node = _admission_blocks(request)
+        #   if node is not None:
+        #       cache.lock(node); _locked[request_id] = node
+        #       share_blocks(request_id, prefix); hit_tokens += request.num_computed_tokens
+        #   else:
+        #       _cache_computed(request)
+        #   cache.evict(_blocks_short(request, num_new_tokens, []))
+        #   super().allocate(request, num_new_tokens)
         # BEGIN SOLUTION 3.5: Start on the cached prefix, cache what is computed
         prefix, node = self._admission_blocks(request)
         if node is not None:

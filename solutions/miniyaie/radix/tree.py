@@ -42,7 +42,10 @@ class Node:
 class PrefixMatch:
     length: int  # tokens of the query found in the tree (a multiple of the block size)
     blocks: list[int]  # the blocks holding them, in order
-    node: Node  # the deepest node the match reaches (lock it to keep the prefix)
+    # The node whose edge holds the last matched block: when the match ends partway along an
+    # edge, the node that edge leads to (so that locking it protects every matched block);
+    # the root when nothing matched.
+    node: Node
 # ANCHOR_END: node
 
 
@@ -65,18 +68,34 @@ class RadixCache:
 
     # ANCHOR: match_prefix
     def match_prefix(self, tokens: Sequence[int], touch: bool = True) -> PrefixMatch:
-        """The longest cached prefix of `tokens`, in whole blocks.
+        """The longest cached prefix of `tokens`, in whole blocks (see PrefixMatch for which node it returns).
 
-        `touch` marks the path as just used (for LRU); a peek (the scheduler's
-        prefix-length oracle) passes touch=False.
+        Only whole blocks match: a block of the query that differs from the
+        tree's in any token ends the match before it. `touch` stamps every
+        node the match passes through (the partly matched one too) with one
+        fresh time, next(_clock), in last_access: eviction (Task 3.3) takes
+        the least recently used leaf first. A peek (the scheduler's
+        prefix-length oracle) passes touch=False and changes nothing.
         """
-        # Hint: start at the root; while the next block of tokens is a key in
-        # node.children, count how many whole blocks the child's key shares
-        # with the rest of the tokens (self._common_blocks), take that many
-        # of its blocks, and descend only if the whole key matched. When
-        # `touch`, stamp every node you pass with one fresh time,
-        # now = next(_clock), in node.last_access: eviction (Task 3.3) takes
-        # the least recently used leaf first.
+        # Nudge: walk down block by block; an edge may match in full (descend) or only in part (stop inside it).
+        # Hint 1: Children are keyed by the first block of their edge, so the next block of the
+        #   query picks at most one child. An edge is several blocks long and may match only
+        #   partly: the match then ends inside that edge, and that edge's node is the one to
+        #   return (locking it keeps every matched block). Only whole blocks count.
+        # Hint 2: Start at the root with length 0 and no blocks. While a whole block of the query is
+        #   left: look up the child keyed by the next block; none, stop. Count the whole blocks
+        #   its edge shares with the rest of the query (self._common_blocks), take that many of
+        #   its blocks, advance length, move to the child and stamp it when `touch`. If the edge
+        #   matched only in part, stop. Return PrefixMatch(length, blocks, node).
+        # Hint 3:
+        #   node, length, blocks, now = root, 0, [], next(_clock)
+        #   while len(tokens) - length >= block_size:
+        #       child = node.children.get(first block of tokens[length:]); if child is None: break
+        #       shared = _common_blocks(child.key, tokens[length:])
+        #       blocks += child.blocks[:shared]; length += shared * block_size; node = child
+        #       if touch: child.last_access = now
+        #       if shared * block_size < len(child.key): break
+        #   return PrefixMatch(length, blocks, node)
         # BEGIN SOLUTION 3.2: Match the longest cached prefix
         node, length, blocks, now = self.root, 0, [], next(_clock)
         while len(tokens) - length >= self.block_size:
@@ -97,22 +116,47 @@ class RadixCache:
 
     # ANCHOR: insert
     def insert(self, tokens: Sequence[int], blocks: Sequence[int]) -> Node:
-        """Cache `tokens` (whole blocks), held in `blocks`; returns the node where they end.
+        """Cache `tokens` (whole blocks), held in `blocks`; returns the node whose path from the root spells exactly `tokens`.
 
         The part already cached is left as it is (the caller's duplicate
-        blocks stay the caller's); the tree takes a reference on the blocks of
-        the new part.
+        blocks stay the caller's); the tree takes one allocator reference on
+        each block of the new part and counts it in cached_blocks (and in
+        evictable_blocks, its node being unlocked). Where the tokens leave an
+        edge partway, the edge is split at that block boundary. A request
+        caching its next blocks ends on the leaf it inserted before: that
+        leaf's edge grows instead of a chain of one node per block. Every
+        node passed, split or created is stamped with one fresh time,
+        next(_clock), in last_access. Inserting no tokens returns the root.
         """
         assert len(tokens) == len(blocks) * self.block_size, "insert whole blocks only"
-        # Hint: walk like match_prefix. When a child's key matches only in
-        # part, split it there (self._split). When no child starts with the
-        # next block, add a leaf with the remaining tokens and blocks (or, if
-        # the node is itself a leaf other than the root, extend its edge: a
-        # request caching its next blocks grows its own leaf instead of
-        # chaining one node per block): share each new block with the
-        # allocator, count it in cached_blocks, and in evictable_blocks when
-        # its node is unlocked. Stamp the nodes you pass or create with
-        # now = next(_clock) in last_access, as match_prefix does.
+        # Nudge: follow the path the tokens spell; split where they leave an edge; hang the rest as a leaf.
+        # Hint 1: The invariant: every cached block-aligned prefix is spelled by exactly one path
+        #   and held by exactly one block, and every edge is a whole number of blocks. So walk
+        #   down as far as the tree already spells the tokens; where they leave an edge partway,
+        #   cut the edge in two at that block boundary; whatever is left becomes one new edge.
+        #   The tree owns the blocks of the new part only (one reference each).
+        # Hint 2: From the root, with `done` tokens placed: the child keyed by the next block of
+        #   the rest is the only candidate. None: the rest becomes a new leaf under the node (or,
+        #   when the node is a leaf other than the root, the node's edge grows by the rest); share
+        #   those blocks with the allocator, add them to cached_blocks and evictable_blocks,
+        #   return that node. Otherwise count the blocks the child's edge shares with the rest;
+        #   if fewer than the edge's length, split the child there (_split, which you also
+        #   write: the upper part becomes a new node between the parent and the child). Stamp
+        #   the child, descend, advance done. When every token is placed, return the node.
+        # Hint 3:
+        #   node, done, now = root, 0, next(_clock)
+        #   while done < len(tokens):
+        #       rest = tokens[done:]; child = node.children.get(first block of rest)
+        #       if child is None:
+        #           new = blocks[done // block_size :]; share each with the allocator
+        #           if node is a leaf and not the root: node.key += rest; node.blocks += new
+        #           else: node = Node(rest, new, parent=node, last_access=now); attach it
+        #           cached_blocks += len(new); evictable_blocks += len(new) (if unlocked)
+        #           return node
+        #       shared = _common_blocks(child.key, rest)
+        #       if shared * block_size < len(child.key): child = _split(child, shared)
+        #       child.last_access = now; node, done = child, done + shared * block_size
+        #   return node
         # BEGIN SOLUTION 3.1: Insert with node split
         node, done, now = self.root, 0, next(_clock)
         while done < len(tokens):
@@ -144,22 +188,61 @@ class RadixCache:
             node, done = child, done + shared * self.block_size
         return node
         # END SOLUTION
-    # ANCHOR_END: insert
 
     def _split(self, child: Node, num_blocks: int) -> Node:
-        """Cut `child`'s edge after `num_blocks` blocks; returns the new upper node."""
+        """Cut `child`'s edge after `num_blocks` blocks (0 < num_blocks < its length); returns the new upper node.
+
+        The upper node takes the first num_blocks blocks of the edge, its
+        parent, lock count and last_access; `child` keeps the rest and hangs
+        below it. No block changes owner, so no counter changes.
+        """
+        # Nudge: one edge becomes two: a new node in the middle takes the first part.
+        # Hint 1: Paths must keep spelling the same sequences and blocks must keep their owners:
+        #   only the shape changes. The new upper node sits where child was (same parent, same
+        #   key in the parent's children), and carries child's lock count (a lock below it
+        #   counts on it too) and last_access.
+        # Hint 2: cut = num_blocks * block_size. Make upper with key child.key[:cut], blocks
+        #   child.blocks[:num_blocks], child's parent, lock_ref and last_access. Hang child under
+        #   upper, keyed by the first block of child.key[cut:]; put upper in the parent's
+        #   children where child was; shorten child's key and blocks to the rest; child's parent
+        #   is now upper.
+        # Hint 3:
+        #   cut = num_blocks * block_size
+        #   upper = Node(child.key[:cut], child.blocks[:num_blocks], child.parent, lock_ref=child.lock_ref,
+        #                last_access=child.last_access)
+        #   upper.children[first block of child.key[cut:]] = child
+        #   child.parent.children[first block of child.key] = upper
+        #   child.key, child.blocks, child.parent = child.key[cut:], child.blocks[num_blocks:], upper
+        #   return upper
+        # BEGIN SOLUTION 3.1: Insert with node split
         cut = num_blocks * self.block_size
         upper = Node(child.key[:cut], child.blocks[:num_blocks], child.parent, lock_ref=child.lock_ref, last_access=child.last_access)
         upper.children[self._first_block(child.key[cut:])] = child
         child.parent.children[self._first_block(child.key)] = upper
         child.key, child.blocks, child.parent = child.key[cut:], child.blocks[num_blocks:], upper
         return upper
+        # END SOLUTION
+    # ANCHOR_END: insert
 
     # ANCHOR: lock
     def lock(self, node: Node) -> None:
-        """Protect the path from `node` to the root from eviction (one more user)."""
-        # Hint: walk up to the root; a node whose lock_ref goes from 0 to 1
-        # stops being evictable (subtract its blocks from evictable_blocks).
+        """Protect the path from `node` to the root from eviction (one more user).
+
+        Adds one to lock_ref of `node` and of every node above it, the root
+        included; a node locked for the first time (0 -> 1) stops counting in
+        evictable_blocks.
+        """
+        # Nudge: a lock counts on every node up to the root.
+        # Hint 1: A request using a prefix needs every block on its path to stay, so the lock goes
+        #   on the whole path: a node's lock count is the number of users below or at it, never
+        #   less than any child's. evictable_blocks counts the blocks of unlocked nodes, so it
+        #   changes only when a node goes from unlocked to locked.
+        # Hint 2: From `node` up to and including the root: if its lock_ref is 0, subtract its
+        #   blocks from evictable_blocks; add one to its lock_ref; go to the parent.
+        # Hint 3:
+        #   while node is not None:
+        #       if node.lock_ref == 0: evictable_blocks -= len(node.blocks)
+        #       node.lock_ref += 1; node = node.parent
         # BEGIN SOLUTION 3.4: Lock and unlock
         while node is not None:
             if node.lock_ref == 0:
@@ -169,8 +252,25 @@ class RadixCache:
         # END SOLUTION
 
     def unlock(self, node: Node) -> None:
-        """One user fewer on the path from `node` to the root."""
-        # Hint: the mirror image of lock; a lock_ref must never go below 0.
+        """One user fewer on the path from `node` to the root.
+
+        The mirror of lock: a node unlocked for the last time (1 -> 0) counts
+        in evictable_blocks again. Unlocking a node that is not locked
+        (lock_ref 0) is a caller's bug: ValueError, and nothing changes.
+        """
+        # Nudge: the mirror image of lock; a count must never go below 0.
+        # Hint 1: Every lock is undone by exactly one unlock of the same node. A count reaching 0
+        #   makes its node evictable again; a count below 0 would hide a bug (an unlock too
+        #   many), so refuse it before changing anything (the counts on a path only grow towards
+        #   the root, so checking the node itself is enough).
+        # Hint 2: From `node` up to the root: if its lock_ref is 0, raise ValueError; subtract one;
+        #   if it reached 0, add its blocks to evictable_blocks; go to the parent.
+        # Hint 3:
+        #   while node is not None:
+        #       if node.lock_ref <= 0: raise ValueError("unlock of a node that is not locked")
+        #       node.lock_ref -= 1
+        #       if node.lock_ref == 0: evictable_blocks += len(node.blocks)
+        #       node = node.parent
         # BEGIN SOLUTION 3.4: Lock and unlock
         while node is not None:
             if node.lock_ref <= 0:
@@ -186,15 +286,33 @@ class RadixCache:
     def evict(self, num_blocks: int) -> int:
         """Free at least `num_blocks` blocks (if that many are evictable), LRU leaves first.
 
-        Returns the number of blocks freed.
+        Only unlocked leaves are evicted, whole (all their blocks), least
+        recently used (smallest last_access) first; evicting a leaf can make
+        its parent an unlocked leaf, a candidate in turn. The root is never
+        evicted. Stops as soon as num_blocks are freed, or nothing is left to
+        evict. Returns the number of blocks freed (given back to the allocator).
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
-        # Hint: put every unlocked leaf in a heap keyed by last_access. Pop the
-        # oldest, free its blocks (allocator.free; they return to the free
-        # list), remove it from its parent's children and update the counters;
-        # if the parent is now an unlocked leaf, push it too, except the root
-        # (it holds no blocks and is never evicted).
+        # Nudge: a heap of unlocked leaves by last use; a parent left childless joins the heap.
+        # Hint 1: Leaves only, so a shared prefix outlives the suffixes hanging off it; unlocked
+        #   only, so no running request loses its prefix; oldest first (LRU). The counters
+        #   (cached_blocks, evictable_blocks) must match the tree after every eviction. The root
+        #   holds no blocks and stays even when it becomes a leaf.
+        # Hint 2: Put every unlocked leaf except the root in a heap keyed by last_access (with a
+        #   tie-breaker such as id(node): nodes do not compare). While fewer than num_blocks are
+        #   freed and the heap is not empty: pop the oldest leaf, free each of its blocks with the
+        #   allocator, count them, subtract them from both counters, remove the leaf from its
+        #   parent's children; if the parent is now an unlocked leaf and not the root, push it.
+        # Hint 3:
+        #   heap = [(n.last_access, id(n), n) for n in _nodes() if n.is_leaf and n.lock_ref == 0 and n is not root]
+        #   heapify(heap); freed = 0
+        #   while freed < num_blocks and heap:
+        #       leaf = heappop(heap)[2]; free its blocks; freed += len(leaf.blocks)
+        #       cached_blocks -= len(leaf.blocks); evictable_blocks -= len(leaf.blocks)
+        #       parent = leaf.parent; del parent.children[first block of leaf.key]
+        #       if parent.is_leaf and parent.lock_ref == 0 and parent is not root: heappush(heap, parent)
+        #   return freed
         # BEGIN SOLUTION 3.3: Evict least recently used leaves
         heap = [(n.last_access, id(n), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0 and n is not self.root]
         heapq.heapify(heap)

@@ -1,10 +1,15 @@
-"""Admission order: which waiting request goes next."""
+"""Admission rules: which waiting request goes next, and whether there is room to admit it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from miniyaie.scheduler.request import Request
+
+if TYPE_CHECKING:
+    from miniyaie.scheduler.memory import KVMemory
+    from miniyaie.scheduler.step import SchedulerConfig
 
 PrefixLenOracle = Callable[[Request], int]
 
@@ -16,16 +21,132 @@ def fcfs_order(waiting: Sequence[Request], prefix_len: PrefixLenOracle) -> list[
 
 
 def lpm_order(waiting: Sequence[Request], prefix_len: PrefixLenOracle) -> list[Request]:
-    """Longest prefix match (SGLang): requests with the most cached prompt tokens first.
+    """Longest prefix match (SGLang): requests with the most cached tokens first, as a new list.
 
     Requests that share a cached prefix run close together, so the prefix is
     still cached when they are admitted. Ties keep the queue order.
     """
-    # Hint: sorted() is stable; sort by the negated cached prefix length.
-    # BEGIN SOLUTION 1.5: Longest-prefix-match order
+    # Nudge: a stable sort keeps the queue order among equals.
+    # Hint 1: The order is by prefix_len(request), longest first; among requests with the same
+    #   length the queue order must survive (first come, first served among equals).
+    # Hint 2: Python's sorted() is stable: sort the waiting requests with the negated prefix
+    #   length as the key, so that longer prefixes come first and equals keep their order.
+    # Hint 3:
+    #   return sorted(waiting, key=lambda r: -prefix_len(r))
+    # BEGIN SOLUTION 1.6: Longest-prefix-match order
     return sorted(waiting, key=lambda request: -prefix_len(request))
     # END SOLUTION
 # ANCHOR_END: policies
 
 
 POLICIES = {"fcfs": fcfs_order, "lpm": lpm_order}
+
+
+# ANCHOR: fits_with_reserve
+def fits_with_reserve(memory: KVMemory, running: Sequence[Request], request: Request, num_new: int, ratio: float) -> bool:
+    """Whether memory can take the request's chunk of num_new tokens and still keep the decode reserve.
+
+    `ratio` is SchedulerConfig.decode_reserve. With ratio == 0 that is
+    memory.can_allocate(request, num_new).
+    Otherwise the request must be able to grow by num_new + extra tokens,
+    where extra = the prompt tokens still to prefill (of every running
+    request, and of this one after this chunk) + int(ratio *
+    the output tokens still to come: max_tokens - outputs so far of every
+    running request, plus this request's max_tokens). Asked as "could
+    this request grow by that much", so every KVMemory answers it.
+    """
+    # Nudge: admit only if the memory could also hold what the running requests will surely need.
+    # Hint 1: Admitting as soon as a prompt fits fills the pool, and a step later a running
+    #   request cannot grow and someone is preempted. Keep room for what is certain (prompt
+    #   tokens not yet prefilled) and for a fraction of what is possible (output tokens up to
+    #   max_tokens). The memory can only answer "can this request grow by N?", so ask that
+    #   with the reserve added to the chunk.
+    # Hint 2: With ratio (the decode_reserve) equal to 0, ask can_allocate(request, num_new). Else
+    #   sum the prompt tokens each running request has not computed yet, plus this request's
+    #   prompt tokens left after this chunk; sum max_tokens minus outputs so far over the
+    #   running requests, plus this request's max_tokens; ask can_allocate(request,
+    #   num_new + prompts + int(ratio * outputs)). Counts never go below 0.
+    # Hint 3:
+    #   if ratio == 0: return memory.can_allocate(request, num_new)
+    #   prompts = sum(max(0, len(r.prompt) - r.num_computed_tokens) for r in running)
+    #   prompts += max(0, len(request.prompt) - request.num_computed_tokens - num_new)
+    #   outputs = sum(r.max_tokens - len(r.output) for r in running) + request.max_tokens
+    #   return memory.can_allocate(request, num_new + prompts + int(ratio * outputs))
+    # BEGIN SOLUTION 1.2: Admit waiting requests
+    if ratio == 0:
+        return memory.can_allocate(request, num_new)
+    # prompt tokens still to prefill will surely be needed; outputs only up to max_tokens, so reserve a fraction
+    prompts = sum(max(0, len(r.prompt_token_ids) - r.num_computed_tokens) for r in running)
+    prompts += max(0, len(request.prompt_token_ids) - request.num_computed_tokens - num_new)
+    outputs = sum(r.max_tokens - len(r.output_token_ids) for r in running) + request.max_tokens
+    return memory.can_allocate(request, num_new + prompts + int(ratio * outputs))
+    # END SOLUTION
+# ANCHOR_END: fits_with_reserve
+
+
+# ANCHOR: admission_order
+def admission_order(
+    waiting: Sequence[Request], prefix_len: PrefixLenOracle, config: SchedulerConfig,
+    queued_at: Callable[[Request], int], now: int,
+) -> list[Request]:
+    """The waiting requests in the order admission tries them.
+
+    FCFS: the queue order. LPM: lpm_order, except that past
+    config.lpm_max_queue waiting requests the queue order is used (sorting,
+    and asking prefix_len of every waiting request, is not worth its cost:
+    prefix_len is not called), and that requests queued at or before
+    now - config.max_wait_steps (queued_at(r): the schedule count when r was
+    added; now: the current one) go first, in queue order: no starvation.
+    """
+    if config.policy == "fcfs":
+        return fcfs_order(waiting, prefix_len)
+    # Nudge: sorting by prefix match can pass a request over forever: bound its wait, and the sort's cost.
+    # Hint 1: LPM alone can starve a request whose prefix is never cached while requests
+    #   with cached prefixes keep arriving. Two guards: a long queue is served in queue
+    #   order (sorting every waiting request every step costs too much), and a request
+    #   that has waited max_wait_steps schedules goes first whatever its match.
+    # Hint 2: If more than lpm_max_queue requests wait, use the queue order. Otherwise sort
+    #   with the policy (POLICIES[policy]) and move the overdue requests to the front, in
+    #   queue order: a request is overdue when it was queued (queued_at(r)) at
+    #   or before now - max_wait_steps.
+    # Hint 3:
+    #   if len(waiting) > lpm_max_queue: order = fcfs_order(waiting, prefix_len)
+    #   else:
+    #       order = POLICIES[policy](waiting, prefix_len)
+    #       limit = now - max_wait_steps
+    #       overdue = [r for r in waiting if queued_at(r) <= limit]
+    #       order = overdue + [r for r in order if queued_at(r) > limit]
+    # BEGIN SOLUTION 1.6: Longest-prefix-match order
+    if len(waiting) > config.lpm_max_queue:
+        order = fcfs_order(waiting, prefix_len)
+    else:
+        order = POLICIES[config.policy](waiting, prefix_len)
+        limit = now - config.max_wait_steps
+        overdue = [r for r in waiting if queued_at(r) <= limit]
+        order = overdue + [r for r in order if queued_at(r) > limit]
+    # END SOLUTION
+    return order
+# ANCHOR_END: admission_order
+
+
+def hold_shared_prefixes(
+    order: Iterable[Request], running: Sequence[Request], prefix_len: PrefixLenOracle, block_size: int,
+    on_hold: Callable[[], None],
+) -> Iterator[Request]:
+    """Yield `order` minus requests that would recompute a prefix another request is computing now.
+
+    A leader is a running request still in its prompt, or one yielded
+    before (admitted this step). A request is held (on_hold() is called)
+    when its prompt shares with a leader's a whole block beyond what the
+    cache already holds for it: once the leader's prefill is done the blocks
+    are cached and the request starts after them.
+    """
+    leaders = [r.prompt_token_ids for r in running if r.num_computed_tokens < len(r.prompt_token_ids)]
+    for request in order:
+        prompt = request.prompt_token_ids
+        want = min(prefix_len(request), len(prompt) - 1) // block_size * block_size + block_size
+        if want < len(prompt) and any(leader[:want] == prompt[:want] for leader in leaders):
+            on_hold()
+            continue
+        leaders.append(prompt)
+        yield request

@@ -13,72 +13,11 @@ be recomputed.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 from miniyaie.scheduler.memory import KVMemory
-from miniyaie.scheduler.policy import POLICIES, PrefixLenOracle
+from miniyaie.scheduler.policy import PrefixLenOracle, admission_order, fits_with_reserve, hold_shared_prefixes
 from miniyaie.scheduler.request import FinishReason, Request, RequestStatus
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_num_batched_tokens: int = 512  # the token budget of one step
-    max_num_seqs: int = 64  # running requests at most
-    policy: str = "fcfs"  # or "lpm"
-    # Admission headroom (SGLang's new-token ratio, vLLM's watermark): admit a request only if the
-    # memory could still hold the prompts being prefilled and this fraction of the output tokens every
-    # running request (and this one) may yet produce. 0 = admit as soon as the chunk fits (chapter 1's
-    # rule); 1 = never preempt.
-    decode_reserve: float = 0.0
-    # LPM sorts the whole queue by prefix match every step; past this queue length use FCFS (SGLang: 128).
-    lpm_max_queue: int = 128
-    # LPM may pass a request over; after this many schedules in the queue it goes first (no starvation).
-    max_wait_steps: int = 256
-    # With a prefix cache: hold a request whose prompt shares a block more than its cached prefix with a
-    # request being prefilled, until that prefix is cached (SGLang's in-batch prefix check).
-    hold_shared_prefix: bool = False
-
-    def __post_init__(self):
-        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
-            raise ValueError("max_num_batched_tokens and max_num_seqs must be at least 1")
-        if not 0 <= self.decode_reserve <= 1:
-            raise ValueError(f"decode_reserve must be in [0, 1], got {self.decode_reserve}")
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; choose from {sorted(POLICIES)}")
-
-
-# ANCHOR: batch
-@dataclass(frozen=True)
-class ScheduledChunk:
-    """Tokens [start, start + num_tokens) of one request go through the model this step."""
-
-    request: Request
-    start: int  # position of the first token = num_computed_tokens before the step
-    num_tokens: int
-
-    @property
-    def token_ids(self) -> list[int]:
-        return self.request.all_token_ids[self.start : self.start + self.num_tokens]
-
-    @property
-    def samples_next_token(self) -> bool:
-        """A chunk that reaches the end of the known tokens yields the next token."""
-        return self.start + self.num_tokens == self.request.num_tokens
-
-
-@dataclass
-class SchedulerOutput:
-    chunks: list[ScheduledChunk] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
-
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(chunk.num_tokens for chunk in self.chunks)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.chunks
-# ANCHOR_END: batch
+from miniyaie.scheduler.step import ScheduledChunk, SchedulerConfig, SchedulerOutput
 
 
 class Scheduler:
@@ -95,7 +34,28 @@ class Scheduler:
         self._queued_at: dict[str, int] = {}  # request id -> num_schedules when it was added
 
     # ------------------------------------------------------------ requests
+    # ANCHOR: add_request
     def add_request(self, request: Request) -> None:
+        """Queue a new request at the back of `waiting`.
+
+        Raises ValueError, queueing nothing, with a message naming the
+        request id, when the id is in use by an unfinished request, or when
+        the request could never run: its max_total_tokens (prompt +
+        max_tokens) is more than memory.capacity_tokens. Admission never
+        skips a request, so one that can never fit would block the queue
+        for good: it is refused at once instead.
+        """
+        # Nudge: refuse up front what could never run, or it would block the queue forever.
+        # Hint 1: Two checks before anything is queued: an id must name one unfinished request
+        #   (self.requests holds them), and the request's largest possible size must fit the
+        #   whole pool, since a request is never skipped and never shrinks.
+        # Hint 2: If request_id is already a key of self.requests, raise ValueError. If
+        #   request.max_total_tokens is more than self.memory.capacity_tokens, raise ValueError
+        #   saying how many tokens it needs and how many the pool holds. Name the id in both.
+        # Hint 3:
+        #   if request_id in requests: raise ValueError(f"request id {id!r} is already in use")
+        #   if max_total_tokens > memory.capacity_tokens: raise ValueError(f"request {id!r} needs ...")
+        # BEGIN SOLUTION 1.2: Admit waiting requests
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in use")
         if request.max_total_tokens > self.memory.capacity_tokens:
@@ -103,19 +63,47 @@ class Scheduler:
                 f"request {request.request_id!r} needs up to {request.max_total_tokens} tokens of KV cache; "
                 f"the pool holds {self.memory.capacity_tokens}"
             )
+        # END SOLUTION
         self.requests[request.request_id] = request
         self._queued_at[request.request_id] = self.num_schedules
         self.waiting.append(request)
+    # ANCHOR_END: add_request
+
+    def add_forked(self, request: Request) -> None:
+        """Seat a request that starts out running on blocks the memory already gave it.
+
+        A completion forked from a running request (n > 1) shares its
+        parent's prompt blocks and has nothing to prefill: it skips the queue
+        and admission and joins the running batch as it is.
+        """
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        request.status = RequestStatus.RUNNING
+        self.requests[request.request_id] = request
+        self.running.append(request)
 
     # ANCHOR: abort
     def abort(self, request_id: str) -> Request | None:
-        """Cancel a waiting or running request and give back its memory; None if unknown."""
+        """Cancel a waiting or running request and give back its memory.
+
+        Returns the request, now finished with FinishReason.ABORT and in
+        neither queue; None for an id that is unknown or already finished.
+        """
         request = self.requests.get(request_id)
         if request is None or request.is_finished:
             return None
-        # Hint: take it out of whichever queue holds it, free its memory and
-        # finish it with FinishReason.ABORT (self._finish does the bookkeeping).
-        # BEGIN SOLUTION 1.6: Abort
+        # Nudge: a request is in exactly one queue; take it out and finish it.
+        # Hint 1: A cancelled request must leave no trace: in neither queue, no memory held,
+        #   status FINISHED with FinishReason.ABORT, and no longer known by its id. It may be
+        #   waiting (never ran, or preempted) or running.
+        # Hint 2: Remove the request from self.waiting if it is there, from self.running if it
+        #   is there, then let self._finish(request, FinishReason.ABORT) free its memory and do
+        #   the rest of the bookkeeping.
+        # Hint 3:
+        #   if request in waiting: waiting.remove(request)
+        #   if request in running: running.remove(request)
+        #   _finish(request, ABORT)
+        # BEGIN SOLUTION 1.7: Abort
         if request in self.waiting:
             self.waiting.remove(request)
         if request in self.running:
@@ -125,11 +113,24 @@ class Scheduler:
         return request
     # ANCHOR_END: abort
 
+    # ANCHOR: finish
     def _finish(self, request: Request, reason: FinishReason) -> None:
+        """End a request that is in neither queue any more: free its memory, mark it
+        FINISHED with `reason`, and forget its id (add_request may use it again)."""
+        # Nudge: a finished request holds nothing and is known by nobody.
+        # Hint 1: Once finished, a request's memory goes back to the pool and its id is free:
+        #   self.requests holds unfinished requests only.
+        # Hint 2: Free its memory, set status FINISHED and finish_reason, delete its id from
+        #   self.requests.
+        # Hint 3:
+        #   memory.free(r); r.status, r.finish_reason = FINISHED, reason; del requests[r.request_id]
+        # BEGIN SOLUTION 1.3: Record a step's results
         self.memory.free(request)
         request.status, request.finish_reason = RequestStatus.FINISHED, reason
         del self.requests[request.request_id]
+        # END SOLUTION
         self._queued_at.pop(request.request_id, None)
+    # ANCHOR_END: finish
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -137,6 +138,28 @@ class Scheduler:
     # ------------------------------------------------------------ one step
     # ANCHOR: schedule
     def schedule(self) -> SchedulerOutput:
+        """Decide one step: the running requests first, then admissions with the budget left.
+
+        At most max_num_batched_tokens tokens in all. Running requests are
+        served first (self._schedule_running), so a request in flight always
+        progresses; waiting requests are admitted (self._admit_waiting) with
+        what is left of the budget, except in a step that preempted someone:
+        memory is tight, so the running requests drain first. Counts the step
+        in num_schedules.
+        """
+        # Nudge: serve those in flight first; admit with what is left, unless memory just ran out.
+        # Hint 1: One budget per step, spent twice: first on the running requests, then on
+        #   admissions. A preemption means memory is too tight for what runs already: admitting
+        #   someone in that same step would only preempt again.
+        # Hint 2: Count the schedule; make an empty SchedulerOutput; let _schedule_running fill it
+        #   with the whole budget; subtract the tokens it scheduled; unless it preempted someone,
+        #   let _admit_waiting use the rest; return the output.
+        # Hint 3:
+        #   num_schedules += 1; out = SchedulerOutput(); budget = max_num_batched_tokens
+        #   _schedule_running(out, budget); budget -= out.num_batched_tokens
+        #   if not out.preempted: _admit_waiting(out, budget)
+        #   return out
+        # BEGIN SOLUTION 1.2: Admit waiting requests
         self.num_schedules += 1
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
@@ -145,19 +168,47 @@ class Scheduler:
         if not out.preempted:  # memory is tight: let the running requests drain first
             self._admit_waiting(out, budget)
         return out
+        # END SOLUTION
     # ANCHOR_END: schedule
 
     # ANCHOR: schedule_running
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> None:
-        """Give each running request, oldest first, its next tokens; preempt the newest to make room."""
+        """Give each running request, oldest first, its next tokens within `budget`; preempt the newest to make room.
+
+        A running request wants num_tokens - num_computed_tokens tokens (its
+        unfinished prompt, or the one token sampled last step), capped by
+        what is left of the budget; every scheduled chunk is allocated
+        before it is added to `out`, and no chunk is empty. When memory
+        cannot grow a request, the newest running request is preempted
+        (self._preempt) until it can; if the request itself is the newest,
+        it is preempted and the walk stops. Running requests are only asked
+        whether their chunk fits: the admission reserve (decode_reserve)
+        does not apply to them, or they could never finish.
+        """
         if not self.running:
             return  # nothing to serve yet (so Task 1.2's admission can be tried before this task is done)
-        # Hint: walk self.running in order while budget > 0. A request wants
-        # num_tokens - num_computed_tokens tokens, capped by the budget. While
-        # memory cannot grow it, preempt self.running[-1] (self._preempt); if
-        # that was the request itself, stop. Otherwise allocate, append a
-        # ScheduledChunk(request, start=num_computed_tokens, num_tokens=n), spend the budget.
-        # BEGIN SOLUTION 1.3: Serve running requests within the budget
+        # Nudge: oldest first within the budget; when memory runs out, the newest running request pays.
+        # Hint 1: Running requests come first so that a request in flight always progresses. Walk
+        #   them in admission order while budget is left; each gets the tokens it still lacks,
+        #   at most the budget. Memory is the invariant: every scheduled token is allocated.
+        #   When a request cannot grow, take memory back from the NEWEST running request, which
+        #   keeps the oldest always progressing (first come, first served).
+        # Hint 2: For each running request, oldest first, while budget > 0: n = its tokens not yet
+        #   computed, capped by the budget. While memory cannot allocate n for it, preempt the
+        #   last request of self.running; if that was the request itself, stop the walk. Then
+        #   allocate, add ScheduledChunk(request, start=num_computed_tokens, num_tokens=n) to
+        #   out.chunks and spend n of the budget. Preempting shortens self.running under the
+        #   walk: walk by index, not with a for loop over the list.
+        # Hint 3:
+        #   i = 0
+        #   while i < len(running) and budget > 0:
+        #       r = running[i]; n = min(r.num_tokens - r.num_computed_tokens, budget)
+        #       while not memory.can_allocate(r, n):
+        #           victim = running[-1]; _preempt(victim, out)
+        #           if victim is r: return
+        #       memory.allocate(r, n); out.chunks.append(ScheduledChunk(r, r.num_computed_tokens, n))
+        #       budget -= n; i += 1
+        # BEGIN SOLUTION 1.4: Serve running requests within the budget
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
@@ -176,12 +227,28 @@ class Scheduler:
 
     # ANCHOR: preempt
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
-        """Preemption by recompute: drop the request's KV cache and queue it first."""
-        # Hint: remove it from running, free its memory, set num_computed_tokens
-        # to 0 and status PREEMPTED, count it (self.num_preemptions,
-        # request.num_preemptions), put it at the FRONT of self.waiting and
-        # record it in out.preempted.
-        # BEGIN SOLUTION 1.4: Preemption by recompute
+        """Preemption by recompute: drop the request's KV cache and queue it first.
+
+        Afterwards the request is out of `running`, holds no memory, has
+        num_computed_tokens 0 and status PREEMPTED, waits at the FRONT of
+        `waiting`, is listed in out.preempted, and both it and the scheduler
+        count one more preemption (request.num_preemptions,
+        self.num_preemptions). Its output so far is kept: it is recomputed.
+        """
+        # Nudge: give the memory back, forget what was computed, and queue it ahead of everyone.
+        # Hint 1: Recompute, not swap: the request keeps its tokens (prompt and output so far) but
+        #   none of its K/V, so num_computed_tokens goes back to 0 and all its memory is freed.
+        #   It goes to the front of the queue: it was admitted before everyone waiting, and
+        #   first come, first served must still hold.
+        # Hint 2: Remove it from self.running and free its memory; set num_computed_tokens to 0 and
+        #   status to PREEMPTED; add one to request.num_preemptions and self.num_preemptions;
+        #   put it at the front of self.waiting (appendleft) and append it to out.preempted.
+        # Hint 3:
+        #   running.remove(r); memory.free(r)
+        #   r.num_computed_tokens = 0; r.status = PREEMPTED
+        #   r.num_preemptions += 1; self.num_preemptions += 1
+        #   waiting.appendleft(r); out.preempted.append(r)
+        # BEGIN SOLUTION 1.5: Preemption by recompute
         self.running.remove(request)
         self.memory.free(request)
         request.num_computed_tokens = 0
@@ -195,20 +262,44 @@ class Scheduler:
 
     # ANCHOR: admit_waiting
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
-        """Admit waiting requests in policy order while budget, seats and memory allow."""
+        """Admit waiting requests in admission order while budget, seats and memory allow.
+
+        Admission stops (nothing is skipped) at the first request that finds
+        the budget spent, max_num_seqs requests running, or no room
+        (policy.fits_with_reserve). An admitted request starts after the
+        prefix the memory already holds, self.memory.cached_prefix_len(request)
+        (the self.prefix_len oracle only orders the queue), but always
+        computes at least its last known token, whose logits give the next
+        token: num_computed_tokens = min(cached, num_tokens - 1), recorded in
+        request.num_cached_tokens too. Its chunk (the rest of its tokens,
+        capped by the budget) is allocated and scheduled, and it moves from
+        waiting to running with status RUNNING. A request that is not
+        admitted is left exactly as it was (num_computed_tokens 0).
+        """
         order = self._admission_order()
-        # Hint: for each request in order, stop when the budget is spent or
-        # max_num_seqs requests run. Start from the cached prefix that the
-        # memory reports (self.memory.cached_prefix_len(request); the
-        # self.prefix_len oracle only orders the queue), but always compute at
-        # least the last token (cached <= num_tokens - 1): set
-        # num_computed_tokens to it before asking whether it fits, since memory
-        # sizes the chunk from there. If the chunk does not fit while keeping
-        # the decode reserve (self._fits_with_reserve(request, num_new)), put
-        # num_computed_tokens back to 0 and stop (no skipping ahead: that
-        # would starve long requests). Otherwise allocate, record the hit in
-        # request.num_cached_tokens, move the request from waiting to running
-        # (status RUNNING) and schedule the chunk.
+        # Nudge: admit in order until something does not fit; never skip ahead.
+        # Hint 1: Admission stops at the first request that cannot run now: skipping it for a
+        #   smaller one would let a stream of short requests starve a long one. A request starts
+        #   on what the memory already caches (ask the memory, not the ordering oracle), but
+        #   always computes its last known token: its logits are where the next token comes from.
+        #   A request that is not admitted must be left untouched.
+        # Hint 2: For each request in order: stop when the budget is 0 or max_num_seqs requests
+        #   run. cached = min(memory.cached_prefix_len(request), num_tokens - 1); set
+        #   num_computed_tokens to it (the memory sizes the chunk from there); n = the rest of
+        #   its tokens, capped by the budget. If it does not fit with the reserve (fits_with_reserve), put
+        #   num_computed_tokens back to 0 and stop. Otherwise allocate, record cached in
+        #   num_cached_tokens, move it from waiting to running with status RUNNING, schedule
+        #   ScheduledChunk(request, cached, n) and spend the budget.
+        # Hint 3:
+        #   for r in order:
+        #       if budget == 0 or len(running) >= max_num_seqs: break
+        #       cached = min(memory.cached_prefix_len(r), r.num_tokens - 1)
+        #       r.num_computed_tokens = cached; n = min(r.num_tokens - cached, budget)
+        #       if not fits_with_reserve(memory, running, r, n, decode_reserve):
+        #           r.num_computed_tokens = 0; break
+        #       memory.allocate(r, n); r.num_cached_tokens = cached
+        #       waiting.remove(r); running.append(r); r.status = RUNNING
+        #       out.chunks.append(ScheduledChunk(r, cached, n)); budget -= n
         # BEGIN SOLUTION 1.2: Admit waiting requests
         for request in order:
             if budget == 0 or len(self.running) >= self.config.max_num_seqs:
@@ -216,7 +307,7 @@ class Scheduler:
             cached = min(self.memory.cached_prefix_len(request), request.num_tokens - 1)
             request.num_computed_tokens = cached
             num_new = min(request.num_tokens - cached, budget)
-            if not self._fits_with_reserve(request, num_new):
+            if not fits_with_reserve(self.memory, self.running, request, num_new, self.config.decode_reserve):
                 request.num_computed_tokens = 0
                 break
             self.memory.allocate(request, num_new)
@@ -229,65 +320,56 @@ class Scheduler:
         # END SOLUTION
     # ANCHOR_END: admit_waiting
 
-    def _fits_with_reserve(self, request: Request, num_new: int) -> bool:
-        """Memory holds the chunk and still keeps `decode_reserve` of the outputs still to come.
-
-        Asked as "could this request grow by num_new + reserve tokens": the
-        same question with the reserve added, so every KVMemory answers it.
-        """
-        ratio = self.config.decode_reserve
-        if ratio == 0:
-            return self.memory.can_allocate(request, num_new)
-        # prompt tokens still to prefill will surely be needed; outputs only up to max_tokens, so reserve a fraction
-        prompts = sum(max(0, len(r.prompt_token_ids) - r.num_computed_tokens) for r in self.running)
-        prompts += max(0, len(request.prompt_token_ids) - request.num_computed_tokens - num_new)
-        outputs = sum(r.max_tokens - len(r.output_token_ids) for r in self.running) + request.max_tokens
-        return self.memory.can_allocate(request, num_new + prompts + int(ratio * outputs))
-
     def _admission_order(self):
-        """The policy's order (FCFS past `lpm_max_queue`), requests waiting too long first, and
-        with `hold_shared_prefix` the requests that should wait for a prefix being computed left out."""
-        policy = self.config.policy if len(self.waiting) <= self.config.lpm_max_queue else "fcfs"
-        order = POLICIES[policy](self.waiting, self.prefix_len)
-        if policy != "fcfs":
-            limit = self.num_schedules - self.config.max_wait_steps
-            queued_at = lambda r: self._queued_at.get(r.request_id, self.num_schedules)  # noqa: E731 (forked: now)
-            overdue = [r for r in self.waiting if queued_at(r) <= limit]
-            if overdue:
-                order = overdue + [r for r in order if queued_at(r) > limit]
+        """The waiting requests in the order admission tries them (policy.admission_order), and with
+        `hold_shared_prefix` the requests that should wait for a prefix being computed left out."""
+        queued_at = lambda r: self._queued_at.get(r.request_id, self.num_schedules)  # noqa: E731 (forked: now)
+        order = admission_order(self.waiting, self.prefix_len, self.config, queued_at, self.num_schedules)
         if not self.config.hold_shared_prefix:
             return order
-        return self._without_requests_sharing_a_prefix_in_flight(order)
+        return hold_shared_prefixes(order, self.running, self.prefix_len, getattr(self.memory, "block_size", 1), self._held)
 
-    def _without_requests_sharing_a_prefix_in_flight(self, order):
-        """Yield `order` minus requests that would recompute a prefix another request is computing now.
-
-        A leader is a running request still in its prompt, or one yielded
-        before (admitted this step). A request is held when its prompt
-        shares with a leader's a whole block beyond what the cache already
-        holds for it: once the leader's prefill is done the blocks are cached
-        and the request starts after them.
-        """
-        block = getattr(self.memory, "block_size", 1)
-        leaders = [r.prompt_token_ids for r in self.running if r.num_computed_tokens < len(r.prompt_token_ids)]
-        for request in order:
-            prompt = request.prompt_token_ids
-            want = min(self.prefix_len(request), len(prompt) - 1) // block * block + block
-            if want < len(prompt) and any(leader[:want] == prompt[:want] for leader in leaders):
-                self.num_held_for_prefix += 1
-                continue
-            leaders.append(prompt)
-            yield request
+    def _held(self) -> None:
+        self.num_held_for_prefix += 1
 
     # ------------------------------------------------------------ after the model ran
     # ANCHOR: update
     def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
-        """Record the step's progress and new tokens; returns the requests that finished."""
+        """Record the step's progress and new tokens; returns the requests that finished, in chunk order.
+
+        Every chunk's request has computed chunk.num_tokens more tokens. A
+        chunk that reached the end of its request's known tokens
+        (samples_next_token) appends sampled[request_id] to its output; the
+        request then finishes with STOP when that token is one of its
+        eos_token_ids (unless ignore_eos), or with LENGTH when its output
+        reached max_tokens: it leaves `running`, its memory is freed and it
+        is no longer known by its id (self._finish). A chunk in the middle of
+        a prompt samples nothing. Chunks of requests aborted while the step
+        ran are skipped.
+        """
         finished = []
         for chunk in out.chunks:
             request = chunk.request
             if request.is_finished:  # aborted while the step ran
                 continue
+            # Nudge: the step computed the chunk; only a chunk that reached the end yields a token.
+            # Hint 1: The K/V of the chunk's tokens are now in the cache, so num_computed_tokens
+            #   moves past them. Only a chunk that reached the last known token has logits for a
+            #   next token (a chunk in the middle of a long prompt has none). A new token may end
+            #   the request: an end-of-sequence token (unless ignore_eos) or max_tokens reached.
+            # Hint 2: Add chunk.num_tokens to num_computed_tokens. If the chunk does not sample a
+            #   next token, go on to the next chunk. Otherwise append sampled[request_id] to the
+            #   output; the reason is STOP for an EOS token (not ignored), else LENGTH when the
+            #   output has max_tokens tokens, else none. A finished request leaves self.running
+            #   and goes through self._finish(request, reason); collect it in `finished`.
+            # Hint 3:
+            #   r.num_computed_tokens += chunk.num_tokens
+            #   if not chunk.samples_next_token: continue
+            #   token = sampled[r.request_id]; r.output_token_ids.append(token)
+            #   reason = STOP if token in r.eos_token_ids and not r.ignore_eos
+            #            else LENGTH if len(r.output_token_ids) >= r.max_tokens else None
+            #   if reason: running.remove(r); _finish(r, reason); finished.append(r)
+            # BEGIN SOLUTION 1.3: Record a step's results
             request.num_computed_tokens += chunk.num_tokens
             if not chunk.samples_next_token:
                 continue  # a prefill chunk in the middle of the prompt
@@ -302,6 +384,7 @@ class Scheduler:
                 self.running.remove(request)
                 self._finish(request, reason)
                 finished.append(request)
+            # END SOLUTION
         return finished
     # ANCHOR_END: update
 

@@ -1,0 +1,235 @@
+"""The engine thread: the only code that touches the LLMEngine, fed by an inbox, failing one request at a time.
+
+    caller ── submit / abort ──> inbox ──> loop thread: LLMEngine.step() ─┐
+       ^                                                                   │ token events
+       └──── deltas / result / error <── sink <── OutputProcessor <────────┘
+
+Callers never call `step`: they put requests and aborts in the inbox (any
+thread), and the loop applies them between two steps. The loop sleeps on a
+condition variable while there is nothing to do, so an idle engine costs
+nothing. Faults stay as small as they can:
+
+- a fault in one request (its detokenizer, its stop strings, its caller)
+  ends that request with RequestFailedError and returns its blocks; the
+  other requests go on;
+- a step that raises fails the requests in the engine (their blocks come
+  back) and the loop goes on;
+- a fault while recovering from one of these means the engine's state can
+  no longer be trusted: the loop stops, tells every caller, and says so in
+  `alive` / `error` (the server's /health then answers 503).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from miniyaie.engine.errors import EngineError, InvalidRequestError, RequestFailedError
+from miniyaie.engine.llm_engine import LLMEngine
+from miniyaie.engine.outputs import GenerationOutput
+from miniyaie.engine.request_state import OutputProcessor, RequestState
+
+log = logging.getLogger("miniyaie.engine")
+
+
+class EngineLoop:
+    def __init__(self, llm: LLMEngine, tokenizer, eos_token_ids: list[int]):
+        self.llm = llm
+        self.processor = OutputProcessor(llm, tokenizer, eos_token_ids, self._tell)
+        self._wake = threading.Condition()  # guards everything below that callers touch
+        self._inbox: list[tuple[str, object]] = []
+        self._requests: dict[str, RequestState] = {}  # in flight, by request id: submitted and not ended
+        self._closed = False
+        self.error: BaseException | None = None  # what stopped the loop, if it died
+        self.busy_seconds = 0.0
+        self.failed_steps = 0
+        self.failed_requests = 0
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="miniyaie-engine", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- any thread
+    def submit(self, requests: list[RequestState]) -> None:
+        """Queue requests for the next step; raises (queueing none of them) if an id is taken or the loop is down."""
+        with self._wake:
+            self.check_running()
+            ids = [r.request_id for r in requests]
+            taken = [rid for rid in ids if rid in self._requests]
+            if taken:
+                raise InvalidRequestError(f"request id {taken[0]!r} is already in use")
+            if len(set(ids)) != len(ids):
+                raise InvalidRequestError("request ids must be unique")
+            self._requests.update(zip(ids, requests))
+            self._inbox.append(("submit", requests))
+            self._wake.notify()
+
+    def abort(self, request_id: str) -> bool:
+        """Queue an abort; True if the request was in flight. Its caller gets finish_reason "abort"."""
+        with self._wake:
+            request = self._requests.get(request_id)
+            if request is not None:
+                self._inbox.append(("abort", request))  # the request itself: a later one may reuse its id
+                self._wake.notify()
+        return request is not None
+
+    @property
+    def alive(self) -> bool:
+        """The thread runs and has not failed (False once closed)."""
+        return self._thread.is_alive() and self.error is None
+
+    @property
+    def in_flight(self) -> int:
+        with self._wake:
+            return len(self._requests)
+
+    def close(self) -> None:
+        """Stop the thread; requests still in flight end with an EngineError."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join()
+
+    def stats(self) -> dict:
+        """The engine's counters (InferenceEngine.get_stats; the book, chapter 5, explains each one)."""
+        c = self.llm.stats
+        prompt_tokens = c["prompt_tokens"]
+        return {
+            "requests": {"waiting": c["num_waiting"], "running": c["num_running"], "in_flight": self.in_flight,
+                         "finished": c["finished_requests"], "failed": self.failed_requests},
+            "tokens": {"prompt": prompt_tokens, "output": c["output_tokens"], "computed": c["computed_tokens"],
+                       "cached_prompt": c["cached_tokens"]},
+            "prefix_cache_hit_rate": c["cached_tokens"] / prompt_tokens if prompt_tokens else 0.0,
+            "kv_blocks": {"used": c["used_blocks"], "held_by_requests": c["request_blocks"],
+                          "cache_only": c["used_blocks"] - c["request_blocks"], "total": self.llm.memory.num_blocks, "max_used": c["max_used_blocks"],
+                          "block_size": self.llm.memory.block_size},
+            "preemptions": c["num_preemptions"],
+            "forked_requests": c["forked_requests"],
+            "steps": c["steps"],
+            "failed_steps": self.failed_steps,
+            "loop_alive": self.alive,
+            "loop_error": None if self.error is None else _describe(self.error),
+            "busy_seconds": self.busy_seconds,
+            "uptime_seconds": time.monotonic() - self._started,
+            "output_tokens_per_second": c["output_tokens"] / self.busy_seconds if self.busy_seconds else 0.0,
+        }
+
+    def check_running(self) -> None:
+        """Raise EngineError if the loop was closed or has stopped (then it says why)."""
+        if self._closed:
+            raise EngineError("the engine is closed")
+        if self.error is not None:
+            raise EngineError(f"the engine loop has stopped after an internal error: {_describe(self.error)}")
+
+    # ---------------------------------------------------------------- the loop thread
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 -- recorded, logged and told to every caller below
+            log.critical("the engine loop stopped", exc_info=exc)
+            with self._wake:
+                self.error = exc
+            self._end_all(EngineError(f"the engine loop stopped after an internal error: {_describe(exc)}"), abort=False)
+            return
+        self._end_all(EngineError("the engine was closed"), abort=True)
+
+    # ANCHOR: loop
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not (self._inbox or self._closed or self.llm.has_unfinished()):
+                    self._wake.wait()  # sleeps until submit/abort/close notifies
+                if self._closed:
+                    return
+                inbox, self._inbox = self._inbox, []
+            for kind, payload in inbox:  # submissions and aborts, in the order they came
+                if kind == "submit":
+                    for request in payload:
+                        self._guarded(request, self.processor.start, request)
+                elif self._still_in_flight(payload):  # it may have ended since the abort was asked
+                    self._guarded(payload, self.processor.abort, payload)
+            if self.llm.has_unfinished():
+                self._step()
+
+    def _step(self) -> None:
+        started = time.perf_counter()
+        try:
+            events = self.llm.step()
+        except Exception as exc:  # the step failed: fail the requests in the engine, keep serving
+            self.failed_steps += 1
+            log.error("engine step failed; failing the requests in the engine", exc_info=exc)
+            started = [r for r in self._in_flight() if r.completions]  # not those queued during the step
+            self._fail(started, exc, "the engine step failed")
+            return
+        self.busy_seconds += time.perf_counter() - started
+        for event in events:
+            request = self.processor.request_of(event.request_id)
+            if request is not None:  # None: it ended while the step ran (aborted, or failed)
+                self._guarded(request, self.processor.on_event, event)
+    # ANCHOR_END: loop
+
+    def _guarded(self, request: RequestState, action: Callable, *args) -> None:
+        """Run one request's action; if it raises, that request alone fails."""
+        try:
+            action(*args)
+        except Exception as exc:
+            self.failed_requests += 1
+            if isinstance(exc, EngineError):  # refused on purpose (it says why)
+                log.warning("request %s refused: %s", request.request_id, exc)
+            else:
+                log.error("request %s failed", request.request_id, exc_info=exc)
+            self._fail([request], exc, "the request failed")
+
+    def _fail(self, requests: list[RequestState], exc: Exception, what: str) -> None:
+        """End requests with an error (an EngineError as it is, anything else as RequestFailedError)."""
+        error = exc if isinstance(exc, EngineError) else RequestFailedError(f"{what}: {type(exc).__name__}: {exc}")
+        if error is not exc:
+            error.__cause__ = exc
+        for request in requests:
+            self.processor.drop(request)  # its blocks come back; raising here stops the loop (see _run)
+            self._end(request, error)
+
+    def _tell(self, request: RequestState, item: object) -> None:
+        """Give a request's caller a delta or its result (the result ends the request)."""
+        if isinstance(item, GenerationOutput):
+            self._end(request, item)
+        elif not request.sink.put(item):
+            self._caller_gone(request)
+
+    def _end(self, request: RequestState, last: object) -> None:
+        with self._wake:
+            self._requests.pop(request.request_id, None)
+        if not request.sink.put(last):
+            self._caller_gone(request)
+
+    def _caller_gone(self, request: RequestState) -> None:
+        log.warning("request %s: its caller went away; aborting it", request.request_id)
+        self.processor.drop(request)
+        with self._wake:
+            self._requests.pop(request.request_id, None)
+
+    def _in_flight(self) -> list[RequestState]:
+        with self._wake:
+            return list(self._requests.values())
+
+    def _still_in_flight(self, request: RequestState) -> bool:
+        with self._wake:
+            return self._requests.get(request.request_id) is request
+
+    def _end_all(self, error: EngineError, abort: bool) -> None:
+        """Tell every request in flight (queued ones too) that it ended with `error`."""
+        with self._wake:
+            requests, self._requests, self._inbox = list(self._requests.values()), {}, []
+        for request in requests:
+            if abort:
+                try:
+                    self.processor.drop(request)
+                except Exception as exc:  # closing anyway: say so, and still tell the other callers
+                    log.error("request %s: returning its blocks failed while closing", request.request_id, exc_info=exc)
+                    self.error = self.error or exc
+            request.sink.put(error)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

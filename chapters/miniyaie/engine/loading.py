@@ -1,0 +1,34 @@
+"""Where the engine's model comes from: the bundled model, a local directory, a hub id, or one already loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from miniyaie.engine.backends import prepare_backend
+from miniyaie.engine.config import EngineConfig
+from miniyaie.engine.errors import ModelLoadError
+from miniyaie.model import LoadedModel, load
+from miniyaie.model import ModelLoadError as ChapterZeroModelLoadError
+
+
+def load_model(model: str | Path | LoadedModel | None, config: EngineConfig, device: str | None,
+               dtype: torch.dtype | None) -> LoadedModel:
+    """The model to serve; bfloat16 on a GPU and float32 on a CPU unless `dtype` says otherwise."""
+    if isinstance(model, LoadedModel):
+        return model
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    prepare_backend(config.attention_backend, device)  # a CPU triton backend must set up Triton before the load imports it
+    dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
+    try:
+        return load(None if model is None else str(model), dtype=dtype, device=device)
+    except ChapterZeroModelLoadError as exc:
+        raise ModelLoadError(str(exc)) from exc
+
+
+def display_name(model: str | Path | LoadedModel | None, loaded: LoadedModel) -> str:
+    """The name the engine reports (and a server serves) for its model."""
+    if model in (None, "smollm2"):
+        return "SmolLM2-135M-Instruct"
+    return str(model) if not isinstance(model, LoadedModel) else loaded.path.name

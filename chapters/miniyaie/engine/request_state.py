@@ -1,0 +1,145 @@
+"""A request's life on the engine thread: tokens in, text out, stop strings, and what its caller is told.
+
+LLMEngine speaks token ids; a caller wants text. For every token event of
+a step, the request's completion pushes the token through its incremental
+detokenizer (task 5.4) and the text through its stop-string filter (task
+5.5); `_emit` (task 5.6) records the result and tells the caller:
+
+    RequestEvent ──> detokenizer ──> stop strings ──> CompletionOutput
+                                                     └─> caller: CompletionDelta ... GenerationOutput
+
+A completion ends when the engine finishes it ("stop", "length"), when a
+stop string appears ("stop", and its blocks come back at once), or when its
+request is aborted ("abort"). When every completion has ended the caller
+gets the GenerationOutput. vLLM calls this part its output processor.
+Everything here runs on the engine thread only (see engine_loop.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from miniyaie.engine.detokenizer import IncrementalDetokenizer
+from miniyaie.engine.llm_engine import LLMEngine, child_request_id
+from miniyaie.engine.outputs import CompletionDelta, CompletionOutput, GenerationOutput, RequestEvent, TokenLogprob
+from miniyaie.engine.sampling_params import SamplingParams
+from miniyaie.engine.sink import Sink
+from miniyaie.engine.stop_strings import StopStringFilter
+from miniyaie.engine.token_text import token_logprob
+
+
+@dataclass
+class CompletionState:
+    """One completion of a request: its id in the LLMEngine, its text so far and what is held back."""
+
+    engine_id: str
+    index: int
+    detokenizer: IncrementalDetokenizer
+    stops: StopStringFilter
+    output: CompletionOutput
+
+
+@dataclass
+class RequestState:
+    """One request of a caller: what it asked, where its answers go, and its completions."""
+
+    request_id: str
+    prompt: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    sink: Sink
+    deltas: bool  # send a CompletionDelta per token (streams), or only the result
+    completions: list[CompletionState] = field(default_factory=list)
+    cached_tokens: int = 0  # prompt tokens whose K/V came from the prefix cache
+
+    @property
+    def finished(self) -> bool:
+        return all(c.output.finish_reason is not None for c in self.completions)
+
+    def result(self) -> GenerationOutput:
+        outputs = [c.output for c in self.completions]
+        return GenerationOutput(self.request_id, self.prompt, self.prompt_token_ids, outputs, self.cached_tokens)
+
+
+class OutputProcessor:
+    """The requests started in an LLMEngine, by engine id, and the step from their tokens to their callers."""
+
+    def __init__(self, llm: LLMEngine, tokenizer, eos_token_ids: list[int], tell: Callable[[RequestState, object], None]):
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+        self.tell = tell  # hands a CompletionDelta or the GenerationOutput to the request's caller
+        self._by_engine_id: dict[str, tuple[RequestState, CompletionState]] = {}
+        self._started: set[str] = set()  # request ids added to the LLMEngine and not dropped yet
+
+    def start(self, request: RequestState) -> None:
+        """Add the request to the LLMEngine (raises, changing nothing, if it refuses) and track its completions."""
+        self.llm.add_request(request.prompt_token_ids, request.params, self.eos_token_ids, request.request_id)
+        self._started.add(request.request_id)
+        for index in range(request.params.n):
+            engine_id = request.request_id if index == 0 else child_request_id(request.request_id, index)
+            completion = CompletionState(
+                engine_id, index, IncrementalDetokenizer(self.tokenizer, request.params.skip_special_tokens),
+                StopStringFilter(request.params.stop),
+                CompletionOutput(index, logprobs=[] if request.params.logprobs is not None else None),
+            )
+            request.completions.append(completion)
+            self._by_engine_id[engine_id] = (request, completion)
+
+    def request_of(self, engine_id: str) -> RequestState | None:
+        """The request a token event belongs to; None once it has ended (aborted or failed while the step ran)."""
+        entry = self._by_engine_id.get(engine_id)
+        return entry[0] if entry is not None else None
+
+    def on_event(self, event: RequestEvent) -> None:
+        """One new token of one completion: its text, then `_emit`."""
+        request, completion = self._by_engine_id[event.request_id]
+        if completion.index == 0:
+            request.cached_tokens = event.cached_tokens
+        logprob = self._token_logprob(event) if completion.output.logprobs is not None else None
+        text = completion.detokenizer.push([event.token_id])
+        if event.finish_reason is not None:
+            text += completion.detokenizer.finish()
+        self._emit(request, completion, [event.token_id], text, event.finish_reason, logprob)
+
+    def abort(self, request: RequestState) -> None:
+        """End the request now: its blocks come back, its unfinished completions end with "abort"."""
+        self.llm.abort(request.request_id)
+        for c in request.completions:
+            if c.output.finish_reason is None:
+                self._emit(request, c, [], c.detokenizer.finish(), "abort")
+
+    def drop(self, request: RequestState) -> None:
+        """Forget a request that ends without a result (it failed, or nobody reads it); its blocks come back."""
+        if request.request_id in self._started:
+            self.llm.abort(request.request_id)
+        self._started.discard(request.request_id)
+        for c in request.completions:
+            self._by_engine_id.pop(c.engine_id, None)
+
+    # ANCHOR: emit
+    def _emit(self, request: RequestState, c: CompletionState, token_ids: list[int], text: str, finish: str | None,
+              logprob: TokenLogprob | None = None) -> None:
+        """Record a completion's new tokens and text; stop strings cut it; tell the caller."""
+        # Hint: `shown` is the text the caller may see: pass `text` through
+        # c.stops (push). If a stop string appeared, the completion ends now
+        # with "stop": when the engine had not finished it anyway, end it
+        # with self.llm.finish(c.engine_id) so its blocks come back this step.
+        # Otherwise, when the completion finishes, release the held-back tail
+        # (flush). Then append token_ids, shown and the logprob (if any) to
+        # c.output; on finish set c.output.finish_reason and forget
+        # c.engine_id in self._by_engine_id.
+        # TODO(Task 5.6): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 6: The request lifecycle — see book/src/ch05_engine.md')
+        if request.deltas:
+            self.tell(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
+                                               [logprob] if logprob is not None else None))
+        if request.finished:
+            self._started.discard(request.request_id)
+            self.tell(request, request.result())
+    # ANCHOR_END: emit
+
+    def _token_logprob(self, event: RequestEvent) -> TokenLogprob:
+        """The chosen token's logprob and the best alternatives, each spelled as text and its real bytes."""
+        return token_logprob(self.tokenizer, event.token_id, event.logprob, event.top_logprobs or [])

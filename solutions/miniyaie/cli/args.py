@@ -1,0 +1,60 @@
+"""Argument types and flags that several commands share; bad input is one line and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump
+        raise UsageError(message)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def probability(text: str) -> float:
+    value = non_negative_float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
+def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int) -> None:
+    """The engine and sampling flags of generate and chat."""
+    # defaults are None: a flag overrides the --config file's sampling section, which overrides the defaults
+    p.add_argument("--model", default=None, help="a local Hugging Face directory or hub id (default: bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--max-tokens", type=positive_int, default=None, help=f"new tokens at most (default {max_tokens})")
+    p.add_argument("--temperature", type=non_negative_float, default=None, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=probability, default=None, help="nucleus sampling mass (default 1)")
+    p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens (default: all)")
+    p.add_argument("--min-p", type=non_negative_float, default=None, help="drop tokens below min-p x the best one's probability")
+    p.add_argument("--repetition-penalty", type=non_negative_float, default=None, help=">1 discourages repeats (default 1)")
+    p.add_argument("--stop", action="append", default=None, help="a stop string (repeatable)")
+    p.add_argument("--seed", type=int, default=None, help="seed for sampling")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--config", default=None, help="engine settings: a YAML or TOML file (engine:, sampling:, resource:)")
+    p.add_argument("--impl", default=None, help="run your chapters, e.g. 'chapters' or 'engine=chapters' (see the book)")
+    p.add_argument("--attention-backend", default=None, metavar="NAME",
+                   help="torch, reference, triton (chapter 4's kernels) or auto = triton on CUDA (default: the config's, else auto)")

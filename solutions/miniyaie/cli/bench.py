@@ -1,0 +1,96 @@
+"""`miniyaie bench serve`, `bench offline` and `bench setup-vllm`: the flags; the measuring lives in miniyaie.bench."""
+
+from __future__ import annotations
+
+import argparse
+
+from miniyaie.cli.args import Parser, UsageError, positive_int
+
+
+def _range(text: str) -> tuple[int, int]:
+    """'32:256' -> (32, 256); '32' -> (32, 32)."""
+    try:
+        low, _, high = text.partition(":")
+        low, high = int(low), int(high or low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or LOW:HIGH, got {text!r}") from None
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"need 1 <= LOW <= HIGH, got {text!r}")
+    return low, high
+
+
+def _peers(text: str) -> list[str]:
+    from miniyaie.bench.offline import PEERS
+
+    names = [p for p in text.split(",") if p and p != "none"]
+    unknown = [p for p in names if p not in PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r}; choose from {', '.join(PEERS)} or none")
+    return names
+
+
+def add_parsers(sub) -> None:
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench.set_defaults(handler=cmd_bench)
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True, parser_class=Parser)
+
+    p = bench_sub.add_parser("serve", help="TTFT, ITL, e2e latency and output tok/s of a live server at several concurrencies")
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL (default http://127.0.0.1:8000)")
+    p.add_argument("--model", default=None, help="model name to request (default: the first of /v1/models)")
+    p.add_argument("--concurrency", default="1,4,16", help="comma-separated concurrencies (default 1,4,16)")
+    p.add_argument("--num-requests", type=positive_int, default=32, help="requests per concurrency (default 32)")
+    p.add_argument("--max-tokens", type=positive_int, default=64, help="tokens per answer (default 64)")
+    p.add_argument("--prompt-words", type=positive_int, default=48, help="random words per prompt (default 48)")
+    p.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (for servers that refuse it)")
+    p.add_argument("--no-stream-usage", action="store_true",
+                   help="do not send stream_options.include_usage (for servers that refuse it; no cached-token column then)")
+    p.add_argument("--api-key", default=None, help="bearer key, if the server needs one")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompts; every concurrency gets prompts of its own")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="plot tok/s and p50 TTFT against concurrency")
+
+    from miniyaie.bench.offline import DEFAULT_PEERS
+    from miniyaie.bench.vllm_env import ENV_VAR
+
+    p = bench_sub.add_parser("offline", help="offline throughput against transformers, side by side")
+    p.add_argument("--workload", choices=("random", "shared-prefix"), default="random")
+    p.add_argument("--num-requests", type=int, default=None, help="random: 64; shared-prefix: 32 (4 groups of 8)")
+    p.add_argument("--input-len", type=_range, default=(32, 256), help="random: prompt length range (default 32:256)")
+    p.add_argument("--output-len", type=_range, default=None, help="output length range (random 32:128, shared-prefix 32)")
+    p.add_argument("--prefix-len", type=int, default=512, help="shared-prefix: tokens each group shares (default 512)")
+    p.add_argument("--question-len", type=int, default=32, help="shared-prefix: tokens after the prefix (default 32)")
+    p.add_argument("--group-size", type=int, default=8, help="shared-prefix: prompts per group (default 8)")
+    p.add_argument("--peers", type=_peers, default=list(DEFAULT_PEERS),
+                   help="comma-separated: hf-static, hf-cb, vllm, or none (default hf-static,hf-cb)")
+    p.add_argument("--vllm-python", default=None, metavar="PATH",
+                   help=f"the Python of vLLM's environment, for --peers vllm (default: ${ENV_VAR}; see bench setup-vllm)")
+    p.add_argument("--no-floor", action="store_true", help="skip timing the compute floor")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
+    p.add_argument("--model", default=None, help="a local Hugging Face directory (default: bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="draw the output tok/s bars")
+    p.add_argument("--no-progress", action="store_true")
+
+    from miniyaie.bench import vllm_env
+
+    p = bench_sub.add_parser("setup-vllm", help="make a virtual environment with vLLM's CPU build, the peer of --peers vllm")
+    vllm_env.add_arguments(p)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench_command == "setup-vllm":
+        from miniyaie.bench import vllm_env
+
+        return vllm_env.setup(args.venv, args.python, args.dry_run)
+    if args.bench_command == "offline":
+        from miniyaie.bench.offline import main as bench_offline
+        from miniyaie.model import ModelLoadError
+
+        try:
+            return bench_offline(args)
+        except ModelLoadError as exc:
+            raise UsageError(str(exc)) from None
+    from miniyaie.bench.serve import main as bench_serve
+
+    return bench_serve(args)

@@ -1,0 +1,116 @@
+"""`miniyaie grade` (for learners) and `miniyaie course ...` (for course authors)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from miniyaie.cli.args import Parser, UsageError
+
+
+def add_parsers(sub) -> None:
+    grade = sub.add_parser("grade", help="run a chapter's tests on your code (chapters/)")
+    grade.add_argument("chapter", type=int)
+    grade.add_argument("--impl", default=None, help="grade another selection, e.g. 'chapters' (see the book)")
+    grade.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
+    grade.set_defaults(handler=cmd_grade)
+
+    course = sub.add_parser("course", help="tools for course authors")
+    course.set_defaults(handler=cmd_course)
+    course_sub = course.add_subparsers(dest="course_command", required=True, parser_class=Parser)
+    sync = course_sub.add_parser("sync", help="generate chapters/ from solutions/")
+    sync.add_argument("--force", action="store_true", help="overwrite files edited by hand")
+    course_sub.add_parser("check", help="fail if chapters/, a hint page or a rendered notebook page is stale")
+    share = course_sub.add_parser("share", help="print the learner-written share of each chapter's code")
+    share.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
+    notebooks = course_sub.add_parser("notebooks", help="run the notebooks and render them into book/src/")
+    notebooks.add_argument("names", nargs="*", help="notebooks by number or name (default: all)")
+    holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
+    holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
+    mutants = course_sub.add_parser("mutants", help="check that the tests catch planted bugs in every region")
+    mutants.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
+    mutants.add_argument("--all", action="store_true", help="try every mutant, not a fixed sample of the larger regions")
+
+
+def check_chapter(number: int) -> None:
+    from miniyaie.course.registry import CHAPTERS
+
+    if number not in {ch.number for ch in CHAPTERS}:
+        raise UsageError(f"no chapter {number}; chapters are {CHAPTERS[0].number}-{CHAPTERS[-1].number}")
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from miniyaie.course.grade import grade
+
+    check_chapter(args.chapter)
+    return grade(args.chapter, impl=args.impl, verbose=args.verbose)
+
+
+def cmd_course(args: argparse.Namespace) -> int:
+    from miniyaie.course import holes, sync
+    from miniyaie.course.registry import CHAPTERS
+
+    if args.course_command == "sync":
+        from miniyaie.course import hints
+
+        for line in sync.sync(force=args.force) + hints.write_pages():
+            print(line)
+        print("chapters/ and book/src/hints/ are up to date.")
+        return _ladders()
+    if args.course_command == "check":
+        return _check()
+    if args.course_command == "notebooks":
+        from miniyaie.course import notebooks
+
+        try:
+            chosen = notebooks.select(args.names)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return notebooks.render_all(chosen)
+    for number in args.chapters:
+        check_chapter(number)
+    numbers = args.chapters or [ch.number for ch in CHAPTERS if sync.regions_of(ch)]
+    if args.course_command == "share":
+        from miniyaie.course.share import format_shares
+
+        print(format_shares(numbers))
+        return 0
+    if args.course_command == "mutants":
+        from miniyaie.course.mutants import MAX_PER_REGION, mutants
+
+        cap, started = (10**9 if args.all else MAX_PER_REGION), time.perf_counter()
+        status = max([mutants(number, max_per_region=cap) for number in numbers])
+        print(f"course mutants {' '.join(map(str, numbers))}: {time.perf_counter() - started:.0f} s in all")
+        return status
+    status = 0
+    for number in numbers:
+        status |= holes.holes(number)
+    return status
+
+
+def _ladders() -> int:
+    """Print the hint-ladder errors and warnings; 1 when there is an error."""
+    from miniyaie.course import hints
+
+    errors, warnings = hints.all_problems()
+    for line in warnings:
+        print(f"warning: {line}")
+    for line in errors:
+        print(f"error: {line}")
+    return 1 if errors else 0
+
+
+def _check() -> int:
+    from miniyaie.course import notebooks, sync
+
+    problems = sync.check()
+    for line in problems:
+        print(line)
+    print("chapters/ or book/src/hints/ is stale: run `miniyaie course sync`." if problems
+          else "chapters/ is up to date.")
+    bad_ladders = _ladders()
+    stale_pages = notebooks.check()
+    for line in stale_pages:
+        print(line)
+    print("notebook pages are stale: run `miniyaie course notebooks`." if stale_pages else "notebook pages are up to date.")
+    return 1 if problems or bad_ladders or stale_pages else 0

@@ -1,0 +1,52 @@
+"""An InferenceEngine from a command's flags: --model, --config, --device, --impl, sampling flags.
+
+Chapter code is imported only after `--impl` is applied, so a command runs
+whichever chapters the learner selected (like `pytest --impl`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from miniyaie.cli.args import UsageError
+
+SAMPLING_FLAGS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop")
+
+
+def apply_impl(args) -> None:
+    """Select the trees named by --impl before anything imports chapter code."""
+    from miniyaie import _switch
+
+    if getattr(args, "impl", None):
+        try:
+            _switch.select(args.impl)
+        except _switch.ImplError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def build_engine(args, default_max_tokens: int):
+    """An InferenceEngine for the command's flags; flags override the --config file, which overrides the defaults."""
+    apply_impl(args)
+    import torch
+
+    from miniyaie.engine import EngineError, InferenceEngine, SamplingParams
+    from miniyaie.engine.config_file import EngineSettings, load_settings
+
+    try:
+        settings = load_settings(args.config) if args.config else EngineSettings(sampling=SamplingParams(max_tokens=default_max_tokens))
+        overrides = {name: getattr(args, name) for name in SAMPLING_FLAGS if getattr(args, name, None) is not None}
+        sampling = settings.sampling.with_updates(**overrides)
+        device = args.device or settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = getattr(torch, settings.dtype) if settings.dtype else None
+        model = args.model or settings.model
+        engine_config = settings.engine
+        if getattr(args, "attention_backend", None):
+            try:
+                engine_config = dataclasses.replace(engine_config, attention_backend=args.attention_backend)
+            except ValueError as exc:  # EngineConfig names the backends it knows
+                raise UsageError(str(exc)) from None
+        print(f"Loading {model or 'SmolLM2-135M-Instruct (bundled)'} on {device} ...", file=sys.stderr, flush=True)
+        return InferenceEngine(model, engine_config, sampling_defaults=sampling, device=device, dtype=dtype)
+    except EngineError as exc:
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,28 @@
+"""The `miniyaie` command's one parser: each command group adds its own subcommands and handler."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from miniyaie.cli import bench, course, generate, harness, hint, notebook, serve
+from miniyaie.cli.args import Parser, UsageError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="miniyaie", description="Mini-YAIE: an inference engine you build chapter by chapter.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for group in (generate, serve, bench, course, harness, hint, notebook):
+        group.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.handler(args)
+    except UsageError as exc:
+        print(f"miniyaie: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

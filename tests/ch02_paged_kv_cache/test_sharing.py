@@ -1,0 +1,48 @@
+"""Task 2.6: a request starts on blocks another owner filled (share_blocks, fork): references, never copies.
+
+Needs only the allocator (Task 2.1): the blocks are taken from the memory's
+allocator directly, as chapter 3's prefix cache does.
+"""
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.paged import PagedMemory
+
+
+@pytest.mark.task("2.6")
+@given(num_blocks=st.integers(1, 8), taken=st.integers(1, 8), children=st.integers(1, 3))
+@example(num_blocks=4, taken=4, children=2)  # every block shared, by three owners each
+def test_shared_blocks_gain_one_reference_per_owner_and_cost_nothing(num_blocks, taken, children):
+    memory = PagedMemory(num_blocks, block_size=4)
+    blocks = memory.allocator.allocate_many(min(taken, num_blocks))  # filled by someone else (one owner)
+    free = memory.num_free_blocks
+    memory.share_blocks("first", blocks)
+    assert memory.block_table("first") == blocks, "the table starts with the shared blocks, in order"
+    for i in range(children):
+        memory.fork("first", f"child-{i}")
+        assert memory.block_table(f"child-{i}") == blocks, "a fork starts on the parent's blocks"
+    assert memory.num_free_blocks == free, "sharing takes no block from the pool"
+    for block in blocks:
+        assert memory.allocator.ref_count(block) == 2 + children, (
+            f"block {block}: one reference for the original owner, one for 'first', one per child"
+        )
+    blocks.append(-1)  # the caller's list is not the request's table
+    assert -1 not in memory.block_table("first"), "share_blocks keeps its own copy of the list"
+
+
+@pytest.mark.task("2.6")
+def test_sharing_refuses_what_would_leak_or_make_no_sense():
+    memory = PagedMemory(4, block_size=4)
+    a, b = memory.allocator.allocate_many(2)
+    memory.share_blocks("r", [a])
+    with pytest.raises(ValueError):
+        memory.share_blocks("r", [b])  # r already holds blocks: its first table would leak
+    assert memory.block_table("r") == [a] and memory.allocator.ref_count(b) == 1, "a refused share changes nothing"
+    with pytest.raises(KeyError):
+        memory.fork("nobody", "child")  # a parent that holds no blocks
+    assert memory.block_table("child") == []
+    (free_block,) = [x for x in range(4) if x not in (a, b)][:1]
+    with pytest.raises(ValueError):
+        memory.share_blocks("s", [free_block])  # nobody filled it: the allocator refuses (Task 2.1)

@@ -1,0 +1,45 @@
+"""`python -m miniyaie.bench.serve_peers`: start a server, measure it, stop it; peers without an environment are skipped.
+
+Only `miniyaie serve` on the tiny model runs here (the peers' own
+environments are not installed in CI); what is checked is the procedure:
+each server is started, measured at every concurrency, and stopped, and a
+missing environment is said in the summary instead of crashing the run.
+"""
+
+import json
+import socket
+
+import pytest
+
+from miniyaie.bench import serve_peers
+from miniyaie.bench.vllm_env import ENV_VAR as VLLM_ENV_VAR
+
+pytestmark = pytest.mark.ungraded
+
+
+def test_each_server_is_started_measured_and_stopped(tiny_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(VLLM_ENV_VAR, raising=False)
+    monkeypatch.delenv(serve_peers.HF_ENV_VAR, raising=False)
+    out = tmp_path / "run"
+    status = serve_peers.main(["--out", str(out), "--peers", "miniyaie,hf,vllm", "--model", str(tiny_dir[0]),
+                               "--concurrency", "1,2", "--num-requests", "2", "--max-tokens", "3", "--prompt-words", "4",
+                               "--threads", "1", "--start-timeout", "120"])
+    assert status == 0, capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    ours, hf, vllm = summary["peers"]
+    assert ours["status"] == "ok" and [r["concurrency"] for r in ours["results"]] == [1, 2]
+    assert all(r["failed"] == 0 and r["cached_share"] is not None for r in ours["results"])
+    assert hf["status"].startswith("skipped") and serve_peers.HF_ENV_VAR in hf["status"]
+    assert vllm["status"].startswith("skipped") and VLLM_ENV_VAR in vllm["status"]
+    table = (out / "summary.md").read_text()
+    assert "| miniyaie | 1 |" in table and "| miniyaie | 2 |" in table and "| vllm | skipped" in table
+    assert (out / "serve_side_by_side.png").stat().st_size > 0
+    port = int(ours["url"].rsplit(":", 1)[1])
+    with socket.socket() as sock:  # the server is gone: nothing listens on its port any more
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_an_unknown_peer_is_refused(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        serve_peers.main(["--out", str(tmp_path), "--peers", "miniyaie,sglang"])
+    assert exc.value.code == 2
