@@ -43,3 +43,12 @@ def test_an_unknown_peer_is_refused(tmp_path):
     with pytest.raises(SystemExit) as exc:
         serve_peers.main(["--out", str(tmp_path), "--peers", "miniyaie,sglang"])
     assert exc.value.code == 2
+
+
+def test_vllm_bench_results_become_a_table_and_a_missing_one_is_named(tmp_path):
+    result = {"completed": 12, "num_prompts": 12, "output_throughput": 6.68, "median_ttft_ms": 734.1,
+              "median_tpot_ms": 112.07, "median_itl_ms": 82.36}  # the fields `vllm bench serve --save-result` writes
+    (tmp_path / "miniyaie_vllm_bench_c1.json").write_text(json.dumps(result))
+    table = serve_peers.vllm_bench_table(tmp_path, ["miniyaie"], [1, 4])
+    assert "| miniyaie | 1 | 12/12 | 6.7 | 734 | 112 | 82 |" in table
+    assert "| miniyaie | 4 | no result (see miniyaie_vllm_bench_c4.txt)" in table

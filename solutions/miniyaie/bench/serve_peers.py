@@ -185,6 +185,21 @@ def summary_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def vllm_bench_table(out: Path, peers: list[str], levels: list[int]) -> str:
+    """`vllm bench serve`'s own figures (192±50% random prompt tokens, ignore_eos), one row per server and level."""
+    lines = ["| server | clients | completed | out tok/s | TTFT p50 ms | TPOT p50 ms | ITL p50 ms |", "|---|---|---|---|---|---|---|"]
+    for peer in peers:
+        for level in levels:
+            path = out / f"{peer}_vllm_bench_c{level}.json"
+            if not path.exists():
+                lines.append(f"| {peer} | {level} | no result (see {path.with_suffix('.txt').name}) | | | | |")
+                continue
+            r = json.loads(path.read_text())
+            lines.append(f"| {peer} | {level} | {r['completed']}/{r['num_prompts']} | {r['output_throughput']:.1f} "
+                         f"| {r['median_ttft_ms']:.0f} | {r['median_tpot_ms']:.0f} | {r['median_itl_ms']:.0f} |")
+    return "\n".join(lines)
+
+
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -253,7 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     table = summary_table(results)
     (out / "summary.json").write_text(json.dumps({"started": started, "argv": sys.argv, "model": args.model,
                                                   "threads": args.threads, "peers": results}, indent=2))
-    (out / "summary.md").write_text(f"Started {started}; `{shlex.join(sys.argv)}`\n\n{table}\n")
+    summary = f"Started {started}; `{shlex.join(sys.argv)}`\n\n{table}\n"
+    ran = [r["peer"] for r in results if r["peer"] in ("miniyaie", "vllm") and "results" in r]
+    if args.vllm_bench and ran:
+        levels = [int(x) for x in args.concurrency.split(",")]
+        summary += f"\n`vllm bench serve` against the same servers:\n\n{vllm_bench_table(out, ran, levels)}\n"
+    (out / "summary.md").write_text(summary)
     if any("results" in r for r in results):
         plot(results, out / "serve_side_by_side.png")
     print(table)
