@@ -28,6 +28,12 @@ def test_an_event_is_one_data_line_and_a_blank_line(payload):
     assert json.loads(line) == payload
 
 
+@pytest.mark.task("6.3")
+def test_text_travels_as_itself_and_a_string_payload_is_sent_as_is():
+    assert "caf\u00e9" in sse_event({"content": "caf\u00e9"}), "non-ASCII text was escaped (\\u00e9) instead of sent as UTF-8"
+    assert sse_event("[DONE]") == "data: [DONE]\n\n", "a string payload is sent as it is, not JSON-quoted"
+
+
 @pytest.mark.task("6.4")  # events on the wire need the stream of Task 6.4
 def test_the_wire_carries_sse_events_ending_with_done(served):
     _, server = served

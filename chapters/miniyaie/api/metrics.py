@@ -78,12 +78,16 @@ class RequestTimer:
 
     # ANCHOR: on_token
     def on_token(self, index: int, now: float | None = None) -> None:
-        """Completion `index` received a new token at `now` (perf_counter seconds)."""
-        # Hint: the request's first token overall gives its time to first
-        # token (since self.started). Every later token of a completion is one
-        # inter-token gap since that completion's previous token; a
-        # completion's first token has no gap to measure. Observe into
-        # self.metrics.ttft and self.metrics.itl; remember times per index.
+        """Completion `index` received a new token at `now` (perf_counter seconds; None: the clock now).
+
+        Observes the request's time to first token (`metrics.ttft`, now - started)
+        exactly once, at the first token of any completion, and one inter-token
+        gap (`metrics.itl`) for every later token of the same completion, since
+        that completion's previous token. A completion's own first token has no
+        gap; completions never measure gaps against each other (n > 1).
+        """
+        # Idea: one clock for the request, one per completion.
+        # Stuck? `miniyaie hint 6.1` prints hints, one level at a time.
         # TODO(Task 6.1): Time to first token and inter-token latency. Replace this line with your code.
         raise NotImplementedError('Chapter 6, Task 1: Time to first token and inter-token latency — see book/src/ch06_api.md')
     # ANCHOR_END: on_token

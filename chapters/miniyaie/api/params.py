@@ -54,11 +54,8 @@ def sampling_params_for(
     param "max_tokens"), as OpenAI does; no max_tokens means the server's
     default, cut to the room left. Fields left out (None) keep the defaults.
     """
-    # Hint: room = context_length - prompt_tokens. Check the prompt first
-    # (room < 1), then max_tokens_asked(request). Collect the PASSED_THROUGH
-    # fields that are not None (getattr), add max_tokens, stop (a string or
-    # a list) and logprobs (requested_logprobs), and return
-    # defaults.with_updates(**fields).
+    # Idea: first what fits in the context, then copy over only what the client actually sent.
+    # Stuck? `miniyaie hint 6.2` prints hints, one level at a time.
     # TODO(Task 6.2): Sampling parameters from a request. Replace this line with your code.
     raise NotImplementedError('Chapter 6, Task 2: Sampling parameters from a request — see book/src/ch06_api.md')
 # ANCHOR_END: sampling_params_for

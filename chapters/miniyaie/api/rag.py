@@ -90,8 +90,8 @@ class Retriever:
         score  = sum over terms t:  idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average_length))
         where tf is how often t occurs in the passage and length its number of terms.
         """
-        # Hint: self.term_counts[index][t] is tf (0 when absent: skip the term),
-        # self.document_frequency[t] is df, len(self.passages) is N.
+        # Idea: rare terms weigh more, repeats saturate, long passages are discounted.
+        # Stuck? `miniyaie hint 6.5` prints hints, one level at a time.
         # TODO(Task 6.5): BM25 scoring. Replace this line with your code.
         raise NotImplementedError('Chapter 6, Task 5: BM25 scoring — see book/src/ch06_api.md')
     # ANCHOR_END: bm25

@@ -14,9 +14,14 @@ DONE = "[DONE]"
 
 # ANCHOR: sse_event
 def sse_event(payload: dict | str) -> str:
-    """One SSE event: `data: ` + the payload (a dict as compact JSON, a string as is) + a blank line."""
-    # Hint: json.dumps(..., separators=(",", ":"), ensure_ascii=False) keeps it
-    # on one line (JSON escapes newlines inside strings); an event ends with "\n\n".
+    """One SSE event: `data: ` + the payload (a dict as compact JSON, a string as is) + a blank line.
+
+    The event is exactly one `data:` line: a dict whose strings hold newlines
+    must not break it into several lines. Non-ASCII text is sent as itself
+    (UTF-8), not as \\u escapes.
+    """
+    # Idea: an event is one line of data and an empty line; JSON can keep any dict on one line.
+    # Stuck? `miniyaie hint 6.3` prints hints, one level at a time.
     # TODO(Task 6.3): Server-sent events. Replace this line with your code.
     raise NotImplementedError('Chapter 6, Task 3: Server-sent events — see book/src/ch06_api.md')
 # ANCHOR_END: sse_event

@@ -93,11 +93,8 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     client went away) the engine stream is closed, which aborts the request
     if it is still running.
     """
-    # Hint: iterate `items` (async for); observe(item, timer); yield
-    # sse_event(chunk) for every chunk of chunker.feed(item); end with
-    # sse_done(). Catch EngineError: yield sse_event(error_body(...)) built
-    # from from_engine_error(exc), then [DONE]. In `finally`, await
-    # items.aclose(): that is what aborts an abandoned request.
+    # Idea: once streaming, errors travel as events, and however it ends the engine stream is closed.
+    # Stuck? `miniyaie hint 6.4` prints hints, one level at a time.
     # TODO(Task 6.4): Stream chunks, abort on disconnect. Replace these lines with your code.
     raise NotImplementedError('Chapter 6, Task 4: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
     yield  # never runs: it keeps this function a generator, as its callers expect

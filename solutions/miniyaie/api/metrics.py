@@ -78,12 +78,29 @@ class RequestTimer:
 
     # ANCHOR: on_token
     def on_token(self, index: int, now: float | None = None) -> None:
-        """Completion `index` received a new token at `now` (perf_counter seconds)."""
-        # Hint: the request's first token overall gives its time to first
-        # token (since self.started). Every later token of a completion is one
-        # inter-token gap since that completion's previous token; a
-        # completion's first token has no gap to measure. Observe into
-        # self.metrics.ttft and self.metrics.itl; remember times per index.
+        """Completion `index` received a new token at `now` (perf_counter seconds; None: the clock now).
+
+        Observes the request's time to first token (`metrics.ttft`, now - started)
+        exactly once, at the first token of any completion, and one inter-token
+        gap (`metrics.itl`) for every later token of the same completion, since
+        that completion's previous token. A completion's own first token has no
+        gap; completions never measure gaps against each other (n > 1).
+        """
+        # Nudge: one clock for the request, one per completion.
+        # Hint 1: TTFT belongs to the request, not to a completion: only the very first token of
+        #   all (whichever completion it came from) is observed. ITL belongs to a completion: the
+        #   gap between two consecutive tokens of completion `index`, so the time of each
+        #   completion's last token must be remembered separately.
+        # Hint 2: Take now from the clock when it is None. If no token has been seen yet, record
+        #   now as the first token's time and observe now - started as TTFT. Then look up the
+        #   previous token time of this index: when there is one, observe now - previous as ITL.
+        #   Finally remember now as this index's last token time.
+        # Hint 3:
+        #   now = perf_counter() if now is None else now
+        #   if first_token_at is None: first_token_at = now; ttft.observe(now - started)
+        #   previous = last_token_at.get(index)
+        #   if previous is not None: itl.observe(now - previous)
+        #   last_token_at[index] = now
         # BEGIN SOLUTION 6.1: Time to first token and inter-token latency
         now = time.perf_counter() if now is None else now
         if self.first_token_at is None:

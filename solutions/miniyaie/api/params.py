@@ -54,11 +54,24 @@ def sampling_params_for(
     param "max_tokens"), as OpenAI does; no max_tokens means the server's
     default, cut to the room left. Fields left out (None) keep the defaults.
     """
-    # Hint: room = context_length - prompt_tokens. Check the prompt first
-    # (room < 1), then max_tokens_asked(request). Collect the PASSED_THROUGH
-    # fields that are not None (getattr), add max_tokens, stop (a string or
-    # a list) and logprobs (requested_logprobs), and return
-    # defaults.with_updates(**fields).
+    # Nudge: first what fits in the context, then copy over only what the client actually sent.
+    # Hint 1: Two limits come from the context: the prompt alone must leave at least one token of
+    #   room (else param "messages" for chat, "prompt" for completions), and an explicit
+    #   max_tokens must fit in that room (param "max_tokens"); both are 400s with code
+    #   "context_length_exceeded". A field the client left out (None) must not overwrite the
+    #   server's default; `stop` may be one string or a list; logprobs has two spellings.
+    # Hint 2: room = context_length - prompt_tokens. Refuse room < 1. Take max_tokens_asked:
+    #   None -> the default cut to room; more than room -> refuse. Then build a dict of the
+    #   PASSED_THROUGH fields whose value is not None, set max_tokens, stop as a tuple when given,
+    #   logprobs from requested_logprobs when not None, and apply it to the defaults.
+    # Hint 3:
+    #   room = context_length - prompt_tokens; if room < 1: raise APIError(400, ..., param=messages|prompt, code=...)
+    #   max_tokens = max_tokens_asked(request)
+    #   if max_tokens is None: max_tokens = min(defaults.max_tokens, room)
+    #   elif max_tokens > room: raise APIError(400, ..., param="max_tokens", code="context_length_exceeded")
+    #   fields = {name: value for name in PASSED_THROUGH if (value := getattr(request, name)) is not None}
+    #   fields["max_tokens"] = max_tokens; stop -> tuple; logprobs -> requested_logprobs(request)
+    #   return defaults.with_updates(**fields)
     # BEGIN SOLUTION 6.2: Sampling parameters from a request
     room = context_length - prompt_tokens
     if room < 1:

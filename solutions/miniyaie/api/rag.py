@@ -90,8 +90,20 @@ class Retriever:
         score  = sum over terms t:  idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average_length))
         where tf is how often t occurs in the passage and length its number of terms.
         """
-        # Hint: self.term_counts[index][t] is tf (0 when absent: skip the term),
-        # self.document_frequency[t] is df, len(self.passages) is N.
+        # Nudge: rare terms weigh more, repeats saturate, long passages are discounted.
+        # Hint 1: The score sums one contribution per distinct query term that occurs in the
+        #   passage; a term absent from it adds nothing (and has no tf to divide by). A query
+        #   repeating a word does not count it twice. The length part of the denominator is the
+        #   same for every term of one passage.
+        # Hint 2: tf comes from self.term_counts[index], df from self.document_frequency, N is the
+        #   number of passages, length from self.lengths[index]. Compute the length norm once,
+        #   then for each term of set(query_terms) with tf > 0 add idf * tf * (k1 + 1) / (tf + norm).
+        # Hint 3:
+        #   norm = k1 * (1 - b + b * lengths[index] / average_length); score = 0
+        #   for term in set(query_terms):
+        #       tf = term_counts[index].get(term, 0)
+        #       if tf: df = document_frequency[term]; idf = log(1 + (N - df + 0.5) / (df + 0.5)); score += idf * tf * (k1 + 1) / (tf + norm)
+        #   return score
         # BEGIN SOLUTION 6.5: BM25 scoring
         counts, total = self.term_counts[index], len(self.passages)
         norm = self.k1 * (1 - self.b + self.b * self.lengths[index] / self.average_length)

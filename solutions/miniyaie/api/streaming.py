@@ -93,11 +93,24 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     client went away) the engine stream is closed, which aborts the request
     if it is still running.
     """
-    # Hint: iterate `items` (async for); observe(item, timer); yield
-    # sse_event(chunk) for every chunk of chunker.feed(item); end with
-    # sse_done(). Catch EngineError: yield sse_event(error_body(...)) built
-    # from from_engine_error(exc), then [DONE]. In `finally`, await
-    # items.aclose(): that is what aborts an abandoned request.
+    # Nudge: once streaming, errors travel as events, and however it ends the engine stream is closed.
+    # Hint 1: Three ways out: the engine finishes (then [DONE]); the engine raises EngineError
+    #   mid-stream (then one error event in OpenAI's error shape, then [DONE]); the client goes
+    #   away (the server closes this generator: nothing more can be sent). In every case the
+    #   engine stream is closed, which is what aborts a request still running. Every item also
+    #   feeds the request's timer, for the latency metrics.
+    # Hint 2: Loop over the items asynchronously; observe each one with the timer; turn it into
+    #   chunks with the chunker and yield each as an SSE event; then yield the [DONE] event.
+    #   Catch EngineError: map it with from_engine_error, yield its error_body as an event and
+    #   [DONE]. Close the items in a finally block.
+    # Hint 3:
+    #   try:
+    #       async for item in items: observe(item, timer); for chunk in chunker.feed(item): yield sse_event(chunk)
+    #       yield sse_done()
+    #   except EngineError as exc:
+    #       error = from_engine_error(exc); yield sse_event(error_body(error.status, error.message, error.param, error.code))
+    #       yield sse_done()
+    #   finally: await items.aclose()
     # BEGIN SOLUTION 6.4: Stream chunks, abort on disconnect
     try:
         async for item in items:
