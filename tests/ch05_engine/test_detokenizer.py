@@ -66,3 +66,28 @@ def test_special_tokens_are_skipped_or_kept_as_asked(tokenizers):
     assert "".join(stream(tokenizer, ids)[0]) == "hello"
     d = IncrementalDetokenizer(tokenizer, skip_special_tokens=False)
     assert "".join(d.push([t]) for t in ids) + d.finish() == "hello<|im_end|>"
+
+
+class CountingTokenizer:
+    """A tokenizer that remembers how many tokens each decode call was given."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.decoded_lengths = tokenizer, []
+
+    def decode(self, ids, **kwargs):
+        self.decoded_lengths.append(len(ids))
+        return self.tokenizer.decode(ids, **kwargs)
+
+
+@pytest.mark.task("5.4")
+def test_each_push_decodes_a_short_window_not_the_whole_text(tokenizers):
+    tokenizer = CountingTokenizer(tokenizers[1])
+    ids = tokenizers[1](" ".join(f"word{i}" for i in range(150)), add_special_tokens=False)["input_ids"]
+    d = IncrementalDetokenizer(tokenizer)
+    deltas = [d.push([t]) for t in ids]
+    longest = max(tokenizer.decoded_lengths)  # finish() may decode everything once, at the end
+    assert "".join(deltas) + d.finish() == tokenizers[1].decode(ids)
+    assert longest <= 16, (
+        f"a push decoded {longest} of {len(ids)} tokens: decoding everything already emitted on every token is "
+        "quadratic over a long answer; keep a window of a few tokens before the new ones"
+    )

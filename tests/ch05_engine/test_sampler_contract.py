@@ -108,3 +108,9 @@ def test_each_seeded_row_draws_from_its_own_seed(seeds, unseeded_first):
     together = [draw(batch, rows).tolist()[-len(seeds):] for _ in range(3)]
     together = [list(column) for column in zip(*together)]
     assert together == alone, "each seeded row must draw from its own generator, as it would alone"
+
+
+@pytest.mark.task("5.2")
+def test_top_p_of_one_rules_nothing_out_however_small_a_probability():
+    logits = torch.tensor([[0.0, -30.0, -60.0]])  # in float32 the running sum reaches 1.0 at the first token
+    assert kept(logits, 0, 1.0) == [True, True, True], "top_p = 1 keeps every token, even one of probability 1e-13"

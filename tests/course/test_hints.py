@@ -46,13 +46,13 @@ def test_a_ladder_is_parsed_and_only_the_nudge_reaches_the_stub():
 
 
 def test_an_old_style_hint_stays_in_its_stub_as_one_level():
-    text = "def f():\n    # Hint: do it\n    # in two lines.\n    # BEGIN SOLUTION 5.1: It\n    pass\n    # END SOLUTION\n"
-    (region,) = find_regions(text, "engine/f.py")
+    text = "def f():\n    # Hint: do it\n    # in two lines.\n    # BEGIN SOLUTION 4.1: It\n    pass\n    # END SOLUTION\n"
+    (region,) = find_regions(text, "kernels/f.py")
     assert region.legacy and region.hints == ("do it in two lines.",)
-    assert "# Hint: do it\n    # in two lines.\n" in stub_regions(text, [region], "book/src/ch05_engine.md")
+    assert "# Hint: do it\n    # in two lines.\n" in stub_regions(text, [region], "book/src/ch04_triton_kernels.md")
     errors, warned = hints.ladder_problems(region)
-    assert errors == [] and warned, "chapters 4-6 may still use it: a warning"
-    (old_in_ch1,) = find_regions(text.replace("5.1", "1.1"), "scheduler/f.py")
+    assert errors == [] and warned, "chapter 4 may still use it: a warning"
+    (old_in_ch1,) = find_regions(text.replace("4.1", "1.1"), "scheduler/f.py")
     errors, _ = hints.ladder_problems(old_in_ch1)
     assert errors, "chapters 0-3 must have full ladders"
 

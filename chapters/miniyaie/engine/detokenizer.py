@@ -31,13 +31,17 @@ class IncrementalDetokenizer:
 
     # ANCHOR: push
     def push(self, token_ids: Iterable[int]) -> str:
-        """Add tokens; returns the new text they complete ("" while a character is unfinished)."""
+        """Add tokens; returns the new text they complete ("" while a character is unfinished).
+
+        The deltas, joined, equal decoding all the tokens at once (once the last
+        character is complete), for byte-level and SentencePiece-style tokenizers
+        alike: a token's text may depend on the token before it (a leading space),
+        and one character may take several tokens (partial UTF-8, shown as INCOMPLETE).
+        Decoding cost stays bounded: never the whole sequence per token.
+        """
         self.token_ids.extend(token_ids)
-        # Hint: decode the window token_ids[prefix_offset:read_offset] (text
-        # already emitted) and token_ids[prefix_offset:] (with the new tokens).
-        # If the longer text grew and does not end in INCOMPLETE, the delta
-        # is what it added; then the window moves: prefix_offset takes
-        # read_offset's value and read_offset becomes len(token_ids).
+        # Idea: decode a small window twice, with and without the new tokens, and emit the difference.
+        # Stuck? `miniyaie hint 5.4` prints hints, one level at a time.
         # TODO(Task 5.4): Incremental detokenization. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 4: Incremental detokenization — see book/src/ch05_engine.md')
         self.text += delta

@@ -121,15 +121,18 @@ class OutputProcessor:
     # ANCHOR: emit
     def _emit(self, request: RequestState, c: CompletionState, token_ids: list[int], text: str, finish: str | None,
               logprob: TokenLogprob | None = None) -> None:
-        """Record a completion's new tokens and text; stop strings cut it; tell the caller."""
-        # Hint: `shown` is the text the caller may see: pass `text` through
-        # c.stops (push). If a stop string appeared, the completion ends now
-        # with "stop": when the engine had not finished it anyway, end it
-        # with self.llm.finish(c.engine_id) so its blocks come back this step.
-        # Otherwise, when the completion finishes, release the held-back tail
-        # (flush). Then append token_ids, shown and the logprob (if any) to
-        # c.output; on finish set c.output.finish_reason and forget
-        # c.engine_id in self._by_engine_id.
+        """Record a completion's new tokens and text; stop strings cut it; tell the caller.
+
+        `finish` is the engine's reason ("stop", "length", "abort") or None while it runs.
+        Invariants: the caller sees only text that cannot be part of a stop string;
+        a stop string found ends the completion with "stop" (even on its last token),
+        and the engine stops computing it at once, its blocks returned; when a
+        completion ends otherwise, the text held back is released; its tokens and
+        logprob are recorded; once finished, the completion (by its engine id, which
+        differs from the request id when n > 1) is no longer tracked.
+        """
+        # Idea: the stop filter decides what is shown and whether the completion is over.
+        # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
         # TODO(Task 5.6): The request lifecycle. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 6: The request lifecycle — see book/src/ch05_engine.md')
         if request.deltas:

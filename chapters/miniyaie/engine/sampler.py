@@ -63,8 +63,8 @@ def apply_penalties(
     by the penalty when positive and multiplied by it when negative.
     presence / frequency (as in OpenAI): logit -= presence * (count > 0) + frequency * count.
     """
-    # Hint: torch.where(seen, penalised, logits) applies the repetition
-    # penalty only where seen; broadcast the [B] penalties with [:, None].
+    # Idea: three penalties, every row at once: no Python loop over rows or tokens.
+    # Stuck? `miniyaie hint 5.1` prints hints, one level at a time.
     # TODO(Task 5.1): Penalties. Replace this line with your code.
     raise NotImplementedError('Chapter 5, Task 1: Penalties — see book/src/ch05_engine.md')
 # ANCHOR_END: penalties
@@ -76,16 +76,13 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
 
     top_k [B] (long): keep the k most likely tokens (k <= 0: keep all).
     top_p [B]: of what top_k kept, keep the most likely tokens until their
-      probability reaches top_p; the token that crosses top_p is kept.
+      probability reaches top_p; the token that crosses top_p is kept
+      (top_p >= 1 rules nothing out, however small a token's probability).
     min_p [B]: drop tokens whose probability is below min_p times the most likely one's.
     The most likely token always survives; tokens tied with the last kept one are kept too.
     """
-    # Hint: every rule keeps a prefix of the row sorted by descending logit,
-    # so find each row's number of kept tokens and compare against the logit
-    # of the last one. Sort once (descending; `topk` is enough when every
-    # row has a top_k); mask ranks >= k; softmax the masked sorted logits; a
-    # token goes when the mass ranked above it already reaches top_p, or
-    # when its probability < min_p * the top probability.
+    # Idea: each rule keeps a prefix of the row sorted by logit: find how long it is, sort once.
+    # Stuck? `miniyaie hint 5.2` prints hints, one level at a time.
     # TODO(Task 5.2): top-k, top-p and min-p in one sort. Replace this line with your code.
     raise NotImplementedError('Chapter 5, Task 2: top-k, top-p and min-p in one sort — see book/src/ch05_engine.md')
 # ANCHOR_END: filter
@@ -93,12 +90,14 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
 
 # ANCHOR: draw
 def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> torch.Tensor:
-    """One token per row of probs [B, V] (rows need not sum to 1); a row with a generator draws only from it."""
-    # Hint: inverse-CDF sampling with one uniform number u per row: torch.rand
-    # from each seeded row's own generator, one call for the other rows. The
-    # token is the first index whose cumulative probability exceeds u * the
-    # row's total (torch.searchsorted(..., right=True)); keep the target
-    # strictly below the total (torch.nextafter) so that it always exists.
+    """One token per row of probs [B, V] (rows need not sum to 1); a row with a generator draws only from it.
+
+    Token i of a row is drawn with probability probs[i] / row total; a token
+    with probability 0 is never drawn. A seeded row's draw depends only on its
+    own generator: the same seed gives the same token whatever else is in the batch.
+    """
+    # Idea: one uniform number per row, placed on the row's cumulative distribution.
+    # Stuck? `miniyaie hint 5.3` prints hints, one level at a time.
     # TODO(Task 5.3): One draw per row, seeded rows on their own generator. Replace this line with your code.
     raise NotImplementedError('Chapter 5, Task 3: One draw per row, seeded rows on their own generator — see book/src/ch05_engine.md')
 # ANCHOR_END: draw

@@ -14,16 +14,26 @@ from collections.abc import Sequence
 
 # ANCHOR: find_stop
 def find_stop(text: str, stops: Sequence[str], start: int = 0) -> int | None:
-    """Index in `text` where the earliest stop string begins, looking at matches that end after `start`."""
-    # Hint: a match ending after `start` begins at or after start - len(stop) + 1.
-    # Take the smallest index over all stop strings (str.find), or None.
+    """Index in `text` where the earliest stop string begins, looking at matches that end after `start`.
+
+    None when no stop string occurs there. Matches that end at or before `start`
+    were looked at before (the caller passes how far it had already searched), so
+    searching costs what the new text costs, not the whole text again.
+    """
+    # Idea: a match that ends in the new text may begin in the old text.
+    # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
     # TODO(Task 5.5): Stop strings. Replace this line with your code.
     raise NotImplementedError('Chapter 5, Task 5: Stop strings — see book/src/ch05_engine.md')
 
 
 def held_back(text: str, stops: Sequence[str]) -> int:
-    """How many characters at the end of `text` could be the beginning of a stop string."""
-    # Hint: the longest proper prefix of any stop string that `text` ends with.
+    """How many characters at the end of `text` could be the beginning of a stop string.
+
+    The length of the longest proper prefix of any stop string that `text` ends
+    with (0 when none): that tail may not be shown yet, and nothing else is held.
+    """
+    # Idea: the tail to hold back is the longest unfinished start of some stop string.
+    # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
     # TODO(Task 5.5): Stop strings. Replace this line with your code.
     raise NotImplementedError('Chapter 5, Task 5: Stop strings — see book/src/ch05_engine.md')
 # ANCHOR_END: find_stop

@@ -28,7 +28,7 @@ LEVELS = 3
 LEVEL_NAMES = {1: "the idea", 2: "the algorithm in words", 3: "pseudocode"}
 HINTS_DIR = REPO_ROOT / "book" / "src" / "hints"
 # Chapters whose regions may still carry an old-style one-level '# Hint:' (a warning, not a failure).
-LEGACY_CHAPTERS = frozenset({4, 5})
+LEGACY_CHAPTERS = frozenset({4})
 MAX_NUDGE = 110  # characters: a nudge names the idea, it does not spell the steps
 
 

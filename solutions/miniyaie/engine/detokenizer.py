@@ -31,13 +31,32 @@ class IncrementalDetokenizer:
 
     # ANCHOR: push
     def push(self, token_ids: Iterable[int]) -> str:
-        """Add tokens; returns the new text they complete ("" while a character is unfinished)."""
+        """Add tokens; returns the new text they complete ("" while a character is unfinished).
+
+        The deltas, joined, equal decoding all the tokens at once (once the last
+        character is complete), for byte-level and SentencePiece-style tokenizers
+        alike: a token's text may depend on the token before it (a leading space),
+        and one character may take several tokens (partial UTF-8, shown as INCOMPLETE).
+        Decoding cost stays bounded: never the whole sequence per token.
+        """
         self.token_ids.extend(token_ids)
-        # Hint: decode the window token_ids[prefix_offset:read_offset] (text
-        # already emitted) and token_ids[prefix_offset:] (with the new tokens).
-        # If the longer text grew and does not end in INCOMPLETE, the delta
-        # is what it added; then the window moves: prefix_offset takes
-        # read_offset's value and read_offset becomes len(token_ids).
+        # Nudge: decode a small window twice, with and without the new tokens, and emit the difference.
+        # Hint 1: Decoding one token alone loses context (SentencePiece drops a word's leading
+        #   space at the start of a decode) and can split a character; decoding everything each
+        #   time is quadratic. So keep a window: some tokens already emitted, for context, plus
+        #   the ones not emitted yet. Text is emitted only when the window's decode grew and does
+        #   not end in an unfinished character.
+        # Hint 2: prefix_offset..read_offset are emitted tokens kept for context; read_offset..end
+        #   are new. Decode the window without and with the new tokens. If the second is not
+        #   longer, or ends with INCOMPLETE, emit nothing and keep waiting. Otherwise the delta
+        #   is the second text past the first's length; slide the window (the context starts at
+        #   the old read_offset, read_offset moves to the end) and record the delta.
+        # Hint 3:
+        #   before = decode(ids[prefix_offset:read_offset]); after = decode(ids[prefix_offset:])
+        #   if len(after) <= len(before) or after.endswith(INCOMPLETE): return ""
+        #   delta = after[len(before):]
+        #   prefix_offset, read_offset = read_offset, len(ids)
+        #   (then the given lines after the region record and return delta)
         # BEGIN SOLUTION 5.4: Incremental detokenization
         before = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
         after = self._decode(self.token_ids[self.prefix_offset :])

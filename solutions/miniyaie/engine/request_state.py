@@ -121,15 +121,32 @@ class OutputProcessor:
     # ANCHOR: emit
     def _emit(self, request: RequestState, c: CompletionState, token_ids: list[int], text: str, finish: str | None,
               logprob: TokenLogprob | None = None) -> None:
-        """Record a completion's new tokens and text; stop strings cut it; tell the caller."""
-        # Hint: `shown` is the text the caller may see: pass `text` through
-        # c.stops (push). If a stop string appeared, the completion ends now
-        # with "stop": when the engine had not finished it anyway, end it
-        # with self.llm.finish(c.engine_id) so its blocks come back this step.
-        # Otherwise, when the completion finishes, release the held-back tail
-        # (flush). Then append token_ids, shown and the logprob (if any) to
-        # c.output; on finish set c.output.finish_reason and forget
-        # c.engine_id in self._by_engine_id.
+        """Record a completion's new tokens and text; stop strings cut it; tell the caller.
+
+        `finish` is the engine's reason ("stop", "length", "abort") or None while it runs.
+        Invariants: the caller sees only text that cannot be part of a stop string;
+        a stop string found ends the completion with "stop" (even on its last token),
+        and the engine stops computing it at once, its blocks returned; when a
+        completion ends otherwise, the text held back is released; its tokens and
+        logprob are recorded; once finished, the completion (by its engine id, which
+        differs from the request id when n > 1) is no longer tracked.
+        """
+        # Nudge: the stop filter decides what is shown and whether the completion is over.
+        # Hint 1: Text passes through the completion's stop filter before anyone sees it. The
+        #   filter can end the completion before the engine knows (then the engine must be told,
+        #   or it keeps computing and holding blocks), and it holds back a tail that must be
+        #   released when the completion ends for another reason. A stop string wins over
+        #   "length" when both happen on the same token.
+        # Hint 2: Push the text through c.stops. If the filter stopped: tell the engine to finish
+        #   c.engine_id when finish is None, and set finish to "stop". Else, when finish is set,
+        #   add the filter's flushed tail to the shown text. Append tokens, shown text and the
+        #   logprob to c.output. When finished, set the finish reason and forget c.engine_id.
+        # Hint 3:
+        #   shown = c.stops.push(text)
+        #   if c.stops.stopped: (finish is None and self.llm.finish(c.engine_id)); finish = "stop"
+        #   elif finish is not None: shown += c.stops.flush()
+        #   c.output.token_ids += token_ids; c.output.text += shown; logprob -> c.output.logprobs
+        #   if finish is not None: c.output.finish_reason = finish; self._by_engine_id.pop(c.engine_id, None)
         # BEGIN SOLUTION 5.6: The request lifecycle
         shown = c.stops.push(text)
         if c.stops.stopped:

@@ -14,9 +14,23 @@ from collections.abc import Sequence
 
 # ANCHOR: find_stop
 def find_stop(text: str, stops: Sequence[str], start: int = 0) -> int | None:
-    """Index in `text` where the earliest stop string begins, looking at matches that end after `start`."""
-    # Hint: a match ending after `start` begins at or after start - len(stop) + 1.
-    # Take the smallest index over all stop strings (str.find), or None.
+    """Index in `text` where the earliest stop string begins, looking at matches that end after `start`.
+
+    None when no stop string occurs there. Matches that end at or before `start`
+    were looked at before (the caller passes how far it had already searched), so
+    searching costs what the new text costs, not the whole text again.
+    """
+    # Nudge: a match that ends in the new text may begin in the old text.
+    # Hint 1: The caller already searched text[:start]; a stop string that straddles start (it
+    #   began in old text and ends in new text) must still be found, so each stop string's
+    #   search starts len(stop) - 1 characters before start. Of all matches, the earliest
+    #   beginning wins, because the text ends there.
+    # Hint 2: For each stop string, find it from max(0, start - len(stop) + 1). Keep the
+    #   indexes that were found; return the smallest, or None when none was.
+    # Hint 3:
+    #   found = [text.find(stop, max(0, start - len(stop) + 1)) for stop in stops]
+    #   found = [i for i in found if i >= 0]
+    #   return min(found) if found else None
     # BEGIN SOLUTION 5.5: Stop strings
     found = [text.find(stop, max(0, start - len(stop) + 1)) for stop in stops]
     found = [i for i in found if i >= 0]
@@ -25,8 +39,25 @@ def find_stop(text: str, stops: Sequence[str], start: int = 0) -> int | None:
 
 
 def held_back(text: str, stops: Sequence[str]) -> int:
-    """How many characters at the end of `text` could be the beginning of a stop string."""
-    # Hint: the longest proper prefix of any stop string that `text` ends with.
+    """How many characters at the end of `text` could be the beginning of a stop string.
+
+    The length of the longest proper prefix of any stop string that `text` ends
+    with (0 when none): that tail may not be shown yet, and nothing else is held.
+    """
+    # Nudge: the tail to hold back is the longest unfinished start of some stop string.
+    # Hint 1: If the text ends with "Obs" and a stop string is "Observation", the next tokens
+    #   may complete it, and text shown can not be taken back: hold "Obs". A whole stop string
+    #   at the end is not "could be": find_stop handles it. Holding more than needed delays
+    #   the stream; holding less leaks part of a stop string to the client.
+    # Hint 2: For every stop string, try its prefixes from the longest proper one (length
+    #   len(stop) - 1, but not longer than the text) down to 1; the first one the text ends
+    #   with is that stop's candidate. Return the longest candidate over all stop strings.
+    # Hint 3:
+    #   longest = 0
+    #   for stop in stops:
+    #       for size in range(min(len(stop) - 1, len(text)), longest, -1):
+    #           if text.endswith(stop[:size]): longest = size; break
+    #   return longest
     # BEGIN SOLUTION 5.5: Stop strings
     longest = 0
     for stop in stops:
