@@ -1,7 +1,6 @@
 """The hint ladders: parsed, complete, kept out of the stubs, shown in the book and by `miniyaie hint` (not graded)."""
 
 import re
-import warnings
 from pathlib import Path
 
 import pytest
@@ -45,16 +44,12 @@ def test_a_ladder_is_parsed_and_only_the_nudge_reaches_the_stub():
     assert '"""Add one."""' in stub, "the contract (docstring) stays"
 
 
-def test_an_old_style_hint_stays_in_its_stub_as_one_level():
+def test_an_old_style_hint_is_named_as_an_error_in_every_chapter():
     text = "def f():\n    # Hint: do it\n    # in two lines.\n    # BEGIN SOLUTION 4.1: It\n    pass\n    # END SOLUTION\n"
     (region,) = find_regions(text, "kernels/f.py")
     assert region.legacy and region.hints == ("do it in two lines.",)
-    assert "# Hint: do it\n    # in two lines.\n" in stub_regions(text, [region], "book/src/ch04_triton_kernels.md")
-    errors, warned = hints.ladder_problems(region)
-    assert errors == [] and warned, "chapter 4 may still use it: a warning"
-    (old_in_ch1,) = find_regions(text.replace("4.1", "1.1"), "scheduler/f.py")
-    errors, _ = hints.ladder_problems(old_in_ch1)
-    assert errors, "chapters 0-3 must have full ladders"
+    (error,) = hints.ladder_problems(region)
+    assert "old-style '# Hint:'" in error and "kernels/f.py:4 (Task 4.1)" in error
 
 
 @pytest.mark.parametrize(
@@ -72,15 +67,12 @@ def test_a_malformed_ladder_is_an_error_naming_the_line(ladder, problem):
 
 
 def test_every_region_has_a_full_ladder():
-    """Chapters 0-3: nudge + three levels. Chapters 4-6 may still carry one old-style '# Hint:' (a warning)."""
-    errors, legacy = hints.all_problems()
+    """Every chapter: a nudge and three levels above every region."""
+    errors = hints.all_problems()
     assert not errors, "\n".join(errors)
-    for line in legacy:
-        warnings.warn(line)
     for ch in CHAPTERS:
         for region in sync.regions_of(ch):
-            if ch.number not in hints.LEGACY_CHAPTERS:
-                assert len(region.hints) >= hints.LEVELS and region.nudge, f"Task {region.task}: incomplete ladder"
+            assert len(region.hints) >= hints.LEVELS and region.nudge, f"Task {region.task}: incomplete ladder"
 
 
 def test_stubs_keep_the_nudge_but_no_hint_and_the_book_shows_the_ladder_after_the_stub():

@@ -14,11 +14,16 @@ def silu_and_mul_reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor
 # ANCHOR: silu_kernel
 @triton.jit
 def _silu_and_mul_kernel(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """One program = BLOCK consecutive elements of the flattened tensors."""
+    """One program = BLOCK consecutive elements of the flattened tensors.
+
+    out = silu(gate) * up elementwise, with silu(g) = g * sigmoid(g) computed in
+    float32 and rounded to out's dtype before the multiply (as torch's
+    `F.silu(gate) * up` does in bf16). Elements at or past n are not touched.
+    """
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offsets < n
-    # Hint: silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32; round it to the
-    # output dtype (as torch does) before multiplying by up.
+    # Idea: an elementwise kernel: load, compute in float32, round where torch rounds, store.
+    # Stuck? `miniyaie hint 4.7` prints hints, one level at a time.
     # TODO(Task 4.7): SiLU and multiply. Replace this line with your code.
     raise NotImplementedError('Chapter 4, Task 7: SiLU and multiply — see book/src/ch04_triton_kernels.md')
 # ANCHOR_END: silu_kernel

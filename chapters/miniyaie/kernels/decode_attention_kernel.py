@@ -59,6 +59,12 @@ def _decode_split_kernel(
     It attends the GROUP query heads of that KV head to tokens
     [split * split_len, (split + 1) * split_len) and writes the normalised
     partial output plus its log-sum-exp (-inf for an empty split).
+
+    To compute (the lines after the region store them): `out` [GROUP_PAD,
+    DIM_PAD] float32, softmax(q k^T) v over this split's tokens only, and `lse`
+    [GROUP_PAD], the log of the split's sum of exp(scores) (natural log, scores
+    already scaled). A split past the end of the sequence is empty: out 0, lse -inf,
+    and no NaN anywhere. Tokens are read through the block table, never past `end`.
     """
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -75,14 +81,8 @@ def _decode_split_kernel(
                 mask=head_ok[:, None] & dim_ok[None, :], other=0.0)
     q = (q.to(tl.float32) * scale).to(DOT)
 
-    # Hint: the usual online softmax over tiles of BLOCK_N tokens, kept per query
-    # head: running max m [GROUP_PAD], running sum l, running output acc
-    # [GROUP_PAD, DIM_PAD], all float32. Token t of the sequence lives in page
-    # block_tables[seq, t // block_size] at offset t % block_size, so its K row
-    # is at k_cache_ptr + (page * block_size + offset) * stride_cs + kv_head * stride_ch.
-    # Load K and V tiles with a mask (tokens >= end, dims >= HEAD_DIM), cast them to
-    # float32, then to DOT before tl.dot. Masked scores are -inf. After the loop,
-    # write acc / l and m + log(l); an empty split (l == 0) writes 0 and -inf.
+    # Idea: online softmax over tiles of the split's tokens, each tile gathered through the block table.
+    # Stuck? `miniyaie hint 4.1` prints hints, one level at a time.
     # TODO(Task 4.1): Paged decode attention, one split. Replace this line with your code.
     raise NotImplementedError('Chapter 4, Task 1: Paged decode attention, one split — see book/src/ch04_triton_kernels.md')
     rows = (seq * num_heads + heads) * num_splits + split  # partial results: [seq, head, split]
@@ -109,8 +109,8 @@ def _merge_splits_kernel(
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, DIM_PAD)
     rows = (seq * num_heads + head) * num_splits + splits
-    # Hint: load the lse of every split (-inf beyond num_splits), weigh each split by
-    # exp(lse - max lse), and divide the weighted sum of outputs by the sum of weights.
+    # Idea: each split is a softmax over part of the keys; its lse says how much mass it had.
+    # Stuck? `miniyaie hint 4.2` prints hints, one level at a time.
     # TODO(Task 4.2): Merge flash-decoding splits. Replace this line with your code.
     raise NotImplementedError('Chapter 4, Task 2: Merge flash-decoding splits — see book/src/ch04_triton_kernels.md')
     tl.store(out_ptr + seq * stride_os + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)

@@ -55,7 +55,15 @@ def _extend_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
 ):
-    """One program = BLOCK_M new tokens of one sequence, one query head."""
+    """One program = BLOCK_M new tokens of one sequence, one query head.
+
+    The sequence's first prefix_len = seq_len - query_len keys are already in the
+    cache (a cached prefix or earlier chunks); its query_len new tokens sit at
+    positions prefix_len .. seq_len - 1 and their K/V are in the cache too. New
+    token i sees keys 0 .. prefix_len + i (the causal mask shifted by the
+    prefix), through the block table. To compute: `out` [BLOCK_M, DIM_PAD]
+    float32; rows past query_len may hold anything finite (they are not stored).
+    """
     seq = tl.program_id(0)
     head = tl.program_id(1)
     tile_m = tl.program_id(2)
@@ -76,11 +84,8 @@ def _extend_kernel(
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
     q = (q.to(tl.float32) * scale).to(DOT)
 
-    # Hint: online softmax over key tiles 0 .. the last position this tile can see
-    # (tl.minimum(seq_len, prefix_len + (tile_m + 1) * BLOCK_M)). Key j's slot is
-    # block_tables[seq, j // block_size] * block_size + j % block_size. A key is
-    # visible when j <= query_pos and j < seq_len. Keep m, l, acc per row in float32;
-    # rows past query_len still see real keys, so no row is ever all -inf.
+    # Idea: the decode kernel's online softmax, with a causal mask shifted by the cached prefix.
+    # Stuck? `miniyaie hint 4.3` prints hints, one level at a time.
     # TODO(Task 4.3): Extend attention with an offset causal mask. Replace this line with your code.
     raise NotImplementedError('Chapter 4, Task 3: Extend attention with an offset causal mask — see book/src/ch04_triton_kernels.md')
     tl.store(out_ptr + (first + rows)[:, None] * stride_ot + head * stride_oh + dims[None, :],

@@ -29,9 +29,8 @@ def _rotate_heads(x_ptr, stride_t, stride_h, token, c, s, NUM_HEADS: tl.constexp
     cols = tl.arange(0, HALF_PAD)
     ok = (heads < NUM_HEADS)[:, None] & (cols < HALF)[None, :]
     first = x_ptr + token * stride_t + heads[:, None] * stride_h + cols[None, :]
-    # Hint: x1 = the first half of every head, x2 = the second half (HALF further on);
-    # in float32, new x1 = x1 * cos - x2 * sin and new x2 = x2 * cos + x1 * sin
-    # (cos, sin: this token's first HALF angles); store both back in x's dtype.
+    # Idea: rotate pairs (i, i + HALF) of every head by this token's angles, in place.
+    # Stuck? `miniyaie hint 4.6` prints hints, one level at a time.
     # TODO(Task 4.6): Rotary embedding in place. Replace this line with your code.
     raise NotImplementedError('Chapter 4, Task 6: Rotary embedding in place — see book/src/ch04_triton_kernels.md')
 

@@ -112,13 +112,8 @@ def _sample_kernel(
         inv_t = 1.0 / temperature
         k = tl.load(top_k_ptr + row)
         top_p = tl.load(top_p_ptr + row)
-        # Hint: thresholds are searched over the int32 bits of a float32 p in [0, 1]
-        # (0 .. 0x3F800000; x.to(tl.float32, bitcast=True) turns bits into a float).
-        # top-k: the largest t with count(p >= t) >= k. top-p: the smallest t >= the
-        # top-k threshold with mass(p > t) < top_p * mass(p >= top-k threshold).
-        # min-p: t = min_p. Keep p >= the largest of the three, then walk the row in
-        # order with a running sum (tl.cumsum) until it passes u * kept mass; if rounding
-        # never lets it pass, take the last kept token.
+        # Idea: every rule is a probability threshold; find each by bisection, keep p >= the largest.
+        # Stuck? `miniyaie hint 4.8` prints hints, one level at a time.
         # TODO(Task 4.8): Sort-free top-k / top-p / min-p sampling. Replace this line with your code.
         raise NotImplementedError('Chapter 4, Task 8: Sort-free top-k / top-p / min-p sampling — see book/src/ch04_triton_kernels.md')
     tl.store(out_ptr + row, chosen.to(tl.int64))

@@ -19,12 +19,17 @@ def _store_kv_kernel(
     k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
     stride_kt, stride_vt, stride_cs, ROW: tl.constexpr, ROW_PAD: tl.constexpr,
 ):
-    """One program = one token: copy its K row and V row (num_kv_heads * head_dim values) to its slot."""
+    """One program = one token: copy its K row and V row (num_kv_heads * head_dim values) to its slot.
+
+    Token t's row goes to row slot_mapping[t] of both caches (cast to the cache's
+    dtype); no other row of the cache changes, and nothing past ROW is read or
+    written. Slots may be in any order and may be large (slot * stride_cs can
+    pass 2**31 in a big pool).
+    """
     token = tl.program_id(0)
     cols = tl.arange(0, ROW_PAD)
-    # Hint: load this token's slot from slot_mapping (as int64: slot * stride can
-    # pass 2**31 in a big pool), then copy ROW contiguous values of k and of v
-    # to k_cache_ptr + slot * stride_cs (mask the columns past ROW).
+    # Idea: the slot mapping says where each token's row goes; the kernel is a masked row copy.
+    # Stuck? `miniyaie hint 4.4` prints hints, one level at a time.
     # TODO(Task 4.4): Store K/V through the slot mapping. Replace this line with your code.
     raise NotImplementedError('Chapter 4, Task 4: Store K/V through the slot mapping — see book/src/ch04_triton_kernels.md')
 # ANCHOR_END: store_kernel

@@ -89,12 +89,10 @@ def cmd_course(args: argparse.Namespace) -> int:
 
 
 def _ladders() -> int:
-    """Print the hint-ladder errors and warnings; 1 when there is an error."""
+    """Print the hint-ladder errors; 1 when there is one."""
     from miniyaie.course import hints
 
-    errors, warnings = hints.all_problems()
-    for line in warnings:
-        print(f"warning: {line}")
+    errors = hints.all_problems()
     for line in errors:
         print(f"error: {line}")
     return 1 if errors else 0

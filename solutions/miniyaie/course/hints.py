@@ -27,18 +27,16 @@ from miniyaie.course.registry import CHAPTERS
 LEVELS = 3
 LEVEL_NAMES = {1: "the idea", 2: "the algorithm in words", 3: "pseudocode"}
 HINTS_DIR = REPO_ROOT / "book" / "src" / "hints"
-# Chapters whose regions may still carry an old-style one-level '# Hint:' (a warning, not a failure).
-LEGACY_CHAPTERS = frozenset({4})
 MAX_NUDGE = 110  # characters: a nudge names the idea, it does not spell the steps
 
 
-def ladder_problems(region: Region) -> tuple[list[str], list[str]]:
-    """(errors, warnings) about one region's ladder."""
+def ladder_problems(region: Region) -> list[str]:
+    """What is wrong with one region's ladder (nothing: an empty list)."""
     where = f"{region.path}:{region.begin} (Task {region.task})"
     if region.legacy or not region.hints:
         what = "an old-style '# Hint:' (a one-level ladder)" if region.legacy else "no hint ladder"
         message = f"{where}: {what}; write '# Nudge:' and '# Hint 1:' .. '# Hint 3:' above BEGIN"
-        return ([], [message]) if region.chapter in LEGACY_CHAPTERS else ([message], [])
+        return [message]
     errors = []
     if len(region.hints) < LEVELS:
         errors.append(f"{where}: {len(region.hints)} hint level(s); a ladder has {LEVELS} (idea, algorithm, pseudocode)")
@@ -47,7 +45,7 @@ def ladder_problems(region: Region) -> tuple[list[str], list[str]]:
     elif len(region.nudge) > MAX_NUDGE:
         errors.append(f"{where}: the nudge is {len(region.nudge)} characters; keep it under {MAX_NUDGE}")
     errors += [f"{where}: Hint {n} is empty" for n, text in enumerate(region.hints, 1) if not text.strip()]
-    return errors, []
+    return errors
 
 
 def function_of(region: Region, root: Path) -> str:
@@ -147,17 +145,11 @@ def write_pages() -> list[str]:
     return changed
 
 
-def all_problems() -> tuple[list[str], list[str]]:
-    """(errors, warnings) over every region of every chapter."""
+def all_problems() -> list[str]:
+    """The ladder problems of every region of every chapter."""
     from miniyaie.course.sync import regions_of
 
-    errors, warnings = [], []
-    for ch in CHAPTERS:
-        for region in regions_of(ch):
-            e, w = ladder_problems(region)
-            errors += e
-            warnings += w
-    return errors, warnings
+    return [problem for ch in CHAPTERS for region in regions_of(ch) for problem in ladder_problems(region)]
 
 
 def format_ladder(task: str, regions: list[Region], level: int, root: Path) -> str:

@@ -20,9 +20,8 @@ The ladder itself is printed by `miniyaie hint N.M` and shown in the book in
 collapsible blocks (course/hints.py).
 
 An old-style region has one `# Hint: ...` comment block instead (continued
-by plain `# ...` lines): it is kept in the stub as it was and read as a
-one-level ladder. Only chapters still being converted may use it
-(hints.LEGACY_CHAPTERS).
+by plain `# ...` lines): it is read as a one-level ladder so that `course
+check` can name it as an error (every task has a full ladder).
 """
 
 from __future__ import annotations

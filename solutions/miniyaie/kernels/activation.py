@@ -14,11 +14,24 @@ def silu_and_mul_reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor
 # ANCHOR: silu_kernel
 @triton.jit
 def _silu_and_mul_kernel(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """One program = BLOCK consecutive elements of the flattened tensors."""
+    """One program = BLOCK consecutive elements of the flattened tensors.
+
+    out = silu(gate) * up elementwise, with silu(g) = g * sigmoid(g) computed in
+    float32 and rounded to out's dtype before the multiply (as torch's
+    `F.silu(gate) * up` does in bf16). Elements at or past n are not touched.
+    """
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offsets < n
-    # Hint: silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), in float32; round it to the
-    # output dtype (as torch does) before multiplying by up.
+    # Nudge: an elementwise kernel: load, compute in float32, round where torch rounds, store.
+    # Hint 1: Each program owns BLOCK elements; the last block is partial, so loads and stores
+    #   are masked. torch computes silu(gate) as its own op, so in bf16 its result is rounded
+    #   before the multiply: round it too, or the output differs by an ulp.
+    # Hint 2: Load gate and up (masked) as float32; silu = g / (1 + exp(-g)), rounded to the
+    #   output dtype and back to float32; store silu * up in the output dtype (masked).
+    # Hint 3:
+    #   g = load(gate_ptr + offsets, mask=ok).to(float32); u = likewise from up_ptr
+    #   silu = (g / (1 + exp(-g))).to(out dtype).to(float32)
+    #   store(out_ptr + offsets, (silu * u).to(out dtype), mask=ok)
     # BEGIN SOLUTION 4.7: SiLU and multiply
     g = tl.load(gate_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
     u = tl.load(up_ptr + offsets, mask=ok, other=0.0).to(tl.float32)

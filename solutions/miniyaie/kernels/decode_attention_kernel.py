@@ -59,6 +59,12 @@ def _decode_split_kernel(
     It attends the GROUP query heads of that KV head to tokens
     [split * split_len, (split + 1) * split_len) and writes the normalised
     partial output plus its log-sum-exp (-inf for an empty split).
+
+    To compute (the lines after the region store them): `out` [GROUP_PAD,
+    DIM_PAD] float32, softmax(q k^T) v over this split's tokens only, and `lse`
+    [GROUP_PAD], the log of the split's sum of exp(scores) (natural log, scores
+    already scaled). A split past the end of the sequence is empty: out 0, lse -inf,
+    and no NaN anywhere. Tokens are read through the block table, never past `end`.
     """
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -75,14 +81,30 @@ def _decode_split_kernel(
                 mask=head_ok[:, None] & dim_ok[None, :], other=0.0)
     q = (q.to(tl.float32) * scale).to(DOT)
 
-    # Hint: the usual online softmax over tiles of BLOCK_N tokens, kept per query
-    # head: running max m [GROUP_PAD], running sum l, running output acc
-    # [GROUP_PAD, DIM_PAD], all float32. Token t of the sequence lives in page
-    # block_tables[seq, t // block_size] at offset t % block_size, so its K row
-    # is at k_cache_ptr + (page * block_size + offset) * stride_cs + kv_head * stride_ch.
-    # Load K and V tiles with a mask (tokens >= end, dims >= HEAD_DIM), cast them to
-    # float32, then to DOT before tl.dot. Masked scores are -inf. After the loop,
-    # write acc / l and m + log(l); an empty split (l == 0) writes 0 and -inf.
+    # Nudge: online softmax over tiles of the split's tokens, each tile gathered through the block table.
+    # Hint 1: The split's keys do not fit in registers at once, so visit them tile by tile and
+    #   keep, per query head, a running max, a running sum of exponentials and a running
+    #   weighted sum of V, rescaling the old sums whenever the max grows (flash attention's
+    #   invariant: acc / l is the softmax-weighted V of the tokens seen so far). Token t lives
+    #   in page block_tables[seq, t // block_size] at offset t % block_size. Every load is
+    #   masked: a token at or past `end`, a padded dim or head. An empty split must end with
+    #   l = 0 and produce 0 and -inf, not 0/0.
+    # Hint 2: Start m at -inf, l at 0, acc at 0 (float32). For each tile of BLOCK_N tokens from
+    #   start to end: compute the token indexes and their validity, load the pages, form the
+    #   slots (page * block_size + offset, in int64), load K and V rows at slot * stride_cs +
+    #   kv_head * stride_ch, scores = q k^T (in DOT), -inf where a token is invalid; new max,
+    #   correction exp(m - m_new), p = exp(scores - m_new), update l and acc with the
+    #   correction, move m. After the loop divide acc by l and set lse = m + log(l), guarding l = 0.
+    # Hint 3:
+    #   m = -inf[GROUP_PAD]; l = 0[GROUP_PAD]; acc = 0[GROUP_PAD, DIM_PAD]
+    #   for tile in range(start, end, BLOCK_N):
+    #       tokens = tile + arange(BLOCK_N); ok = tokens < end
+    #       pages = load(block_tables + seq*stride_bt + tokens // block_size, mask=ok)
+    #       offs = (pages.int64 * block_size + tokens % block_size)[:, None] * stride_cs + kv_head * stride_ch + dims[None, :]
+    #       k, v = masked loads (ok & dim_ok) as float32
+    #       scores = where(ok, dot(q, trans(k.to(DOT))), -inf); m_new = max(m, rowmax(scores))
+    #       c = exp(m - m_new); p = exp(scores - m_new[:, None]); l = l*c + rowsum(p); acc = acc*c[:, None] + dot(p, v); m = m_new
+    #   out = acc / where(l > 0, l, 1); lse = where(l > 0, m + log(l), -inf)
     # BEGIN SOLUTION 4.1: Paged decode attention, one split
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float32)
@@ -132,8 +154,18 @@ def _merge_splits_kernel(
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, DIM_PAD)
     rows = (seq * num_heads + head) * num_splits + splits
-    # Hint: load the lse of every split (-inf beyond num_splits), weigh each split by
-    # exp(lse - max lse), and divide the weighted sum of outputs by the sum of weights.
+    # Nudge: each split is a softmax over part of the keys; its lse says how much mass it had.
+    # Hint 1: Two partial softmaxes combine exactly when each is weighted by its total mass
+    #   exp(lse_i). Subtract the largest lse before exponentiating, or a long split overflows
+    #   float32; an empty split (lse -inf) then weighs exactly 0. Padding rows past num_splits
+    #   must weigh 0 as well, and at least one split of a sequence is never empty.
+    # Hint 2: Load every split's lse (masked, -inf past num_splits) and its partial output row
+    #   (masked, 0 past num_splits). Weights = exp(lse - max lse). The result is the sum of
+    #   weights times outputs over the splits, divided by the sum of the weights.
+    # Hint 3:
+    #   lse = load(part_lse + rows, mask=splits < num_splits, other=-inf)
+    #   w = exp(lse - max(lse)); parts = load(part_out + rows[:, None] * DIM_PAD + dims[None, :], mask=..., other=0)
+    #   out = sum(parts * w[:, None], axis=0) / sum(w)
     # BEGIN SOLUTION 4.2: Merge flash-decoding splits
     lse = tl.load(part_lse_ptr + rows, mask=splits < num_splits, other=float("-inf"))
     weights = tl.exp(lse - tl.max(lse, axis=0))

@@ -55,7 +55,15 @@ def _extend_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT: tl.constexpr,
 ):
-    """One program = BLOCK_M new tokens of one sequence, one query head."""
+    """One program = BLOCK_M new tokens of one sequence, one query head.
+
+    The sequence's first prefix_len = seq_len - query_len keys are already in the
+    cache (a cached prefix or earlier chunks); its query_len new tokens sit at
+    positions prefix_len .. seq_len - 1 and their K/V are in the cache too. New
+    token i sees keys 0 .. prefix_len + i (the causal mask shifted by the
+    prefix), through the block table. To compute: `out` [BLOCK_M, DIM_PAD]
+    float32; rows past query_len may hold anything finite (they are not stored).
+    """
     seq = tl.program_id(0)
     head = tl.program_id(1)
     tile_m = tl.program_id(2)
@@ -76,11 +84,24 @@ def _extend_kernel(
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
     q = (q.to(tl.float32) * scale).to(DOT)
 
-    # Hint: online softmax over key tiles 0 .. the last position this tile can see
-    # (tl.minimum(seq_len, prefix_len + (tile_m + 1) * BLOCK_M)). Key j's slot is
-    # block_tables[seq, j // block_size] * block_size + j % block_size. A key is
-    # visible when j <= query_pos and j < seq_len. Keep m, l, acc per row in float32;
-    # rows past query_len still see real keys, so no row is ever all -inf.
+    # Nudge: the decode kernel's online softmax, with a causal mask shifted by the cached prefix.
+    # Hint 1: A query at position p sees keys 0..p: the whole cached prefix plus the new tokens up
+    #   to itself. This tile's last query can see no further than prefix_len + (tile_m + 1) *
+    #   BLOCK_M - 1 (nor past seq_len), so key tiles beyond that are skipped entirely, which
+    #   is what makes causal attention cost half. Each query row keeps its own running max,
+    #   sum and output; key 0 is visible to every row, so no row ends with l = 0.
+    # Hint 2: m = -inf, l = 0, acc = 0 per row. The key range ends at min(seq_len, prefix_len +
+    #   (tile_m + 1) * BLOCK_M). For each tile of BLOCK_N keys in it: slots through the block
+    #   table (int64), masked K/V loads, scores = q k^T, keep a score only when the key is in
+    #   range and key <= the row's query position, else -inf; the online-softmax update.
+    #   Finally out = acc / l.
+    # Hint 3:
+    #   m, l, acc = -inf[BLOCK_M], 0[BLOCK_M], 0[BLOCK_M, DIM_PAD]; key_end = minimum(seq_len, prefix_len + (tile_m + 1) * BLOCK_M)
+    #   for tile in range(0, key_end, BLOCK_N):
+    #       keys = tile + arange(BLOCK_N); ok = keys < key_end; slots via block_tables; k, v masked loads
+    #       scores = where(ok[None, :] & (keys[None, :] <= query_pos[:, None]), dot(q, trans(k)), -inf)
+    #       online-softmax update of m, l, acc (as in Task 4.1)
+    #   out = acc / l[:, None]
     # BEGIN SOLUTION 4.3: Extend attention with an offset causal mask
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)

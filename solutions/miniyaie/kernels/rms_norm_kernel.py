@@ -28,15 +28,31 @@ def _rms_norm_kernel(
     x_ptr, residual_ptr, weight_ptr, out_ptr, summed_ptr, stride_x, stride_r, stride_o, stride_s, eps,
     HIDDEN: tl.constexpr, BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
 ):
-    """One program = one row of `HIDDEN` values (the whole row fits in BLOCK)."""
+    """One program = one row of `HIDDEN` values (the whole row fits in BLOCK).
+
+    out = weight * normed, normed = x / sqrt(mean(x^2) + eps) rounded to x's
+    dtype (as the model's torch RMSNorm does). With a residual, x is first
+    replaced by x + residual rounded to x's dtype, and that sum is also stored to
+    `summed` (the next layer's residual). Statistics are in float32 over the
+    HIDDEN real columns only.
+    """
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     ok = cols < HIDDEN
     x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
-    # Hint: with a residual, add it and round the sum to x's dtype (that rounded
-    # sum is what the next layer adds to, so store it to summed_ptr); then
-    # rstd = 1 / sqrt(mean(sum^2) + eps) over the HIDDEN real columns,
-    # normed = (sum * rstd) rounded to x's dtype, out = weight * normed.
+    # Nudge: one pass for the add, the statistics and the scale: the row never leaves the program.
+    # Hint 1: Fusing saves a round trip to memory: the residual add, the mean of squares and
+    #   the scaling all happen on the row already loaded. To match torch bit for bit in bf16,
+    #   round where torch rounds: the sum (to x's dtype) before the statistics, the normalised
+    #   row before the weight. The mean divides by HIDDEN, not BLOCK (the padding is zeros).
+    # Hint 2: If HAS_RESIDUAL: load the residual row, add, round to the summed dtype, store it
+    #   to summed, and go on in float32. rstd = 1 / sqrt(sum(x*x) / HIDDEN + eps). normed =
+    #   (x * rstd) rounded to the output dtype and back; load the weight; store weight * normed.
+    # Hint 3:
+    #   if HAS_RESIDUAL: r = load(residual row); x = (x + r).to(summed dtype); store(summed row, x); x = x.to(float32)
+    #   rstd = 1 / sqrt(sum(x * x) / HIDDEN + eps)
+    #   normed = (x * rstd).to(out dtype).to(float32); w = load(weight)
+    #   store(out row, (w * normed).to(out dtype), mask=ok)
     # BEGIN SOLUTION 4.5: RMSNorm with a fused residual add
     if HAS_RESIDUAL:
         r = tl.load(residual_ptr + row * stride_r + cols, mask=ok, other=0.0).to(tl.float32)

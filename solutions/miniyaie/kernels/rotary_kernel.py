@@ -29,9 +29,18 @@ def _rotate_heads(x_ptr, stride_t, stride_h, token, c, s, NUM_HEADS: tl.constexp
     cols = tl.arange(0, HALF_PAD)
     ok = (heads < NUM_HEADS)[:, None] & (cols < HALF)[None, :]
     first = x_ptr + token * stride_t + heads[:, None] * stride_h + cols[None, :]
-    # Hint: x1 = the first half of every head, x2 = the second half (HALF further on);
-    # in float32, new x1 = x1 * cos - x2 * sin and new x2 = x2 * cos + x1 * sin
-    # (cos, sin: this token's first HALF angles); store both back in x's dtype.
+    # Nudge: rotate pairs (i, i + HALF) of every head by this token's angles, in place.
+    # Hint 1: Llama's rotary embedding pairs dimension i with dimension i + HALF (not i + 1) and
+    #   rotates each pair by the angle of its frequency at this token's position. Both halves
+    #   must be read before either is written (in place!), in float32, and written back in x's
+    #   dtype; padded heads and columns are masked.
+    # Hint 2: Load the first half of every head at `first` and the second half HALF further on,
+    #   both as float32. New first = x1 cos - x2 sin; new second = x2 cos + x1 sin (cos and sin
+    #   broadcast over heads). Store both, masked, in x's element type.
+    # Hint 3:
+    #   x1 = load(first, mask=ok).to(float32); x2 = load(first + HALF, mask=ok).to(float32)
+    #   store(first, (x1 * c[None, :] - x2 * s[None, :]).to(x dtype), mask=ok)
+    #   store(first + HALF, (x2 * c[None, :] + x1 * s[None, :]).to(x dtype), mask=ok)
     # BEGIN SOLUTION 4.6: Rotary embedding in place
     x1 = tl.load(first, mask=ok, other=0.0).to(tl.float32)
     x2 = tl.load(first + HALF, mask=ok, other=0.0).to(tl.float32)

@@ -112,13 +112,28 @@ def _sample_kernel(
         inv_t = 1.0 / temperature
         k = tl.load(top_k_ptr + row)
         top_p = tl.load(top_p_ptr + row)
-        # Hint: thresholds are searched over the int32 bits of a float32 p in [0, 1]
-        # (0 .. 0x3F800000; x.to(tl.float32, bitcast=True) turns bits into a float).
-        # top-k: the largest t with count(p >= t) >= k. top-p: the smallest t >= the
-        # top-k threshold with mass(p > t) < top_p * mass(p >= top-k threshold).
-        # min-p: t = min_p. Keep p >= the largest of the three, then walk the row in
-        # order with a running sum (tl.cumsum) until it passes u * kept mass; if rounding
-        # never lets it pass, take the last kept token.
+        # Nudge: every rule is a probability threshold; find each by bisection, keep p >= the largest.
+        # Hint 1: A sort does not fit a GPU program over a 150k vocabulary, but each rule keeps the
+        #   tokens whose (unnormalised) probability p = exp((x - max) / T) is at least some t:
+        #   top-k's t is the largest that still keeps k tokens, top-p's the smallest (at or above
+        #   top-k's) whose strictly-higher mass is below top_p of the mass top-k kept, min-p's is
+        #   min_p itself (p of the max is 1). Counts and masses are monotone in t, so bisect.
+        #   Bisecting over the int32 bit patterns of non-negative floats is exact and ends.
+        # Hint 2: threshold = 0. If 0 < k < vocab: bisect bits in [0, bits(1.0) + 1) for the
+        #   largest t with count(p >= t) >= k. If top_p < 1: with kept = mass(p >= threshold),
+        #   bisect for the smallest t with mass(p > t) < top_p * kept; raise threshold to it.
+        #   Raise it to min_p. Then draw: target = u * mass(p >= threshold); walk the row in
+        #   tiles with a running cumulative sum of the kept p; the token is the first kept one
+        #   whose cumulative sum exceeds target; if rounding never gets there, the last kept token.
+        # Hint 3:
+        #   lo, hi = 0, 0x3F800001; while hi - lo > 1: mid = (lo+hi)//2; count(bits mid) >= k ? lo = mid : hi = mid
+        #   threshold = float(lo)   (only when 0 < k < vocab)
+        #   if top_p < 1: kept = mass(>= threshold); lo, hi = bits(threshold) - 1, 0x3F800000
+        #       while hi - lo > 1: mid; mass_above(mid) < top_p * kept ? hi = mid : lo = mid;  threshold = max(threshold, float(hi))
+        #   threshold = max(threshold, min_p); target = u * mass(>= threshold)
+        #   for each tile: kept = where(p >= threshold, p, 0); cum = running + cumsum(kept)
+        #       found = min(found, first offset with cum > target and kept > 0); last_kept = max(...); running += sum(kept)
+        #   chosen = min(found, last_kept)
         # BEGIN SOLUTION 4.8: Sort-free top-k / top-p / min-p sampling
         threshold = 0.0
         if (k > 0) & (k < vocab):

@@ -19,12 +19,27 @@ def _store_kv_kernel(
     k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
     stride_kt, stride_vt, stride_cs, ROW: tl.constexpr, ROW_PAD: tl.constexpr,
 ):
-    """One program = one token: copy its K row and V row (num_kv_heads * head_dim values) to its slot."""
+    """One program = one token: copy its K row and V row (num_kv_heads * head_dim values) to its slot.
+
+    Token t's row goes to row slot_mapping[t] of both caches (cast to the cache's
+    dtype); no other row of the cache changes, and nothing past ROW is read or
+    written. Slots may be in any order and may be large (slot * stride_cs can
+    pass 2**31 in a big pool).
+    """
     token = tl.program_id(0)
     cols = tl.arange(0, ROW_PAD)
-    # Hint: load this token's slot from slot_mapping (as int64: slot * stride can
-    # pass 2**31 in a big pool), then copy ROW contiguous values of k and of v
-    # to k_cache_ptr + slot * stride_cs (mask the columns past ROW).
+    # Nudge: the slot mapping says where each token's row goes; the kernel is a masked row copy.
+    # Hint 1: A token's K/V row is ROW contiguous values in the input and one row of the cache
+    #   at its slot. The only traps: the offset slot * stride_cs overflows int32 in a big pool,
+    #   ROW_PAD > ROW columns must be masked on both the load and the store, and the cache may
+    #   have another dtype than the input.
+    # Hint 2: Read this program's slot from slot_mapping and widen it to int64. Load ROW values of
+    #   k and of v from this token's input rows (masked), cast them to the cache's element type,
+    #   and store them at the slot's row of each cache (masked).
+    # Hint 3:
+    #   slot = load(slot_mapping + token).to(int64); ok = cols < ROW
+    #   k = load(k_ptr + token * stride_kt + cols, mask=ok); v likewise
+    #   store(k_cache_ptr + slot * stride_cs + cols, k.to(k_cache dtype), mask=ok); v likewise
     # BEGIN SOLUTION 4.4: Store K/V through the slot mapping
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
     ok = cols < ROW
