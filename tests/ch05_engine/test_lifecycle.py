@@ -1,4 +1,4 @@
-"""Task 5.6: a request's life in InferenceEngine — tokens and text recorded, stop strings end it, callers told."""
+"""Task 5.8: a request's life in InferenceEngine — tokens and text recorded, stop strings end it, callers told."""
 
 import pytest
 
@@ -13,7 +13,7 @@ def engine(tiny_loaded):
         yield e
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.8")
 def test_a_stream_is_deltas_then_the_result(engine):
     items = list(engine.stream(PROMPT, max_tokens=7, ignore_eos=True))
     deltas, result = items[:-1], items[-1]
@@ -23,7 +23,7 @@ def test_a_stream_is_deltas_then_the_result(engine):
     assert [d.finish_reason for d in deltas] == [None] * 6 + ["length"] and result.finish_reason == "length"
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.8")
 def test_a_stop_string_ends_the_request_and_returns_its_blocks(engine):
     full = engine.generate(PROMPT, max_tokens=20, ignore_eos=True)
     candidates = [i for i in range(1, len(full.text) - 1) if "\ufffd" not in full.text[i : i + 2]]
@@ -37,7 +37,7 @@ def test_a_stop_string_ends_the_request_and_returns_its_blocks(engine):
     assert stats["kv_blocks"]["held_by_requests"] == 0 and stats["requests"]["in_flight"] == 0
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.8")
 def test_every_completion_finishes_before_the_result(engine):
     items = list(engine.stream(PROMPT, n=3, max_tokens=4, temperature=1.0, seed=1, ignore_eos=True))
     result = items[-1]

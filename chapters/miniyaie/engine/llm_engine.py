@@ -167,21 +167,37 @@ class LLMEngine:
     # ------------------------------------------------------------ one step
     # ANCHOR: step
     def step(self) -> list[RequestEvent]:
-        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events."""
+        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events.
+
+        The part you write turns the non-empty step `out` into `sampled` (request id
+        -> SampledToken, for every chunk that reaches its end and every completion
+        forked this step) and `finished` (request id -> "stop" | "length"). The
+        scheduler records every sampled token (and finishes and frees on EOS or
+        max_tokens). n > 1: the other completions fork after the prompt's last chunk,
+        sample from its logits with their own settings and share its blocks. A token
+        in stop_token_ids ends a request with "stop" (even with ignore_eos).
+        """
         started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
+        used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
+        # Idea: settings per sampling row, one forward pass, fork before the update, then stop tokens.
+        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+        # TODO(Task 5.7): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 7: The engine step — see book/src/ch05_engine.md')
+        self._count_step(out, was_running, started, used_blocks, sampled, finished)
+        events = [self._event(rid, s, finished.get(rid), self._prompt_cached.get(rid, 0)) for rid, s in sampled.items()]
+        for rid in finished:
+            self._forget(rid)
+        return events
+    # ANCHOR_END: step
+
+    def _count_step(self, out: SchedulerOutput, was_running: set[str], started: float, used_blocks: int,
+                    sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
+        """The step's counters and, when tracing, its StepRecord."""
         decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
-        sampling = [c.request for c in out.chunks if c.samples_next_token]
-        rows = {r.request_id: self._row(r.request_id, r) for r in sampling}
-        fanout = {r.request_id: self._unforked_children(r.request_id) for r in sampling if r.request_id in self._children}
-        for parent_id, children in fanout.items():
-            parent = self.scheduler.requests[parent_id]
-            rows.update({child: self._row(child, parent, first=True) for child in children})
-        sampled = self.runner.run(out, rows, fanout)
-        child_chunks = [self._fork(parent_id, child) for parent_id, children in fanout.items() for child in children]
         self.counters["steps"] += 1
         self.counters["computed_tokens"] += out.num_batched_tokens
         # A request admitted this step starts after its cached prefix: those tokens were not computed.
@@ -196,10 +212,7 @@ class LLMEngine:
                     cached += c.start
                     self._prompt_cached[c.request.request_id] = c.start
         self.counters["cached_tokens"] += cached
-        self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], self.memory.num_used_blocks)
-        update = SchedulerOutput(out.chunks + child_chunks, out.preempted)
-        finished = {r.request_id: r.finish_reason.value for r in self.scheduler.update(update, {k: s.token_id for k, s in sampled.items()})}
-        finished.update(self._stop_token_finishes(sampled, finished))
+        self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], used_blocks)
         self.counters["output_tokens"] += len(sampled)
         self.counters["finished_requests"] += len(finished)
         if self.on_step is not None:
@@ -208,11 +221,6 @@ class LLMEngine:
                 out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
                 len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
             ))
-        events = [self._event(rid, s, finished.get(rid), self._prompt_cached.get(rid, 0)) for rid, s in sampled.items()]
-        for rid in finished:
-            self._forget(rid)
-        return events
-    # ANCHOR_END: step
 
     def _unforked_children(self, parent_id: str) -> list[str]:
         """The completions of `parent_id` still to fork (one aborted on its own before its fork is left out)."""

@@ -18,16 +18,20 @@ class ModelRunner:
 
     # ANCHOR: prepare
     def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-        """Pack every chunk of the step into one batch: ids, positions, and where K/V live."""
-        input_ids = [t for chunk in out.chunks for t in chunk.token_ids]
-        positions = [p for chunk in out.chunks for p in range(chunk.start, chunk.start + chunk.num_tokens)]
-        meta = self.memory.attention_metadata(
-            [(c.request.request_id, c.start, c.start + c.num_tokens) for c in out.chunks], self.device
-        )
-        # Copy-on-write: blocks the memory split off a shared block get its K/V before we write.
-        copy_blocks(self.pool, self.memory.take_block_copies(), self.memory.block_size)
-        as_tensor = lambda xs: torch.tensor(xs, dtype=torch.int64, device=self.device)  # noqa: E731
-        return as_tensor(input_ids), as_tensor(positions), meta
+        """Pack every chunk of the step into one batch: ids, positions, and where K/V live.
+
+        Returns (input_ids [T], positions [T], metadata) for the T = sum of the
+        chunks' num_tokens tokens, chunk after chunk in `out.chunks` order: a chunk
+        (request, start, num_tokens) contributes its tokens start .. start +
+        num_tokens - 1 (`chunk.token_ids`) at those positions, and the metadata
+        (from the paged memory, chapter 2) says where each sequence's K/V live.
+        Before it returns, the pool holds every block copy that copy-on-write
+        queued: the forward pass will write into those private copies.
+        """
+        # Idea: one flat batch, chunk after chunk; a chunk's positions start where its computed tokens end.
+        # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
+        # TODO(Task 5.6): Pack the step into one batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 6: Pack the step into one batch — see book/src/ch05_engine.md')
     # ANCHOR_END: prepare
 
     def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow], fanout: dict[str, list[str]] | None = None) -> dict[str, SampledToken]:
@@ -39,14 +43,26 @@ class ModelRunner:
         """
         input_ids, positions, meta = self.prepare(out)
         hidden = self.model(input_ids, positions, self.pool, meta)
-        last_rows = torch.tensor(meta.query_lens, device=self.device).cumsum(0) - 1
-        picks = []  # (row of hidden, request id)
-        for i, chunk in enumerate(out.chunks):
-            if chunk.samples_next_token:
-                rid = chunk.request.request_id
-                picks += [(i, rid)] + [(i, child) for child in (fanout or {}).get(rid, [])]
-        if not picks:
+        rows_of_hidden, picked_ids = self.sampling_rows(out, fanout or {})
+        if not picked_ids:
             return {}
-        logits = self.model.compute_logits(hidden[last_rows[[i for i, _ in picks]]])
-        sampled = self.sampler(logits, [rows[rid] for _, rid in picks])  # every row in one pass
-        return {rid: token for (_, rid), token in zip(picks, sampled)}
+        logits = self.model.compute_logits(hidden[rows_of_hidden])
+        sampled = self.sampler(logits, [rows[rid] for rid in picked_ids])  # every row in one pass
+        return dict(zip(picked_ids, sampled))
+
+    # ANCHOR: sampling_rows
+    def sampling_rows(self, out: SchedulerOutput, fanout: dict[str, list[str]]) -> tuple[list[int], list[str]]:
+        """Which rows of the packed batch become logits, and for whom: (row indexes, request ids), in step.
+
+        Only a chunk that reaches the end of its request's known tokens
+        (`chunk.samples_next_token`: a decode, or a prompt's last chunk) samples;
+        its row is the chunk's last token in the packed batch of `prepare`. The
+        completions in fanout[request id] (n > 1, forked right after the prompt)
+        sample from that same row, listed right after their request. A step in
+        which no chunk samples returns two empty lists.
+        """
+        # Idea: a chunk's last token sits at the running total of the chunk sizes, minus one.
+        # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
+        # TODO(Task 5.6): Pack the step into one batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 6: Pack the step into one batch — see book/src/ch05_engine.md')
+    # ANCHOR_END: sampling_rows

@@ -167,13 +167,47 @@ class LLMEngine:
     # ------------------------------------------------------------ one step
     # ANCHOR: step
     def step(self) -> list[RequestEvent]:
-        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events."""
+        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events.
+
+        The part you write turns the non-empty step `out` into `sampled` (request id
+        -> SampledToken, for every chunk that reaches its end and every completion
+        forked this step) and `finished` (request id -> "stop" | "length"). The
+        scheduler records every sampled token (and finishes and frees on EOS or
+        max_tokens). n > 1: the other completions fork after the prompt's last chunk,
+        sample from its logits with their own settings and share its blocks. A token
+        in stop_token_ids ends a request with "stop" (even with ignore_eos).
+        """
         started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
-        decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
+        used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
+        # Nudge: settings per sampling row, one forward pass, fork before the update, then stop tokens.
+        # Hint 1: Three given pieces do the heavy work: self.runner.run (Task 5.6: batch, forward,
+        #   sampler), self.scheduler.update (chapter 1: append tokens, finish, free) and
+        #   self._fork (a completion joins on its parent's blocks). The order is the design:
+        #   a forked completion's first token comes from its parent's prompt logits, so its
+        #   row must be in this step's run; it must be forked before the update (the update may
+        #   finish the parent and free its blocks) and be part of that update (that records its
+        #   first token). Stop tokens are not the scheduler's business: check them last.
+        # Hint 2: Collect the requests whose chunk samples; make a SamplingRow for each
+        #   (self._row). For those with unforked completions (self._children), take the list
+        #   (self._unforked_children) as the fanout and add a row for each child, built from
+        #   the parent with first=True. Run the runner. Fork every child (self._fork gives its
+        #   zero-token chunk). Update the scheduler with the step's chunks plus the children's
+        #   chunks, the step's preempted list and the sampled token ids; its finished requests
+        #   give their finish_reason.value. Add self._stop_token_finishes.
+        # Hint 3:
+        #   sampling = [c.request for c in out.chunks if c.samples_next_token]
+        #   rows = {r.request_id: self._row(r.request_id, r) for r in sampling}
+        #   fanout = {r.request_id: self._unforked_children(r.request_id) for r in sampling if r.request_id in self._children}
+        #   for parent_id, children in fanout.items(): rows[child] = self._row(child, parent, first=True) for each child
+        #   sampled = self.runner.run(out, rows, fanout)
+        #   child_chunks = [self._fork(parent_id, child) for each parent_id, child]
+        #   done = self.scheduler.update(SchedulerOutput(out.chunks + child_chunks, out.preempted), {rid: s.token_id ...})
+        #   finished = {r.request_id: r.finish_reason.value for r in done}; finished.update(self._stop_token_finishes(sampled, finished))
+        # BEGIN SOLUTION 5.7: The engine step
         sampling = [c.request for c in out.chunks if c.samples_next_token]
         rows = {r.request_id: self._row(r.request_id, r) for r in sampling}
         fanout = {r.request_id: self._unforked_children(r.request_id) for r in sampling if r.request_id in self._children}
@@ -182,6 +216,21 @@ class LLMEngine:
             rows.update({child: self._row(child, parent, first=True) for child in children})
         sampled = self.runner.run(out, rows, fanout)
         child_chunks = [self._fork(parent_id, child) for parent_id, children in fanout.items() for child in children]
+        update = SchedulerOutput(out.chunks + child_chunks, out.preempted)
+        finished = {r.request_id: r.finish_reason.value for r in self.scheduler.update(update, {k: s.token_id for k, s in sampled.items()})}
+        finished.update(self._stop_token_finishes(sampled, finished))
+        # END SOLUTION
+        self._count_step(out, was_running, started, used_blocks, sampled, finished)
+        events = [self._event(rid, s, finished.get(rid), self._prompt_cached.get(rid, 0)) for rid, s in sampled.items()]
+        for rid in finished:
+            self._forget(rid)
+        return events
+    # ANCHOR_END: step
+
+    def _count_step(self, out: SchedulerOutput, was_running: set[str], started: float, used_blocks: int,
+                    sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
+        """The step's counters and, when tracing, its StepRecord."""
+        decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
         self.counters["steps"] += 1
         self.counters["computed_tokens"] += out.num_batched_tokens
         # A request admitted this step starts after its cached prefix: those tokens were not computed.
@@ -196,10 +245,7 @@ class LLMEngine:
                     cached += c.start
                     self._prompt_cached[c.request.request_id] = c.start
         self.counters["cached_tokens"] += cached
-        self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], self.memory.num_used_blocks)
-        update = SchedulerOutput(out.chunks + child_chunks, out.preempted)
-        finished = {r.request_id: r.finish_reason.value for r in self.scheduler.update(update, {k: s.token_id for k, s in sampled.items()})}
-        finished.update(self._stop_token_finishes(sampled, finished))
+        self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], used_blocks)
         self.counters["output_tokens"] += len(sampled)
         self.counters["finished_requests"] += len(finished)
         if self.on_step is not None:
@@ -208,11 +254,6 @@ class LLMEngine:
                 out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
                 len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
             ))
-        events = [self._event(rid, s, finished.get(rid), self._prompt_cached.get(rid, 0)) for rid, s in sampled.items()]
-        for rid in finished:
-            self._forget(rid)
-        return events
-    # ANCHOR_END: step
 
     def _unforked_children(self, parent_id: str) -> list[str]:
         """The completions of `parent_id` still to fork (one aborted on its own before its fork is left out)."""

@@ -18,7 +18,34 @@ class ModelRunner:
 
     # ANCHOR: prepare
     def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-        """Pack every chunk of the step into one batch: ids, positions, and where K/V live."""
+        """Pack every chunk of the step into one batch: ids, positions, and where K/V live.
+
+        Returns (input_ids [T], positions [T], metadata) for the T = sum of the
+        chunks' num_tokens tokens, chunk after chunk in `out.chunks` order: a chunk
+        (request, start, num_tokens) contributes its tokens start .. start +
+        num_tokens - 1 (`chunk.token_ids`) at those positions, and the metadata
+        (from the paged memory, chapter 2) says where each sequence's K/V live.
+        Before it returns, the pool holds every block copy that copy-on-write
+        queued: the forward pass will write into those private copies.
+        """
+        # Nudge: one flat batch, chunk after chunk; a chunk's positions start where its computed tokens end.
+        # Hint 1: The model does not know about requests: it sees one long row of tokens, each with
+        #   its own position (for rotary embeddings) and the metadata that says which sequence it
+        #   belongs to and where its K/V go. A chunk continues its request at `start` (a cached
+        #   prefix or earlier chunks came before), so its positions are not 0-based. A shared
+        #   block that a request is about to write was split off by the memory (chapter 2); its
+        #   K/V must be copied into the new block before anything writes there.
+        # Hint 2: Concatenate every chunk's token_ids; concatenate range(start, start + num_tokens)
+        #   of every chunk; ask self.memory.attention_metadata for the (request id, start, end)
+        #   of every chunk, on self.device; copy the queued blocks (take_block_copies) in the
+        #   pool with copy_blocks; return the ids and positions as int64 tensors and the metadata.
+        # Hint 3:
+        #   ids = [t for c in chunks for t in c.token_ids]
+        #   positions = [p for c in chunks for p in range(c.start, c.start + c.num_tokens)]
+        #   meta = memory.attention_metadata([(c.request.request_id, c.start, c.start + c.num_tokens) for c in chunks], device)
+        #   copy_blocks(pool, memory.take_block_copies(), memory.block_size)
+        #   return int64 tensors of ids and positions, meta
+        # BEGIN SOLUTION 5.6: Pack the step into one batch
         input_ids = [t for chunk in out.chunks for t in chunk.token_ids]
         positions = [p for chunk in out.chunks for p in range(chunk.start, chunk.start + chunk.num_tokens)]
         meta = self.memory.attention_metadata(
@@ -28,6 +55,7 @@ class ModelRunner:
         copy_blocks(self.pool, self.memory.take_block_copies(), self.memory.block_size)
         as_tensor = lambda xs: torch.tensor(xs, dtype=torch.int64, device=self.device)  # noqa: E731
         return as_tensor(input_ids), as_tensor(positions), meta
+        # END SOLUTION
     # ANCHOR_END: prepare
 
     def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow], fanout: dict[str, list[str]] | None = None) -> dict[str, SampledToken]:
@@ -39,14 +67,49 @@ class ModelRunner:
         """
         input_ids, positions, meta = self.prepare(out)
         hidden = self.model(input_ids, positions, self.pool, meta)
-        last_rows = torch.tensor(meta.query_lens, device=self.device).cumsum(0) - 1
-        picks = []  # (row of hidden, request id)
-        for i, chunk in enumerate(out.chunks):
+        rows_of_hidden, picked_ids = self.sampling_rows(out, fanout or {})
+        if not picked_ids:
+            return {}
+        logits = self.model.compute_logits(hidden[rows_of_hidden])
+        sampled = self.sampler(logits, [rows[rid] for rid in picked_ids])  # every row in one pass
+        return dict(zip(picked_ids, sampled))
+
+    # ANCHOR: sampling_rows
+    def sampling_rows(self, out: SchedulerOutput, fanout: dict[str, list[str]]) -> tuple[list[int], list[str]]:
+        """Which rows of the packed batch become logits, and for whom: (row indexes, request ids), in step.
+
+        Only a chunk that reaches the end of its request's known tokens
+        (`chunk.samples_next_token`: a decode, or a prompt's last chunk) samples;
+        its row is the chunk's last token in the packed batch of `prepare`. The
+        completions in fanout[request id] (n > 1, forked right after the prompt)
+        sample from that same row, listed right after their request. A step in
+        which no chunk samples returns two empty lists.
+        """
+        # Nudge: a chunk's last token sits at the running total of the chunk sizes, minus one.
+        # Hint 1: The packed batch is the chunks one after the other, so chunk i ends at row
+        #   (sum of num_tokens of chunks 0..i) - 1. A chunk in the middle of a long prompt
+        #   computes K/V but its last token's next token is already known: it must not sample
+        #   (sampling it would append a made-up token to the prompt). A request's forked
+        #   completions reuse its row: the prompt is the same, so are the logits.
+        # Hint 2: Keep a running end of the rows. For each chunk, add its num_tokens; if it samples,
+        #   record (end - 1, its request id) and then (end - 1, child) for each of its fanout
+        #   children. Return the two lists.
+        # Hint 3:
+        #   rows, ids, end = [], [], 0
+        #   for chunk in out.chunks:
+        #       end += chunk.num_tokens
+        #       if chunk.samples_next_token:
+        #           for rid in [chunk.request.request_id, *fanout.get(chunk.request.request_id, [])]: rows.append(end - 1); ids.append(rid)
+        #   return rows, ids
+        # BEGIN SOLUTION 5.6: Pack the step into one batch
+        rows, ids, end = [], [], 0
+        for chunk in out.chunks:
+            end += chunk.num_tokens
             if chunk.samples_next_token:
                 rid = chunk.request.request_id
-                picks += [(i, rid)] + [(i, child) for child in (fanout or {}).get(rid, [])]
-        if not picks:
-            return {}
-        logits = self.model.compute_logits(hidden[last_rows[[i for i, _ in picks]]])
-        sampled = self.sampler(logits, [rows[rid] for _, rid in picks])  # every row in one pass
-        return {rid: token for (_, rid), token in zip(picks, sampled)}
+                for picked in [rid, *fanout.get(rid, [])]:
+                    rows.append(end - 1)
+                    ids.append(picked)
+        return rows, ids
+        # END SOLUTION
+    # ANCHOR_END: sampling_rows

@@ -1,0 +1,181 @@
+"""Tasks 5.6 and 5.7: the step packed into one batch, and the engine step that drives it.
+
+Task 5.6's tests drive the model runner with the scheduler by hand (a
+greedy loop written here), so they do not need Task 5.7; Task 5.7's tests
+go through `LLMEngine.step`. The oracle is transformers' greedy generate.
+"""
+
+import pytest
+from tiny_models import save_tiny_model, transformers_greedy
+
+from miniyaie.engine import EngineConfig, LLMEngine
+from miniyaie.engine.sampler import SamplingRow
+from miniyaie.engine.sampling_params import SamplingParams
+from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
+
+GREEDY = SamplingParams(max_tokens=5, ignore_eos=True)
+PROMPTS = [[3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46], [26, 43, 38, 32, 79], [50, 28, 84, 19, 71, 69, 39, 93, 75]]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-qwen2-step")
+    hf_model = save_tiny_model("qwen2", path)
+    from miniyaie.model import load_model
+
+    return load_model(path), hf_model
+
+
+@pytest.fixture(scope="module")
+def expected(tiny):
+    return [transformers_greedy(tiny[1], p, GREEDY.max_tokens) for p in PROMPTS]
+
+
+def engine_for(model, **config) -> LLMEngine:
+    settings = dict(block_size=4, num_blocks=64, max_num_batched_tokens=8, enable_prefix_caching=False)
+    return LLMEngine(model, EngineConfig(**{**settings, **config}))
+
+
+def greedy_row(request: Request) -> SamplingRow:
+    return SamplingRow(GREEDY, request.prompt_token_ids, request.output_token_ids)
+
+
+def run_by_hand(engine: LLMEngine, prompts, record=None, max_steps=200) -> dict[str, list[int]]:
+    """A greedy loop over the scheduler and the model runner alone (no LLMEngine.step)."""
+    requests = [Request(f"r{i}", list(p), GREEDY.max_tokens, ignore_eos=True) for i, p in enumerate(prompts)]
+    for r in requests:
+        engine.scheduler.add_request(r)
+    for _ in range(max_steps):
+        if not engine.scheduler.has_unfinished():
+            break
+        out = engine.scheduler.schedule()
+        rows = {c.request.request_id: greedy_row(c.request) for c in out.chunks}
+        sampled = engine.runner.run(out, rows)
+        if record is not None:
+            record(out, sampled)
+        engine.scheduler.update(out, {rid: s.token_id for rid, s in sampled.items()})
+    else:
+        raise AssertionError(f"the requests did not finish in {max_steps} steps")
+    return {r.request_id: r.output_token_ids for r in requests}
+
+
+@pytest.mark.task("5.6")
+def test_chunks_are_packed_in_order_at_their_own_positions(tiny, expected):
+    model, _ = tiny
+    engine = engine_for(model)
+    packed = []
+    prepare = engine.runner.prepare
+
+    def recording_prepare(out):
+        ids, positions, meta = prepare(out)
+        packed.append(([(c.request, c.start, c.num_tokens) for c in out.chunks], ids.tolist(), positions.tolist()))
+        return ids, positions, meta
+
+    engine.runner.prepare = recording_prepare
+    outputs = run_by_hand(engine, PROMPTS)
+    for chunks, ids, positions in packed:
+        assert len(ids) == len(positions) == sum(n for _, _, n in chunks), "one id and one position per scheduled token"
+        row = 0
+        for request, start, n in chunks:
+            sequence = request.all_token_ids
+            assert positions[row : row + n] == list(range(start, start + n)), (
+                f"{request.request_id}'s chunk starting at token {start} got positions {positions[row:row + n]}: "
+                "a chunk continues its request, its positions start at chunk.start"
+            )
+            assert ids[row : row + n] == sequence[start : start + n], "a chunk's ids are its request's tokens from chunk.start on"
+            row += n
+    assert any(start > 0 for chunks, _, _ in packed for _, start, _ in chunks), "chunked prefill was exercised"
+    assert [outputs[f"r{i}"] for i in range(len(PROMPTS))] == expected, "greedy output differs from transformers"
+
+
+@pytest.mark.task("5.6")
+def test_only_chunks_that_reach_their_end_sample(tiny):
+    model, _ = tiny
+    engine = engine_for(model)
+
+    def check(out, sampled):
+        reach_end = {c.request.request_id for c in out.chunks if c.start + c.num_tokens == c.request.num_tokens}
+        assert set(sampled) == reach_end, (
+            f"sampled {sorted(set(sampled))} but only {sorted(reach_end)} reached the end of their known tokens: "
+            "a chunk in the middle of a prompt must not sample"
+        )
+
+    run_by_hand(engine, PROMPTS, record=check)
+
+
+@pytest.mark.task("5.6")
+def test_a_forked_completion_reads_its_copy_of_the_shared_block(tiny, expected):
+    """Copy-on-write: the completion's first write lands in a private copy, which must hold the prompt's K/V."""
+    model, _ = tiny
+    engine = engine_for(model)
+    prompt = PROMPTS[0]  # 11 tokens: the prompt ends inside its third block of 4
+    parent = Request("parent", list(prompt), GREEDY.max_tokens, ignore_eos=True)
+    engine.scheduler.add_request(parent)
+    while not parent.output_token_ids:  # the prompt's prefill, chunk by chunk, up to its first token
+        out = engine.scheduler.schedule()
+        sampled = engine.runner.run(out, {c.request.request_id: greedy_row(c.request) for c in out.chunks})
+        engine.scheduler.update(out, {rid: s.token_id for rid, s in sampled.items()})
+    child = Request("child", list(prompt), GREEDY.max_tokens, ignore_eos=True)
+    child.num_computed_tokens = len(prompt)
+    engine.memory.fork("parent", "child")
+    engine.scheduler.add_forked(child)
+    engine.scheduler.update(SchedulerOutput([ScheduledChunk(child, len(prompt), 0)], []), {"child": parent.output_token_ids[0]})
+    while engine.scheduler.has_unfinished():
+        out = engine.scheduler.schedule()
+        sampled = engine.runner.run(out, {c.request.request_id: greedy_row(c.request) for c in out.chunks})
+        engine.scheduler.update(out, {rid: s.token_id for rid, s in sampled.items()})
+    assert parent.output_token_ids == expected[0]
+    assert child.output_token_ids == expected[0], (
+        "the forked completion's tokens differ from its parent's (greedy): its private copy of the shared "
+        "block did not get the prompt's K/V before the step wrote into it (copy the queued blocks in prepare)"
+    )
+
+
+@pytest.mark.task("5.7")
+def test_the_step_generates_what_transformers_generates(tiny, expected):
+    model, _ = tiny
+    engine = engine_for(model, enable_prefix_caching=True)
+    outputs = engine.generate(PROMPTS + PROMPTS[:1], GREEDY)  # the repeat finds its prompt in the prefix cache
+    assert [o.token_ids for o in outputs] == expected + expected[:1], "greedy output differs from transformers"
+    assert all(o.finish_reason == "length" for o in outputs)
+    assert engine.memory.num_free_blocks + engine.memory.num_used_blocks == engine.memory.num_blocks
+    assert engine.num_request_blocks == 0, f"{engine.num_request_blocks} blocks still held after every request finished"
+
+
+@pytest.mark.task("5.7")
+def test_n_completions_fork_after_the_prompt_and_each_gets_every_token(tiny, expected):
+    model, _ = tiny
+    engine = engine_for(model)
+    rid = engine.add_request(PROMPTS[0], SamplingParams(n=3, max_tokens=5, ignore_eos=True))
+    outputs: dict[str, list[int]] = {}
+    finished: dict[str, str] = {}
+    for _ in range(200):
+        if not engine.has_unfinished():
+            break
+        for event in engine.step():
+            outputs.setdefault(event.request_id, []).append(event.token_id)
+            if event.finish_reason:
+                finished[event.request_id] = event.finish_reason
+    assert sorted(outputs) == sorted([rid, f"{rid}#1", f"{rid}#2"]), f"completions seen: {sorted(outputs)}"
+    for name, tokens in outputs.items():
+        assert tokens == expected[0], f"{name} got {tokens}; a greedy completion must equal transformers {expected[0]}"
+    assert finished == dict.fromkeys(outputs, "length")
+    assert engine.counters["forked_requests"] == 2
+    assert engine.num_request_blocks == 0, "blocks still held after the completions finished"
+
+
+@pytest.mark.task("5.7")
+def test_a_stop_token_ends_the_request_even_with_ignore_eos(tiny, expected):
+    model, _ = tiny
+    engine = engine_for(model)
+    stop = expected[1][2]
+    events = []
+    engine.add_request(PROMPTS[1], SamplingParams(max_tokens=5, ignore_eos=True, stop_token_ids=[stop]))
+    for _ in range(100):
+        if not engine.has_unfinished():
+            break
+        events += engine.step()
+    tokens = [e.token_id for e in events]
+    assert tokens == expected[1][: expected[1].index(stop) + 1], "generation must end at the first stop token, included"
+    assert events[-1].finish_reason == "stop", f"finish reason {events[-1].finish_reason!r}; a stop token ends with 'stop'"
+    assert engine.num_request_blocks == 0, "the stopped request's blocks were not returned"
