@@ -158,11 +158,10 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
-    def _row(self, request_id: str, request: Request, first: bool = False) -> SamplingRow:
-        outputs = [] if first else request.output_token_ids
-        return SamplingRow(
-            self._params[request_id], request.prompt_token_ids, outputs, self._stop_ids[request_id], self._generators[request_id]
-        )
+    def _row(self, request_id: str, request: Request) -> SamplingRow:
+        """`request_id`'s sampling settings over `request`'s tokens (a forked completion reads its parent's)."""
+        params, stops, generator = self._params[request_id], self._stop_ids[request_id], self._generators[request_id]
+        return SamplingRow(params, request.prompt_token_ids, request.output_token_ids, stops, generator)
 
     # ------------------------------------------------------------ one step
     # ANCHOR: step

@@ -158,11 +158,10 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
-    def _row(self, request_id: str, request: Request, first: bool = False) -> SamplingRow:
-        outputs = [] if first else request.output_token_ids
-        return SamplingRow(
-            self._params[request_id], request.prompt_token_ids, outputs, self._stop_ids[request_id], self._generators[request_id]
-        )
+    def _row(self, request_id: str, request: Request) -> SamplingRow:
+        """`request_id`'s sampling settings over `request`'s tokens (a forked completion reads its parent's)."""
+        params, stops, generator = self._params[request_id], self._stop_ids[request_id], self._generators[request_id]
+        return SamplingRow(params, request.prompt_token_ids, request.output_token_ids, stops, generator)
 
     # ------------------------------------------------------------ one step
     # ANCHOR: step
@@ -193,16 +192,16 @@ class LLMEngine:
         #   first token). Stop tokens are not the scheduler's business: check them last.
         # Hint 2: Collect the requests whose chunk samples; make a SamplingRow for each
         #   (self._row). For those with unforked completions (self._children), take the list
-        #   (self._unforked_children) as the fanout and add a row for each child, built from
-        #   the parent with first=True. Run the runner. Fork every child (self._fork gives its
-        #   zero-token chunk). Update the scheduler with the step's chunks plus the children's
+        #   (self._unforked_children) as the fanout and add a row for each child, over the
+        #   parent's tokens. Run the runner. Fork every child (self._fork gives its zero-token
+        #   chunk). Update the scheduler with the step's chunks plus the children's
         #   chunks, the step's preempted list and the sampled token ids; its finished requests
         #   give their finish_reason.value. Add self._stop_token_finishes.
         # Hint 3:
         #   sampling = [c.request for c in out.chunks if c.samples_next_token]
         #   rows = {r.request_id: self._row(r.request_id, r) for r in sampling}
         #   fanout = {r.request_id: self._unforked_children(r.request_id) for r in sampling if r.request_id in self._children}
-        #   for parent_id, children in fanout.items(): rows[child] = self._row(child, parent, first=True) for each child
+        #   for parent_id, children in fanout.items(): rows[child] = self._row(child, parent) for each child
         #   sampled = self.runner.run(out, rows, fanout)
         #   child_chunks = [self._fork(parent_id, child) for each parent_id, child]
         #   done = self.scheduler.update(SchedulerOutput(out.chunks + child_chunks, out.preempted), {rid: s.token_id ...})
@@ -213,7 +212,7 @@ class LLMEngine:
         fanout = {r.request_id: self._unforked_children(r.request_id) for r in sampling if r.request_id in self._children}
         for parent_id, children in fanout.items():
             parent = self.scheduler.requests[parent_id]
-            rows.update({child: self._row(child, parent, first=True) for child in children})
+            rows.update({child: self._row(child, parent) for child in children})
         sampled = self.runner.run(out, rows, fanout)
         child_chunks = [self._fork(parent_id, child) for parent_id, children in fanout.items() for child in children]
         update = SchedulerOutput(out.chunks + child_chunks, out.preempted)
