@@ -67,7 +67,34 @@ async def until_disconnected(request: Request) -> None:
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """The result of `work`; ClientDisconnected if the client hangs up first (`work` is cancelled then)."""
+    """The result of `work`; ClientDisconnected if the client hangs up first (`work` is cancelled then).
+
+    Whichever comes first wins. If the client hangs up first, `work` is
+    cancelled and has finished unwinding (its `finally` blocks ran: that is what
+    closes the engine stream) before ClientDisconnected is raised. If `work`
+    ends first, its result is returned or its exception raised, as it is. Either
+    way no task is left running: the listener for the hang-up is cancelled too.
+    """
+    # Nudge: race two tasks, and clean up the loser before you return.
+    # Hint 1: Awaiting `work` alone would never notice the hang-up; awaiting the hang-up alone
+    #   would never return the answer. Run both as tasks and wait for the first to complete.
+    #   The loser must not outlive the call: a listener left running leaks, and a collection
+    #   left running keeps decoding for nobody and holds KV blocks. A cancelled task has not
+    #   stopped yet: wait for it to unwind (its exception, CancelledError, is expected).
+    # Hint 2: Wrap work and until_disconnected(request) in tasks (asyncio.ensure_future). Wait
+    #   for the first completed (asyncio.wait, FIRST_COMPLETED). In a finally (so that it
+    #   also runs when the route itself is cancelled): cancel the listener; if the work is
+    #   not done, cancel it and await it, ignoring its exception. Then, if the work was not
+    #   among the done tasks, raise ClientDisconnected; else return its result.
+    # Hint 3:
+    #   task = ensure_future(work); watcher = ensure_future(until_disconnected(request))
+    #   try: done, _ = await asyncio.wait((task, watcher), return_when=FIRST_COMPLETED)
+    #   finally:
+    #       watcher.cancel()
+    #       if not task.done(): task.cancel(); await asyncio.gather(task, return_exceptions=True)
+    #   if task not in done: raise ClientDisconnected
+    #   return task.result()
+    # BEGIN SOLUTION 6.4: Stream chunks, abort on disconnect
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(until_disconnected(request))
     try:
@@ -80,6 +107,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     if task not in done:
         raise ClientDisconnected
     return task.result()
+    # END SOLUTION
 # ANCHOR_END: unless_disconnected
 
 
