@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 
 class TensorParallelSizeError(ValueError):
     """A tensor-parallel size the model's heads cannot be split into."""
@@ -43,14 +45,12 @@ def kv_head_range(num_kv_heads: int, rank: int, world_size: int) -> tuple[int, i
     return head, head + 1
 
 
-def qkv_shard(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", num_heads: int, num_kv_heads: int,
-              rank: int, world_size: int) -> "torch.Tensor":
+def qkv_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, num_kv_heads: int,
+              rank: int, world_size: int) -> torch.Tensor:
     """This rank's rows of the merged QKV weight: its query heads, then its K and V heads.
 
     Works for a weight [heads * head_dim, hidden] or a bias [heads * head_dim].
     """
-    import torch
-
     head_dim = q.shape[0] // num_heads
     q_per_rank = num_heads // world_size
     q_rows = q[rank * q_per_rank * head_dim:(rank + 1) * q_per_rank * head_dim]
@@ -59,9 +59,7 @@ def qkv_shard(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", num_heads
     return torch.cat([q_rows, k[kv_rows], v[kv_rows]], dim=0)
 
 
-def gate_up_shard(gate: "torch.Tensor", up: "torch.Tensor", rank: int, world_size: int) -> "torch.Tensor":
+def gate_up_shard(gate: torch.Tensor, up: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     """This rank's rows of the merged gate/up weight: its slice of gate, then the same slice of up."""
-    import torch
-
     start, end = shard_range(gate.shape[0], rank, world_size)
     return torch.cat([gate[start:end], up[start:end]], dim=0)
