@@ -183,7 +183,7 @@ class LLMEngine:
             return []
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
-        # Idea: settings per sampling row, one forward pass, fork before the update, then stop tokens.
+        # Idea: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
         # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
         # TODO(Task 5.7): The engine step. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 7: The engine step — see book/src/ch05_engine.md')

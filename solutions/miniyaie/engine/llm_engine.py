@@ -183,7 +183,7 @@ class LLMEngine:
             return []
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
-        # Nudge: settings per sampling row, one forward pass, fork before the update, then stop tokens.
+        # Nudge: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
         # Hint 1: Three given pieces do the heavy work: self.runner.run (Task 5.6: batch, forward,
         #   sampler), self.scheduler.update (chapter 1: append tokens, finish, free) and
         #   self._fork (a completion joins on its parent's blocks). The order is the design:
