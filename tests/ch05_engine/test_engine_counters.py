@@ -43,3 +43,18 @@ def test_requests_ended_by_a_stop_string_count_as_finished(tiny_model, tiny_load
         stats = engine.get_stats()
         assert stats["requests"]["finished"] == 2, f"finished {stats['requests']['finished']}, expected both requests"
         assert stats["requests"]["in_flight"] == 0 and stats["kv_blocks"]["held_by_requests"] == 0
+
+
+def test_every_completion_of_a_request_reports_its_prompts_cache_hit(tiny_model):
+    """n > 1: the completions share one prompt, so they share its prefix-cache hit (even when forked in its first step)."""
+    engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=64, enable_prefix_caching=True))
+    prefix = [(7 * j) % 50 + 1 for j in range(12)]
+    engine.generate([prefix + [3]], SamplingParams(max_tokens=2, ignore_eos=True))  # leaves the prefix in the cache
+    rid = engine.add_request(prefix + [9, 4], SamplingParams(n=3, max_tokens=3, ignore_eos=True))
+    reported = {}
+    while engine.has_unfinished():
+        for event in engine.step():
+            reported.setdefault(event.request_id, set()).add(event.cached_tokens)
+    assert reported[rid] == {12}, f"the request reported {reported[rid]} cached prompt tokens; its 12-token prefix was cached"
+    for child in (f"{rid}#1", f"{rid}#2"):
+        assert reported[child] == {12}, f"completion {child} reported {reported[child]}; it shares its request's prompt"

@@ -61,7 +61,7 @@ class ModelRunner:
         sample from that same row, listed right after their request. A step in
         which no chunk samples returns two empty lists.
         """
-        # Idea: a chunk's last token sits at the running total of the chunk sizes, minus one.
+        # Idea: the batch is the chunks end to end, and only a chunk that completes its known tokens samples.
         # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
         # TODO(Task 5.6): Pack the step into one batch. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 6: Pack the step into one batch — see book/src/ch05_engine.md')

@@ -182,7 +182,8 @@ class LLMEngine:
         if out.is_empty:
             return []
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
-        # Nudge: settings per sampling row, one forward pass, fork before the update, then stop tokens.
+        cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
+        # Nudge: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
         # Hint 1: Three given pieces do the heavy work: self.runner.run (Task 5.6: batch, forward,
         #   sampler), self.scheduler.update (chapter 1: append tokens, finish, free) and
         #   self._fork (a completion joins on its parent's blocks). The order is the design:
@@ -219,22 +220,16 @@ class LLMEngine:
         finished = {r.request_id: r.finish_reason.value for r in self.scheduler.update(update, {k: s.token_id for k, s in sampled.items()})}
         finished.update(self._stop_token_finishes(sampled, finished))
         # END SOLUTION
-        self._count_step(out, was_running, started, used_blocks, sampled, finished)
+        self._count_step(out, started, used_blocks, cached, sampled, finished)
         events = [self._event(rid, s, finished.get(rid), self._prompt_cached.get(rid, 0)) for rid, s in sampled.items()]
         for rid in finished:
             self._forget(rid)
         return events
     # ANCHOR_END: step
 
-    def _count_step(self, out: SchedulerOutput, was_running: set[str], started: float, used_blocks: int,
-                    sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
-        """The step's counters and, when tracing, its StepRecord."""
-        decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
-        self.counters["steps"] += 1
-        self.counters["computed_tokens"] += out.num_batched_tokens
-        # A request admitted this step starts after its cached prefix: those tokens were not computed.
-        # Prefix-cache hits count on a request's first admission only; a preempted request that finds
-        # its own earlier work in the cache is counted apart (it is not another request's prefix).
+    def _note_admissions(self, out: SchedulerOutput, was_running: set[str]) -> int:
+        """Prompt tokens the prefix cache gave requests admitted this step (first admissions only:
+        a preempted request that finds its own earlier work in the cache is counted apart)."""
         cached = 0
         for c in out.chunks:
             if c.request.request_id not in was_running:
@@ -244,6 +239,14 @@ class LLMEngine:
                     cached += c.start
                     self._prompt_cached[c.request.request_id] = c.start
         self.counters["cached_tokens"] += cached
+        return cached
+
+    def _count_step(self, out: SchedulerOutput, started: float, used_blocks: int, cached: int,
+                    sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
+        """The step's counters and, when tracing, its StepRecord."""
+        decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
+        self.counters["steps"] += 1
+        self.counters["computed_tokens"] += out.num_batched_tokens
         self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], used_blocks)
         self.counters["output_tokens"] += len(sampled)
         self.counters["finished_requests"] += len(finished)
@@ -300,10 +303,8 @@ class LLMEngine:
 
     @property
     def stats(self) -> dict[str, int]:
-        return {
-            **self.counters, **self.scheduler.stats(), "used_blocks": self.memory.num_used_blocks,
-            "request_blocks": self.num_request_blocks, "free_blocks": self.memory.num_free_blocks,
-        }
+        return {**self.counters, **self.scheduler.stats(), "used_blocks": self.memory.num_used_blocks,
+                "request_blocks": self.num_request_blocks, "free_blocks": self.memory.num_free_blocks}
 
     def generate(
         self,

@@ -85,7 +85,7 @@ class ModelRunner:
         sample from that same row, listed right after their request. A step in
         which no chunk samples returns two empty lists.
         """
-        # Nudge: a chunk's last token sits at the running total of the chunk sizes, minus one.
+        # Nudge: the batch is the chunks end to end, and only a chunk that completes its known tokens samples.
         # Hint 1: The packed batch is the chunks one after the other, so chunk i ends at row
         #   (sum of num_tokens of chunks 0..i) - 1. A chunk in the middle of a long prompt
         #   computes K/V but its last token's next token is already known: it must not sample
