@@ -38,6 +38,7 @@ CHAPTER_PACKAGES: dict[int, str] = {
     4: "kernels",
     5: "engine",
     6: "api",
+    7: "distributed",
 }
 _PACKAGE_NAMES = set(CHAPTER_PACKAGES.values())
 

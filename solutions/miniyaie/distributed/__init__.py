@@ -1,15 +1,18 @@
 """Chapter 7: tensor parallelism on torch.distributed (gloo on CPU, NCCL on GPUs)."""
 
-from miniyaie.distributed.process_group import TPGroup, init_from_env, spawn
-from miniyaie.distributed.sharding import check_tensor_parallel_size, shard_range
-from miniyaie.distributed.layers import (
-    ColumnParallelLinear,
-    ParallelLMHead,
-    RowParallelLinear,
-    VocabParallelEmbedding,
+from miniyaie.distributed.layers import ParallelLMHead, RowParallelLinear, VocabParallelEmbedding
+from miniyaie.distributed.process_group import TPGroup, join, join_from_env, leave
+from miniyaie.distributed.runtime import ParallelModelRunner, TensorParallelError, TensorParallelRuntime
+from miniyaie.distributed.shard_loader import build_rank_model, load_rank_model
+from miniyaie.distributed.sharding import (
+    TensorParallelSizeError, check_tensor_parallel_size, kv_head_range, local_config, shard_range, weight_slice,
 )
 
 __all__ = [
-    "TPGroup", "init_from_env", "spawn", "check_tensor_parallel_size", "shard_range",
-    "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "ParallelLMHead",
+    "ParallelLMHead", "RowParallelLinear", "VocabParallelEmbedding",
+    "TPGroup", "join", "join_from_env", "leave",
+    "ParallelModelRunner", "TensorParallelError", "TensorParallelRuntime",
+    "build_rank_model", "load_rank_model",
+    "TensorParallelSizeError", "check_tensor_parallel_size", "kv_head_range", "local_config", "shard_range",
+    "weight_slice",
 ]

@@ -1,7 +1,14 @@
-"""Process-group setup: torchrun's environment variables, or a spawn helper for one machine.
+"""Joining the ranks: torch.distributed process groups from torchrun's environment variables.
 
-Every collective runs with a timeout so that a rank that dies or raises makes
-the others fail loudly instead of waiting forever.
+Two groups, two jobs:
+
+- the data plane (the default group: NCCL on GPUs, gloo on CPU) carries the
+  model's collectives, an all-reduce per half-block and an all-gather of the
+  logits. It has a short timeout: a rank that dies or raises makes the others
+  fail within it instead of waiting forever;
+- the control plane (always gloo, on CPU) carries rank 0's step messages to
+  the workers. A worker waits there while the engine is idle, so its timeout
+  is long; a rank 0 that exits closes the connection and wakes it at once.
 """
 
 from __future__ import annotations
@@ -10,75 +17,79 @@ import datetime
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 DEFAULT_TIMEOUT_S = 60.0
+CONTROL_TIMEOUT_S = 7 * 24 * 3600.0  # idle workers wait for the next step this long
 
 
 @dataclass(frozen=True)
 class TPGroup:
-    """Which rank this process is, out of how many (world_size 1 needs no process group)."""
+    """Which rank this process is, out of how many; world size 1 needs no process group."""
 
     rank: int = 0
     world_size: int = 1
+    control: Any = None  # the gloo group of step messages (None at world size 1)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """Sum x over the ranks in place; a no-op at world size 1."""
+        """x summed over the ranks (in place); x itself at world size 1."""
         if self.world_size > 1:
             dist.all_reduce(x)
         return x
 
     def all_gather_last_dim(self, x: torch.Tensor) -> torch.Tensor:
-        """Concatenate every rank's x along the last dimension (rank order)."""
+        """Every rank's x (all of one shape), concatenated along the last dimension in rank order."""
         if self.world_size == 1:
             return x
         parts = [torch.empty_like(x) for _ in range(self.world_size)]
         dist.all_gather(parts, x.contiguous())
         return torch.cat(parts, dim=-1)
 
+    def broadcast_object(self, obj: Any = None) -> Any:
+        """Rank 0's obj on every rank (pickled over the control plane); others pass nothing."""
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.control)
+        return box[0]
 
-def backend_for(device: torch.device) -> str:
-    """NCCL for CUDA tensors, gloo for CPU ones."""
-    return "nccl" if device.type == "cuda" else "gloo"
+
+def backend_for(device: torch.device | str) -> str:
+    """NCCL between GPUs, gloo between CPUs."""
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
-def init_from_env(device: torch.device | str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> TPGroup:
-    """Join the process group described by RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's)."""
-    device = torch.device(device)
-    rank = int(os.environ.get("RANK", "0"))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group(
-            backend_for(device), rank=rank, world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-        )
-    return TPGroup(rank, world_size)
+def join(rank: int, world_size: int, master_addr: str, master_port: int, device: torch.device | str = "cpu",
+         timeout_s: float = DEFAULT_TIMEOUT_S) -> TPGroup:
+    """Join the ranks at master_addr:master_port as `rank` of `world_size` (every rank calls this)."""
+    if world_size == 1:
+        return TPGroup()
+    if dist.is_initialized():
+        raise RuntimeError("this process is already in a process group: one tensor-parallel engine per process")
+    dist.init_process_group(
+        backend_for(device), init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    control = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=CONTROL_TIMEOUT_S))
+    return TPGroup(rank, world_size, control)
+
+
+def join_from_env(device: torch.device | str = "cpu", timeout_s: float = DEFAULT_TIMEOUT_S) -> TPGroup:
+    """Join the group that torchrun describes: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT."""
+    return join(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+                os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500")),
+                device, timeout_s)
+
+
+def leave() -> None:
+    """Leave the process group (no-op outside one)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on now (for MASTER_PORT on one machine)."""
+    """A TCP port nobody listens on now (for the rendezvous on one machine)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _worker(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple, timeout_s: float) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    group = init_from_env("cpu", timeout_s)
-    try:
-        fn(group, *args)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
-def spawn(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Run fn(group, *args) in world_size fresh processes on this machine; raise if any rank raises."""
-    mp.start_processes(
-        _worker, args=(world_size, free_port(), fn, args, timeout_s),
-        nprocs=world_size, join=True, start_method="spawn",
-    )

@@ -1,8 +1,23 @@
-"""Which slice of each weight a rank owns, and which tensor-parallel sizes a model allows."""
+"""Which slice of each weight a rank owns, and which tensor-parallel sizes a model allows.
+
+Megatron-LM's split of a Llama block, for a rank r of N:
+
+    q_proj, k_proj, v_proj   rows (output features): r's query heads / KV heads   column-parallel
+    o_proj                   columns (input features): the same query heads        row-parallel
+    gate_proj, up_proj       rows: r's slice of the intermediate features           column-parallel
+    down_proj                columns: the same slice                                row-parallel
+    embed_tokens, lm_head    rows: r's range of the vocabulary                      vocab-parallel
+    norms, biases of o/down  whole (replicated)
+
+A column-parallel output is exactly what the next row-parallel layer needs as
+input, so a block communicates only after o_proj and after down_proj.
+"""
 
 from __future__ import annotations
 
-import torch
+from dataclasses import replace
+
+from miniyaie.model import ModelConfig
 
 
 class TensorParallelSizeError(ValueError):
@@ -16,8 +31,8 @@ def check_tensor_parallel_size(num_heads: int, num_kv_heads: int, tp_size: int) 
     there are fewer KV heads than ranks, each KV head is replicated on
     tp_size / num_kv_heads ranks (so tp_size must be a multiple of them).
     """
-    if tp_size < 1:
-        raise TensorParallelSizeError(f"tensor-parallel size must be >= 1, got {tp_size}")
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
+        raise TensorParallelSizeError(f"tensor-parallel size must be a whole number >= 1, got {tp_size!r}")
     if num_heads % tp_size:
         raise TensorParallelSizeError(
             f"tensor-parallel size {tp_size} does not divide the model's {num_heads} query heads")
@@ -30,36 +45,82 @@ def check_tensor_parallel_size(num_heads: int, num_kv_heads: int, tp_size: int) 
 
 
 def shard_range(size: int, rank: int, world_size: int) -> tuple[int, int]:
-    """[start, end) of rank's even share of size rows (the last rank may get fewer when uneven)."""
+    """[start, end) of rank's share of `size` rows: ceil(size / world_size) each, the last rank the rest.
+
+    Every index in 0..size-1 belongs to exactly one rank, and the ranks' ranges
+    are in rank order (so an all-gather in rank order puts the pieces back).
+    """
     per_rank = -(-size // world_size)
     start = min(rank * per_rank, size)
     return start, min(start + per_rank, size)
 
 
-def kv_head_range(num_kv_heads: int, rank: int, world_size: int) -> tuple[int, int]:
-    """The KV heads rank holds: its even share, or the one head it replicates."""
-    if num_kv_heads >= world_size:
-        per_rank = num_kv_heads // world_size
-        return rank * per_rank, (rank + 1) * per_rank
-    head = rank * num_kv_heads // world_size
-    return head, head + 1
+def kv_head_range(num_heads: int, num_kv_heads: int, rank: int, world_size: int) -> tuple[int, int]:
+    """The KV heads rank needs: those its query heads read.
 
-
-def qkv_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, num_kv_heads: int,
-              rank: int, world_size: int) -> torch.Tensor:
-    """This rank's rows of the merged QKV weight: its query heads, then its K and V heads.
-
-    Works for a weight [heads * head_dim, hidden] or a bias [heads * head_dim].
+    With grouped-query attention query head h reads KV head h // (num_heads //
+    num_kv_heads). With at least as many KV heads as ranks each rank gets an
+    even share; with fewer, a rank's query heads all read one KV head, which
+    is then replicated on every rank that needs it.
     """
-    head_dim = q.shape[0] // num_heads
-    q_per_rank = num_heads // world_size
-    q_rows = q[rank * q_per_rank * head_dim:(rank + 1) * q_per_rank * head_dim]
-    kv_start, kv_end = kv_head_range(num_kv_heads, rank, world_size)
-    kv_rows = slice(kv_start * head_dim, kv_end * head_dim)
-    return torch.cat([q_rows, k[kv_rows], v[kv_rows]], dim=0)
+    q_start, q_end = rank * num_heads // world_size, (rank + 1) * num_heads // world_size
+    group = num_heads // num_kv_heads  # query heads per KV head
+    return q_start // group, (q_end - 1) // group + 1
 
 
-def gate_up_shard(gate: torch.Tensor, up: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
-    """This rank's rows of the merged gate/up weight: its slice of gate, then the same slice of up."""
-    start, end = shard_range(gate.shape[0], rank, world_size)
-    return torch.cat([gate[start:end], up[start:end]], dim=0)
+def local_config(config: ModelConfig, rank: int, world_size: int) -> ModelConfig:
+    """The model one rank runs: its heads and its slice of the MLP; vocabulary and layers stay whole."""
+    check_tensor_parallel_size(config.num_heads, config.num_kv_heads, world_size)
+    kv_start, kv_end = kv_head_range(config.num_heads, config.num_kv_heads, rank, world_size)
+    mlp_start, mlp_end = shard_range(config.intermediate_size, rank, world_size)
+    return replace(config, num_heads=config.num_heads // world_size, num_kv_heads=kv_end - kv_start,
+                   intermediate_size=mlp_end - mlp_start)
+
+
+# ANCHOR: weight_slice
+def weight_slice(name: str, config: ModelConfig, rank: int, world_size: int) -> tuple[int, int, int] | None:
+    """Which part of checkpoint tensor `name` rank holds: (dim, start, end), or None for all of it.
+
+    `name` is a Hugging Face parameter name such as
+    "model.layers.3.self_attn.k_proj.weight". Weights are [out_features,
+    in_features] and biases [out_features]. The table in this module's
+    docstring is the contract: a column-parallel layer keeps rows (dim 0) of
+    its weight and bias, a row-parallel one keeps columns (dim 1) of its
+    weight and its whole bias, the embedding and LM head keep rows of the
+    vocabulary (`shard_range`); anything else is whole. Heads are whole:
+    q/k/v rows are head ranges times head_dim (`kv_head_range` for K and V).
+    """
+    # Nudge: decide per layer kind which dimension is split, then turn the rank's heads or features into a range.
+    # Hint 1: Three kinds of range. Query heads: rank r owns heads [r*H/N, (r+1)*H/N). KV heads:
+    #   `kv_head_range`. Features of the MLP and rows of the vocabulary: `shard_range`. A head
+    #   range becomes a row range by multiplying by head_dim. Column-parallel layers split their
+    #   output (dim 0), row-parallel layers their input (dim 1); norms and the row-parallel
+    #   biases are added after the all-reduce, so every rank keeps them whole.
+    # Hint 2: Look at the last two parts of the name: the layer ("q_proj", "down_proj", ...) and
+    #   "weight"/"bias". q_proj -> query-head rows (dim 0); k_proj, v_proj -> KV-head rows;
+    #   o_proj weight -> query-head columns (dim 1); gate_proj, up_proj -> shard_range of
+    #   intermediate_size on dim 0; down_proj weight -> the same range on dim 1; embed_tokens and
+    #   lm_head -> shard_range of vocab_size on dim 0; o_proj/down_proj bias and norms -> None.
+    # Hint 3:
+    #   layer, kind = the last two dot-separated parts of name
+    #   q = (r*H//N*head_dim, (r+1)*H//N*head_dim); kv = kv_head_range(...) times head_dim
+    #   mlp = shard_range(intermediate_size, r, N); vocab = shard_range(vocab_size, r, N)
+    #   q_proj -> (0, *q); k/v_proj -> (0, *kv); gate/up_proj -> (0, *mlp)
+    #   o_proj weight -> (1, *q); down_proj weight -> (1, *mlp); embed_tokens/lm_head -> (0, *vocab)
+    #   otherwise None
+    # BEGIN SOLUTION 7.1: Which slice of each weight a rank owns
+    layer, kind = name.split(".")[-2:]
+    d, heads = config.head_dim, config.num_heads
+    if layer == "q_proj" or (layer == "o_proj" and kind == "weight"):
+        rows = (rank * heads // world_size * d, (rank + 1) * heads // world_size * d)
+        return (0 if layer == "q_proj" else 1, *rows)
+    if layer in ("k_proj", "v_proj"):
+        start, end = kv_head_range(heads, config.num_kv_heads, rank, world_size)
+        return 0, start * d, end * d
+    if layer in ("gate_proj", "up_proj") or (layer == "down_proj" and kind == "weight"):
+        return (0 if layer != "down_proj" else 1, *shard_range(config.intermediate_size, rank, world_size))
+    if layer in ("embed_tokens", "lm_head"):
+        return 0, *shard_range(config.vocab_size, rank, world_size)
+    return None
+    # END SOLUTION
+# ANCHOR_END: weight_slice

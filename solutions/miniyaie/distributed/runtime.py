@@ -1,0 +1,184 @@
+"""Rank 0 schedules, the workers replay its model calls.
+
+    rank 0 (this process)                        ranks 1..N-1 (spawned processes)
+    LLMEngine: scheduler, paged memory, radix     load_rank_model, a pool of the
+    ParallelModelRunner.forward ── Step ──────>   same blocks, ModelRunner.forward
+         model step  <── all-reduce, all-gather ──>   model step
+    sample (rank 0 only)
+
+Only rank 0 has a scheduler, a block allocator and a radix tree: the block
+tables are the same on every rank, because every rank's pool has the same
+number of blocks and only rank 0 hands them out. A worker needs, per step,
+just what `ModelRunner.forward` takes plus the copy-on-write block copies.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from miniyaie.distributed.process_group import DEFAULT_TIMEOUT_S, TPGroup, free_port, join, leave
+from miniyaie.distributed.shard_loader import load_rank_model
+from miniyaie.distributed.sharding import check_tensor_parallel_size
+from miniyaie.engine.backends import use_backend
+from miniyaie.engine.errors import EngineError
+from miniyaie.engine.model_runner import ModelRunner
+from miniyaie.model import AttentionMetadata, CausalLM
+from miniyaie.model.loader import read_config
+from miniyaie.paged import copy_blocks, make_pool
+
+log = logging.getLogger("miniyaie.distributed")
+
+
+class TensorParallelError(EngineError):
+    """A rank failed (raised, died or timed out); the engine cannot compute any more steps."""
+
+
+@dataclass
+class WorkerSetup:
+    """What a worker needs to mirror rank 0's engine, sent once after rank 0 sized its pool."""
+
+    num_blocks: int
+    block_size: int
+    attention_backend: str
+
+
+@dataclass
+class Step:
+    """One model call, as rank 0 made it (tensors on the CPU while they travel)."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    logit_rows: list[int]
+    block_copies: list[tuple[int, int]]
+
+    def to(self, device: torch.device) -> Step:
+        meta = replace(self.meta, slot_mapping=self.meta.slot_mapping.to(device),
+                       block_tables=self.meta.block_tables.to(device))
+        return replace(self, input_ids=self.input_ids.to(device), positions=self.positions.to(device), meta=meta)
+
+
+class ParallelModelRunner(ModelRunner):
+    """Rank 0's runner: prepares the batch as in chapter 5, then has every rank run it."""
+
+    def __init__(self, model: CausalLM, pool, memory, group: TPGroup):
+        super().__init__(model, pool, memory)
+        self.group = group
+        self.failure: BaseException | None = None
+        self._copies: list[tuple[int, int]] = []
+
+    def prepare(self, out):
+        # Take the copy-on-write copies first so the workers get them too (chapter 5's prepare then finds none).
+        self._copies = self.memory.take_block_copies()
+        copy_blocks(self.pool, self._copies, self.memory.block_size)
+        return super().prepare(out)
+
+    # ANCHOR: parallel_forward
+    def forward(self, input_ids, positions, meta, logit_rows):
+        """The same forward on every rank: the workers get the step, then all ranks compute it together."""
+        self.check_health()
+        step = Step(input_ids, positions, meta, list(logit_rows), self._copies).to(torch.device("cpu"))
+        try:
+            self.group.broadcast_object(step)
+            return super().forward(input_ids, positions, meta, logit_rows)
+        except Exception as exc:  # a collective failed: the ranks are out of step for good
+            self.failure = exc
+            raise TensorParallelError(f"a tensor-parallel rank failed: {type(exc).__name__}: {exc}") from exc
+    # ANCHOR_END: parallel_forward
+
+    def check_health(self) -> None:
+        if self.failure is not None:
+            raise TensorParallelError(f"a tensor-parallel rank failed earlier: {type(self.failure).__name__}: {self.failure}")
+
+
+# ANCHOR: worker_loop
+def replay_steps(group: TPGroup, runner: ModelRunner, block_size: int) -> int:
+    """A worker's loop: run each step rank 0 broadcasts until it sends None; the number of steps run."""
+    steps = 0
+    while (step := group.broadcast_object()) is not None:
+        step = step.to(runner.device)
+        copy_blocks(runner.pool, step.block_copies, block_size)
+        runner.forward(step.input_ids, step.positions, step.meta, step.logit_rows)
+        steps += 1
+    return steps
+# ANCHOR_END: worker_loop
+
+
+def _worker_main(rank: int, world_size: int, port: int, path: str, dtype: torch.dtype, device: str,
+                 timeout_s: float) -> None:
+    """A worker process: join, load this rank's shard, mirror rank 0's pool, replay its steps."""
+    device = f"cuda:{rank}" if device == "cuda" else device
+    group = join(rank, world_size, "127.0.0.1", port, device, timeout_s)
+    try:
+        model = load_rank_model(Path(path), group, dtype, device)
+        setup = group.broadcast_object()
+        if setup is None:  # rank 0 gave up during start-up
+            return
+        use_backend(model, setup.attention_backend, device)
+        pool = make_pool(model.config, setup.num_blocks, setup.block_size, dtype, device)
+        replay_steps(group, ModelRunner(model, pool, memory=None), setup.block_size)
+    except Exception:
+        log.exception("tensor-parallel rank %d failed", rank)
+        raise
+    finally:
+        leave()
+
+
+class TensorParallelRuntime:
+    """The N-1 worker processes and rank 0's shard of the model, for one engine in this process."""
+
+    def __init__(self, group: TPGroup, model: CausalLM, workers: list):
+        self.group, self.model, self.workers = group, model, workers
+
+    @classmethod
+    def start(cls, path: Path, world_size: int, dtype: torch.dtype = torch.float32, device: str = "cpu",
+              timeout_s: float = DEFAULT_TIMEOUT_S) -> TensorParallelRuntime:
+        """Spawn ranks 1..N-1 on this machine, join them as rank 0 and load rank 0's shard."""
+        config = read_config(Path(path))
+        check_tensor_parallel_size(config.num_heads, config.num_kv_heads, world_size)
+        context = multiprocessing.get_context("spawn")
+        port = free_port()
+        workers = [context.Process(target=_worker_main, name=f"miniyaie-tp-rank{rank}", daemon=True,
+                                   args=(rank, world_size, port, str(path), dtype, device, timeout_s))
+                   for rank in range(1, world_size)]
+        for worker in workers:
+            worker.start()
+        try:
+            group = join(0, world_size, "127.0.0.1", port, "cuda:0" if device == "cuda" else device, timeout_s)
+        except BaseException:
+            _stop(workers)
+            raise
+        try:
+            model = load_rank_model(Path(path), group, dtype, "cuda:0" if device == "cuda" else device)
+        except BaseException:
+            runtime = cls(group, None, workers)
+            runtime.close()
+            raise
+        return cls(group, model, workers)
+
+    def attach(self, llm, attention_backend: str) -> None:
+        """Give rank 0's engine its parallel runner, and the workers a pool like its pool."""
+        self.group.broadcast_object(WorkerSetup(llm.memory.num_blocks, llm.memory.block_size, attention_backend))
+        llm.runner = ParallelModelRunner(llm.model, llm.pool, llm.memory, self.group)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Tell the workers to stop, wait for them (then stop them), leave the group."""
+        try:
+            self.group.broadcast_object(None)
+        except Exception as exc:  # a worker already gone: it cannot be told; it is stopped below
+            log.warning("could not tell the tensor-parallel workers to stop: %s", exc)
+        _stop(self.workers, timeout_s)
+        leave()
+
+
+def _stop(workers: list, timeout_s: float = 10.0) -> None:
+    for worker in workers:
+        worker.join(timeout_s)
+        if worker.is_alive():
+            worker.terminate()
+            worker.join()
