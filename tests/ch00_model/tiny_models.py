@@ -39,12 +39,12 @@ CONFIGS = {
 }
 
 
-def save_tiny_model(kind: str, directory: Path, seed: int = 0):
-    """Save a random-weight model of `kind` to `directory`; returns the transformers model."""
+def save_tiny_model(kind: str, directory: Path, seed: int = 0, **overrides):
+    """Save a random-weight model of `kind` (config fields changed by `overrides`) to `directory`; returns the transformers model."""
     import transformers
 
     config_cls, model_cls, extra = CONFIGS[kind]
-    config = getattr(transformers, config_cls)(**{**COMMON, **extra})
+    config = getattr(transformers, config_cls)(**{**COMMON, **extra, **overrides})
     torch.manual_seed(seed)
     model = getattr(transformers, model_cls)(config).eval()
     with torch.no_grad():  # biases are zero-initialised; make Qwen2's qkv biases matter

@@ -39,6 +39,7 @@ CHAPTERS: list[Chapter] = [
     Chapter(4, "Triton kernels", "ch04_triton_kernels"),
     Chapter(5, "The engine", "ch05_engine"),
     Chapter(6, "The API server", "ch06_api"),
+    Chapter(7, "Tensor parallelism", "ch07_tensor_parallel"),
 ]
 
 

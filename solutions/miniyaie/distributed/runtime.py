@@ -72,33 +72,60 @@ class ParallelModelRunner(ModelRunner):
         self.failure: BaseException | None = None
         self._copies: list[tuple[int, int]] = []
 
+    # ANCHOR: parallel_runner
     def prepare(self, out):
-        # Take the copy-on-write copies first so the workers get them too (chapter 5's prepare then finds none).
+        """Chapter 5's batch, with this step's copy-on-write copies kept for the workers.
+
+        The copies are applied to this rank's pool here (as chapter 5's
+        prepare would) and remembered in self._copies, for `forward` to send.
+        """
+        # Nudge: chapter 5's prepare takes the copies and applies them to rank 0's pool only.
+        # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
         self._copies = self.memory.take_block_copies()
         copy_blocks(self.pool, self._copies, self.memory.block_size)
+        # END SOLUTION
         return super().prepare(out)
 
-    # ANCHOR: parallel_forward
     def forward(self, input_ids, positions, meta, logit_rows):
-        """The same forward on every rank: the workers get the step, then all ranks compute it together."""
+        """The same forward on every rank: the workers get the step, then all ranks compute it together.
+
+        A failure of any collective (a rank died, raised or timed out) means
+        the ranks are out of step for good: it is kept in self.failure and
+        raised as TensorParallelError, now and on every later step.
+        """
         self.check_health()
+        # Nudge: a worker can only replay what it is told; and once a collective has failed, none can be trusted.
+        # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
         step = Step(input_ids, positions, meta, list(logit_rows), self._copies).to(torch.device("cpu"))
         try:
             self.group.broadcast_object(step)
             return super().forward(input_ids, positions, meta, logit_rows)
-        except Exception as exc:  # a collective failed: the ranks are out of step for good
+        except Exception as exc:
             self.failure = exc
             raise TensorParallelError(f"a tensor-parallel rank failed: {type(exc).__name__}: {exc}") from exc
-    # ANCHOR_END: parallel_forward
+        # END SOLUTION
+    # ANCHOR_END: parallel_runner
 
     def check_health(self) -> None:
         if self.failure is not None:
             raise TensorParallelError(f"a tensor-parallel rank failed earlier: {type(self.failure).__name__}: {self.failure}")
 
 
+def attach_engine(llm, group: TPGroup, attention_backend: str) -> None:
+    """Make rank 0's LLMEngine parallel: the workers mirror its pool, its runner drives them."""
+    group.broadcast_object(WorkerSetup(llm.memory.num_blocks, llm.memory.block_size, attention_backend))
+    llm.runner = ParallelModelRunner(llm.model, llm.pool, llm.memory, group)
+
+
 # ANCHOR: worker_loop
 def replay_steps(group: TPGroup, runner: ModelRunner, block_size: int) -> int:
-    """A worker's loop: run each step rank 0 broadcasts until it sends None; the number of steps run."""
+    """A worker's loop: run each step rank 0 broadcasts, until it sends None; returns the number of steps run.
+
+    The worker's runner has no memory and no scheduler: the step carries the
+    block copies and everything `ModelRunner.forward` takes.
+    """
+    # Nudge: a worker has no scheduler: everything it does, it was told.
+    # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
     steps = 0
     while (step := group.broadcast_object()) is not None:
         step = step.to(runner.device)
@@ -106,7 +133,19 @@ def replay_steps(group: TPGroup, runner: ModelRunner, block_size: int) -> int:
         runner.forward(step.input_ids, step.positions, step.meta, step.logit_rows)
         steps += 1
     return steps
+    # END SOLUTION
 # ANCHOR_END: worker_loop
+
+
+def serve_as_worker(group: TPGroup, model: CausalLM, device: str | torch.device = "cpu") -> int:
+    """A worker's life after loading: get rank 0's pool size, make the same pool, replay steps."""
+    setup = group.broadcast_object()
+    if setup is None:  # rank 0 gave up during start-up
+        return 0
+    use_backend(model, setup.attention_backend, device)
+    dtype = model.lm_head.weight.dtype
+    pool = make_pool(model.config, setup.num_blocks, setup.block_size, dtype, device)
+    return replay_steps(group, ModelRunner(model, pool, memory=None), setup.block_size)
 
 
 def _worker_main(rank: int, world_size: int, port: int, path: str, dtype: torch.dtype, device: str,
@@ -115,13 +154,7 @@ def _worker_main(rank: int, world_size: int, port: int, path: str, dtype: torch.
     device = f"cuda:{rank}" if device == "cuda" else device
     group = join(rank, world_size, "127.0.0.1", port, device, timeout_s)
     try:
-        model = load_rank_model(Path(path), group, dtype, device)
-        setup = group.broadcast_object()
-        if setup is None:  # rank 0 gave up during start-up
-            return
-        use_backend(model, setup.attention_backend, device)
-        pool = make_pool(model.config, setup.num_blocks, setup.block_size, dtype, device)
-        replay_steps(group, ModelRunner(model, pool, memory=None), setup.block_size)
+        serve_as_worker(group, load_rank_model(Path(path), group, dtype, device), device)
     except Exception:
         log.exception("tensor-parallel rank %d failed", rank)
         raise
@@ -163,8 +196,7 @@ class TensorParallelRuntime:
 
     def attach(self, llm, attention_backend: str) -> None:
         """Give rank 0's engine its parallel runner, and the workers a pool like its pool."""
-        self.group.broadcast_object(WorkerSetup(llm.memory.num_blocks, llm.memory.block_size, attention_backend))
-        llm.runner = ParallelModelRunner(llm.model, llm.pool, llm.memory, self.group)
+        attach_engine(llm, self.group, attention_backend)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Tell the workers to stop, wait for them (then stop them), leave the group."""

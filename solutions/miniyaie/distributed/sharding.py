@@ -55,6 +55,7 @@ def shard_range(size: int, rank: int, world_size: int) -> tuple[int, int]:
     return start, min(start + per_rank, size)
 
 
+# ANCHOR: kv_head_range
 def kv_head_range(num_heads: int, num_kv_heads: int, rank: int, world_size: int) -> tuple[int, int]:
     """The KV heads rank needs: those its query heads read.
 
@@ -63,9 +64,23 @@ def kv_head_range(num_heads: int, num_kv_heads: int, rank: int, world_size: int)
     even share; with fewer, a rank's query heads all read one KV head, which
     is then replicated on every rank that needs it.
     """
+    # Nudge: find the rank's query heads first; the KV heads follow from which head each of them reads.
+    # Hint 1: Rank r owns query heads [r*H/N, (r+1)*H/N), H/N of them in a row. Consecutive
+    #   query heads read consecutive KV heads, group = H/K of them per KV head, so the KV heads
+    #   needed form a range too: from the head its first query head reads to the head its
+    #   last query head reads, inclusive. The same formula covers K >= N and K < N.
+    # Hint 2: q_start = r*H//N and q_end = (r+1)*H//N; group = H//K; the answer is
+    #   (q_start // group, (q_end - 1) // group + 1).
+    # Hint 3:
+    #   q_start, q_end = rank * H // N, (rank + 1) * H // N
+    #   group = H // K
+    #   return q_start // group, (q_end - 1) // group + 1
+    # BEGIN SOLUTION 7.1: Which slice of each weight a rank owns
     q_start, q_end = rank * num_heads // world_size, (rank + 1) * num_heads // world_size
     group = num_heads // num_kv_heads  # query heads per KV head
     return q_start // group, (q_end - 1) // group + 1
+    # END SOLUTION
+# ANCHOR_END: kv_head_range
 
 
 def local_config(config: ModelConfig, rank: int, world_size: int) -> ModelConfig:

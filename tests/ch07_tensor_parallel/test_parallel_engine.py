@@ -1,0 +1,115 @@
+"""Task 7.4 (and 7.1-7.3 through it): the engine on N ranks answers exactly what it answers on one.
+
+The oracle is transformers' greedy generate. Each model runs on thread
+ranks with chunked prefill, the prefix cache and a pool small enough to
+preempt, and the test checks that those really happened (rank 0's counters).
+"""
+
+import pytest
+import torch
+from safetensors import safe_open
+from tiny_models import transformers_greedy
+
+from miniyaie.distributed import ThreadRanks, attach_engine, load_rank_model, serve_as_worker, weight_slice
+from miniyaie.engine import EngineConfig, LLMEngine
+from miniyaie.engine import SamplingParams as EngineSamplingParams
+from miniyaie.model import SamplingParams
+from miniyaie.model.loader import read_config
+
+MAX_TOKENS = 12
+SHARED = list(range(40, 61))  # a 21-token prefix shared by the first prompts
+PROMPTS = [SHARED + [5, 6], SHARED + [7], SHARED + [9, 8, 7], list(range(100, 131)), [3, 1, 4, 1, 5, 9, 2, 6]]
+
+
+def run_engine(path, tp: int, config: EngineConfig, prompts):
+    """Greedy tokens of every prompt through an LLMEngine on `tp` thread ranks, and rank 0's counters."""
+
+    def rank(group):
+        model = load_rank_model(path, group)
+        if group.rank != 0:
+            return serve_as_worker(group, model)
+        engine = LLMEngine(model, config)
+        if tp > 1:
+            attach_engine(engine, group, "auto")
+        try:
+            ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)) for p in prompts]
+            tokens = {rid: [] for rid in ids}
+            for _ in range(500):
+                if not engine.has_unfinished():
+                    break
+                for event in engine.step():
+                    tokens[event.request_id].append(event.token_id)
+            assert not engine.has_unfinished(), "the workload did not finish in 500 steps"
+            return [tokens[rid] for rid in ids], dict(engine.stats), engine.num_request_blocks
+        finally:
+            if tp > 1:
+                group.broadcast_object(None)  # the workers' loops end
+
+    return ThreadRanks(tp, timeout_s=60).run(rank)
+
+
+@pytest.mark.task("7.4")
+@pytest.mark.parametrize("name,tp", [("llama-kv1", 2), ("qwen2-kv2", 2), ("qwen3-kv4", 2), ("llama-kv1", 4), ("qwen2-kv2", 4)])
+def test_greedy_tokens_on_n_ranks_equal_transformers(tiny_checkpoint, name, tp):
+    path, hf_model = tiny_checkpoint(name)
+    # 8-token steps (chunked prefill), a shared prefix (cache hits), 14 blocks of 4 (preemptions).
+    config = EngineConfig(block_size=4, num_blocks=14, max_num_batched_tokens=8, max_num_seqs=4)
+    results = run_engine(path, tp, config, PROMPTS)
+    tokens, stats, held = results[0]
+    for prompt, got in zip(PROMPTS, tokens):
+        want = transformers_greedy(hf_model, prompt, MAX_TOKENS)
+        assert got == want, f"{name} on {tp} ranks, prompt of {len(prompt)} tokens: got {got}, transformers {want}"
+    assert stats["cached_tokens"] > 0 and stats["num_preemptions"] > 0, (
+        f"the workload should hit the prefix cache and preempt (stats {stats}): the test lost its teeth")
+    assert held == 0, f"{held} blocks still held by requests after they all finished"
+    if tp > 1:
+        steps = results[1:]
+        assert all(s == stats["steps"] for s in steps), f"rank 0 ran {stats['steps']} steps, the workers replayed {steps}"
+
+
+@pytest.mark.task("7.4")
+def test_copy_on_write_copies_reach_every_rank(tiny_checkpoint):
+    """n = 3 completions share their prompt's last, partly filled block: each write copies it first, on every rank."""
+    path, hf_model = tiny_checkpoint("qwen2-kv2")
+    prompt = [11, 12, 13, 14, 15, 16]  # 6 tokens in blocks of 4: the second block is shared and partly filled
+
+    def rank(group):
+        model = load_rank_model(path, group)
+        if group.rank != 0:
+            return serve_as_worker(group, model)
+        engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=32, enable_prefix_caching=False))
+        attach_engine(engine, group, "auto")
+        try:
+            rid = engine.add_request(prompt, EngineSamplingParams(max_tokens=6, ignore_eos=True, n=3, temperature=0.0))
+            out = {}
+            while engine.has_unfinished():
+                for event in engine.step():
+                    out.setdefault(event.request_id, []).append(event.token_id)
+            return rid, out
+        finally:
+            group.broadcast_object(None)
+
+    rid, out = ThreadRanks(2, timeout_s=60).run(rank)[0]
+    want = transformers_greedy(hf_model, prompt, 6)
+    assert len(out) == 3 and all(tokens == want for tokens in out.values()), (
+        f"three greedy completions should all equal transformers' {want}, got {out} "
+        f"(a worker that never copies the shared block reads another completion's K/V)")
+
+
+@pytest.mark.task("7.1")
+@pytest.mark.parametrize("name", ["llama-kv1", "qwen2-kv2"])
+def test_each_rank_loads_only_its_slices_of_the_checkpoint(tiny_checkpoint, name):
+    path, _ = tiny_checkpoint(name)
+    config = read_config(path)
+    models = ThreadRanks(2).run(lambda group: load_rank_model(path, group))
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        for rank, model in enumerate(models):
+            params = dict(model.named_parameters())
+            for key in f.keys():
+                if key not in params:
+                    continue
+                full, part = f.get_tensor(key), weight_slice(key, config, rank, 2)
+                want = full if part is None else full.narrow(part[0], part[1], part[2] - part[1])
+                assert torch.equal(params[key], want), f"rank {rank}: {key} is not its slice {part} of the checkpoint"
+            sharded = params["model.layers.0.mlp.gate_proj.weight"].numel()
+            assert sharded * 2 == config.intermediate_size * config.hidden_size, f"rank {rank} holds more than half of gate_proj"
