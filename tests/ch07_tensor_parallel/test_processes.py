@@ -20,15 +20,31 @@ CONFIG = dict(block_size=4, num_blocks=64, max_num_batched_tokens=16)
 
 
 
-def test_two_processes_answer_what_transformers_answers(tiny_checkpoint):
-    path, hf_model = tiny_checkpoint("qwen2-kv2")
-    prompts = [[5, 6, 7, 8, 9], list(range(30, 52))]
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    """A tiny Llama with a byte-level tokenizer, so the engine's text path runs too."""
+    import sys
+    from pathlib import Path
+
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "ch05_engine"))
+    from tiny_tokenizer import save_tiny_chat_model
+
+    directory = tmp_path_factory.mktemp("tiny-chat-tp")
+    return directory, save_tiny_chat_model(directory)
+
+
+def test_two_processes_answer_what_one_process_and_transformers_answer(chat_model):
+    path, hf_model = chat_model
+    prompts = ["Hello there", "The quick brown fox jumps over the lazy dog"]
+    with InferenceEngine(str(path), EngineConfig(**CONFIG)) as one:
+        want = one.generate(prompts, max_tokens=8, ignore_eos=True)
     with InferenceEngine(str(path), EngineConfig(**CONFIG, tensor_parallel_size=2)) as engine:
         workers = engine._tensor_parallel.workers
         assert [w.is_alive() for w in workers] == [True], "one worker process (rank 1) should be running"
-        for prompt in prompts:
-            items = list(engine.stream("", prompt_token_ids=prompt, max_tokens=8, ignore_eos=True))
-            assert items[-1].token_ids == transformers_greedy(hf_model, prompt, 8)
+        got = engine.generate(prompts, max_tokens=8, ignore_eos=True)
+        for g, w in zip(got, want):
+            assert g.token_ids == w.token_ids == transformers_greedy(hf_model, w.prompt_token_ids, 8)
+            assert g.text == w.text
         engine.check_health()
     assert not any(w.is_alive() for w in workers), "closing the engine ends its worker processes"
 

@@ -22,9 +22,11 @@ class EngineConfig:
     # (see SchedulerConfig.decode_reserve): 0.3 cut preemptions 19 -> 0 and tokens computed
     # by 14% on the random bench workload in a 256 MiB pool, for 4% more steps (notebook 1 sweeps it).
     decode_reserve: float = 0.3
+    # Ranks the model is split over (chapter 7); 1 runs it whole in this process.
+    tensor_parallel_size: int = 1
 
     def __post_init__(self):
-        for name in ("block_size", "kv_cache_bytes", "max_num_batched_tokens", "max_num_seqs"):
+        for name in ("block_size", "kv_cache_bytes", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")

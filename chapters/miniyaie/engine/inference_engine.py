@@ -29,7 +29,7 @@ from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.engine_loop import EngineLoop
 from miniyaie.engine.errors import InvalidRequestError
 from miniyaie.engine.llm_engine import LLMEngine
-from miniyaie.engine.loading import display_name, load_model
+from miniyaie.engine.loading import display_name, load_model, start_tensor_parallel
 from miniyaie.engine.openai_format.messages import check_text
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput
 from miniyaie.engine.request_state import RequestState
@@ -52,13 +52,25 @@ class InferenceEngine(ChatMixin):
         dtype: torch.dtype | None = None,
         model_name: str | None = None,
     ):
-        self.loaded = load_model(model, config or EngineConfig(), device, dtype)
+        config = config or EngineConfig()
+        self._tensor_parallel = None
+        if config.tensor_parallel_size > 1:
+            self.loaded, self._tensor_parallel = start_tensor_parallel(model, config, device, dtype)
+        else:
+            self.loaded = load_model(model, config, device, dtype)
         self.tokenizer = self.loaded.tokenizer
         self.eos_token_ids = list(self.loaded.eos_token_ids)
         self.model_name = model_name or display_name(model, self.loaded)
         self.sampling_defaults = sampling_defaults or SamplingParams()
         self.adapters = list(adapters)
-        self.llm = LLMEngine(self.loaded.model, config or EngineConfig())
+        try:
+            self.llm = LLMEngine(self.loaded.model, config)
+            if self._tensor_parallel is not None:
+                self._tensor_parallel.attach(self.llm, config.attention_backend)
+        except BaseException:
+            if self._tensor_parallel is not None:
+                self._tensor_parallel.close()
+            raise
         self._loop = EngineLoop(self.llm, self.tokenizer, self.eos_token_ids)
 
     @classmethod
@@ -170,10 +182,14 @@ class InferenceEngine(ChatMixin):
     def check_health(self) -> None:
         """Raise EngineError, saying why, if the engine can no longer serve (closed, or its loop stopped)."""
         self._loop.check_running()
+        self.llm.runner.check_health()
 
     def close(self) -> None:
-        """Stop the loop thread; requests still in flight end with an EngineError."""
+        """Stop the loop thread (requests still in flight end with an EngineError), then the other ranks."""
         self._loop.close()
+        if self._tensor_parallel is not None:
+            self._tensor_parallel.close()
+            self._tensor_parallel = None
 
     def __enter__(self) -> InferenceEngine:
         return self

@@ -27,6 +27,26 @@ def load_model(model: str | Path | LoadedModel | None, config: EngineConfig, dev
         raise ModelLoadError(str(exc)) from exc
 
 
+def start_tensor_parallel(model: str | Path | LoadedModel | None, config: EngineConfig, device: str | None,
+                          dtype: torch.dtype | None):
+    """Rank 0's shard of the model and the runtime of the other ranks (chapter 7), for tensor_parallel_size > 1."""
+    if isinstance(model, LoadedModel):
+        raise ValueError("with tensor_parallel_size > 1 every rank loads its own shard: give a model name or path, "
+                         "not a loaded model")
+    from miniyaie.distributed import TensorParallelRuntime  # chapter 7
+    from miniyaie.model.loader import eos_token_ids, load_tokenizer, resolve_model_path
+
+    device = device or "cpu"
+    dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
+    try:
+        path = resolve_model_path(None if model is None else str(model))
+        tokenizer = load_tokenizer(path)
+        runtime = TensorParallelRuntime.start(path, config.tensor_parallel_size, dtype, device)
+    except ChapterZeroModelLoadError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    return LoadedModel(runtime.model, tokenizer, eos_token_ids(path, tokenizer), path), runtime
+
+
 def display_name(model: str | Path | LoadedModel | None, loaded: LoadedModel) -> str:
     """The name the engine reports (and a server serves) for its model."""
     if model in (None, "smollm2"):

@@ -42,13 +42,24 @@ class ModelRunner:
         completions of n > 1, forked right after the prompt's prefill).
         """
         input_ids, positions, meta = self.prepare(out)
-        hidden = self.model(input_ids, positions, self.pool, meta)
         rows_of_hidden, picked_ids = self.sampling_rows(out, fanout or {})
+        logits = self.forward(input_ids, positions, meta, rows_of_hidden)
         if not picked_ids:
             return {}
-        logits = self.model.compute_logits(hidden[rows_of_hidden])
         sampled = self.sampler(logits, [rows[rid] for rid in picked_ids])  # every row in one pass
         return dict(zip(picked_ids, sampled))
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
+                logit_rows: list[int]) -> torch.Tensor | None:
+        """The model over the packed batch; float32 logits of the hidden rows `logit_rows` (None if none).
+
+        The one call tensor parallelism (chapter 7) replays on every rank.
+        """
+        hidden = self.model(input_ids, positions, self.pool, meta)
+        return self.model.compute_logits(hidden[logit_rows]) if logit_rows else None
+
+    def check_health(self) -> None:
+        """Raise if this runner can no longer run steps (one process cannot fail apart from itself)."""
 
     # ANCHOR: sampling_rows
     def sampling_rows(self, out: SchedulerOutput, fanout: dict[str, list[str]]) -> tuple[list[int], list[str]]:

@@ -127,7 +127,7 @@ def read_config(path: Path) -> ModelConfig:
         raise ModelLoadError(f"cannot use {path}: {_first_line(exc)}") from None
 
 
-def _weight_files(path: Path) -> list[Path]:
+def weight_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -143,7 +143,7 @@ def load_weights(model: CausalLM, path: Path, progress: bool = False) -> None:
     from tqdm.auto import tqdm
 
     state: dict[str, torch.Tensor] = {}
-    for file in _weight_files(path):
+    for file in weight_files(path):
         with safe_open(str(file), framework="pt") as f:
             keys = list(f.keys())
             for key in tqdm(keys, desc=f"Loading {file.name}", unit="tensor", disable=not progress, leave=False):

@@ -80,6 +80,14 @@ class ParallelModelRunner(ModelRunner):
         prepare would) and remembered in self._copies, for `forward` to send.
         """
         # Nudge: chapter 5's prepare takes the copies and applies them to rank 0's pool only.
+        # Hint 1: Copy-on-write (chapter 2) queues block copies in the memory; whoever takes them
+        #   must apply them, and every rank's pool needs them, since every rank's pool holds the
+        #   same blocks (its own heads). Take them before chapter 5's prepare would.
+        # Hint 2: Take the queued copies from self.memory, apply them to self.pool with copy_blocks
+        #   (chapter 2), and keep the list in self._copies; then chapter 5's prepare finds none.
+        # Hint 3:
+        #   self._copies = self.memory.take_block_copies()
+        #   copy_blocks(self.pool, self._copies, self.memory.block_size)
         # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
         self._copies = self.memory.take_block_copies()
         copy_blocks(self.pool, self._copies, self.memory.block_size)
@@ -95,6 +103,18 @@ class ParallelModelRunner(ModelRunner):
         """
         self.check_health()
         # Nudge: a worker can only replay what it is told; and once a collective has failed, none can be trusted.
+        # Hint 1: The workers wait in group.broadcast_object for the next Step; once every rank
+        #   has it, all ranks run ModelRunner.forward together (its collectives pair up). Send
+        #   the step before computing, or rank 0 waits in its first all-reduce for workers that
+        #   wait for the step. An exception from either means a rank is gone or out of step.
+        # Hint 2: Build Step(input_ids, positions, meta, list(logit_rows), self._copies) on the CPU
+        #   (.to(torch.device("cpu"))); broadcast it; return chapter 5's forward (super()). Wrap
+        #   both in try/except Exception: keep the exception in self.failure and raise
+        #   TensorParallelError (with what happened) from it.
+        # Hint 3:
+        #   step = Step(...).to(cpu)
+        #   try: broadcast(step); return super().forward(input_ids, positions, meta, logit_rows)
+        #   except Exception as exc: self.failure = exc; raise TensorParallelError(...) from exc
         # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
         step = Step(input_ids, positions, meta, list(logit_rows), self._copies).to(torch.device("cpu"))
         try:
@@ -125,6 +145,17 @@ def replay_steps(group: TPGroup, runner: ModelRunner, block_size: int) -> int:
     block copies and everything `ModelRunner.forward` takes.
     """
     # Nudge: a worker has no scheduler: everything it does, it was told.
+    # Hint 1: Each message is a Step (or None: stop). Replaying it means doing exactly what
+    #   rank 0 did to its pool and model in that step, in the same order: first the block
+    #   copies, then the forward (whose collectives meet rank 0's). Count the steps.
+    # Hint 2: Loop on group.broadcast_object() until it returns None; move the step to
+    #   runner.device (step.to), copy_blocks(runner.pool, step.block_copies, block_size),
+    #   then runner.forward(step.input_ids, step.positions, step.meta, step.logit_rows).
+    # Hint 3:
+    #   steps = 0
+    #   while (step := group.broadcast_object()) is not None:
+    #       step = step.to(runner.device); copy_blocks(...); runner.forward(...); steps += 1
+    #   return steps
     # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
     steps = 0
     while (step := group.broadcast_object()) is not None:

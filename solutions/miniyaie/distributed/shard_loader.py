@@ -19,6 +19,7 @@ from miniyaie.model import CausalLM, ModelConfig
 from miniyaie.model.loader import ModelLoadError, read_config, weight_files
 
 
+# ANCHOR: build_rank_model
 def build_rank_model(config: ModelConfig, group: TPGroup) -> CausalLM:
     """This rank's decoder with uninitialised (empty) weights of the right shapes."""
     local = local_config(config, group.rank, group.world_size)
@@ -34,6 +35,7 @@ def build_rank_model(config: ModelConfig, group: TPGroup) -> CausalLM:
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model
+# ANCHOR_END: build_rank_model
 
 
 def _read_slice(handle, key: str, part: tuple[int, int, int] | None) -> torch.Tensor:
