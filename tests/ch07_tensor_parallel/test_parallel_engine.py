@@ -10,7 +10,9 @@ import torch
 from safetensors import safe_open
 from tiny_models import transformers_greedy
 
-from miniyaie.distributed import ThreadRanks, attach_engine, load_rank_model, serve_as_worker, weight_slice
+from miniyaie.distributed import (
+    TensorParallelError, ThreadRanks, attach_engine, load_rank_model, serve_as_worker, weight_slice,
+)
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.engine import SamplingParams as EngineSamplingParams
 from miniyaie.model import SamplingParams
@@ -113,3 +115,52 @@ def test_each_rank_loads_only_its_slices_of_the_checkpoint(tiny_checkpoint, name
                 assert torch.equal(params[key], want), f"rank {rank}: {key} is not its slice {part} of the checkpoint"
             sharded = params["model.layers.0.mlp.gate_proj.weight"].numel()
             assert sharded * 2 == config.intermediate_size * config.hidden_size, f"rank {rank} holds more than half of gate_proj"
+
+
+@pytest.mark.task("7.4")
+def test_a_worker_that_raises_fails_the_step_and_every_later_one(tiny_checkpoint):
+    """The worker's third forward raises: rank 0's step raises TensorParallelError, and so does every later step."""
+    path, _ = tiny_checkpoint("qwen2-kv2")
+    seen = []  # what rank 0's engine saw
+
+    def rank(group):
+        model = load_rank_model(path, group)
+        if group.rank != 0:
+            calls = {"n": 0}
+            forward = model.forward
+
+            def failing(*args, **kwargs):
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    raise RuntimeError("rank 1 ran out of memory (planted)")
+                return forward(*args, **kwargs)
+
+            model.forward = failing
+            return serve_as_worker(group, model)
+        engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=32))
+        attach_engine(engine, group, "auto")
+        engine.add_request([1, 2, 3, 4], SamplingParams(max_tokens=10, ignore_eos=True))
+        errors = []
+        for _ in range(4):
+            try:
+                engine.step()
+                errors.append(None)
+            except Exception as exc:  # noqa: BLE001 -- what each step raised is the result
+                errors.append(exc)
+            try:
+                engine.runner.check_health()
+                errors.append("healthy")
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+        seen.append(errors)
+
+    with pytest.raises(RuntimeError, match="planted"):  # run() re-raises the worker's error once all ranks ended
+        ThreadRanks(2, timeout_s=20).run(rank)
+    (errors,) = seen
+    step_results, health = errors[0::2], errors[1::2]
+    assert step_results[:2] == [None, None] and health[:2] == ["healthy", "healthy"], f"the first two steps should succeed: {errors}"
+    for i in (2, 3):
+        assert isinstance(step_results[i], TensorParallelError), (
+            f"step {i + 1} (the worker failed in step 3) should raise TensorParallelError, got {step_results[i]!r}")
+        assert isinstance(health[i], TensorParallelError), (
+            f"after the failure check_health should raise TensorParallelError, got {health[i]!r}")

@@ -46,6 +46,8 @@ def build_engine(args, default_max_tokens: int):
                 engine_config = dataclasses.replace(engine_config, attention_backend=args.attention_backend)
             except ValueError as exc:  # EngineConfig names the backends it knows
                 raise UsageError(str(exc)) from None
+        if getattr(args, "tensor_parallel_size", None):
+            engine_config = dataclasses.replace(engine_config, tensor_parallel_size=args.tensor_parallel_size)
         print(f"Loading {model or 'SmolLM2-135M-Instruct (bundled)'} on {device} ...", file=sys.stderr, flush=True)
         return InferenceEngine(model, engine_config, sampling_defaults=sampling, device=device, dtype=dtype)
     except EngineError as exc:

@@ -31,6 +31,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--config", default=None, help="engine settings: a YAML or TOML file (engine:, sampling:, resource:)")
     p.add_argument("--impl", default=None, help="serve your chapters, e.g. 'chapters' (see the book)")
+    p.add_argument("--tensor-parallel-size", type=positive_int, default=None, metavar="N",
+                   help="split the model over N processes on this machine (chapter 7; default: the config's, else 1)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(handler=cmd_serve)
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from miniyaie.engine.errors import EngineError
 from miniyaie.model import ModelConfig
 
 
-class TensorParallelSizeError(ValueError):
-    """A tensor-parallel size the model's heads cannot be split into."""
+class TensorParallelSizeError(EngineError, ValueError):
+    """A tensor-parallel size the model's heads cannot be split into (refused before any rank starts)."""
 
 
 def check_tensor_parallel_size(num_heads: int, num_kv_heads: int, tp_size: int) -> None:
