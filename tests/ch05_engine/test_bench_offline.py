@@ -73,3 +73,19 @@ def test_optimum_hit_rate_counts_whole_blocks_of_the_shared_prefix():
     assert w.optimum_hit_rate(16) == pytest.approx(4 * 7 * 512 / (32 * 544))  # 82.35%: 82.3% in the book's tables
     w = shared_prefix_workload(num_groups=1, group_size=2, vocab_size=100, prefix_len=20, question_len=0, output_len=1)
     assert w.optimum_hit_rate(16) == pytest.approx(16 / 40)  # one whole block; the last token is always computed
+
+
+def test_bench_offline_runs_the_engine_split_over_two_processes(tmp_path):
+    """--tensor-parallel-size 2 adds a row from chapter 7's engine: same tokens as ours, every output token counted."""
+    path = tmp_path / "tiny-kv2"
+    save_tiny_model("llama", path)  # 4 query heads, 2 KV heads: splits over 2 ranks
+    out_json = tmp_path / "tp.json"
+    argv = ["bench", "offline", "--model", str(path), "--workload", "random", "--num-requests", "4",
+            "--input-len", "3:20", "--output-len", "2:6", "--peers", "none", "--no-floor", "--threads", "1",
+            "--no-progress", "--tensor-parallel-size", "2", "--json", str(out_json)]
+    assert main(argv) == 0
+    report = json.loads(out_json.read_text())
+    ours, split = report["rows"]
+    assert split["system"] == "miniyaie, tensor parallel x2"
+    assert split["output_tokens"] == ours["output_tokens"] == random_workload(4, 320, (3, 20), (2, 6)).num_output_tokens
+    assert split["same_tokens_as_ours"] == 4, "greedy tokens on two ranks must equal one process's"

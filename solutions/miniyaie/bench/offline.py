@@ -40,7 +40,7 @@ def run(args) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from miniyaie.bench.runners import Result, run_engine, run_floor, run_hf_continuous, run_hf_static
+    from miniyaie.bench.runners import Result, run_engine, run_floor, run_hf_continuous, run_hf_static, run_tensor_parallel
     from miniyaie.bench.vllm_peer import PeerFailed, PeerSkipped, run_vllm
     from miniyaie.engine import EngineConfig
     from miniyaie.model import load_model, resolve_model_path
@@ -62,6 +62,12 @@ def run(args) -> dict:
         ours.append(run_engine(model, workload, EngineConfig(), "miniyaie", progress))
     best = ours[-1]
     results = list(ours)
+    if args.tensor_parallel_size > 1:  # the best configuration again, split over processes
+        config = EngineConfig(enable_prefix_caching=best.stats["enable_prefix_caching"],
+                              policy="lpm" if workload.name == "shared-prefix" else "fcfs")
+        split = run_tensor_parallel(path, workload, config, args.tensor_parallel_size, progress)
+        ours.append(split)
+        results.append(split)
     floor = None if args.no_floor else run_floor(model, best, progress)
     if floor:
         results.append(floor)
@@ -92,7 +98,7 @@ def run(args) -> dict:
             row["hit_rate"] = round(r.stats["hit_rate"], 4)
             row["num_preemptions"] = r.stats["num_preemptions"]
             row["steps"] = r.stats["steps"]
-        elif "outputs" in r.stats:  # a peer that returned its tokens: how many requests equal ours (greedy)
+        if r is not best and "outputs" in r.stats:  # a system that returned its tokens: how many requests equal ours (greedy)
             row["same_tokens_as_ours"] = sum(a == b for a, b in zip(r.stats["outputs"], best.stats["outputs"]))
         if r.stats.get("note"):
             row["note"] = r.stats["note"]

@@ -35,10 +35,11 @@ def _bar(desc: str, total: int, show: bool) -> tqdm:
     return tqdm(total=total, desc=desc, unit="tok", disable=not show, leave=False, dynamic_ncols=True)
 
 
-def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: str, progress: bool = True) -> Result:
-    """Our engine on the workload; records each step's shape (tokens, sampled rows) for the floor,
-    and each request's tokens (to compare with a peer's)."""
-    engine = LLMEngine(model, config)
+def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: str, progress: bool = True,
+               engine: LLMEngine | None = None) -> Result:
+    """Our engine on the workload (a fresh LLMEngine, or `engine`, e.g. rank 0 of a tensor-parallel one);
+    records each step's shape (tokens, sampled rows) for the floor, and each request's tokens (to compare with a peer's)."""
+    engine = engine or LLMEngine(model, config)
     tokens = {engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True)): []
               for prompt, n in zip(workload.prompts, workload.output_lens)}
     shapes = []
@@ -56,6 +57,19 @@ def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: 
                  enable_prefix_caching=config.enable_prefix_caching)
     stats["hit_rate"] = stats["cached_tokens"] / workload.num_prompt_tokens
     return Result(name, seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)
+
+
+def run_tensor_parallel(path, workload: Workload, config: EngineConfig, size: int, progress: bool = True) -> Result:
+    """Our engine split over `size` processes (chapter 7), on the same workload; start-up is not timed."""
+    from miniyaie.distributed import TensorParallelRuntime
+
+    runtime = TensorParallelRuntime.start(path, size)
+    try:
+        engine = LLMEngine(runtime.model, config)
+        runtime.attach(engine, config.attention_backend)
+        return run_engine(runtime.model, workload, config, f"miniyaie, tensor parallel x{size}", progress, engine)
+    finally:
+        runtime.close()
 
 
 class NoAttention:

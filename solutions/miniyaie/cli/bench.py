@@ -66,6 +66,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--vllm-python", default=None, metavar="PATH",
                    help=f"the Python of vLLM's environment, for --peers vllm (default: ${ENV_VAR}; see bench setup-vllm)")
     p.add_argument("--no-floor", action="store_true", help="skip timing the compute floor")
+    p.add_argument("--tensor-parallel-size", type=positive_int, default=1, metavar="N",
+                   help="also run our engine split over N processes (chapter 7; default 1: not run)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
     p.add_argument("--model", default=None, help="a local Hugging Face directory (default: bundled SmolLM2-135M-Instruct)")
     p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
