@@ -39,6 +39,7 @@ CHAPTER_PACKAGES: dict[int, str] = {
     5: "engine",
     6: "api",
     7: "distributed",
+    8: "structured",
 }
 _PACKAGE_NAMES = set(CHAPTER_PACKAGES.values())
 

@@ -40,6 +40,7 @@ CHAPTERS: list[Chapter] = [
     Chapter(5, "The engine", "ch05_engine"),
     Chapter(6, "The API server", "ch06_api"),
     Chapter(7, "Tensor parallelism", "ch07_tensor_parallel"),
+    Chapter(8, "Structured output", "ch08_structured_output"),
 ]
 
 

@@ -1,0 +1,133 @@
+"""The token index: for a state of the pattern's automaton, which tokens keep the output matchable.
+
+Masking is exact: a token is allowed exactly when its bytes, fed to the
+byte-level DFA from the current state, never reach the dead state. So the
+model can only ever write text the pattern can still complete, and nothing
+the pattern allows is taken away. It is cheap once built: a step costs one
+mask per constrained row. The build is the cost (tokens x states walks);
+we walk the whole vocabulary at once, one byte position at a time, and
+only for the states decoding actually reaches, each cached once per pattern.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from miniyaie.structured.fsm import DEAD, ByteDFA
+from miniyaie.structured.vocabulary import Vocabulary
+
+
+# ANCHOR: walk_vocabulary
+def walk_vocabulary(next_state: torch.Tensor, state: int, token_bytes: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Where every token leads from `state`: [V] int64, DEAD (-1) where the automaton dies.
+
+    next_state [S, 256]: the byte-level DFA (DEAD where a byte is not allowed).
+    token_bytes [V, L]: token i's bytes in row i, padded after lengths[i].
+    A token of length 0 (a special token) leads nowhere: DEAD. A token may end
+    between two bytes of one character: that is a state like any other.
+    """
+    # Nudge: walk all V tokens together, one byte position at a time, and drop a token as soon as it dies or ends.
+    # Hint 1: Token i is allowed from `state` if reading its bytes one by one through the DFA
+    #   never hits DEAD; where it ends is the state after its last byte. Walking the
+    #   vocabulary token by token in Python is V x L steps of the interpreter (49,152 tokens
+    #   for SmolLM2): walk all tokens at once instead, column j of token_bytes at step j, and
+    #   keep walking only the tokens still alive and not yet ended, so the work shrinks.
+    # Hint 2: ends = full([V], DEAD). Keep `ids` (the tokens still walking: at first all with
+    #   length > 0) and `current` (their states: all `state`). At byte position j: move them,
+    #   nxt = next_state[current, token_bytes[ids, j]]; keep only nxt != DEAD; those whose
+    #   length is j + 1 have ended: write their state into ends; go on with the others.
+    # Hint 3:
+    #   ends = full([V], DEAD); ids = nonzero(lengths > 0); current = full([len(ids)], state)
+    #   for j in range(L) while ids is not empty:
+    #       nxt = next_state[current, token_bytes[ids, j]]; alive = nxt != DEAD
+    #       ids, nxt = ids[alive], nxt[alive]; done = lengths[ids] == j + 1
+    #       ends[ids[done]] = nxt[done]; ids, current = ids[~done], nxt[~done]
+    #   return ends
+    # BEGIN SOLUTION 8.1: The token index
+    ends = torch.full((token_bytes.shape[0],), DEAD, dtype=torch.int64)
+    ids = (lengths > 0).nonzero().flatten()
+    current = torch.full((len(ids),), state, dtype=torch.int64)
+    for j in range(token_bytes.shape[1]):
+        if len(ids) == 0:
+            break
+        nxt = next_state[current, token_bytes[ids, j]]
+        alive = nxt != DEAD
+        ids, nxt = ids[alive], nxt[alive]
+        done = lengths[ids] == j + 1
+        ends[ids[done]] = nxt[done]
+        ids, current = ids[~done], nxt[~done]
+    return ends
+    # END SOLUTION
+# ANCHOR_END: walk_vocabulary
+
+
+class TokenIndex:
+    """A pattern's DFA over one vocabulary: allowed tokens and next states, per state, built on first use."""
+
+    def __init__(self, dfa: ByteDFA, vocabulary: Vocabulary, model_vocab_size: int | None = None):
+        self.dfa, self.vocabulary = dfa, vocabulary
+        self.size = max(model_vocab_size or 0, len(vocabulary))
+        self.token_bytes, self.lengths = vocabulary.byte_matrix()
+        self._ends: dict[int, torch.Tensor] = {}
+        self.build_seconds = 0.0  # time spent walking the vocabulary, over all states built so far
+
+    # ANCHOR: allowed
+    def allowed(self, state: int) -> torch.Tensor:
+        """[size] bool: the tokens that may come next in `state`.
+
+        A token is allowed if its walk from `state` stays alive; an
+        end-of-sequence token only where the pattern may end (an accepting
+        state). Ids the vocabulary does not have (a model's padding rows,
+        special tokens) are never allowed.
+        """
+        # Nudge: the walk says which tokens keep the pattern alive; the end of the text is a token too.
+        # Hint 1: The walk of Task 8.1 gives each token's end state; alive means not DEAD. The
+        #   mask must cover the model's whole vocabulary (self.size), which may be longer than
+        #   the tokenizer's. End-of-sequence tokens have no bytes: their rule is the DFA's
+        #   accepting flag for this state. Walks are costly: remember each state's.
+        # Hint 2: ends = self.ends(state) (cached walk); mask = zeros(self.size, bool);
+        #   mask[:len(ends)] = ends != DEAD; for every id in self.vocabulary.eos_token_ids,
+        #   mask[id] = self.dfa.accepting[state].
+        # Hint 3:
+        #   ends = self.ends(state)
+        #   mask = zeros(size, bool); mask[: len(ends)] = ends != DEAD
+        #   for eos in vocabulary.eos_token_ids: mask[eos] = bool(dfa.accepting[state])
+        #   return mask
+        # BEGIN SOLUTION 8.2: Allowed tokens, end of text included
+        ends = self.ends(state)
+        mask = torch.zeros(self.size, dtype=torch.bool)
+        mask[: len(ends)] = ends != DEAD
+        for eos in self.vocabulary.eos_token_ids:
+            mask[eos] = bool(self.dfa.accepting[state])
+        return mask
+        # END SOLUTION
+    # ANCHOR_END: allowed
+
+    def ends(self, state: int) -> torch.Tensor:
+        """Every token's state after it from `state` (the walk, once per state)."""
+        if state not in self._ends:
+            import time
+
+            started = time.perf_counter()
+            self._ends[state] = walk_vocabulary(self.dfa.next_state, state, self.token_bytes, self.lengths)
+            self.build_seconds += time.perf_counter() - started
+        return self._ends[state]
+
+    def next_state(self, state: int, token_id: int) -> int:
+        """The state after `token_id` (DEAD if it was not allowed; an end-of-sequence token keeps the state)."""
+        if token_id in self.vocabulary.eos_token_ids:
+            return state if bool(self.dfa.accepting[state]) else DEAD
+        if token_id >= len(self.vocabulary):
+            return DEAD
+        return int(self.ends(state)[token_id])
+
+    def build_all(self) -> int:
+        """Walk every reachable state now (to measure the whole index); returns the number of states."""
+        seen, todo = set(), [self.dfa.initial]
+        while todo:
+            state = todo.pop()
+            if state in seen:
+                continue
+            seen.add(state)
+            todo.extend(set(self.ends(state).unique().tolist()) - {DEAD} - seen)
+        return len(seen)
