@@ -21,6 +21,8 @@ DEAD = -1
 # UTF-8 lead bytes of 2-, 3- and 4-byte characters, and the continuation bytes.
 _LEADS = {2: range(0xC2, 0xE0), 3: range(0xE0, 0xF0), 4: range(0xF0, 0xF5)}
 _CONTINUATION = range(0x80, 0xC0)
+# Leads whose second byte is narrower (no overlong encodings, no surrogates, nothing past U+10FFFF).
+_SECOND = {0xE0: range(0xA0, 0xC0), 0xED: range(0x80, 0xA0), 0xF0: range(0x90, 0xC0), 0xF4: range(0x80, 0x90)}
 
 
 class PatternError(InvalidRequestError):
@@ -82,6 +84,17 @@ def _spell_in_utf8(fsm, live: set) -> ByteDFA:
             tails[target, remaining] = state
         return tails[target, remaining]
 
+    def after_lead(target: int, lead: int, remaining: int) -> int:
+        """The state after a lead byte: its second byte restricted if the lead says so."""
+        if lead not in _SECOND:
+            return any_tail(target, remaining)
+        if (target, -lead) not in tails:
+            state = new_state()
+            for byte in _SECOND[lead]:
+                rows[state][byte] = any_tail(target, remaining - 1)
+            tails[target, -lead] = state
+        return tails[target, -lead]
+
     classes: dict[int, list[str]] = {}
     for char, symbol in fsm.alphabet.items():
         if char is not anything_else:
@@ -98,7 +111,7 @@ def _spell_in_utf8(fsm, live: set) -> ByteDFA:
                     rows[here][byte] = targets[other]
             for length, leads in _LEADS.items():
                 for lead in leads:
-                    rows[here][lead] = any_tail(targets[other], length - 1)
+                    rows[here][lead] = after_lead(targets[other], lead, length - 1)
             shared = set(tails.values())
         for symbol, chars in classes.items():  # the characters it names, byte by byte
             if symbol in targets:

@@ -1,0 +1,227 @@
+"""Tasks 8.1 and 8.2: the token index allows exactly the tokens that keep the output matchable.
+
+Two oracles. The walk of one token is easy to write one byte at a time, so
+8.1 is checked against that on random automata. The whole index is checked
+against outlines-core's Index (what vLLM and SGLang have used) on the same
+vocabulary: the allowed sets must be equal state by state along random
+walks, on SmolLM2's byte-level vocabulary (where tokens can end in the
+middle of a character) and on a small one with multi-byte characters.
+"""
+
+import pytest
+import torch
+from conftest import byte_vocabulary
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from miniyaie.structured import DEAD, TokenIndex, compile_regex, schema_to_regex, walk_vocabulary
+
+FOUR_FIELDS = {"type": "object", "required": ["name", "age", "city", "member"], "properties": {
+    "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+    "city": {"type": "string", "enum": ["Paris", "Zürich", "東京"]}, "member": {"type": "boolean"}}}
+# Patterns that end only where nothing may follow: there outlines-core 0.2.14 is exact (see below).
+PEER_PATTERNS = [
+    r'\{"name":"[^"]{1,10}","age":[0-9]+\}',
+    r"(yes|no|maybe)",
+    r"[a-z]+@[a-z]+\.(com|org)",
+    "(café|naïve|日本語|😀) (au lait|crème)",
+    schema_to_regex(FOUR_FIELDS),
+]
+PATTERNS = PEER_PATTERNS + [r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", "(café|naïve|日本語|😀)+", "ab( ac)?"]
+
+
+# Tokens that split characters or cross pattern boundaries, after the 256 single bytes.
+SPLIT_PIECES = ["é".encode()[:1], "é".encode()[1:], "東".encode()[:2], "😀".encode()[:3], b'{"', b'":', b"name", b"ca",
+                b"caf", "én".encode(), "Zürich".encode()[:2], "Zürich".encode()[2:], b"12", b"0.", b"yes", b"no", b'"}', b" a"]
+
+
+def one_by_one(next_state, state, token_bytes, lengths):
+    """The walk of each token, a byte at a time: the oracle of Task 8.1."""
+    ends = []
+    for row, length in zip(token_bytes.tolist(), lengths.tolist()):
+        current = state if length else DEAD
+        for byte in row[:length]:
+            current = next_state[current, byte].item()
+            if current == DEAD:
+                break
+        ends.append(current)
+    return torch.tensor(ends)
+
+
+@st.composite
+def automata_and_tokens(draw):
+    states = draw(st.integers(1, 6))
+    alphabet = draw(st.lists(st.integers(0, 255), min_size=1, max_size=5, unique=True))
+    table = torch.full((states, 256), DEAD, dtype=torch.int64)
+    for s in range(states):
+        for b in alphabet:
+            table[s, b] = draw(st.sampled_from([DEAD, *range(states)]))
+    tokens = draw(st.lists(st.lists(st.sampled_from(alphabet), max_size=5), min_size=1, max_size=30))
+    longest = max(1, max(map(len, tokens)))
+    token_bytes = torch.tensor([t + [0] * (longest - len(t)) for t in tokens], dtype=torch.int64)
+    return table, draw(st.integers(0, states - 1)), token_bytes, torch.tensor([len(t) for t in tokens])
+
+
+@pytest.mark.task("8.1")
+@given(automata_and_tokens())
+@example((torch.tensor([[DEAD] * 97 + [0] + [DEAD] * 158]), 0, torch.tensor([[97, 97], [97, 0], [0, 0]]), torch.tensor([2, 1, 0])))
+def test_every_token_ends_where_its_bytes_lead(case):
+    table, state, token_bytes, lengths = case
+    got = walk_vocabulary(table, state, token_bytes, lengths)
+    want = one_by_one(table, state, token_bytes, lengths)
+    assert got.tolist() == want.tolist(), (
+        f"from state {state}: tokens {token_bytes.tolist()} (lengths {lengths.tolist()}) should end in "
+        f"{want.tolist()} (-1: dead; a token of length 0 is dead), got {got.tolist()}")
+
+
+def viable(fsm, live: set, data: bytes) -> bool:
+    """Whether `data` starts some string of the pattern: interegular's character automaton, read directly.
+
+    Complete characters are walked; trailing bytes of an unfinished character
+    are viable if some character starting with them has a live transition.
+    """
+    from interegular.fsm import anything_else
+
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        try:
+            text, tail = data[:cut].decode(), data[cut:]
+            break
+        except UnicodeDecodeError:
+            continue
+    else:
+        return False
+    state = fsm.initial
+    for char in text:
+        symbol = fsm.alphabet[char] if char in fsm.alphabet else fsm.alphabet[anything_else]
+        state = fsm.map.get(state, {}).get(symbol)
+        if state not in live:
+            return False
+    if not tail:
+        return True
+    lead_length = next((n for n, (low, high) in {2: (0xC2, 0xE0), 3: (0xE0, 0xF0), 4: (0xF0, 0xF5)}.items()
+                        if low <= tail[0] < high), None)
+    second = {0xE0: (0xA0, 0xC0), 0xED: (0x80, 0xA0), 0xF0: (0x90, 0xC0), 0xF4: (0x80, 0x90)}.get(tail[0], (0x80, 0xC0))
+    if (lead_length is None or len(tail) >= lead_length or not all(0x80 <= b < 0xC0 for b in tail[1:])
+            or (len(tail) > 1 and not second[0] <= tail[1] < second[1])):
+        return False  # not the start of a UTF-8 character
+    moves = fsm.map.get(state, {})
+    named = [c for c in fsm.alphabet if c is not anything_else and c.encode().startswith(tail)
+             and moves.get(fsm.alphabet[c]) in live]
+    other = fsm.alphabet[anything_else] if anything_else in fsm.alphabet else None
+    return bool(named) or moves.get(other) in live
+
+
+def peer_index(pattern, vocabulary):
+    from outlines_core import Index
+    from outlines_core import Vocabulary as PeerVocabulary
+
+    eos = vocabulary.eos_token_ids[0]
+    tokens = {}
+    for token_id, data in enumerate(vocabulary.token_bytes):
+        if data is not None and token_id != eos:
+            tokens.setdefault(data, []).append(token_id)
+    return Index(pattern, PeerVocabulary(eos, tokens))
+
+
+def compare_along_walks(pattern, vocabulary, rng, walks=8, steps=25):
+    ours, peer = TokenIndex(compile_regex(pattern), vocabulary), peer_index(pattern, vocabulary)
+    for _ in range(walks):
+        state, peer_state, text = ours.dfa.initial, peer.get_initial_state(), b""
+        for _ in range(steps):
+            allowed = set(ours.allowed(state).nonzero().flatten().tolist())
+            want = set(peer.get_allowed_tokens(peer_state))
+            assert allowed == want, (
+                f"{pattern!r} after {text!r}: tokens allowed but not by outlines-core {sorted(allowed - want)[:8]}, "
+                f"missing {sorted(want - allowed)[:8]}")
+            choices = sorted(allowed - set(vocabulary.eos_token_ids))
+            if not choices:
+                break
+            token = rng.choice(choices)
+            text += vocabulary.token_bytes[token]
+            state, peer_state = ours.next_state(state, token), peer.get_next_state(peer_state, token)
+
+
+@pytest.mark.task("8.2")
+@pytest.mark.parametrize("pattern", PATTERNS, ids=range(len(PATTERNS)))
+@settings(max_examples=4)
+@given(rng=st.randoms(use_true_random=False))
+def test_allowed_tokens_are_exactly_those_that_leave_a_viable_prefix(pattern, rng):
+    """The exact rule, token by token: allowed iff the text so far plus the token starts a match (EOS: is a match)."""
+    import interegular
+
+    fsm = interegular.parse_pattern(pattern).to_fsm()
+    live = {state for state in fsm.states if fsm.islive(state)}
+    vocabulary = byte_vocabulary(SPLIT_PIECES)
+    index = TokenIndex(compile_regex(pattern), vocabulary)
+    state, text = index.dfa.initial, b""
+    for _ in range(12):
+        allowed = index.allowed(state)
+        for token, data in enumerate(vocabulary.token_bytes[:-1]):
+            assert bool(allowed[token]) == viable(fsm, live, text + data), (
+                f"{pattern!r} after {text!r}: token {data!r} is {'allowed' if allowed[token] else 'refused'}, "
+                f"but {text + data!r} {'does not start' if allowed[token] else 'starts'} a match")
+        eos = vocabulary.eos_token_ids[0]
+        ends_here = fsm.accepts(text.decode("utf-8", "replace")) if text.decode("utf-8", "ignore").encode() == text else False
+        assert bool(allowed[eos]) == ends_here, f"{pattern!r} after {text!r}: end of sequence allowed={bool(allowed[eos])}, a match ends here={ends_here}"
+        choices = [t for t in allowed.nonzero().flatten().tolist() if t != eos]
+        if not choices:
+            break
+        token = rng.choice(choices)
+        text += vocabulary.token_bytes[token]
+        state = index.next_state(state, token)
+
+
+@pytest.mark.task("8.2")
+@pytest.mark.bundled_model
+@pytest.mark.parametrize("pattern", PEER_PATTERNS, ids=range(len(PEER_PATTERNS)))
+@settings(max_examples=3)
+@given(rng=st.randoms(use_true_random=False))
+def test_allowed_tokens_equal_outlines_core_on_smollm2(smollm2_vocabulary, pattern, rng):
+    compare_along_walks(pattern, smollm2_vocabulary, rng)
+
+
+@pytest.mark.task("8.2")
+@pytest.mark.parametrize("pattern", PEER_PATTERNS, ids=range(len(PEER_PATTERNS)))
+@settings(max_examples=10)
+@given(rng=st.randoms(use_true_random=False))
+def test_allowed_tokens_equal_outlines_core_with_split_characters(pattern, rng):
+    compare_along_walks(pattern, byte_vocabulary(SPLIT_PIECES), rng, walks=4)
+
+
+@pytest.mark.task("8.2")
+@pytest.mark.bundled_model
+@pytest.mark.parametrize("pattern,before,token,completion", [
+    ("(café|naïve)+", "caf", "én", "aïve"),  # a token across the end of one repetition and the start of the next
+    ("ab( ac)?", "ab", " ", "ac"),  # a token that starts an optional group
+])
+def test_tokens_that_outlines_core_leaves_out_are_allowed(smollm2_vocabulary, pattern, before, token, completion):
+    """outlines-core 0.2.14 leaves these tokens out; re.fullmatch of an explicit completion proves them valid.
+
+    (Both leave a state where the pattern could end, or pass through one, into
+    more text; the patterns compared with outlines-core above avoid that.)
+    """
+    import re
+
+    assert re.fullmatch(pattern, before + token + completion)
+    vocabulary = smollm2_vocabulary
+    ids = {data: i for i, data in enumerate(vocabulary.token_bytes) if data is not None}
+    index = TokenIndex(compile_regex(pattern), vocabulary)
+    state = index.dfa.initial
+    for piece in (before[:-1], before[-1]):  # walk `before` in two tokens that exist in the vocabulary
+        state = index.next_state(state, ids[piece.encode()])
+    assert index.allowed(state)[ids[token.encode()]], f"{token!r} after {before!r} must be allowed in {pattern!r}"
+
+
+@pytest.mark.task("8.2")
+def test_end_of_sequence_only_where_the_pattern_may_end_and_never_an_unknown_id():
+    vocabulary = byte_vocabulary([b"ab"], size=300)  # 256 bytes, "ab" (256), EOS (257), ids 258..299 are not tokens
+    index = TokenIndex(compile_regex("(ab)+"), vocabulary, model_vocab_size=320)
+    start = index.dfa.initial
+    mask = index.allowed(start)
+    assert mask.shape == (320,) and mask.dtype == torch.bool, f"the mask covers the model's 320 ids as bool, got {tuple(mask.shape)} {mask.dtype}"
+    assert mask.nonzero().flatten().tolist() == [ord("a"), 256], f"at the start only 'a' and 'ab' may come, got {mask.nonzero().flatten().tolist()}"
+    after_ab = index.next_state(start, 256)
+    allowed = index.allowed(after_ab).nonzero().flatten().tolist()
+    assert allowed == [ord("a"), 256, 257], f"after 'ab' the pattern may end (EOS 257) or go on with 'a'/'ab': got {allowed}"
+    after_a = index.next_state(start, ord("a"))
+    assert 257 not in index.allowed(after_a).nonzero().flatten().tolist(), "after 'a' alone the pattern may not end: no EOS"
