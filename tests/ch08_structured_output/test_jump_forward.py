@@ -1,0 +1,96 @@
+"""Task 8.4: jump-forward appends what the pattern forces, in the longest tokens, and the engine skips those steps.
+
+With a vocabulary of single bytes the model has exactly one choice at every
+forced byte, so greedy output with and without jump-forward must be equal
+token for token, in fewer model steps, with every KV block returned.
+"""
+
+import pytest
+from conftest import byte_vocabulary
+from tiny_models import save_tiny_model
+
+from miniyaie.engine import EngineConfig, LLMEngine
+from miniyaie.engine import SamplingParams
+from miniyaie.structured import Guide, TokenIndex, compile_regex, schema_to_regex
+
+PIECES = [b'{"', b"name", b'":', b'name":"', b'"}', b"ab"]
+
+
+def guide(pattern: str, pieces=PIECES) -> Guide:
+    return Guide(TokenIndex(compile_regex(pattern), byte_vocabulary(pieces)))
+
+
+def text_of(g: Guide, tokens) -> bytes:
+    return b"".join(g.index.vocabulary.token_bytes[t] for t in tokens)
+
+
+@pytest.mark.task("8.4")
+def test_forced_text_comes_out_in_the_longest_tokens_and_moves_the_guide():
+    g = guide(r'\{"name":"[a-z]+"\}')
+    tokens = g.forced_tokens()
+    assert text_of(g, tokens) == b'{"name":"', f"the pattern forces '{{\"name\":\"' first, got {text_of(g, tokens)!r}"
+    assert tokens == [256, 259], (
+        f"longest first: '{{\"' (256), then 'name\":\"' (259) rather than 'name' + '\":' + '\"', got {tokens}")
+    allowed = g.allowed().nonzero().flatten().tolist()
+    assert allowed == list(range(ord("a"), ord("z") + 1)) + [257, 261], f"after the forced text the guide expects letters (a-z, 'name', 'ab'), got {allowed}"
+
+
+@pytest.mark.task("8.4")
+def test_nothing_is_forced_where_there_is_a_choice_or_the_pattern_may_end():
+    g = guide("(ab|cd)e?")
+    assert g.forced_tokens() == [] and g.state == g.index.dfa.initial, "two ways to go on: nothing forced, the guide unmoved"
+    g.advance(ord("a"))
+    g.advance(ord("b"))
+    before = g.state
+    assert g.forced_tokens() == [] and g.state == before, "after 'ab' the pattern may end or add 'e': nothing is forced"
+
+
+@pytest.mark.task("8.4")
+def test_a_forced_character_of_several_bytes_is_forced_whole():
+    g = guide("é!", pieces=[])
+    tokens = g.forced_tokens()
+    assert tokens == [0xC3, 0xA9, ord("!")], f"'é!' is three forced bytes, each its own token here, got {tokens}"
+    assert g.finished, "after the forced 'é!' the pattern is complete"
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from miniyaie.model import load_model
+
+    path = tmp_path_factory.mktemp("tiny-qwen2-structured")
+    save_tiny_model("qwen2", path)  # vocabulary 320: ids 0..255 are the bytes here, 256 is end-of-sequence
+    return load_model(path)
+
+
+SCHEMA = {"type": "object", "required": ["name", "age", "ok"], "properties": {
+    "name": {"type": "string", "maxLength": 6}, "age": {"type": "integer"}, "ok": {"type": "boolean"},
+    "tags": {"type": "array", "items": {"type": "string", "enum": ["red", "blue"]}, "maxItems": 2}}}
+
+
+def run(model, jump_forward: bool):
+    engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=200, max_num_batched_tokens=32),
+                       vocabulary=byte_vocabulary([], size=320))
+    params = SamplingParams(max_tokens=60, json_schema=SCHEMA, jump_forward=jump_forward)
+    prompts = [[1, 2, 3], [7, 8, 9, 10], [42] * 5]
+    outputs = engine.generate(prompts, params, eos_token_ids=[256])
+    return [o.token_ids for o in outputs], engine
+
+
+@pytest.mark.task("8.4")
+def test_the_engine_writes_the_same_tokens_in_fewer_steps(tiny_model):
+    import json
+    import re
+
+    plain, plain_engine = run(tiny_model, jump_forward=False)
+    jumped, engine = run(tiny_model, jump_forward=True)
+    assert jumped == plain, "with single-byte tokens, jump-forward must not change a greedy output"
+    assert any(len(tokens) < 60 for tokens in jumped), "no output completed its object: the test lost its teeth"
+    for tokens in jumped:
+        text = bytes(t for t in tokens if t < 256).decode()
+        if len(tokens) < 60:
+            assert re.fullmatch(schema_to_regex(SCHEMA), text) and json.loads(text), f"not valid: {text!r}"
+    forced = engine.counters["forced_tokens"]
+    assert forced > 0, "the schema's keys and separators are forced: jump-forward should have appended them"
+    assert engine.counters["steps"] < plain_engine.counters["steps"], (
+        f"jump-forward took {engine.counters['steps']} steps, without it {plain_engine.counters['steps']}")
+    assert engine.num_request_blocks == 0 and plain_engine.num_request_blocks == 0, "every block comes back"

@@ -1,0 +1,132 @@
+"""Structured output end to end: every output the engine finishes is valid, bad patterns are refused at the door.
+
+A tiny random model writes arbitrary text, so the constraint does all the
+work; SmolLM2 shows it on a real model. The server takes OpenAI's
+response_format and vLLM's structured_outputs / guided_* through the real
+`openai` client.
+"""
+
+import json
+import re
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_json_schema import schemas
+
+from miniyaie.engine import EngineConfig, InferenceEngine, InvalidRequestError
+from miniyaie.structured import DEAD, compile_regex, schema_to_regex
+
+pytestmark = pytest.mark.ungraded
+FOUR_FIELDS = {"type": "object", "required": ["name", "age", "city", "member"], "properties": {
+    "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+    "city": {"type": "string", "enum": ["Paris", "Zürich", "東京"]}, "member": {"type": "boolean"}}}
+
+
+@pytest.fixture(scope="module")
+def tiny_chat(tmp_path_factory):
+    from tiny_tokenizer import save_tiny_chat_model
+
+    from miniyaie.model import load
+
+    directory = tmp_path_factory.mktemp("tiny-chat-structured")
+    save_tiny_chat_model(directory)
+    return load(str(directory))
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_chat):
+    with InferenceEngine(tiny_chat, EngineConfig(block_size=4, num_blocks=512, max_num_batched_tokens=64)) as e:
+        yield e
+
+
+def check_finished_outputs(results, schema):
+    finished = [r for r in results if r.finish_reason == "stop"]
+    for r in finished:
+        jsonschema.validate(json.loads(r.text), schema)
+    dfa = compile_regex(schema_to_regex(schema))
+    for r in results:
+        if r.finish_reason == "length":  # cut by max_tokens: still the start of a valid text
+            state = dfa.initial
+            for byte in r.text.encode():
+                state = int(dfa.next_state[state, byte])
+                assert state != DEAD, f"{r.text!r} (cut by max_tokens) left the schema's language"
+    return len(finished)
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(schema=schemas, temperature=st.sampled_from([0.0, 1.0]), seed=st.integers(0, 100))
+def test_every_finished_output_validates_against_its_schema(engine, schema, temperature, seed):
+    if schema.get("type") in ("integer", "number") or "pattern" in json.dumps(schema):
+        schema = {"type": "object", "properties": {"v": schema}, "required": ["v"]}
+    results = engine.generate(["Write JSON:", "Data:"], max_tokens=120, json_schema=schema, temperature=temperature,
+                              seed=seed, top_p=0.9)
+    check_finished_outputs(results, schema)
+    assert engine.llm.num_request_blocks == 0
+
+
+def test_smollm2_writes_valid_json_for_a_four_field_schema():
+    with InferenceEngine("smollm2") as e:
+        prompts = [f"Describe person number {i} as JSON with name, age, city and membership." for i in range(4)]
+        results = e.generate(prompts, max_tokens=80, json_schema=FOUR_FIELDS)
+        assert check_finished_outputs(results, FOUR_FIELDS) == 4, [r.text for r in results]
+        assert e.llm.counters["forced_tokens"] > 0
+
+
+def test_regex_and_choice(engine):
+    out = engine.generate("Give a code:", regex=r"[A-Z]{3}-[0-9]{2}", max_tokens=20)
+    assert re.fullmatch(r"[A-Z]{3}-[0-9]{2}", out.text) and out.finish_reason == "stop"
+    out = engine.generate("Pick:", choice=["red", "green", "blue"], max_tokens=20, temperature=1.0, seed=3)
+    assert out.text in ("red", "green", "blue") and out.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(regex="(ab"), "invalid regex"),
+    (dict(json_schema={"type": "string", "format": "date"}), "'format'"),
+    (dict(regex="a[^\\s\\S]"), "matches no string"),
+    (dict(regex="a", choice=["a"]), "at most one"),
+])
+def test_bad_patterns_are_refused_at_the_door_and_lose_nothing(engine, kwargs, message):
+    before = engine.get_stats()["kv_blocks"]["held_by_requests"]
+    with pytest.raises(InvalidRequestError, match=re.escape(message)):
+        engine.generate("x", max_tokens=5, **kwargs)
+    assert engine.get_stats()["kv_blocks"]["held_by_requests"] == before == 0
+    assert engine.generate("still serving", max_tokens=3, ignore_eos=True).token_ids
+
+
+@pytest.fixture(scope="module")
+def client(tiny_chat):
+    import openai
+
+    from miniyaie.api import ServerSettings, create_app
+    from miniyaie.api.server import BackgroundServer
+
+    with InferenceEngine(tiny_chat, EngineConfig(block_size=4, num_blocks=256, max_num_batched_tokens=64)) as e:
+        with BackgroundServer(create_app(e, ServerSettings(served_model_names=("tiny",)))) as server:
+            yield openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def test_the_openai_client_gets_json_that_follows_response_format(client):
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}, "sure": {"type": "boolean"}},
+              "required": ["answer", "sure"]}
+    reply = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=60,
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+    jsonschema.validate(json.loads(reply.choices[0].message.content), schema)
+    reply = client.completions.create(model="tiny", prompt="Say", max_tokens=10, extra_body={"structured_outputs": {"choice": ["yes", "no"]}})
+    assert reply.choices[0].text in ("yes", "no")
+    reply = client.completions.create(model="tiny", prompt="Code", max_tokens=10, extra_body={"guided_regex": "[0-9]{4}"})
+    assert re.fullmatch("[0-9]{4}", reply.choices[0].text)
+
+
+def test_the_server_refuses_a_bad_schema_with_a_400_that_names_the_keyword(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError, match="minimum"):
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 1}}})
+    with pytest.raises(openai.BadRequestError, match="one output format"):
+        client.completions.create(model="tiny", prompt="x", max_tokens=5,
+                                  extra_body={"guided_regex": "a", "guided_choice": ["a"]})
