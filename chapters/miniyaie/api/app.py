@@ -32,6 +32,7 @@ from miniyaie.api.metrics import ServerMetrics
 from miniyaie.api.middleware import ApiKeyGuard, BodyGuard, InternalErrorGuard, RequestCounter
 from miniyaie.api.params import sampling_params_for, server_defaults
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest, prompts_of
+from miniyaie.api.response_format import with_structured_output
 from miniyaie.api.streaming import collect, count_unfinished, event_stream, unless_disconnected
 from miniyaie.engine import EngineError, InferenceEngine, openai_format
 from miniyaie.engine.sampling_params import generation_config_defaults
@@ -105,7 +106,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         timer = metrics.timer()
         check_model(body.model)
         prompt, ids = render_chat(body)
-        params = engine.check_request(ids, sampling_params_for(body, len(ids), engine.context_length, defaults))
+        params = engine.check_request(ids, with_structured_output(body, sampling_params_for(body, len(ids), engine.context_length, defaults)))
         request_id = openai_format.completion_id()
         items = engine.stream_async(prompt, params, request_id=request_id, prompt_token_ids=ids)
         if body.stream:
@@ -125,7 +126,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         checked = []
         for prompt in prompts:  # check every prompt before submitting any
             ids = list(prompt) if isinstance(prompt, list) else engine.encode(prompt)
-            params = engine.check_request(ids, sampling_params_for(body, len(ids), engine.context_length, defaults))
+            params = engine.check_request(ids, with_structured_output(body, sampling_params_for(body, len(ids), engine.context_length, defaults)))
             text = prompt if isinstance(prompt, str) else engine.tokenizer.decode(ids)  # ids are checked: in the vocabulary
             checked.append((text, ids, params))
         request_id = openai_format.text_completion_id()

@@ -49,6 +49,32 @@ class ChatMessage(_Strict):
         return content_text(content)
 
 
+class JsonSchemaFormat(_Strict):
+    """OpenAI's response_format.json_schema: a named schema the output must follow."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    name: Text | None = None
+    description: Text | None = None
+    schema_: dict[str, Any] = Field(..., alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    """OpenAI's response_format: plain text, any JSON object, or JSON following a schema (chapter 8)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(_Strict):
+    """vLLM's structured_outputs: one of a regex, a JSON schema or a list of choices."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    regex: Text | None = None
+    json_: dict[str, Any] | Text | None = Field(None, alias="json")
+    choice: list[Text] | None = None
+
+
 # ANCHOR: generation_request
 class _GenerationRequest(_Strict):
     """What both endpoints share: the model, sampling and stopping."""
@@ -71,6 +97,12 @@ class _GenerationRequest(_Strict):
     repetition_penalty: float | None = Field(None, gt=0, le=10)
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
+    # structured output (chapter 8): OpenAI's response_format, vLLM's structured_outputs and guided_* names
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    guided_regex: Text | None = None
+    guided_json: dict[str, Any] | Text | None = None
+    guided_choice: list[Text] | None = None
 # ANCHOR_END: generation_request
 
 

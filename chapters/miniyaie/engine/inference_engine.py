@@ -64,7 +64,7 @@ class InferenceEngine(ChatMixin):
         self.sampling_defaults = sampling_defaults or SamplingParams()
         self.adapters = list(adapters)
         try:
-            self.llm = LLMEngine(self.loaded.model, config)
+            self.llm = LLMEngine(self.loaded.model, config, vocabulary=self._vocabulary)
             if self._tensor_parallel is not None:
                 self._tensor_parallel.attach(self.llm, config.attention_backend)
         except BaseException:
@@ -196,6 +196,12 @@ class InferenceEngine(ChatMixin):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _vocabulary(self):
+        """The tokenizer's tokens as bytes, for structured output (chapter 8); made on the first such request."""
+        from miniyaie.structured import Vocabulary
+
+        return Vocabulary.from_tokenizer(self.tokenizer, self.eos_token_ids)
 
     # ================================================================ caller side
     def _params(self, sampling_params: SamplingParams | None, overrides: dict) -> SamplingParams:

@@ -48,8 +48,11 @@ def child_request_id(request_id: str, index: int) -> str:
 
 
 class LLMEngine:
-    def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig()):
+    def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None):
+        """`vocabulary`: the tokenizer's tokens as bytes (a miniyaie.structured.Vocabulary, or a function
+        that makes one on first use), needed only by requests with structured output (chapter 8)."""
         self.model, self.config = model, config
+        self._vocabulary, self._constraints = vocabulary, None
         dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device
         num_blocks = config.num_blocks or num_blocks_for_budget(model.config, config.kv_cache_bytes, config.block_size, dtype)
         memory_class = RadixMemory if config.enable_prefix_caching else PagedMemory
@@ -73,7 +76,7 @@ class LLMEngine:
         self.on_step: Callable[[StepRecord], None] | None = None  # called after every step (tracing)
         self.counters = dict(
             steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, resumed_cached_tokens=0, output_tokens=0,
-            max_used_blocks=0, finished_requests=0, forked_requests=0,
+            max_used_blocks=0, finished_requests=0, forked_requests=0, forced_tokens=0,
         )
 
     # ------------------------------------------------------------ requests
@@ -103,6 +106,8 @@ class LLMEngine:
             seeded = params.seed is not None
             # completion i of a seeded request draws from seed + i: reproducible, and the completions differ
             self._generators[rid] = torch.Generator(self.runner.device).manual_seed(params.seed + index) if seeded else None
+        if params.structured:
+            self.constraints.start(ids, params)
         if params.n > 1:
             self._children[request_id] = ids[1:]
             self._family[request_id] = ids
@@ -124,6 +129,8 @@ class LLMEngine:
             raise PromptTooLongRequestError(f"prompt has {len(prompt)} tokens but the model's context is {context} tokens")
         if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
             raise InvalidRequestError(f"prompt token ids must be whole numbers in [0, {vocab})")
+        if params.structured:
+            self.constraints.check(params)  # compiles the pattern (cached): a bad one is refused here
         max_tokens = self.max_tokens_for(prompt, params)
         needed = len(prompt) + params.n * max_tokens
         if needed > self.memory.capacity_tokens:
@@ -150,6 +157,8 @@ class LLMEngine:
         self._generators.pop(request_id, None)
         self._stop_ids.pop(request_id, None)
         self._prompt_cached.pop(request_id, None)
+        if self._constraints is not None:
+            self._constraints.forget(request_id)
         parent = self._parent.pop(request_id, request_id)
         family = self._family.get(parent)
         if family is not None and not any(rid in self._params for rid in family):
@@ -161,7 +170,17 @@ class LLMEngine:
     def _row(self, request_id: str, request: Request) -> SamplingRow:
         """`request_id`'s sampling settings over `request`'s tokens (a forked completion reads its parent's)."""
         params, stops, generator = self._params[request_id], self._stop_ids[request_id], self._generators[request_id]
-        return SamplingRow(params, request.prompt_token_ids, request.output_token_ids, stops, generator)
+        allowed = self._constraints.mask(request_id) if self._constraints is not None else None
+        return SamplingRow(params, request.prompt_token_ids, request.output_token_ids, stops, generator, allowed)
+
+    @property
+    def constraints(self):
+        """Structured output's guides (chapter 8), made when the first constrained request comes."""
+        if self._constraints is None:
+            from miniyaie.structured.constraints import Constraints
+
+            self._constraints = Constraints(self._vocabulary, self.model.config.vocab_size)
+        return self._constraints
 
     # ------------------------------------------------------------ one step
     # ANCHOR: step
@@ -187,8 +206,15 @@ class LLMEngine:
         # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
         # TODO(Task 5.7): The engine step. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 7: The engine step — see book/src/ch05_engine.md')
+        forced = self._follow_patterns(sampled, finished) if self._constraints is not None else {}
         self._count_step(out, started, used_blocks, cached, sampled, finished)
-        events = [self._event(rid, s, finished.get(rid), self._prompt_cached.get(rid, 0)) for rid, s in sampled.items()]
+        events = []
+        for rid, s in sampled.items():
+            last = finished.get(rid) if rid not in forced else None
+            events.append(self._event(rid, s, last, self._prompt_cached.get(rid, 0)))
+            for i, token in enumerate(forced.get(rid, ())):  # jump-forward: tokens the pattern forced
+                last = finished.get(rid) if i == len(forced[rid]) - 1 else None
+                events.append(self._event(rid, SampledToken(token), last, self._prompt_cached.get(rid, 0)))
         for rid in finished:
             self._forget(rid)
         return events
@@ -223,6 +249,22 @@ class LLMEngine:
                 out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
                 len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
             ))
+
+    def _follow_patterns(self, sampled: dict[str, SampledToken], finished: dict[str, str]) -> dict[str, list[int]]:
+        """Structured output after the update: guides advance, forced tokens join their requests' outputs
+        (computed in the next step, like prompt tokens), and a request whose pattern is complete ends."""
+        requests = self.scheduler.requests
+        room = lambda rid: requests[rid].max_tokens - len(requests[rid].output_token_ids)  # noqa: E731
+        forced, ended = self._constraints.after_step(
+            {rid: s.token_id for rid, s in sampled.items()}, finished, lambda rid: self._params[rid].jump_forward, room)
+        for rid, tokens in forced.items():
+            requests[rid].output_token_ids.extend(tokens)
+        for rid, reason in ended.items():
+            self.scheduler.abort(rid)  # frees its blocks; the reason we report is the pattern's
+            finished[rid] = reason
+        self.counters["forced_tokens"] += sum(map(len, forced.values()))
+        self.counters["output_tokens"] += sum(map(len, forced.values()))
+        return forced
 
     def _unforked_children(self, parent_id: str) -> list[str]:
         """The completions of `parent_id` still to fork (one aborted on its own before its fork is left out)."""

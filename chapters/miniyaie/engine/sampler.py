@@ -35,6 +35,7 @@ class SamplingRow:
     output_token_ids: Sequence[int]
     stop_token_ids: Sequence[int] = ()  # end-of-sequence + stop ids: masked before min_tokens
     generator: torch.Generator | None = None  # set for seeded requests
+    allowed: torch.Tensor | None = None  # [V] bool: structured output's mask (chapter 8); None = every token
 
 
 @dataclass
@@ -130,6 +131,11 @@ class Sampler:
         if banned:
             index = column(banned, torch.int64)
             logits = logits.index_put((index[:, 0], index[:, 1]), column([float("-inf")]))  # a copy: never edit the model's output
+        masked = [i for i, row in enumerate(rows) if row.allowed is not None]
+        if masked:  # structured output: only the tokens that keep the output matchable (chapter 8)
+            allowed = torch.stack([rows[i].allowed[:vocab].to(device) for i in masked])
+            logits = logits.clone()
+            logits[masked] = logits[masked].masked_fill(~allowed, float("-inf"))
 
         tokens = logits.argmax(dim=-1)
         sampled = [i for i, p in enumerate(params) if not p.greedy]

@@ -40,13 +40,24 @@ class SamplingParams:
     ignore_eos: bool = False  # keep going past end-of-sequence (benchmarks)
     logprobs: int | None = None  # None: none; 0: the chosen token's; k: plus the k most likely
     skip_special_tokens: bool = True  # leave special tokens out of the text
+    # Structured output (chapter 8), at most one: the whole output matches a regex, a JSON schema
+    # (a dict or its JSON text; "json_object" for any JSON object), or one of a few strings.
+    regex: str | None = None
+    json_schema: dict | str | None = None
+    choice: tuple[str, ...] | None = None
+    jump_forward: bool = True  # append the text a pattern forces without asking the model
 
     def __post_init__(self):
         # accept a single stop string and any sequences; store tuples so params stay hashable
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
+        if self.choice is not None and not isinstance(self.choice, str):
+            object.__setattr__(self, "choice", tuple(self.choice))
+        if isinstance(self.json_schema, dict):  # kept as text: SamplingParams stays hashable
+            object.__setattr__(self, "json_schema", json.dumps(self.json_schema))
         self._validate()
+        self._validate_structured()
 
     def _validate(self) -> None:
         def bad(name: str, rule: str) -> InvalidRequestError:
@@ -108,6 +119,23 @@ class SamplingParams:
         longest = max((len(s) for s in self.stop), default=0)
         if longest > MAX_STOP_STRING_LENGTH:
             raise InvalidRequestError(f"{rule}; got one of {longest} characters")
+
+    def _validate_structured(self) -> None:
+        given = [name for name in ("regex", "json_schema", "choice") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise InvalidRequestError(f"give at most one of regex, json_schema and choice, got {' and '.join(given)}")
+        if self.regex is not None and not (isinstance(self.regex, str) and self.regex):
+            raise InvalidRequestError("regex must be a non-empty string")
+        if self.json_schema is not None and not isinstance(self.json_schema, str):
+            raise InvalidRequestError("json_schema must be a JSON schema (an object) or its JSON text")
+        if self.choice is not None and (isinstance(self.choice, str) or not self.choice
+                                        or not all(isinstance(c, str) and c for c in self.choice)):
+            raise InvalidRequestError("choice must be a non-empty list of non-empty strings")
+
+    @property
+    def structured(self) -> bool:
+        """Whether the output is constrained (regex, json_schema or choice)."""
+        return self.regex is not None or self.json_schema is not None or self.choice is not None
 
     @property
     def greedy(self) -> bool:

@@ -69,8 +69,9 @@ class ResponseFormat(_Strict):
 class StructuredOutputs(_Strict):
     """vLLM's structured_outputs: one of a regex, a JSON schema or a list of choices."""
 
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
     regex: Text | None = None
-    json: dict[str, Any] | Text | None = None
+    json_: dict[str, Any] | Text | None = Field(None, alias="json")
     choice: list[Text] | None = None
 
 

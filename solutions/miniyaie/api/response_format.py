@@ -26,7 +26,7 @@ def structured_fields(request) -> dict:
         asked.append(("response_format", {"json_schema": "json_object"}))
     outputs = request.structured_outputs
     if outputs is not None:
-        given = {k: v for k, v in (("regex", outputs.regex), ("json_schema", outputs.json), ("choice", outputs.choice)) if v is not None}
+        given = {k: v for k, v in (("regex", outputs.regex), ("json_schema", outputs.json_), ("choice", outputs.choice)) if v is not None}
         if len(given) != 1:
             raise APIError(400, "structured_outputs takes exactly one of regex, json and choice", param="structured_outputs")
         asked.append(("structured_outputs", given))

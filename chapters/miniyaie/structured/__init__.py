@@ -1,0 +1,14 @@
+"""Chapter 8: structured output — constrained decoding from a regex or a JSON schema, and jump-forward."""
+
+from miniyaie.structured.constraints import Constraints
+from miniyaie.structured.fsm import DEAD, ByteDFA, PatternError, compile_regex
+from miniyaie.structured.guide import JSON_OBJECT, Guide, IndexCache, pattern_of
+from miniyaie.structured.json_schema import json_object_regex, object_regex, schema_to_regex
+from miniyaie.structured.token_index import TokenIndex, walk_vocabulary
+from miniyaie.structured.vocabulary import Vocabulary
+
+__all__ = [
+    "Constraints", "DEAD", "ByteDFA", "PatternError", "compile_regex", "JSON_OBJECT", "Guide", "IndexCache",
+    "pattern_of", "json_object_regex", "object_regex", "schema_to_regex", "TokenIndex", "walk_vocabulary",
+    "Vocabulary",
+]

@@ -1,0 +1,79 @@
+"""Structured output inside the engine: a guide per constrained completion, used at three points of a step.
+
+    add_request  ── start(ids, params) ──> a Guide per completion (the pattern compiled once, cached)
+    sampling row ── mask(id) ──> the allowed tokens, applied by chapter 5's sampler
+    after update ── after_step(...) ──> advance each guide; finish what the pattern ended;
+                                        append what the pattern forces (jump-forward)
+
+LLMEngine knows nothing of patterns: it calls these four methods and
+receives token ids, like any other tokens of a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from miniyaie.structured.guide import Guide, IndexCache, pattern_of
+from miniyaie.structured.vocabulary import Vocabulary
+
+
+class Constraints:
+    def __init__(self, vocabulary: Vocabulary | Callable[[], Vocabulary] | None, model_vocab_size: int):
+        self._vocabulary, self.model_vocab_size = vocabulary, model_vocab_size
+        self._cache: IndexCache | None = None
+        self.guides: dict[str, Guide] = {}
+        self.forced_tokens = 0  # appended by jump-forward, without a model step
+
+    def _indexes(self) -> IndexCache:
+        if self._cache is None:
+            from miniyaie.engine.errors import InvalidRequestError
+
+            if self._vocabulary is None:
+                raise InvalidRequestError("structured output needs the tokenizer's vocabulary (use InferenceEngine, "
+                                          "or give LLMEngine a vocabulary)")
+            vocabulary = self._vocabulary() if callable(self._vocabulary) else self._vocabulary
+            self._cache = IndexCache(vocabulary, self.model_vocab_size)
+        return self._cache
+
+    def check(self, params) -> None:
+        """Compile the request's pattern (cached); PatternError if it cannot constrain anything."""
+        pattern = pattern_of(params)
+        if pattern is not None:
+            self._indexes().get(pattern)
+
+    def start(self, ids: list[str], params) -> None:
+        pattern = pattern_of(params)
+        if pattern is not None:
+            index = self._indexes().get(pattern)
+            self.guides.update((rid, Guide(index)) for rid in ids)
+
+    def mask(self, request_id: str):
+        guide = self.guides.get(request_id)
+        return None if guide is None else guide.allowed()
+
+    def after_step(self, sampled: dict[str, int], finished: dict[str, str], jump_forward: Callable[[str], bool],
+                   room: Callable[[str], int]) -> tuple[dict[str, list[int]], dict[str, str]]:
+        """Advance the guides over the sampled tokens; (forced tokens to append, requests the pattern ended).
+
+        room(id): how many more tokens the request may take (its max_tokens);
+        jump_forward(id): whether it asked for jump-forward.
+        """
+        forced, ended = {}, {}
+        for rid, token in sampled.items():
+            guide = self.guides.get(rid)
+            if guide is None or rid in finished:
+                continue
+            guide.advance(token)
+            if jump_forward(rid) and not guide.finished:
+                tokens = guide.forced_tokens()[: room(rid)]
+                if tokens:
+                    forced[rid] = tokens
+                    self.forced_tokens += len(tokens)
+            if guide.finished:
+                ended[rid] = "stop"
+            elif room(rid) - len(forced.get(rid, ())) <= 0:
+                ended[rid] = "length"
+        return forced, ended
+
+    def forget(self, request_id: str) -> None:
+        self.guides.pop(request_id, None)

@@ -1,0 +1,110 @@
+"""One request's walk through its pattern: the mask for the next token, the next state, and jump-forward.
+
+    params.regex / json_schema / choice ──compile──> ByteDFA ──> TokenIndex (cached per pattern)
+    Guide(index): state ── allowed() ──> mask for the sampler
+                        ── advance(token) ──> next state
+                        ── forced_tokens() ──> tokens to append without a model step
+
+Jump-forward: where the pattern allows exactly one next byte (the key and
+the `":"` after it in a JSON object, a closing `"}`), the model has no
+choice, so asking it is a wasted step. The engine appends those bytes as
+tokens right away; they are prefilled in the next step like prompt tokens,
+so the KV cache stays exactly as if the model had chosen them. Our rule
+for which tokens: the longest vocabulary token that is a prefix of the
+forced bytes, again and again. The model might have split the same text
+differently (SGLang re-tokenizes a few characters before the boundary to
+stay closer to what the model would write); the text is the same.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+
+from miniyaie.structured.fsm import DEAD, PatternError, compile_regex
+from miniyaie.structured.json_schema import json_object_regex, schema_to_regex
+from miniyaie.structured.token_index import TokenIndex
+from miniyaie.structured.vocabulary import Vocabulary
+
+JSON_OBJECT = "json_object"  # json_schema value for OpenAI's {"type": "json_object"}
+
+
+def pattern_of(params) -> str | None:
+    """The regex a request's output must match in full, or None if it is unconstrained."""
+    if params.regex is not None:
+        return params.regex
+    if params.choice is not None:
+        return "(" + "|".join(re.escape(c) for c in params.choice) + ")"
+    if params.json_schema is not None:
+        return json_object_regex() if params.json_schema == JSON_OBJECT else schema_to_regex(json.loads(params.json_schema))
+    return None
+
+
+class IndexCache:
+    """Token indexes by pattern, the most recently used kept (building one walks the vocabulary)."""
+
+    def __init__(self, vocabulary: Vocabulary, model_vocab_size: int, capacity: int = 64):
+        self.vocabulary, self.model_vocab_size, self.capacity = vocabulary, model_vocab_size, capacity
+        self._indexes: OrderedDict[str, TokenIndex] = OrderedDict()
+
+    def get(self, pattern: str) -> TokenIndex:
+        if pattern in self._indexes:
+            self._indexes.move_to_end(pattern)
+            return self._indexes[pattern]
+        index = TokenIndex(compile_regex(pattern), self.vocabulary, self.model_vocab_size)
+        if not index.allowed(index.dfa.initial).any():
+            raise PatternError(f"no token of this vocabulary can start a match of {pattern!r}")
+        self._indexes[pattern] = index
+        if len(self._indexes) > self.capacity:
+            self._indexes.popitem(last=False)
+        return index
+
+
+class Guide:
+    """Where one completion stands in its pattern."""
+
+    def __init__(self, index: TokenIndex):
+        self.index = index
+        self.state = index.dfa.initial
+        self._by_bytes: dict[bytes, int] | None = None
+
+    def allowed(self):
+        return self.index.allowed(self.state)
+
+    def advance(self, token_id: int) -> None:
+        state = self.index.next_state(self.state, token_id)
+        if state == DEAD:
+            raise PatternError(f"token {token_id} does not continue the pattern (it was masked out)")
+        self.state = state
+
+    @property
+    def finished(self) -> bool:
+        """The pattern is matched and nothing may follow: the request is done."""
+        dfa = self.index.dfa
+        return bool(dfa.accepting[self.state]) and bool((dfa.next_state[self.state] == DEAD).all())
+
+    # ANCHOR: forced_tokens
+    def forced_tokens(self) -> list[int]:
+        """Tokens for the bytes the pattern forces from here, each the longest vocabulary token that fits.
+
+        The forced bytes: while the current DFA state allows exactly one byte
+        and may not end (`ByteDFA.forced_byte`), that byte, and on from the
+        state it leads to. They are cut into tokens greedily: at each point the
+        longest token of the vocabulary whose bytes start the rest. Advances
+        the guide over the tokens it returns; returns [] when nothing is forced.
+        """
+        # Idea: first find the bytes the model has no choice about, then cut them into tokens.
+        # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
+        # TODO(Task 8.4): Jump-forward. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 4: Jump-forward — see book/src/ch08_structured_output.md')
+    # ANCHOR_END: forced_tokens
+
+    def _token_of_bytes(self) -> dict[bytes, int]:
+        """bytes -> the lowest token id with those bytes (built once per guide)."""
+        if self._by_bytes is None:
+            self._by_bytes = {}
+            for token_id, data in enumerate(self.index.vocabulary.token_bytes):
+                if data and data not in self._by_bytes:
+                    self._by_bytes[data] = token_id
+        return self._by_bytes
