@@ -94,3 +94,14 @@ def test_the_engine_writes_the_same_tokens_in_fewer_steps(tiny_model):
     assert engine.counters["steps"] < plain_engine.counters["steps"], (
         f"jump-forward took {engine.counters['steps']} steps, without it {plain_engine.counters['steps']}")
     assert engine.num_request_blocks == 0 and plain_engine.num_request_blocks == 0, "every block comes back"
+
+
+@pytest.mark.task("8.4")
+def test_forced_text_the_vocabulary_cannot_write_is_left_to_the_model():
+    from miniyaie.structured import Vocabulary
+
+    vocabulary = Vocabulary([b"ab", b"c", b"x", None], (3,))  # no token for "d" or "!"
+    g = Guide(TokenIndex(compile_regex("abcd!"), vocabulary))
+    tokens = g.forced_tokens()
+    assert tokens == [0, 1], f"'ab' and 'c' can be written, 'd' has no token: jump-forward stops before it, got {tokens}"
+    assert text_of(g, tokens) == b"abc"

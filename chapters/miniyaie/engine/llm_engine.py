@@ -31,6 +31,7 @@ from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.outputs import RequestEvent, StepRecord
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.engine.sampling_params import SamplingParams
+from miniyaie.engine.step_accounting import StepAccounting
 from miniyaie.model import CausalLM, Generation, PromptTooLongError
 from miniyaie.model import SamplingParams as BasicSamplingParams
 from miniyaie.paged import PagedMemory, make_pool, num_blocks_for_budget
@@ -47,7 +48,7 @@ def child_request_id(request_id: str, index: int) -> str:
     return f"{request_id}#{index}"
 
 
-class LLMEngine:
+class LLMEngine(StepAccounting):
     def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None):
         """`vocabulary`: the tokenizer's tokens as bytes (a miniyaie.structured.Vocabulary, or a function
         that makes one on first use), needed only by requests with structured output (chapter 8)."""
@@ -206,7 +207,7 @@ class LLMEngine:
         # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
         # TODO(Task 5.7): The engine step. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 7: The engine step — see book/src/ch05_engine.md')
-        forced = self._follow_patterns(sampled, finished) if self._constraints is not None else {}
+        forced = self._constraints.follow(self, sampled, finished) if self._constraints is not None else {}
         self._count_step(out, started, used_blocks, cached, sampled, finished)
         events = []
         for rid, s in sampled.items():
@@ -219,52 +220,6 @@ class LLMEngine:
             self._forget(rid)
         return events
     # ANCHOR_END: step
-
-    def _note_admissions(self, out: SchedulerOutput, was_running: set[str]) -> int:
-        """Prompt tokens the prefix cache gave requests admitted this step (first admissions only:
-        a preempted request that finds its own earlier work in the cache is counted apart)."""
-        cached = 0
-        for c in out.chunks:
-            if c.request.request_id not in was_running:
-                if c.request.num_preemptions:
-                    self.counters["resumed_cached_tokens"] += c.start
-                else:
-                    cached += c.start
-                    self._prompt_cached[c.request.request_id] = c.start
-        self.counters["cached_tokens"] += cached
-        return cached
-
-    def _count_step(self, out: SchedulerOutput, started: float, used_blocks: int, cached: int,
-                    sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
-        """The step's counters and, when tracing, its StepRecord."""
-        decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
-        self.counters["steps"] += 1
-        self.counters["computed_tokens"] += out.num_batched_tokens
-        self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], used_blocks)
-        self.counters["output_tokens"] += len(sampled)
-        self.counters["finished_requests"] += len(finished)
-        if self.on_step is not None:
-            self.on_step(StepRecord(
-                self.counters["steps"], started, time.perf_counter() - started, len(out.chunks),
-                out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
-                len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
-            ))
-
-    def _follow_patterns(self, sampled: dict[str, SampledToken], finished: dict[str, str]) -> dict[str, list[int]]:
-        """Structured output after the update: guides advance, forced tokens join their requests' outputs
-        (computed in the next step, like prompt tokens), and a request whose pattern is complete ends."""
-        requests = self.scheduler.requests
-        room = lambda rid: requests[rid].max_tokens - len(requests[rid].output_token_ids)  # noqa: E731
-        forced, ended = self._constraints.after_step(
-            {rid: s.token_id for rid, s in sampled.items()}, finished, lambda rid: self._params[rid].jump_forward, room)
-        for rid, tokens in forced.items():
-            requests[rid].output_token_ids.extend(tokens)
-        for rid, reason in ended.items():
-            self.scheduler.abort(rid)  # frees its blocks; the reason we report is the pattern's
-            finished[rid] = reason
-        self.counters["forced_tokens"] += sum(map(len, forced.values()))
-        self.counters["output_tokens"] += sum(map(len, forced.values()))
-        return forced
 
     def _unforked_children(self, parent_id: str) -> list[str]:
         """The completions of `parent_id` still to fork (one aborted on its own before its fork is left out)."""
@@ -303,17 +258,6 @@ class LLMEngine:
             self.counters["finished_requests"] += 1
         self._forget(request_id)
         return finished
-
-    @property
-    def num_request_blocks(self) -> int:
-        """Blocks some request holds. The rest of the used blocks only keep the prefix cache (evictable)."""
-        tables = list(self.memory.tables.values())  # one C-level copy: safe while the engine thread steps
-        return len({block for table in tables for block in table})
-
-    @property
-    def stats(self) -> dict[str, int]:
-        return {**self.counters, **self.scheduler.stats(), "used_blocks": self.memory.num_used_blocks,
-                "request_blocks": self.num_request_blocks, "free_blocks": self.memory.num_free_blocks}
 
     def generate(
         self,

@@ -75,5 +75,21 @@ class Constraints:
                 ended[rid] = "length"
         return forced, ended
 
+    def follow(self, engine, sampled: dict, finished: dict[str, str]) -> dict[str, list[int]]:
+        """Structured output after the update: guides advance, forced tokens join their requests' outputs
+        (computed in the next step, like prompt tokens), and a request whose pattern is complete ends."""
+        requests = engine.scheduler.requests
+        room = lambda rid: requests[rid].max_tokens - len(requests[rid].output_token_ids)  # noqa: E731
+        forced, ended = self.after_step(
+            {rid: s.token_id for rid, s in sampled.items()}, finished, lambda rid: engine._params[rid].jump_forward, room)
+        for rid, tokens in forced.items():
+            requests[rid].output_token_ids.extend(tokens)
+        for rid, reason in ended.items():
+            engine.scheduler.abort(rid)  # frees its blocks; the reason we report is the pattern's
+            finished[rid] = reason
+        engine.counters["forced_tokens"] += sum(map(len, forced.values()))
+        engine.counters["output_tokens"] += sum(map(len, forced.values()))
+        return forced
+
     def forget(self, request_id: str) -> None:
         self.guides.pop(request_id, None)
