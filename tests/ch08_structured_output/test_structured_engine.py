@@ -130,3 +130,19 @@ def test_the_server_refuses_a_bad_schema_with_a_400_that_names_the_keyword(clien
     with pytest.raises(openai.BadRequestError, match="one output format"):
         client.completions.create(model="tiny", prompt="x", max_tokens=5,
                                   extra_body={"guided_regex": "a", "guided_choice": ["a"]})
+
+
+def test_json_object_response_format_gives_a_json_object(client):
+    reply = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=80, temperature=1.0, seed=1,
+        response_format={"type": "json_object"})
+    choice = reply.choices[0]
+    if choice.finish_reason == "stop":
+        assert isinstance(json.loads(choice.message.content), dict)
+    else:  # cut by max_tokens: still the start of a JSON object (nested at most two levels)
+        from miniyaie.structured import json_object_regex
+
+        dfa, state = compile_regex(json_object_regex()), 0
+        for byte in choice.message.content.encode():
+            state = int(dfa.next_state[state, byte])
+            assert state != DEAD, f"{choice.message.content!r} is not the start of a JSON object"
