@@ -1,16 +1,17 @@
-"""Task 5.8: a request's life in InferenceEngine — tokens and text recorded, stop strings end it, callers told."""
+"""Task 5.8: a request's life — tokens and text recorded, stop strings end it, callers told (driven by hand)."""
 
 import pytest
+from lifecycle_driver import LifecycleDriver
 
-from miniyaie.engine import CompletionDelta, EngineConfig, GenerationOutput, InferenceEngine
+from miniyaie.engine import CompletionDelta, EngineConfig, GenerationOutput, LLMEngine
 
 PROMPT = "Once upon a time there"
 
 
 @pytest.fixture
 def engine(tiny_loaded):
-    with InferenceEngine(tiny_loaded, EngineConfig(block_size=4, num_blocks=96, max_num_batched_tokens=24)) as e:
-        yield e
+    llm = LLMEngine(tiny_loaded.model, EngineConfig(block_size=4, num_blocks=96, max_num_batched_tokens=24))
+    return LifecycleDriver(llm, tiny_loaded.tokenizer, tiny_loaded.eos_token_ids)
 
 
 @pytest.mark.task("5.8")
@@ -33,8 +34,7 @@ def test_a_stop_string_ends_the_request_and_returns_its_blocks(engine):
     assert result.finish_reason == "stop" and items[-2].finish_reason == "stop"
     assert result.text == full.text[: full.text.find(stop)] == "".join(d.text for d in items[:-1])
     assert len(result.token_ids) < 20, "the request ended when the stop string appeared, not at max_tokens"
-    stats = engine.get_stats()
-    assert stats["kv_blocks"]["held_by_requests"] == 0 and stats["requests"]["in_flight"] == 0
+    engine.assert_idle()
 
 
 @pytest.mark.task("5.8")

@@ -1,59 +1,34 @@
 """Task 5.8, the request lifecycle, at its edges: held-back text, a stop on the last token, n > 1, logprobs, cleanup.
 
-Every request here runs through the public streaming API with a bounded
-wait for each item, so a lifecycle that never delivers its result fails
-with a message instead of hanging until the time limit.
+The lifecycle is driven by hand (lifecycle_driver.py): LLMEngine steps, the
+OutputProcessor turns their events into what a caller is told. A result
+that never comes fails after a bounded number of steps, with a message.
 """
 
-import asyncio
 import gc
 import weakref
 
 import pytest
+from lifecycle_driver import LifecycleDriver
 
-from miniyaie.engine import CompletionDelta, EngineConfig, EngineError, GenerationOutput, InferenceEngine
+from miniyaie.engine import EngineConfig, LLMEngine
 
 PROMPT = "Once upon a time there"
-ITEM_WAIT_S = 20.0  # the tiny model makes a token in milliseconds: a silence this long is a lost result
 
 
 @pytest.fixture
 def engine(tiny_loaded):
-    with InferenceEngine(tiny_loaded, EngineConfig(block_size=4, num_blocks=96, max_num_batched_tokens=24)) as e:
-        yield e
+    llm = LLMEngine(tiny_loaded.model, EngineConfig(block_size=4, num_blocks=96, max_num_batched_tokens=24))
+    return LifecycleDriver(llm, tiny_loaded.tokenizer, tiny_loaded.eos_token_ids)
 
 
-def run(engine, prompt=PROMPT, **kwargs) -> tuple[list[CompletionDelta], GenerationOutput]:
-    """The deltas and the result of one streamed request; fails (never hangs) when the result does not come."""
-
-    async def collect():
-        items = []
-        stream = engine.stream_async(prompt, **kwargs)
-        try:
-            while not items or not isinstance(items[-1], GenerationOutput):
-                try:
-                    items.append(await asyncio.wait_for(anext(stream), ITEM_WAIT_S))
-                except asyncio.TimeoutError:
-                    finished = sorted({d.index for d in items if d.finish_reason is not None})
-                    pytest.fail(f"no result {ITEM_WAIT_S:g} s after the last delta (completions finished: {finished}): "
-                                "does every completion record its finish_reason, and the engine stop the ones a "
-                                "stop string ended?")
-                except StopAsyncIteration:
-                    pytest.fail("the stream ended without a GenerationOutput")
-                except EngineError as exc:
-                    pytest.fail(f"the request failed instead of finishing: {type(exc).__name__}: {exc}")
-        finally:
-            await stream.aclose()
-        return items[:-1], items[-1]
-
-    return asyncio.run(collect())
+def run(engine, prompt=PROMPT, **kwargs):
+    """The deltas and the result of one request."""
+    return engine.run(prompt, **kwargs)
 
 
 def assert_idle(engine):
-    stats = engine.get_stats()
-    requests = stats["requests"]
-    assert requests["in_flight"] == requests["running"] == requests["waiting"] == 0, f"a request is left behind: {requests}"
-    assert stats["kv_blocks"]["held_by_requests"] == 0, f"a finished request still holds KV blocks: {stats['kv_blocks']}"
+    engine.assert_idle()
 
 
 def streamed_text(deltas, index=0):

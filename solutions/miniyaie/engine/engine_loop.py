@@ -136,6 +136,36 @@ class EngineLoop:
 
     # ANCHOR: loop
     def _loop(self) -> None:
+        """Until closed: sleep while there is nothing to do; apply the inbox in arrival order; step.
+
+        Runs on the engine thread only. Waits on self._wake (no busy loop)
+        while the inbox is empty, the loop is open and the engine has nothing
+        unfinished; returns as soon as it is closed. Submissions start their
+        requests (self.processor.start); an abort ends its request
+        (self.processor.abort) only if that very request is still in flight
+        (it may have ended, and a later request may reuse its id). Each of those
+        actions runs through self._guarded, so a fault ends only its request.
+        Then, if the engine has work, one self._step().
+        """
+        # Nudge: take the whole inbox under the lock, act on it outside the lock, then step once.
+        # Hint 1: Callers append to self._inbox and notify self._wake from their threads; this
+        #   thread is the only one that touches the engine. Hold the lock only to wait and to
+        #   swap the inbox for an empty list: a caller must never wait for a model step. Order
+        #   matters: a request submitted and then aborted must be started before it is aborted.
+        # Hint 2: Forever: with self._wake, wait while the inbox is empty, the loop not closed and
+        #   self.llm.has_unfinished() is False; return if closed; take the inbox. Then for each
+        #   (kind, payload): "submit" -> self._guarded(request, self.processor.start, request) for
+        #   each request of the payload; "abort" -> if self._still_in_flight(payload), guarded
+        #   self.processor.abort. Finally, if self.llm.has_unfinished(), self._step().
+        # Hint 3:
+        #   while True:
+        #       with self._wake:
+        #           while not (self._inbox or self._closed or self.llm.has_unfinished()): self._wake.wait()
+        #           if self._closed: return
+        #           inbox, self._inbox = self._inbox, []
+        #       for kind, payload in inbox: submit -> guarded start of each; abort -> guarded abort if still in flight
+        #       if self.llm.has_unfinished(): self._step()
+        # BEGIN SOLUTION 5.9: The engine thread
         while True:
             with self._wake:
                 while not (self._inbox or self._closed or self.llm.has_unfinished()):
@@ -151,8 +181,33 @@ class EngineLoop:
                     self._guarded(payload, self.processor.abort, payload)
             if self.llm.has_unfinished():
                 self._step()
+        # END SOLUTION
 
     def _step(self) -> None:
+        """One engine step; its token events go to their requests. A step that raises fails the requests it ran.
+
+        The requests failed are those in flight that had started (they have
+        completions) when the step ran, not those queued during it; their
+        blocks come back (self._fail) and the loop goes on. An event whose
+        request has ended meanwhile (aborted, failed) is dropped.
+        """
+        # Nudge: a failed step is the engine's fault, not the caller's: fail what it touched, keep serving.
+        # Hint 1: self.llm.step() returns the step's token events; each goes to its request's
+        #   processor.on_event, guarded (a fault in one request's detokenizer or stop strings
+        #   ends that request only). If the step itself raises, count it, fail the requests
+        #   that were in the engine (self._fail) and return: the loop must survive it.
+        # Hint 2: Time the step into self.busy_seconds. try: events = self.llm.step(); except
+        #   Exception: self.failed_steps += 1, log it, fail [r for r in self._in_flight() if
+        #   r.completions] with self._fail(..., exc, "the engine step failed"), return. Then for
+        #   each event: request = self.processor.request_of(event.request_id); if not None,
+        #   self._guarded(request, self.processor.on_event, event).
+        # Hint 3:
+        #   started = perf_counter()
+        #   try: events = self.llm.step()
+        #   except Exception as exc: failed_steps += 1; self._fail(started requests, exc, "the engine step failed"); return
+        #   busy_seconds += perf_counter() - started
+        #   for event in events: request = processor.request_of(id); if request: self._guarded(request, processor.on_event, event)
+        # BEGIN SOLUTION 5.9: The engine thread
         started = time.perf_counter()
         try:
             events = self.llm.step()
@@ -167,10 +222,31 @@ class EngineLoop:
             request = self.processor.request_of(event.request_id)
             if request is not None:  # None: it ended while the step ran (aborted, or failed)
                 self._guarded(request, self.processor.on_event, event)
+        # END SOLUTION
     # ANCHOR_END: loop
 
+    # ANCHOR: guarded
     def _guarded(self, request: RequestState, action: Callable, *args) -> None:
-        """Run one request's action; if it raises, that request alone fails."""
+        """Run one request's action (start, abort, on_event); if it raises, that request alone fails.
+
+        The failure is counted in self.failed_requests and logged (a warning
+        for an EngineError, which refuses on purpose; an error with the
+        traceback otherwise), and the request ends through self._fail.
+        Nothing raises out of here: the loop goes on with the other requests.
+        """
+        # Nudge: the boundary of a fault is one request: catch, count, tell that request, go on.
+        # Hint 1: Everything a request does on the engine thread goes through here, so this is
+        #   where one request's bug must stop. Catch Exception (not BaseException: a
+        #   KeyboardInterrupt must still stop the thread), and hand the request to self._fail,
+        #   which returns its blocks and tells its caller.
+        # Hint 2: try: action(*args). except Exception as exc: self.failed_requests += 1; log a
+        #   warning if isinstance(exc, EngineError) else log.error with exc_info; then
+        #   self._fail([request], exc, "the request failed").
+        # Hint 3:
+        #   try: action(*args)
+        #   except Exception as exc:
+        #       self.failed_requests += 1; log it; self._fail([request], exc, "the request failed")
+        # BEGIN SOLUTION 5.10: One fault, one request
         try:
             action(*args)
         except Exception as exc:
@@ -180,15 +256,36 @@ class EngineLoop:
             else:
                 log.error("request %s failed", request.request_id, exc_info=exc)
             self._fail([request], exc, "the request failed")
+        # END SOLUTION
 
     def _fail(self, requests: list[RequestState], exc: Exception, what: str) -> None:
-        """End requests with an error (an EngineError as it is, anything else as RequestFailedError)."""
+        """End requests with an error: an EngineError as it is, anything else as RequestFailedError("what: ...").
+
+        Each request is dropped from the processor first (its blocks come
+        back; if that raises, the engine's state cannot be trusted: let it
+        propagate, and the loop stops, see _run), then ended (self._end) with
+        the error, whose __cause__ is the original exception.
+        """
+        # Nudge: the caller gets an error it can read; the engine gets its blocks back, before anything else.
+        # Hint 1: A caller should see a RequestFailedError saying what failed and why, except for
+        #   an EngineError, which already says it (refusals, closing). Keep the original as the
+        #   cause for the logs. Return the blocks first (self.processor.drop), then tell the
+        #   caller (self._end), for each request.
+        # Hint 2: error = exc if isinstance(exc, EngineError) else RequestFailedError(f"{what}:
+        #   {type(exc).__name__}: {exc}") with __cause__ = exc; for each request: drop, then
+        #   self._end(request, error). Do not catch what drop raises.
+        # Hint 3:
+        #   error = exc if EngineError else RequestFailedError(f"{what}: {type(exc).__name__}: {exc}"); error.__cause__ = exc
+        #   for request in requests: self.processor.drop(request); self._end(request, error)
+        # BEGIN SOLUTION 5.10: One fault, one request
         error = exc if isinstance(exc, EngineError) else RequestFailedError(f"{what}: {type(exc).__name__}: {exc}")
         if error is not exc:
             error.__cause__ = exc
         for request in requests:
             self.processor.drop(request)  # its blocks come back; raising here stops the loop (see _run)
             self._end(request, error)
+        # END SOLUTION
+    # ANCHOR_END: guarded
 
     def _tell(self, request: RequestState, item: object) -> None:
         """Give a request's caller a delta or its result (the result ends the request)."""

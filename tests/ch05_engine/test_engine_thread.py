@@ -1,0 +1,234 @@
+"""Tasks 5.9 and 5.10: the engine thread, and the fault boundaries that keep it serving.
+
+The loop is driven through its own interface (submit, abort, close) with
+requests whose answers go to a Sink. Every wait is bounded: a loop that
+never wakes, or never answers, fails the test with a message.
+"""
+
+import threading
+import time
+
+import psutil
+import pytest
+
+from miniyaie.engine import EngineConfig, EngineError, LLMEngine, RequestFailedError, SamplingParams
+from miniyaie.engine.engine_loop import EngineLoop
+from miniyaie.engine.outputs import GenerationOutput
+from miniyaie.engine.request_state import RequestState
+from miniyaie.engine.sink import Sink
+
+WAIT_S = 20.0
+PROMPTS = ["Once upon a time there", "The capital of France is", "hello world, hello"]
+
+
+@pytest.fixture
+def make_loop(tiny_loaded):
+    loops = []
+
+    def make(tokenizer=None):
+        llm = LLMEngine(tiny_loaded.model, EngineConfig(block_size=4, num_blocks=96, max_num_batched_tokens=24))
+        loop = EngineLoop(llm, tokenizer or tiny_loaded.tokenizer, tiny_loaded.eos_token_ids)
+        loops.append(loop)
+        return loop
+
+    yield make
+    for loop in loops:
+        closer = threading.Thread(target=loop.close, daemon=True)
+        closer.start()
+        closer.join(WAIT_S)
+
+
+def request(loop, prompt, request_id, **params) -> RequestState:
+    ids = list(loop.processor.tokenizer(prompt)["input_ids"])
+    params = SamplingParams(**{"max_tokens": 6, "ignore_eos": True, **params})
+    return RequestState(request_id, prompt, ids, params, Sink(lambda: loop.alive), deltas=False)
+
+
+def answer(req: RequestState):
+    """The request's final item (its GenerationOutput, or the error it ended with), within WAIT_S."""
+    box = []
+
+    def read():
+        try:
+            box.append(req.sink.get())
+        except BaseException as exc:  # noqa: BLE001 -- the error is the answer
+            box.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(WAIT_S)
+    if not box:
+        pytest.fail(f"request {req.request_id} got no answer in {WAIT_S:g} s: does the loop wake up when a request "
+                    "is submitted, and step while the engine has work?")
+    return box[0]
+
+
+def wait_idle(loop):
+    deadline = time.monotonic() + WAIT_S
+    while loop.in_flight or loop.llm.has_unfinished():
+        assert time.monotonic() < deadline, "the loop did not finish its requests"
+        time.sleep(0.01)
+
+
+# ------------------------------------------------------------------------------------------ Task 5.9
+@pytest.mark.task("5.9")
+def test_submitted_requests_are_answered_with_the_engines_tokens(make_loop, tiny_loaded):
+    loop = make_loop()
+    want = LLMEngine(tiny_loaded.model, EngineConfig(block_size=4, num_blocks=96)).generate(
+        [list(tiny_loaded.tokenizer(p)["input_ids"]) for p in PROMPTS], SamplingParams(max_tokens=6, ignore_eos=True))
+    requests = [request(loop, p, f"r{i}") for i, p in enumerate(PROMPTS)]
+    loop.submit(requests[:2])
+    loop.submit(requests[2:])
+    for req, w in zip(requests, want):
+        got = answer(req)
+        assert isinstance(got, GenerationOutput), f"{req.request_id} ended with {got!r}"
+        assert got.token_ids == w.token_ids, f"{req.request_id}: {got.token_ids}, the engine alone gives {w.token_ids}"
+    wait_idle(loop)
+    assert loop.llm.num_request_blocks == 0 and loop.alive
+
+
+@pytest.mark.task("5.9")
+def test_an_idle_loop_sleeps_instead_of_spinning(make_loop):
+    loop = make_loop()
+    first = request(loop, PROMPTS[0], "warm")
+    loop.submit([first])
+    assert isinstance(answer(first), GenerationOutput)
+    wait_idle(loop)
+    time.sleep(0.5)
+    before = next(t for t in psutil.Process().threads() if t.id == loop._thread.native_id)
+    time.sleep(1.0)
+    after = next(t for t in psutil.Process().threads() if t.id == loop._thread.native_id)
+    busy = (after.user_time + after.system_time) - (before.user_time + before.system_time)
+    assert busy < 0.2, f"the idle engine thread used {busy:.2f} s of CPU in 1 s: wait on the condition, do not poll"
+    late = request(loop, PROMPTS[1], "late")
+    loop.submit([late])
+    assert isinstance(answer(late), GenerationOutput), "a request submitted to a sleeping loop must wake it"
+
+
+@pytest.mark.task("5.9")
+def test_an_abort_ends_its_request_and_returns_its_blocks(make_loop):
+    loop = make_loop()
+    long = request(loop, PROMPTS[0], "long", max_tokens=200)
+    other = request(loop, PROMPTS[1], "other")
+    loop.submit([long, other])
+    deadline = time.monotonic() + WAIT_S
+    while not loop.llm.counters["steps"]:
+        assert time.monotonic() < deadline, "the loop never stepped"
+        time.sleep(0.005)
+    assert loop.abort("long")
+    got = answer(long)
+    assert isinstance(got, GenerationOutput) and got.finish_reason == "abort", f"the aborted request ended with {got!r}"
+    assert isinstance(answer(other), GenerationOutput)
+    wait_idle(loop)
+    assert loop.llm.num_request_blocks == 0, "an aborted request's blocks must come back"
+    assert not loop.abort("long"), "an ended request is no longer in flight"
+
+
+@pytest.mark.task("5.9")
+def test_close_ends_the_thread_and_tells_every_caller(make_loop):
+    loop = make_loop()
+    waiting = [request(loop, PROMPTS[i % 3], f"q{i}", max_tokens=100) for i in range(3)]
+    loop.submit(waiting)
+    closer = threading.Thread(target=loop.close, daemon=True)
+    closer.start()
+    closer.join(WAIT_S)
+    assert not closer.is_alive(), "close() did not return: the loop must return when closed"
+    for req in waiting:
+        got = answer(req)
+        assert isinstance(got, (GenerationOutput, EngineError)), f"{req.request_id} was left with {got!r}"
+
+
+# ------------------------------------------------------------------------------------------ Task 5.10
+class PoisonedTokenizer:
+    """The tiny tokenizer, except that decoding `poison` raises (a bug that shows in one request only)."""
+
+    def __init__(self, tokenizer, poison: int):
+        self._tokenizer, self.poison = tokenizer, poison
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+    def decode(self, ids, **kwargs):
+        if self.poison in list(ids):
+            raise RuntimeError("planted detokenizer bug")
+        return self._tokenizer.decode(ids, **kwargs)
+
+
+def poison_for(tiny_loaded):
+    """(a token only the first prompt's greedy output contains, the outputs)."""
+    llm = LLMEngine(tiny_loaded.model, EngineConfig(block_size=4, num_blocks=96))
+    outs = llm.generate([list(tiny_loaded.tokenizer(p)["input_ids"]) for p in PROMPTS], SamplingParams(max_tokens=6, ignore_eos=True))
+    others = set(outs[1].token_ids) | set(outs[2].token_ids) | {t for p in PROMPTS for t in tiny_loaded.tokenizer(p)["input_ids"]}
+    only_first = [t for t in outs[0].token_ids if t not in others]
+    if not only_first:
+        pytest.skip("no token is in the first output only")
+    return only_first[0], outs
+
+
+@pytest.mark.task("5.10")
+def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded):
+    poison, outs = poison_for(tiny_loaded)
+    loop = make_loop(PoisonedTokenizer(tiny_loaded.tokenizer, poison))
+    requests = [request(loop, p, f"r{i}") for i, p in enumerate(PROMPTS)]
+    loop.submit(requests)
+    failed = answer(requests[0])
+    assert isinstance(failed, RequestFailedError) and "planted detokenizer bug" in str(failed), (
+        f"the request whose detokenizer raised should end with RequestFailedError naming the error, got {failed!r}")
+    for req, want in zip(requests[1:], outs[1:]):
+        got = answer(req)
+        assert isinstance(got, GenerationOutput) and got.token_ids == want.token_ids, (
+            f"{req.request_id} never met the fault, yet it ended with {got!r}: a fault must stay in its request")
+    wait_idle(loop)
+    assert loop.alive and loop.failed_requests == 1 and loop.llm.num_request_blocks == 0
+
+
+@pytest.mark.task("5.10")
+def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_loop):
+    loop = make_loop()
+    real_step, calls = loop.llm.step, []
+    queued_during = request(loop, PROMPTS[2], "queued-during-the-step")
+
+    def failing_step():
+        calls.append(1)
+        if len(calls) == 2:
+            loop.submit([queued_during])  # arrives while the failing step runs: it was never in that step
+            raise RuntimeError("planted step failure")
+        return real_step()
+
+    loop.llm.step = failing_step
+    ran = [request(loop, p, f"r{i}") for i, p in enumerate(PROMPTS[:2])]
+    loop.submit(ran)
+    for req in ran:
+        got = answer(req)
+        assert isinstance(got, RequestFailedError) and "planted step failure" in str(got), (
+            f"{req.request_id} was in the failed step: it should end with RequestFailedError, got {got!r}")
+    got = answer(queued_during)
+    assert isinstance(got, GenerationOutput), f"a request queued during the failed step must still be served, got {got!r}"
+    wait_idle(loop)
+    assert loop.alive and loop.failed_steps == 1 and loop.llm.num_request_blocks == 0
+
+
+@pytest.mark.task("5.10")
+def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
+    loop = make_loop()
+
+    def failing_step():
+        raise RuntimeError("planted step failure")
+
+    def failing_drop(req):
+        raise RuntimeError("planted: the blocks cannot be returned")
+
+    loop.llm.step, loop.processor.drop = failing_step, failing_drop
+    req = request(loop, PROMPTS[0], "r")
+    loop.submit([req])
+    got = answer(req)
+    assert isinstance(got, EngineError), f"when recovery fails every caller gets an EngineError, got {got!r}"
+    deadline = time.monotonic() + WAIT_S
+    while loop.alive:
+        assert time.monotonic() < deadline, "the loop must stop when it cannot recover"
+        time.sleep(0.01)
+    with pytest.raises(EngineError, match="stopped"):
+        loop.check_running()
