@@ -1,4 +1,4 @@
-"""Tasks 5.9 and 5.10: the engine thread, and the fault boundaries that keep it serving.
+"""Task 5.9: the engine thread, and the fault boundaries that keep it serving.
 
 The loop is driven through its own interface (submit, abort, close) with
 requests whose answers go to a Sink. Every wait is bounded: a loop that
@@ -70,7 +70,7 @@ def wait_idle(loop):
         time.sleep(0.01)
 
 
-# ------------------------------------------------------------------------------------------ Task 5.9
+# ------------------------------------------------------------------------------------------ the loop
 @pytest.mark.task("5.9")
 def test_submitted_requests_are_answered_with_the_engines_tokens(make_loop, tiny_loaded):
     loop = make_loop()
@@ -129,16 +129,19 @@ def test_close_ends_the_thread_and_tells_every_caller(make_loop):
     loop = make_loop()
     waiting = [request(loop, PROMPTS[i % 3], f"q{i}", max_tokens=100) for i in range(3)]
     loop.submit(waiting)
+    assert loop.alive, "the loop thread stopped on its own"
     closer = threading.Thread(target=loop.close, daemon=True)
     closer.start()
     closer.join(WAIT_S)
     assert not closer.is_alive(), "close() did not return: the loop must return when closed"
+    assert loop.error is None, f"the loop crashed instead of closing: {loop.error!r}"
     for req in waiting:
         got = answer(req)
-        assert isinstance(got, (GenerationOutput, EngineError)), f"{req.request_id} was left with {got!r}"
+        assert isinstance(got, GenerationOutput) or (isinstance(got, EngineError) and "closed" in str(got)), (
+            f"{req.request_id} should end with its result or an EngineError saying the engine was closed, got {got!r}")
 
 
-# ------------------------------------------------------------------------------------------ Task 5.10
+# ------------------------------------------------------------------------------------------ its fault boundaries
 class PoisonedTokenizer:
     """The tiny tokenizer, except that decoding `poison` raises (a bug that shows in one request only)."""
 
@@ -168,7 +171,7 @@ def poison_for(tiny_loaded):
     return only_first[0], outs
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.9")
 def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded):
     poison, outs = poison_for(tiny_loaded)
     loop = make_loop(PoisonedTokenizer(tiny_loaded.tokenizer, poison))
@@ -185,7 +188,7 @@ def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded):
     assert loop.alive and loop.failed_requests == 1 and loop.llm.num_request_blocks == 0
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.9")
 def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_loop):
     loop = make_loop()
     real_step, calls = loop.llm.step, []
@@ -211,7 +214,7 @@ def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_
     assert loop.alive and loop.failed_steps == 1 and loop.llm.num_request_blocks == 0
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.9")
 def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
     loop = make_loop()
 
