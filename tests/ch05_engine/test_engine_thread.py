@@ -85,6 +85,10 @@ def test_submitted_requests_are_answered_with_the_engines_tokens(make_loop, tiny
         assert got.token_ids == w.token_ids, f"{req.request_id}: {got.token_ids}, the engine alone gives {w.token_ids}"
     wait_idle(loop)
     assert loop.llm.num_request_blocks == 0 and loop.alive
+    uptime = loop.stats()["uptime_seconds"]
+    assert 0 < loop.busy_seconds <= uptime, (
+        f"busy_seconds ({loop.busy_seconds:.3f}) adds up the time of each step: more than 0, at most the "
+        f"loop's lifetime ({uptime:.3f} s)")
 
 
 @pytest.mark.task("5.9")
@@ -172,7 +176,7 @@ def poison_for(tiny_loaded):
 
 
 @pytest.mark.task("5.9")
-def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded):
+def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded, caplog):
     poison, outs = poison_for(tiny_loaded)
     loop = make_loop(PoisonedTokenizer(tiny_loaded.tokenizer, poison))
     requests = [request(loop, p, f"r{i}") for i, p in enumerate(PROMPTS)]
@@ -180,6 +184,9 @@ def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded):
     failed = answer(requests[0])
     assert isinstance(failed, RequestFailedError) and "planted detokenizer bug" in str(failed), (
         f"the request whose detokenizer raised should end with RequestFailedError naming the error, got {failed!r}")
+    assert isinstance(failed.__cause__, RuntimeError), "keep the original exception as the error's __cause__"
+    bug = [r for r in caplog.records if r.levelname == "ERROR" and "r0" in r.getMessage()]
+    assert bug and bug[0].exc_info, "a bug in one request is logged as an error with its traceback"
     for req, want in zip(requests[1:], outs[1:]):
         got = answer(req)
         assert isinstance(got, GenerationOutput) and got.token_ids == want.token_ids, (
@@ -235,3 +242,19 @@ def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
         time.sleep(0.01)
     with pytest.raises(EngineError, match="stopped"):
         loop.check_running()
+
+
+@pytest.mark.task("5.9")
+def test_a_refused_request_is_a_warning_and_its_own_error(make_loop, caplog):
+    """A request the engine refuses at start (here: a prompt longer than the model's context) fails alone, as it is."""
+    loop = make_loop()
+    too_long = request(loop, "hello " * 200, "too-long")  # the tiny model's context is 128 tokens
+    fine = request(loop, PROMPTS[0], "fine")
+    loop.submit([too_long, fine])
+    got = answer(too_long)
+    assert isinstance(got, EngineError) and not isinstance(got, RequestFailedError) and "context" in str(got), (
+        f"an EngineError (a refusal that says why) reaches the caller as it is, got {got!r}")
+    assert isinstance(answer(fine), GenerationOutput)
+    refused = [r for r in caplog.records if "too-long" in r.getMessage()]
+    assert refused and all(r.levelname == "WARNING" and not r.exc_info for r in refused), (
+        "a refusal is expected, not a bug: log it as a warning, without a traceback")
