@@ -233,13 +233,17 @@ def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
 
     loop.llm.step, loop.processor.drop = failing_step, failing_drop
     req = request(loop, PROMPTS[0], "r")
+    assert loop.alive, "the loop thread stopped on its own"
     loop.submit([req])
     got = answer(req)
-    assert isinstance(got, EngineError), f"when recovery fails every caller gets an EngineError, got {got!r}"
+    assert isinstance(got, EngineError) and "blocks cannot be returned" in str(got), (
+        f"when recovery fails every caller gets an EngineError that says what stopped the loop, got {got!r}")
     deadline = time.monotonic() + WAIT_S
     while loop.alive:
         assert time.monotonic() < deadline, "the loop must stop when it cannot recover"
         time.sleep(0.01)
+    assert isinstance(loop.error, RuntimeError) and "blocks cannot be returned" in str(loop.error), (
+        f"loop.error should be the fault that stopped it, got {loop.error!r}")
     with pytest.raises(EngineError, match="stopped"):
         loop.check_running()
 
