@@ -3,7 +3,7 @@
 A Triton kernel that reads out of bounds can kill the whole process (the
 interpreter segfaults on an unmasked load). So the pytest that collects these
 tests does not run them: for each module it starts a child pytest on that
-module alone, which records each test's result as it goes, and then reports
+module's selected tests alone, which records each test's result as it goes, and then reports
 the child's results as its own. A crash fails only the tests of that module
 that had not finished, with the signal and the child's last output.
 
@@ -57,12 +57,17 @@ if _in_child:
 
 
 # ----------------------------------------------------------------- parent side
-def _run_module(config, path: Path) -> dict:
+def _selected(session, path: Path) -> list[str]:
+    """The module's tests this session runs (all of them, or those `file::test` or -k chose)."""
+    return [item.nodeid for item in session.items if Path(item.path) == path]
+
+
+def _run_module(config, path: Path, tests: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         results_file = Path(tmp) / "results.jsonl"
         env = {k: v for k, v in os.environ.items() if k != "MINIYAIE_RESULTS"}  # the parent writes that one
         env[CHILD_RESULTS] = str(results_file)
-        args = [sys.executable, "-m", "pytest", "-q", str(path)]
+        args = [sys.executable, "-m", "pytest", "-q", *tests]
         if config.getoption("maxfail") == 1:
             args.append("-x")
         started = time.monotonic()
@@ -98,7 +103,7 @@ if _isolate:
             return None
         key = str(path)
         if key not in _module_runs:
-            _module_runs[key] = _run_module(item.config, path)
+            _module_runs[key] = _run_module(item.config, path, _selected(item.session, path))
         run = _module_runs[key]
         outcome, text, seconds = run["results"].get(item.nodeid, (None, "", 0.0))
         if outcome is None:

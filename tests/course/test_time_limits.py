@@ -7,6 +7,8 @@ instead of waiting a whole minute; the message shows which limit applied.
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,20 @@ def test_a_kernel_search_that_never_ends_fails_in_its_child_process_naming_its_t
     limit = CHAPTER_LIMITS_S[4] * SCALE
     assert result.outcome == "failed"
     assert "Task 4.8" in result.message and f"its {limit:g} s time limit" in result.message, result.message
+
+
+def test_a_limit_that_runs_out_while_pytest_reports_a_finished_test_is_no_internal_error(tmp_path):
+    """The alarm may ring after the test's own code is done (a slow report, a busy machine): that test did not hang."""
+    (tmp_path / "conftest.py").write_text(
+        "import time\n\ndef pytest_runtest_logreport(report):\n    if report.when == 'call':\n        time.sleep(1.0)\n"
+    )
+    (tmp_path / "test_quick.py").write_text(
+        "import pytest\n\n@pytest.mark.timeout(0.3)\ndef test_quick():\n    pass\n\n"
+        "@pytest.mark.timeout(0.3)\ndef test_stuck():\n    while True:\n        pass\n"
+    )
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "miniyaie.course.pytest_plugin", "-p", "no:cacheprovider",
+                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert "INTERNALERROR>" not in out, out[-3000:]
+    assert proc.returncode == 1 and "1 failed, 1 passed" in out, out[-3000:]
+    assert "test_stuck ran past its 0.3 s time limit" in out, out[-3000:]
