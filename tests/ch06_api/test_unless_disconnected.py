@@ -1,4 +1,4 @@
-"""Task 6.2's unless_disconnected on its own: a race between the answer and the client's hang-up."""
+"""Task 6.3's unless_disconnected on its own: a race between the answer and the client's hang-up."""
 
 import asyncio
 
@@ -56,14 +56,14 @@ def race(hang_up_after, work):
     return asyncio.run(asyncio.wait_for(main(), 5))
 
 
-@pytest.mark.task("6.2")
+@pytest.mark.task("6.3")
 def test_the_answer_wins_when_it_comes_first():
     work = Work(0.01)
     assert race(None, work) == "done"
     assert race(1.0, Work(0.01)) == "done", "a client still connected gets its answer"
 
 
-@pytest.mark.task("6.2")
+@pytest.mark.task("6.3")
 def test_a_hang_up_cancels_the_work_and_waits_for_it_to_unwind():
     work = Work(10.0)
     with pytest.raises(ClientDisconnected):
@@ -74,7 +74,7 @@ def test_a_hang_up_cancels_the_work_and_waits_for_it_to_unwind():
     )
 
 
-@pytest.mark.task("6.2")
+@pytest.mark.task("6.3")
 def test_an_error_in_the_work_reaches_the_caller_as_it_is():
     with pytest.raises(ValueError, match="bad"):
         race(None, Work(0.01, ValueError("bad")))

@@ -76,9 +76,9 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     way no task is left running: the listener for the hang-up is cancelled too.
     """
     # Idea: race two tasks, and clean up the loser before you return.
-    # Stuck? `miniyaie hint 6.2` prints hints, one level at a time.
-    # TODO(Task 6.2): Answer unless the client hangs up. Replace this line with your code.
-    raise NotImplementedError('Chapter 6, Task 2: Answer unless the client hangs up — see book/src/ch06_api.md')
+    # Stuck? `miniyaie hint 6.3` prints hints, one level at a time.
+    # TODO(Task 6.3): Answer unless the client hangs up. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 3: Answer unless the client hangs up — see book/src/ch06_api.md')
 # ANCHOR_END: unless_disconnected
 
 
@@ -93,9 +93,9 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     if it is still running.
     """
     # Idea: once streaming, errors travel as events, and however it ends the engine stream is closed.
-    # Stuck? `miniyaie hint 6.5` prints hints, one level at a time.
-    # TODO(Task 6.5): Stream chunks, abort on disconnect. Replace these lines with your code.
-    raise NotImplementedError('Chapter 6, Task 5: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
+    # Stuck? `miniyaie hint 6.6` prints hints, one level at a time.
+    # TODO(Task 6.6): Stream chunks, abort on disconnect. Replace these lines with your code.
+    raise NotImplementedError('Chapter 6, Task 6: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
     yield  # never runs: it keeps this function a generator, as its callers expect
 # ANCHOR_END: event_stream
 

@@ -30,7 +30,23 @@ async def _send_error(send, status: int, message: str, code: str, headers: list 
 
 # ANCHOR: body_guard
 class BodyGuard:
-    """Read the whole body first: refuse it when over `max_bytes` (413) or not UTF-8 (400); then replay it."""
+    """Read the whole body first: refuse it when over `max_bytes` (413) or not UTF-8 (400); then replay it.
+
+    Contract, for an "http" scope (any other scope passes through untouched):
+    - a Content-Length over `max_bytes` is refused before a single message is read;
+    - otherwise the body's messages are read (a body may come in many chunks, with
+      no Content-Length at all); the moment the bytes read pass `max_bytes`, reading
+      stops (nothing more is received) and the answer is 413, code "body_too_large".
+      A body of exactly `max_bytes` is fine;
+    - a body that is not UTF-8 gets 400, code "invalid_encoding", and its message
+      names the offset of the first bad byte ("byte 7");
+    - a client that hangs up (`http.disconnect`) while its body is read gets nothing;
+    - a refused request never reaches the app. An accepted one does, with a
+      `receive` whose first message is the whole body in one `http.request`
+      (`more_body` False) and whose later calls are the client's own `receive`
+      (that is how the route still hears a hang-up).
+    Errors are OpenAI error objects (`_send_error`).
+    """
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -38,6 +54,30 @@ class BodyGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        # Nudge: count bytes as they arrive, never trust the sender to stop; then hand the app a receive that replays.
+        # Hint 1: A Content-Length header is a promise, not a limit: a client can send no header
+        #   (chunked) or lie, so the bytes actually received are counted as each message arrives,
+        #   and the read stops the moment the count passes the limit (reading a 1 GB body
+        #   before refusing it is the attack this guards against). The header still lets an
+        #   honest oversized request be refused without reading anything. Once this middleware
+        #   has consumed the body, the app can no longer receive it: give the app a new
+        #   receive that returns the body once, then defers to the real one.
+        # Hint 2: If the header (headers are (bytes, bytes) pairs) parses as a number over
+        #   max_bytes, send 413 and return. Loop: receive a message; on "http.disconnect"
+        #   return; add len(message.get("body", b"")) to the count, 413 if over; keep the
+        #   chunk; continue while message.get("more_body"). Join the chunks, try to decode
+        #   UTF-8, and on UnicodeDecodeError send 400 naming exc.start. Then call the app with a
+        #   replay function: its first call returns {"type": "http.request", "body": body,
+        #   "more_body": False}, later calls return await receive().
+        # Hint 3:
+        #   declared = dict(scope["headers"]).get(b"content-length", b"0")
+        #   if declared.isdigit() and int(declared) > max: return await _send_error(send, 413, ..., "body_too_large")
+        #   chunks, size, more = [], 0, True
+        #   while more: message = await receive(); disconnect -> return; size += len(chunk); over -> 413; append; more = message.get("more_body", False)
+        #   body = b"".join(chunks); try body.decode("utf-8") except UnicodeDecodeError as exc: 400 "... (byte {exc.start})", "invalid_encoding"
+        #   replayed = False; async def replay(): first call -> the body message; later -> await receive()
+        #   await self.app(scope, replay, send)
+        # BEGIN SOLUTION 6.2: Guard the door
         declared = dict(scope["headers"]).get(b"content-length", b"0")
         if declared.isdigit() and int(declared) > self.max_bytes:
             return await _send_error(send, 413, f"the body is larger than {self.max_bytes} bytes", "body_too_large")
@@ -67,6 +107,7 @@ class BodyGuard:
             return await receive()  # later: the client's disconnect
 
         await self.app(scope, replay, send)
+        # END SOLUTION
 # ANCHOR_END: body_guard
 
 
@@ -85,6 +126,7 @@ class ApiKeyGuard:
         await self.app(scope, receive, send)
 
 
+# ANCHOR: internal_error_guard
 class InternalErrorGuard:
     """An exception no handler expected: log its traceback, answer 500 with an OpenAI error object.
 
@@ -100,6 +142,25 @@ class InternalErrorGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        # Nudge: whether you may still answer depends on what has already been sent.
+        # Hint 1: An HTTP response starts with its status line: once "http.response.start" has
+        #   gone out, no other status can follow, and a second start is a protocol error. So
+        #   watch what the app sends (wrap send). An exception before the start becomes a 500
+        #   error object (and its traceback in the log, where the operator looks); one after it
+        #   cannot be answered: let it go on up, the ASGI server closes the connection.
+        # Hint 2: Define an async tracking send that notes when a message of type
+        #   "http.response.start" passes and forwards every message to send. Await the app with
+        #   it inside try; on Exception: if the response had started, raise again; otherwise
+        #   log.error with exc_info=exc and send a 500 with code "internal_error" whose message
+        #   names the exception's class (never its text, which may hold internals).
+        # Hint 3:
+        #   started = False
+        #   async def tracking_send(message): started = started or message is a response start; await send(message)
+        #   try: await self.app(scope, receive, tracking_send)
+        #   except Exception as exc:
+        #       if started: raise
+        #       log.error(...); await _send_error(send, 500, f"internal server error ({type(exc).__name__}); ...", "internal_error")
+        # BEGIN SOLUTION 6.2: Guard the door
         started = False
 
         async def tracking_send(message):
@@ -115,6 +176,8 @@ class InternalErrorGuard:
             log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
             await _send_error(send, 500, f"internal server error ({type(exc).__name__}); the server's log has the details",
                               "internal_error")
+        # END SOLUTION
+# ANCHOR_END: internal_error_guard
 
 
 class RequestCounter:

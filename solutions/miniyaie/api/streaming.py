@@ -94,7 +94,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     #       if not task.done(): task.cancel(); await asyncio.gather(task, return_exceptions=True)
     #   if task not in done: raise ClientDisconnected
     #   return task.result()
-    # BEGIN SOLUTION 6.2: Answer unless the client hangs up
+    # BEGIN SOLUTION 6.3: Answer unless the client hangs up
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(until_disconnected(request))
     try:
@@ -139,7 +139,7 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     #       error = from_engine_error(exc); yield sse_event(error_body(error.status, error.message, error.param, error.code))
     #       yield sse_done()
     #   finally: await items.aclose()
-    # BEGIN SOLUTION 6.5: Stream chunks, abort on disconnect
+    # BEGIN SOLUTION 6.6: Stream chunks, abort on disconnect
     try:
         async for item in items:
             observe(item, timer)

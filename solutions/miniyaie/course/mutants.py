@@ -139,8 +139,11 @@ def mutants(number: int, max_per_region: int | Mapping[int, int] = MAX_PER_REGIO
 
     by_task: dict[str, list[tuple[Mutant, str | None]]] = defaultdict(list)
     for mutant in candidates:
-        killer = next((r for r in outcomes.get(mutant, []) if r.outcome in ("failed", "crashed")), None)
-        by_task[mutant.region.task].append((mutant, killer.nodeid if killer else None))
+        results = outcomes.get(mutant, [])
+        killer = next((r.nodeid for r in results if r.outcome in ("failed", "crashed")), None)
+        if killer is None and mutant in outcomes and not any(r.outcome == "passed" for r in results):
+            killer = "(collection: the mutant breaks the import)"  # a SyntaxError, say: no test could run
+        by_task[mutant.region.task].append((mutant, killer))
 
     rows, unexplained, explained = [], [], []
     for task in sorted(by_task, key=_task_key):
