@@ -165,6 +165,26 @@ def test_n_completions_fork_after_the_prompt_and_each_gets_every_token(tiny, exp
 
 
 @pytest.mark.task("5.7")
+def test_forked_completions_report_the_prompt_tokens_their_request_found_cached(tiny, expected):
+    model, _ = tiny
+    engine = engine_for(model, enable_prefix_caching=True)
+    engine.generate([PROMPTS[0]], GREEDY)  # leaves the prompt's full blocks in the radix tree
+    rid = engine.add_request(PROMPTS[0], SamplingParams(n=3, max_tokens=3, ignore_eos=True))
+    cached: dict[str, set[int]] = {}
+    for _ in range(200):
+        if not engine.has_unfinished():
+            break
+        for event in engine.step():
+            cached.setdefault(event.request_id, set()).add(event.cached_tokens)
+    assert cached[rid] == {8}, f"the request found 8 prompt tokens (2 full blocks) cached, its events say {cached[rid]}"
+    for child in (f"{rid}#1", f"{rid}#2"):
+        assert cached.get(child) == {8}, (
+            f"{child} shares its request's prompt, cached tokens included: its events say {cached.get(child)}, "
+            "expected {8} (a fork carries the parent's cached count)")
+    assert engine.num_request_blocks == 0
+
+
+@pytest.mark.task("5.7")
 def test_a_stop_token_ends_the_request_even_with_ignore_eos(tiny, expected):
     model, _ = tiny
     engine = engine_for(model)

@@ -225,27 +225,27 @@ class LLMEngine(StepAccounting):
         """The completions of `parent_id` still to fork (one aborted on its own before its fork is left out)."""
         return [child for child in self._children.pop(parent_id) if child in self._params]
 
+    # ANCHOR: fork_and_stop
     def _fork(self, parent_id: str, child_id: str) -> ScheduledChunk:
-        """Completion `child_id` joins the batch on its parent's prompt blocks (before the parent's update)."""
-        parent = self.scheduler.requests[parent_id]
-        child = Request(child_id, parent.prompt_token_ids, parent.max_tokens, parent.eos_token_ids, parent.ignore_eos)
-        child.num_computed_tokens = len(parent.prompt_token_ids)
-        child.num_cached_tokens = parent.num_cached_tokens
-        self._prompt_cached[child_id] = self._prompt_cached.get(parent_id, 0)
-        self.memory.fork(parent_id, child_id)
-        self.scheduler.add_forked(child)
-        self.counters["forked_requests"] += 1
-        # a zero-token chunk at the end of the prompt: update() records its first token like any other
-        return ScheduledChunk(child, child.num_computed_tokens, 0)
+        """Completion `child_id` joins the batch on its parent's prompt blocks (before the parent's update).
+
+        The child: a Request with the parent's prompt, limits and stop settings, its prompt all computed
+        and as cached as the parent's (its events report the parent's cached prompt tokens); it shares the parent's blocks
+        (no copy), runs via the scheduler's add_forked and counts in counters["forked_requests"].
+        Returns a zero-token chunk at the end of the prompt, for the step's update."""
+        # Idea: the child starts where the parent's prompt ends, on the parent's blocks.
+        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+        # TODO(Task 5.7): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 7: The engine step — see book/src/ch05_engine.md')
 
     def _stop_token_finishes(self, sampled: dict[str, SampledToken], finished: dict[str, str]) -> dict[str, str]:
-        """Requests that sampled one of their stop_token_ids (these stop even with ignore_eos)."""
-        stopped = {}
-        for rid, s in sampled.items():
-            if rid not in finished and s.token_id in self._params[rid].stop_token_ids:
-                self.scheduler.abort(rid)  # frees its blocks; the reason we report is "stop"
-                stopped[rid] = "stop"
-        return stopped
+        """Requests that sampled one of their stop_token_ids (even with ignore_eos): id -> "stop". One already
+        in `finished` keeps its reason; each stopped here is ended in the scheduler (its blocks come back)."""
+        # Idea: the scheduler knows EOS; a request's own stop tokens are the engine's business.
+        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+        # TODO(Task 5.7): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 7: The engine step — see book/src/ch05_engine.md')
+    # ANCHOR_END: fork_and_stop
 
     @staticmethod
     def _event(rid: str, s: SampledToken, finish_reason: str | None, cached_tokens: int) -> RequestEvent:

@@ -204,13 +204,14 @@ class LLMEngine(StepAccounting):
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
         # Nudge: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
-        # Hint 1: Three given pieces do the heavy work: self.runner.run (Task 5.6: batch, forward,
+        # Hint 1: Three pieces do the heavy work: self.runner.run (Task 5.6: batch, forward,
         #   sampler), self.scheduler.update (chapter 1: append tokens, finish, free) and
-        #   self._fork (a completion joins on its parent's blocks). The order is the design:
+        #   self._fork (yours, below: a completion joins on its parent's blocks). The order is the design:
         #   a forked completion's first token comes from its parent's prompt logits, so its
         #   row must be in this step's run; it must be forked before the update (the update may
         #   finish the parent and free its blocks) and be part of that update (that records its
-        #   first token). Stop tokens are not the scheduler's business: check them last.
+        #   first token). Stop tokens are not the scheduler's business: check them last
+        #   (self._stop_token_finishes, also yours).
         # Hint 2: Collect the requests whose chunk samples; make a SamplingRow for each
         #   (self._row). For those with unforked completions (self._children), take the list
         #   (self._unforked_children) as the fanout and add a row for each child, over the
@@ -258,27 +259,67 @@ class LLMEngine(StepAccounting):
         """The completions of `parent_id` still to fork (one aborted on its own before its fork is left out)."""
         return [child for child in self._children.pop(parent_id) if child in self._params]
 
+    # ANCHOR: fork_and_stop
     def _fork(self, parent_id: str, child_id: str) -> ScheduledChunk:
-        """Completion `child_id` joins the batch on its parent's prompt blocks (before the parent's update)."""
+        """Completion `child_id` joins the batch on its parent's prompt blocks (before the parent's update).
+
+        The child: a Request with the parent's prompt, limits and stop settings, its prompt all computed
+        and as cached as the parent's (its events report the parent's cached prompt tokens); it shares the parent's blocks
+        (no copy), runs via the scheduler's add_forked and counts in counters["forked_requests"].
+        Returns a zero-token chunk at the end of the prompt, for the step's update."""
+        # Nudge: the child starts where the parent's prompt ends, on the parent's blocks.
+        # Hint 1: The parent's last prompt chunk produced logits that the child samples from in this
+        #   same step, so the child needs nothing computed: its prompt is done the moment it
+        #   exists. What it does need is the K/V of that prompt, and those are the parent's
+        #   blocks: share them (the paged memory's fork), never copy. A chunk of zero tokens at
+        #   the end of the prompt lets the scheduler's update record the child's first token
+        #   exactly as it records anyone's.
+        # Hint 2: Look the parent up in the scheduler's requests. Build the child Request from the
+        #   parent's prompt_token_ids, max_tokens, eos_token_ids and ignore_eos; set its
+        #   num_computed_tokens to the prompt's length; copy the parent's entry of
+        #   self._prompt_cached (the cached prompt tokens its events report). Fork the memory, hand the child to
+        #   the scheduler (add_forked), count it, and return ScheduledChunk(child, prompt length, 0).
+        # Hint 3:
+        #   parent = self.scheduler.requests[parent_id]
+        #   child = Request(child_id, parent.prompt_token_ids, parent.max_tokens, parent.eos_token_ids, parent.ignore_eos)
+        #   child.num_computed_tokens = len(prompt)
+        #   self._prompt_cached[child_id] = self._prompt_cached[parent_id]
+        #   self.memory.fork(parent_id, child_id); self.scheduler.add_forked(child); counters["forked_requests"] += 1
+        #   return ScheduledChunk(child, child.num_computed_tokens, 0)
+        # BEGIN SOLUTION 5.7: The engine step
         parent = self.scheduler.requests[parent_id]
         child = Request(child_id, parent.prompt_token_ids, parent.max_tokens, parent.eos_token_ids, parent.ignore_eos)
         child.num_computed_tokens = len(parent.prompt_token_ids)
-        child.num_cached_tokens = parent.num_cached_tokens
-        self._prompt_cached[child_id] = self._prompt_cached.get(parent_id, 0)
+        self._prompt_cached[child_id] = self._prompt_cached[parent_id]
         self.memory.fork(parent_id, child_id)
         self.scheduler.add_forked(child)
         self.counters["forked_requests"] += 1
-        # a zero-token chunk at the end of the prompt: update() records its first token like any other
-        return ScheduledChunk(child, child.num_computed_tokens, 0)
+        return ScheduledChunk(child, child.num_computed_tokens, 0)  # update() records its first token like any other
+        # END SOLUTION
 
     def _stop_token_finishes(self, sampled: dict[str, SampledToken], finished: dict[str, str]) -> dict[str, str]:
-        """Requests that sampled one of their stop_token_ids (these stop even with ignore_eos)."""
+        """Requests that sampled one of their stop_token_ids (even with ignore_eos): id -> "stop". One already
+        in `finished` keeps its reason; each stopped here is ended in the scheduler (its blocks come back)."""
+        # Nudge: the scheduler knows EOS; a request's own stop tokens are the engine's business.
+        # Hint 1: The scheduler ended requests on EOS (unless ignore_eos) and on max_tokens.
+        #   stop_token_ids are a sampling setting, checked after the update and regardless of
+        #   ignore_eos. Ending a request here means taking it out of the scheduler (abort
+        #   frees its blocks) while reporting "stop", not "abort".
+        # Hint 2: For each sampled (id, token) whose id is not already finished, if the token is in
+        #   that completion's params' stop_token_ids: abort it in the scheduler and record "stop".
+        # Hint 3:
+        #   for rid, s in sampled.items():
+        #       if rid not in finished and s.token_id in self._params[rid].stop_token_ids:
+        #           self.scheduler.abort(rid); stopped[rid] = "stop"
+        # BEGIN SOLUTION 5.7: The engine step
         stopped = {}
         for rid, s in sampled.items():
             if rid not in finished and s.token_id in self._params[rid].stop_token_ids:
                 self.scheduler.abort(rid)  # frees its blocks; the reason we report is "stop"
                 stopped[rid] = "stop"
         return stopped
+        # END SOLUTION
+    # ANCHOR_END: fork_and_stop
 
     @staticmethod
     def _event(rid: str, s: SampledToken, finish_reason: str | None, cached_tokens: int) -> RequestEvent:
