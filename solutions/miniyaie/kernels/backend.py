@@ -31,21 +31,69 @@ class TritonAttentionBackend:
         self._meta: AttentionMetadata | None = None  # the step the values below describe
         self.launches = {"decode": 0, "extend": 0}  # counters: proof of which kernel ran
 
-    def _step_values(self, meta: AttentionMetadata, q: torch.Tensor, num_kv_heads: int):
-        """Per-step tensors and sizes, built once and shared by every layer of the step."""
+    def _step_values(self, meta: AttentionMetadata, q: torch.Tensor, k_cache: torch.Tensor):
+        """(seq_lens, query_start, max_query_len) of the step, built once and shared by every layer.
+
+        seq_lens: int32 [num_seqs] on q's device; query_start: int32 [num_seqs + 1] on q's device,
+        the exclusive prefix sum of meta.query_lens (sequence s owns the packed rows
+        query_start[s] .. query_start[s + 1] - 1); max_query_len: an int. Also sets
+        self._max_seq_len (an int) for the decode kernel. All from the metadata's host lists.
+        """
         if meta is not self._meta:
+            # Nudge: the kernels index packed rows by sequence; the sizes come from lists already on the host.
+            # Hint 1: The packed q holds every sequence's new tokens one after another, so a kernel
+            #   finds sequence s's rows through a table of where each starts, plus one entry for
+            #   the end: 0, then the running total of the query lengths. The grid sizes (the
+            #   longest query, the longest context) must not be read back from a device tensor:
+            #   on a GPU that waits for all queued work, in every layer. The metadata's lists are
+            #   on the host already.
+            # Hint 2: Make an int32 tensor of query_lens; its cumulative sum with a 0 in front is
+            #   query_start (move it to q's device as int32). seq_lens as an int32 tensor on q's
+            #   device. The maxima are Python max() over the lists (a step has at least one sequence).
+            # Hint 3:
+            #   query_lens = torch.tensor(meta.query_lens, dtype=torch.int32)
+            #   self._seq_lens = torch.tensor(meta.seq_lens, dtype=torch.int32, device=q.device)
+            #   self._query_start = pad(query_lens.cumsum(0), (1, 0)).to(q.device, torch.int32)
+            #   self._max_query_len = max(meta.query_lens); self._max_seq_len = max(meta.seq_lens)
+            # BEGIN SOLUTION 4.9: One attention launch per step
             query_lens = torch.tensor(meta.query_lens, dtype=torch.int32)
             self._seq_lens = torch.tensor(meta.seq_lens, dtype=torch.int32, device=q.device)
             self._query_start = torch.nn.functional.pad(query_lens.cumsum(0), (1, 0)).to(q.device, torch.int32)
-            self._max_query_len = max(meta.query_lens, default=0)
-            self._max_seq_len = max(meta.seq_lens, default=0)
+            self._max_query_len = max(meta.query_lens)
+            self._max_seq_len = max(meta.seq_lens)
+            # END SOLUTION
+            num_kv_heads = k_cache.shape[1]
             self._num_splits = default_num_splits(len(meta.seq_lens), num_kv_heads, self._max_seq_len, decode_block_n(q.device))
             self._meta = meta
         return self._seq_lens, self._query_start, self._max_query_len
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """Chapter 0's AttentionBackend.forward: store this step's K/V (k, v) at meta.slot_mapping, then attend.
+
+        Pure decode (every sequence brings one token) runs decode_attention with the step's
+        split count and longest context (self._num_splits, self._max_seq_len); any other step
+        runs extend_attention with the longest query. Each launch counts in self.launches.
+        """
+        # Nudge: store first, then pick the kernel by the shape of the step.
+        # Hint 1: Both kernels read every key, the new ones included, from the pool, so the new K/V
+        #   must be in it before either runs. The decode kernel assumes one query per sequence
+        #   and splits long contexts for parallelism; the extend kernel handles any query
+        #   lengths (one-token ones too) with a causal mask. The step's longest query tells
+        #   which case this is.
+        # Hint 2: store_kv the new K/V through the slot mapping. Get the step's values. If the
+        #   longest query is 1: count a decode launch and return decode_attention(..., num_splits=,
+        #   max_seq_len=). Otherwise count an extend launch and return extend_attention with
+        #   query_start, seq_lens and the longest query.
+        # Hint 3:
+        #   store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        #   seq_lens, query_start, max_query_len = self._step_values(meta, q, k_cache)
+        #   if max_query_len == 1: launches["decode"] += 1; return decode_attention(q, k_cache, v_cache, meta.block_tables,
+        #       seq_lens, meta.block_size, scale, num_splits=self._num_splits, max_seq_len=self._max_seq_len)
+        #   launches["extend"] += 1; return extend_attention(q, k_cache, v_cache, meta.block_tables, query_start, seq_lens,
+        #       meta.block_size, scale, max_query_len)
+        # BEGIN SOLUTION 4.9: One attention launch per step
         store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        seq_lens, query_start, max_query_len = self._step_values(meta, q, k_cache.shape[1])
+        seq_lens, query_start, max_query_len = self._step_values(meta, q, k_cache)
         if max_query_len == 1:
             self.launches["decode"] += 1
             return decode_attention(q, k_cache, v_cache, meta.block_tables, seq_lens, meta.block_size, scale,
@@ -54,6 +102,7 @@ class TritonAttentionBackend:
         return extend_attention(
             q, k_cache, v_cache, meta.block_tables, query_start, seq_lens, meta.block_size, scale, max_query_len
         )
+        # END SOLUTION
 # ANCHOR_END: triton_backend
 
 

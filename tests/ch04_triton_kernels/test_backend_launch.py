@@ -1,0 +1,70 @@
+"""Task 4.9: the Triton backend stores a step's K/V and runs one attention launch, the right kernel for the step.
+
+The oracle is chapter 0's TorchAttentionBackend on a copy of the same pool:
+the outputs must match and so must the pools after the step.
+"""
+
+import pytest
+import torch
+from kernel_cases import assert_close, paged_pool
+
+from miniyaie.kernels import TritonAttentionBackend
+from miniyaie.model import AttentionMetadata, TorchAttentionBackend
+
+NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE = 4, 2, 64, 4
+
+
+def step(prefixes: list[int], query_lens: list[int], seed: int):
+    """One step's inputs: (q, k, v, k_cache, v_cache, meta) for sequences with these cached prefixes and new tokens."""
+    seq_lens = [p + n for p, n in zip(prefixes, query_lens)]
+    k_cache, v_cache, block_tables = paged_pool(seq_lens, NUM_KV_HEADS, HEAD_DIM, PAGE, torch.float32, seed)
+    slots = []
+    for s, (prefix, length) in enumerate(zip(prefixes, seq_lens)):
+        positions = torch.arange(prefix, length)
+        slots.append(block_tables[s, positions // PAGE] * PAGE + positions % PAGE)
+    gen = torch.Generator().manual_seed(seed + 1)
+    num_tokens = sum(query_lens)
+    q = torch.randn(num_tokens, NUM_HEADS, HEAD_DIM, generator=gen)
+    k = torch.randn(num_tokens, NUM_KV_HEADS, HEAD_DIM, generator=gen)
+    v = torch.randn(num_tokens, NUM_KV_HEADS, HEAD_DIM, generator=gen)
+    meta = AttentionMetadata(list(query_lens), seq_lens, torch.cat(slots), block_tables, PAGE)
+    return q, k, v, k_cache, v_cache, meta
+
+
+def run_both(backend: TritonAttentionBackend, inputs):
+    q, k, v, k_cache, v_cache, meta = inputs
+    ours_k, ours_v, ref_k, ref_v = k_cache.clone(), v_cache.clone(), k_cache.clone(), v_cache.clone()
+    out = backend.forward(q, k, v, ours_k, ours_v, meta, HEAD_DIM**-0.5)
+    expected = TorchAttentionBackend().forward(q, k, v, ref_k, ref_v, meta, HEAD_DIM**-0.5)
+    assert torch.equal(ours_k.nan_to_num(7.0), ref_k.nan_to_num(7.0)) and torch.equal(ours_v.nan_to_num(7.0), ref_v.nan_to_num(7.0)), (
+        "after the step the pool must hold exactly what chapter 0's backend writes: the new K/V at the slot mapping"
+    )
+    assert out.shape == expected.shape, f"output shape {tuple(out.shape)}, expected {tuple(expected.shape)}"
+    assert not out.isnan().any(), "NaN in the output: a kernel read a slot no sequence owns, or new K/V were not stored"
+    assert_close(out, expected, torch.float32)
+
+
+@pytest.mark.task("4.9")
+def test_a_decode_step_uses_the_decode_kernel():
+    backend = TritonAttentionBackend()
+    run_both(backend, step([5, 17, 1], [1, 1, 1], seed=0))
+    assert backend.launches == {"decode": 1, "extend": 0}, f"one token per sequence is a decode step: {backend.launches}"
+
+
+@pytest.mark.task("4.9")
+@pytest.mark.parametrize("prefixes, query_lens", [([5, 0, 9], [1, 6, 3]), ([0], [7]), ([3, 2], [2, 1])])
+def test_any_other_step_uses_the_extend_kernel(prefixes, query_lens):
+    backend = TritonAttentionBackend()
+    run_both(backend, step(prefixes, query_lens, seed=sum(query_lens)))
+    assert backend.launches == {"decode": 0, "extend": 1}, f"query lengths {query_lens} need the extend kernel: {backend.launches}"
+
+
+@pytest.mark.task("4.9")
+def test_every_layer_of_a_step_and_the_next_step_get_their_own_sizes():
+    """Two layers share one step's metadata; the next step (now pure decode) brings new metadata."""
+    backend = TritonAttentionBackend()
+    prefill = step([0, 4], [6, 2], seed=3)
+    run_both(backend, prefill)
+    run_both(backend, (*prefill[:5], prefill[5]))  # the second layer: same metadata object
+    run_both(backend, step([6, 2], [1, 1], seed=4))
+    assert backend.launches == {"decode": 1, "extend": 2}, backend.launches
