@@ -83,7 +83,7 @@ def test_every_field_given_reaches_the_sampling_params_and_the_rest_keep_the_def
 
 
 # ---------------------------------------------------------------- through the server
-@pytest.mark.task("6.4")
+@pytest.mark.task("6.5")
 def test_completion_logprobs_arrive_for_every_token(served, client):
     reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=2,
                                       extra_body={"ignore_eos": True})
@@ -109,7 +109,7 @@ def test_chat_logprobs_arrive_for_every_token(served, client):
     assert (reply.usage.completion_tokens, reply.usage.total_tokens) == (4, reply.usage.prompt_tokens + 4)
 
 
-@pytest.mark.task("6.6")
+@pytest.mark.task("6.7")
 def test_streamed_logprobs_and_usage_arrive(served, client):
     chunks = list(client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=4, temperature=0, stream=True,

@@ -93,9 +93,9 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     if it is still running.
     """
     # Idea: once streaming, errors travel as events, and however it ends the engine stream is closed.
-    # Stuck? `miniyaie hint 6.6` prints hints, one level at a time.
-    # TODO(Task 6.6): Stream chunks, abort on disconnect. Replace these lines with your code.
-    raise NotImplementedError('Chapter 6, Task 6: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
+    # Stuck? `miniyaie hint 6.7` prints hints, one level at a time.
+    # TODO(Task 6.7): Stream chunks, abort on disconnect. Replace these lines with your code.
+    raise NotImplementedError('Chapter 6, Task 7: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
     yield  # never runs: it keeps this function a generator, as its callers expect
 # ANCHOR_END: event_stream
 

@@ -116,13 +116,47 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         return openai_format.chat_completion(result, body.model)
     # ANCHOR_END: chat_route
 
+    # ANCHOR: completions_route
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
+        """One prompt or a batch: every prompt checked before any is submitted, then all run at once.
+
+        A prompt is text (encoded with engine.encode) or token ids (decoded for its text). Each
+        gets its own SamplingParams (sampling_params_for: its room in the context depends on its
+        length, with_structured_output, then engine.check_request). If any prompt is refused, the
+        request fails with that error and no prompt runs. Prompt i runs as engine request
+        f"{request_id}-{i}"; all of them run concurrently (they share the engine's batches), under
+        unless_disconnected (a hang-up aborts them all). The answer lists each prompt's n
+        choices in prompt order (openai_format.text_completion). With stream (one prompt: checked
+        above) the answer is SSE, as in the chat route, chunked by openai_format.CompletionChunker.
+        """
         started = time.perf_counter()
         check_model(body.model)
         prompts = prompts_of(body)
         if body.stream and len(prompts) > 1:
             raise APIError(400, "stream one prompt at a time", param="prompt", code="invalid_value")
+        # Nudge: all or nothing: check every prompt before the first one starts, then let them run together.
+        # Hint 1: A client that sends a batch gets one answer: if one prompt is bad (too long, ids
+        #   outside the vocabulary), a 400 must come back before any prompt has used the engine,
+        #   so check them all first and submit only then. Then run them together: the engine
+        #   batches whatever is in flight, so awaiting one prompt's answer before submitting the
+        #   next would run a batch of 8 as 8 batches of 1. A hang-up must stop all of them.
+        # Hint 2: For each prompt: ids (list(prompt) for ids, engine.encode for text), params
+        #   (engine.check_request(ids, with_structured_output(body, sampling_params_for(body,
+        #   len(ids), engine.context_length, defaults)))) and its text (the prompt itself, or
+        #   engine.tokenizer.decode(ids)); keep them. Then one engine.stream_async per prompt
+        #   (request ids f"{request_id}-{i}", prompt_token_ids=ids). If streaming, answer as the
+        #   chat route does, with a CompletionChunker. Else gather a collect(stream, metrics.timer(started)) per stream,
+        #   all under one unless_disconnected, and format with openai_format.text_completion.
+        # Hint 3:
+        #   checked = [(text, ids, params) for each prompt]   # may raise: nothing submitted yet
+        #   request_id = openai_format.text_completion_id()
+        #   streams = [engine.stream_async(text, params, request_id=f"{request_id}-{i}", prompt_token_ids=ids) for i, ...]
+        #   if body.stream: timer = metrics.timer(started); return sse_response(event_stream(streams[0],
+        #       openai_format.CompletionChunker(request_id, body.model, include_usage(body)), timer), timer)
+        #   results = await unless_disconnected(request, asyncio.gather(*(collect(s, metrics.timer(started)) for s in streams)))
+        #   return openai_format.text_completion(request_id, body.model, list(results), body.n)
+        # BEGIN SOLUTION 6.5: A batch of prompts, all or nothing
         checked = []
         for prompt in prompts:  # check every prompt before submitting any
             ids = list(prompt) if isinstance(prompt, list) else engine.encode(prompt)
@@ -138,6 +172,8 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
             return sse_response(event_stream(streams[0], chunker, timer), timer)
         results = await unless_disconnected(request, asyncio.gather(*(collect(s, metrics.timer(started)) for s in streams)))
         return openai_format.text_completion(request_id, body.model, list(results), body.n)
+        # END SOLUTION
+    # ANCHOR_END: completions_route
 
     # the last one added runs first: count, catch the unexpected, check the key, then read the body
     app.add_middleware(BodyGuard, max_bytes=settings.max_body_bytes)

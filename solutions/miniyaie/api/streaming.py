@@ -139,7 +139,7 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     #       error = from_engine_error(exc); yield sse_event(error_body(error.status, error.message, error.param, error.code))
     #       yield sse_done()
     #   finally: await items.aclose()
-    # BEGIN SOLUTION 6.6: Stream chunks, abort on disconnect
+    # BEGIN SOLUTION 6.7: Stream chunks, abort on disconnect
     try:
         async for item in items:
             observe(item, timer)
