@@ -18,6 +18,7 @@ from miniyaie.engine.errors import EngineError
 POLL_SECONDS = 1.0  # how often a waiting reader checks that the engine thread still lives
 
 
+# ANCHOR: sink
 class Sink:
     def __init__(self, engine_alive: Callable[[], bool]):
         self._items: queue.SimpleQueue = queue.SimpleQueue()
@@ -26,19 +27,24 @@ class Sink:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def put(self, item: object) -> bool:
-        """Hand over an item (engine thread); False if the async caller's event loop is gone."""
-        self._items.put(item)
-        loop = self._loop
-        if loop is None:
-            return True
-        try:
-            loop.call_soon_threadsafe(self._ready.set)
-        except RuntimeError:  # the event loop is closed: nobody will read this request again
-            return False
-        return True
+        """Hand over an item (engine thread, never blocks); False if the async caller's event loop is gone.
+
+        The item is queued for whichever reader comes. If an async reader has bound the sink
+        to its event loop (self._loop, self._ready: see get_async), it is woken: only that
+        loop's thread may touch an asyncio.Event, so the engine thread asks the loop to set it.
+        A loop that is closed cannot be asked (RuntimeError): nobody will read, return False.
+        """
+        # Idea: queue it, then wake the reader the way its world allows.
+        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
+        # TODO(Task 5.9): From the engine thread to its caller. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 9: From the engine thread to its caller — see book/src/ch05_engine.md')
 
     def get(self) -> object:
-        """The next item for a thread; an error item is raised."""
+        """The next item for a thread, in the order put; an error item (an exception) is raised.
+
+        Waits as long as the engine thread lives; checks that every POLL_SECONDS
+        (self._check_engine raises EngineError once it is gone and nothing is left).
+        """
         while True:
             try:
                 return _raise_if_error(self._items.get(timeout=POLL_SECONDS))
@@ -46,26 +52,28 @@ class Sink:
                 self._check_engine()
 
     async def get_async(self) -> object:
-        """The next item for a coroutine; an error item is raised."""
+        """The next item for a coroutine, in the order put; an error item is raised.
+
+        The first call binds the sink to the running event loop: it makes self._ready (an
+        asyncio.Event that put sets) and then sets self._loop (put reads it). Waiting never
+        blocks the event loop (other requests' coroutines run meanwhile), an item put at any
+        moment wakes it at once, an idle reader sleeps (it does not spin), and like get it
+        checks the engine thread every POLL_SECONDS.
+        """
         if self._loop is None:  # the first read binds the sink to the caller's event loop
             self._ready = asyncio.Event()
             self._loop = asyncio.get_running_loop()
-        while True:
-            try:
-                return _raise_if_error(self._items.get_nowait())
-            except queue.Empty:
-                pass
-            self._ready.clear()
-            if not self._items.empty():  # arrived between the two checks: its wake-up may be cleared
-                continue
-            try:
-                await asyncio.wait_for(self._ready.wait(), timeout=POLL_SECONDS)
-            except asyncio.TimeoutError:
-                self._check_engine()
+        # Idea: never block the loop: take what is there, else sleep on the event until put sets it.
+        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
+        # TODO(Task 5.9): From the engine thread to its caller. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 9: From the engine thread to its caller — see book/src/ch05_engine.md')
 
     def _check_engine(self) -> None:
         if not self._engine_alive() and self._items.empty():
             raise EngineError("the engine loop has stopped")
+
+
+# ANCHOR_END: sink
 
 
 def _raise_if_error(item: object) -> object:
