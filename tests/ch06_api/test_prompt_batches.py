@@ -36,17 +36,17 @@ def steps(served):
 def test_a_batch_answers_every_prompt_in_order_and_its_prompts_run_together(served, tiny_dir, steps):
     engine, server = served
     prompts = PROMPTS
-    body = {"model": MODEL, "prompt": prompts, "max_tokens": 4, "n": 2, "temperature": 0, "ignore_eos": True}
+    body = {"model": MODEL, "prompt": prompts, "max_tokens": 8, "n": 2, "temperature": 0, "ignore_eos": True}
     reply = post(server, "/v1/completions", body)
     assert reply.status_code == 200, reply.text
     choices = reply.json()["choices"]
     assert [c["index"] for c in choices] == list(range(8)), "choice index = prompt index * n + completion index, in order"
     for p, prompt in enumerate(prompts):
-        expected = greedy_text(engine, tiny_dir[1], prompt, 4)
+        expected = greedy_text(engine, tiny_dir[1], prompt, 8)
         for c in choices[2 * p : 2 * p + 2]:
             assert c["text"] == expected, f"choice {c['index']} belongs to prompt {p} ({prompt!r}): {c['text']!r} != {expected!r}"
     usage = reply.json()["usage"]
-    assert usage["completion_tokens"] == 8 * 4
+    assert usage["completion_tokens"] == 8 * 8
     assert usage["prompt_tokens"] == sum(len(engine.encode(p)) for p in prompts)
     assert max(steps, default=0) >= 8, (
         f"at most {max(steps, default=0)} sequences ever shared a step: the 4 prompts x n=2 must run together "
