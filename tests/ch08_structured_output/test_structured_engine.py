@@ -146,3 +146,43 @@ def test_json_object_response_format_gives_a_json_object(client):
         for byte in choice.message.content.encode():
             state = int(dfa.next_state[state, byte])
             assert state != DEAD, f"{choice.message.content!r} is not the start of a JSON object"
+
+
+def test_a_fault_in_one_requests_guide_fails_that_request_alone(engine, monkeypatch):
+    """A guide that raises (a bug, say in a learner's Task 8.4) ends its own request, not the step's others."""
+    import asyncio
+    import time
+
+    from miniyaie.engine import GenerationOutput, RequestFailedError
+    from miniyaie.structured.guide import Guide
+
+    pattern = r"[a-z]{5}7"
+    index = engine.llm.constraints._indexes().get(pattern)  # compiled and cached: the request's guide uses it
+    original = Guide.advance
+
+    def advance(self, token_id):
+        if self.index is index:
+            raise RuntimeError("planted fault in a guide")
+        return original(self, token_id)
+
+    monkeypatch.setattr(Guide, "advance", advance)
+
+    async def both():
+        healthy = asyncio.ensure_future(engine.generate_async("healthy", max_tokens=60, ignore_eos=True))
+        while engine.get_stats()["requests"]["running"] == 0:  # the healthy one is decoding: the faulty one joins its steps
+            await asyncio.sleep(0.002)
+        faulty = asyncio.ensure_future(engine.generate_async("faulty", regex=pattern, max_tokens=10))
+        return await asyncio.gather(faulty, healthy, return_exceptions=True)
+
+    failed_before = engine.get_stats()["requests"]["failed"]
+    faulty, healthy = asyncio.run(asyncio.wait_for(both(), 60))
+    assert isinstance(faulty, RequestFailedError) and "planted fault in a guide" in str(faulty), repr(faulty)
+    assert isinstance(healthy, GenerationOutput) and len(healthy.token_ids) == 60, (
+        f"the request beside the faulty one must finish normally, got {healthy!r}")
+    deadline = time.monotonic() + 10
+    while engine.get_stats()["kv_blocks"]["held_by_requests"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stats = engine.get_stats()
+    assert stats["kv_blocks"]["held_by_requests"] == 0, "the failed request's blocks did not come back"
+    assert stats["requests"]["failed"] == failed_before + 1
+    engine.check_health()  # the loop serves on

@@ -13,6 +13,7 @@ written against chapters 0-3 (which raise ValueError) keeps working.
 from __future__ import annotations
 
 from miniyaie.model import ModelLoadError as _ChapterZeroModelLoadError
+from miniyaie.model import PromptTooLongError
 
 
 class EngineError(Exception):
@@ -21,6 +22,10 @@ class EngineError(Exception):
 
 class InvalidRequestError(EngineError, ValueError):
     """A request the engine refuses; the message names the parameter and its limit."""
+
+
+class PromptTooLongRequestError(InvalidRequestError, PromptTooLongError):
+    """The prompt leaves no room in the model's context (also chapter 0's PromptTooLongError)."""
 
 
 class ResourceExhaustedError(EngineError, ValueError):

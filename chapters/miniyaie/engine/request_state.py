@@ -93,7 +93,10 @@ class OutputProcessor:
         return entry[0] if entry is not None else None
 
     def on_event(self, event: RequestEvent) -> None:
-        """One new token of one completion: its text, then `_emit`."""
+        """One new token of one completion: its text, then `_emit`. A failed completion's error is raised
+        (the engine loop's fault boundary then ends this request alone)."""
+        if event.error is not None:
+            raise event.error
         request, completion = self._by_engine_id[event.request_id]
         if completion.index == 0:
             request.cached_tokens = event.cached_tokens

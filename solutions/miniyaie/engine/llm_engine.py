@@ -26,21 +26,17 @@ import torch
 
 from miniyaie.engine.backends import use_backend
 from miniyaie.engine.config import EngineConfig
-from miniyaie.engine.errors import InvalidRequestError, ResourceExhaustedError
+from miniyaie.engine.errors import InvalidRequestError, PromptTooLongRequestError, ResourceExhaustedError
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.outputs import RequestEvent, StepRecord
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.step_accounting import StepAccounting
-from miniyaie.model import CausalLM, Generation, PromptTooLongError
+from miniyaie.model import CausalLM, Generation
 from miniyaie.model import SamplingParams as BasicSamplingParams
 from miniyaie.paged import PagedMemory, make_pool, num_blocks_for_budget
 from miniyaie.radix import RadixMemory
 from miniyaie.scheduler import Request, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
-
-
-class PromptTooLongRequestError(InvalidRequestError, PromptTooLongError):
-    """The prompt leaves no room in the model's context (also chapter 0's PromptTooLongError)."""
 
 
 def child_request_id(request_id: str, index: int) -> str:
@@ -241,16 +237,19 @@ class LLMEngine(StepAccounting):
         finished = {r.request_id: r.finish_reason.value for r in self.scheduler.update(update, {k: s.token_id for k, s in sampled.items()})}
         finished.update(self._stop_token_finishes(sampled, finished))
         # END SOLUTION
-        forced = self._constraints.follow(self, sampled, finished) if self._constraints is not None else {}
+        forced, failed = self._constraints.follow(self, sampled, finished) if self._constraints is not None else ({}, {})
         self._count_step(out, started, used_blocks, cached, sampled, finished)
         events = []
         for rid, s in sampled.items():
+            if rid in failed:  # ended by its own fault (its blocks are back): the event carries the error
+                events.append(RequestEvent(rid, s.token_id, None, error=failed[rid]))
+                continue
             last = finished.get(rid) if rid not in forced else None
             events.append(self._event(rid, s, last, self._prompt_cached.get(rid, 0)))
             for i, token in enumerate(forced.get(rid, ())):  # jump-forward: tokens the pattern forced
                 last = finished.get(rid) if i == len(forced[rid]) - 1 else None
                 events.append(self._event(rid, SampledToken(token), last, self._prompt_cached.get(rid, 0)))
-        for rid in finished:
+        for rid in (*finished, *failed):
             self._forget(rid)
         return events
     # ANCHOR_END: step
@@ -344,6 +343,8 @@ class LLMEngine(StepAccounting):
         outputs = {rid: Generation([], "") for rid in ids}
         while self.has_unfinished():
             for event in self.step():
+                if event.error is not None:
+                    raise event.error
                 if event.request_id in outputs:
                     outputs[event.request_id].token_ids.append(event.token_id)
                     if event.finish_reason:

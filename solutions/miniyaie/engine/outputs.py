@@ -96,6 +96,7 @@ class RequestEvent:
     logprob: float | None = None  # when the request asked for logprobs
     top_logprobs: list[tuple[int, float]] | None = None
     cached_tokens: int = 0  # prompt tokens found in the prefix cache at the request's first admission (a resumed request's own work is not counted)
+    error: Exception | None = None  # this completion failed in the step (say, its structured-output guide): it has ended
 
 
 @dataclass(frozen=True)

@@ -52,36 +52,43 @@ class Constraints:
         return None if guide is None else guide.allowed()
 
     def after_step(self, sampled: dict[str, int], finished: dict[str, str], jump_forward: Callable[[str], bool],
-                   room: Callable[[str], int]) -> tuple[dict[str, list[int]], dict[str, str]]:
-        """Advance the guides over the sampled tokens; (forced tokens to append, requests the pattern ended).
+                   room: Callable[[str], int]) -> tuple[dict[str, list[int]], dict[str, str], dict[str, Exception]]:
+        """Advance the guides over the sampled tokens; (forced tokens to append, requests the pattern ended,
+        requests whose guide failed: a fault in one guide fails its own request, not the step).
 
         room(id): how many more tokens the request may take (its max_tokens);
         jump_forward(id): whether it asked for jump-forward.
         """
-        forced, ended = {}, {}
+        forced, ended, failed = {}, {}, {}
         for rid, token in sampled.items():
             guide = self.guides.get(rid)
             if guide is None or rid in finished:
                 continue
-            guide.advance(token)
-            if jump_forward(rid) and not guide.finished:
-                tokens = guide.forced_tokens()[: room(rid)]
-                if tokens:
-                    forced[rid] = tokens
-                    self.forced_tokens += len(tokens)
+            try:
+                guide.advance(token)
+                tokens = guide.forced_tokens()[: room(rid)] if jump_forward(rid) and not guide.finished else []
+            except Exception as exc:  # noqa: BLE001 - handed to the request's caller (LLMEngine.step's events)
+                failed[rid] = exc
+                continue
+            if tokens:
+                forced[rid] = tokens
+                self.forced_tokens += len(tokens)
             if guide.finished:
                 ended[rid] = "stop"
             elif room(rid) - len(forced.get(rid, ())) <= 0:
                 ended[rid] = "length"
-        return forced, ended
+        return forced, ended, failed
 
-    def follow(self, engine, sampled: dict, finished: dict[str, str]) -> dict[str, list[int]]:
+    def follow(self, engine, sampled: dict, finished: dict[str, str]) -> tuple[dict[str, list[int]], dict[str, Exception]]:
         """Structured output after the update: guides advance, forced tokens join their requests' outputs
-        (computed in the next step, like prompt tokens), and a request whose pattern is complete ends."""
+        (computed in the next step, like prompt tokens), a request whose pattern is complete ends, and
+        one whose guide failed is ended (its blocks come back); (forced tokens, failed requests)."""
         requests = engine.scheduler.requests
         room = lambda rid: requests[rid].max_tokens - len(requests[rid].output_token_ids)  # noqa: E731
-        forced, ended = self.after_step(
+        forced, ended, failed = self.after_step(
             {rid: s.token_id for rid, s in sampled.items()}, finished, lambda rid: engine._params[rid].jump_forward, room)
+        for rid in failed:
+            engine.scheduler.abort(rid)
         for rid, tokens in forced.items():
             requests[rid].output_token_ids.extend(tokens)
         for rid, reason in ended.items():
@@ -89,7 +96,7 @@ class Constraints:
             finished[rid] = reason
         engine.counters["forced_tokens"] += sum(map(len, forced.values()))
         engine.counters["output_tokens"] += sum(map(len, forced.values()))
-        return forced
+        return forced, failed
 
     def forget(self, request_id: str) -> None:
         self.guides.pop(request_id, None)
