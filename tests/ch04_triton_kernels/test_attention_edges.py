@@ -127,7 +127,9 @@ def test_merge_weighs_each_split_by_its_log_sum_exp():
     """The merge alone on made-up partials: lse near ±100, an empty split, 3 splits (not a power of two).
 
     The partials sit at the start of a bigger buffer whose next row is NaN: a
-    merge that reads one split too many turns its output into NaN.
+    merge that reads one split too many turns its output into NaN. The output is
+    a view whose rows are followed by sentinel columns: a merge must write the
+    first head_dim columns of its (sequence, head) and nothing else.
     """
     num_seqs, num_heads, num_splits, dim_pad, head_dim = 2, 3, 3, 64, 48
     gen = torch.Generator().manual_seed(0)
@@ -136,8 +138,10 @@ def test_merge_weighs_each_split_by_its_log_sum_exp():
     part_out = buffer[:-1].view(num_seqs, num_heads, num_splits, dim_pad)
     part_lse = torch.tensor([[[100.0, 99.0, float("-inf")], [-100.0, -101.5, -99.0], [3.0, 1.0, 2.0]],
                              [[105.0, float("-inf"), float("-inf")], [-95.0, 100.0, -95.0], [0.0, 0.0, 0.0]]])
-    out = torch.empty(num_seqs, num_heads, head_dim)
+    padded = torch.full((num_seqs, num_heads, head_dim + 4), -7.0)
+    out = padded[..., :head_dim]
     merge_splits(part_out, part_lse, out)
+    assert (padded[..., head_dim:] == -7.0).all(), "the merge wrote past head_dim (mask the store with dims < HEAD_DIM)"
     weights = torch.softmax(part_lse, dim=-1)  # exp(lse_i) / sum_j exp(lse_j), computed stably
     expected = torch.einsum("shk,shkd->shd", weights, part_out[..., :head_dim])
     assert torch.isfinite(out).all(), (

@@ -69,7 +69,7 @@ def metric(server, name: str, **labels) -> float:
                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-@pytest.mark.task("6.5")  # through a slow server: needs Tasks 6.3 (the race), 6.4 (the request) and 6.5 (the batch)
+@pytest.mark.task("6.6")  # through a slow server: needs Tasks 6.4 (the race), 6.5 (the request) and 6.6 (the batch)
 @pytest.mark.parametrize("path,body", [
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "tell me a long story"}]}),
     ("/v1/completions", {"prompt": "Once upon a time"}),
@@ -95,7 +95,7 @@ def test_a_client_that_hangs_up_on_a_non_streaming_request_aborts_it(slow_served
         time.sleep(0.02)
 
 
-@pytest.mark.task("6.5")
+@pytest.mark.task("6.6")
 def test_a_client_that_waits_gets_its_whole_answer(slow_served):
     """The control: the same kind of request, not hung up on, runs to max_tokens (the listener does not end it)."""
     import httpx

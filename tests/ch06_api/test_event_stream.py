@@ -1,4 +1,4 @@
-"""Task 6.7's event_stream on its own, without a server: its events, an engine error mid-stream, a client gone."""
+"""Task 6.8's event_stream on its own, without a server: its events, an engine error mid-stream, a client gone."""
 
 import asyncio
 
@@ -63,7 +63,7 @@ def events_of(items, take=None):
     return asyncio.run(run())
 
 
-@pytest.mark.task("6.7")
+@pytest.mark.task("6.8")
 def test_every_chunk_becomes_an_event_then_done():
     items = EngineItems(DELTAS + [RESULT])
     events, timer = events_of(items)
@@ -73,7 +73,7 @@ def test_every_chunk_becomes_an_event_then_done():
     assert timer.finished, "every item goes past the request's clock (observe), the result included"
 
 
-@pytest.mark.task("6.7")
+@pytest.mark.task("6.8")
 def test_an_engine_error_mid_stream_is_one_error_event_then_done():
     failure = RequestFailedError("the engine step failed: boom")
     items = EngineItems([DELTAS[0], failure])
@@ -88,7 +88,7 @@ def test_an_engine_error_mid_stream_is_one_error_event_then_done():
     assert items.closed_in_time, "the engine stream is closed after an error too"
 
 
-@pytest.mark.task("6.7")
+@pytest.mark.task("6.8")
 def test_a_client_that_leaves_early_closes_the_engine_stream():
     items = EngineItems(DELTAS + [RESULT])
     events, _ = events_of(items, take=1)

@@ -2,7 +2,8 @@
 
 BodyGuard reads a body however it is chunked, counts what arrives (not what
 the header promises), stops reading the moment it is over the limit, and
-replays the body to the app. InternalErrorGuard answers an unexpected
+replays the body to the app. ApiKeyGuard lets through only the right bearer
+key (and /health without one). InternalErrorGuard answers an unexpected
 exception with a 500 error object, unless the response has started.
 """
 
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from miniyaie.api.middleware import BodyGuard, InternalErrorGuard
+from miniyaie.api.middleware import ApiKeyGuard, BodyGuard, InternalErrorGuard
 
 
 
@@ -205,3 +206,41 @@ def test_a_healthy_app_passes_through_unchanged():
     client = errors_through(App())
     assert client.status == 200
     assert [m["type"] for m in client.sent] == ["http.response.start", "http.response.body"]
+
+
+# ---------------------------------------------------------------- the API key
+KEY = "s3cret"
+
+
+def behind_the_key(path: str, headers: list[tuple[bytes, bytes]], scope_type: str = "http") -> tuple[App, Client]:
+    client = Client([{"type": "http.request", "body": b"{}", "more_body": False}], headers)
+    app = App()
+    scope = {"type": scope_type, "method": "POST", "path": path, "headers": client.headers}
+    asyncio.run(asyncio.wait_for(ApiKeyGuard(app, KEY)(scope, client.receive, client.send), 5))
+    return app, client
+
+
+@pytest.mark.task("6.2")
+@pytest.mark.parametrize("authorization", [None, b"", b"Bearer", b"Bearer ", b"Bearer wrong", b"Bearer s3cret ",
+                                           b"bearer s3cret", b"Token s3cret", b"s3cret", b"Bearer s3cre"])
+def test_a_request_without_the_right_bearer_key_gets_a_401_and_never_reaches_the_app(authorization):
+    headers = [] if authorization is None else [(b"authorization", authorization)]
+    app, client = behind_the_key("/v1/chat/completions", headers)
+    assert client.status == 401, f"authorization {authorization!r}: status {client.status}, expected 401"
+    assert not app.called, f"authorization {authorization!r} reached the app"
+    assert client.received == 0, "the body of a refused request was read: refuse before reading it"
+    assert client.error["code"] == "invalid_api_key" and client.error["type"] == "authentication_error"
+    start = next(m for m in client.sent if m["type"] == "http.response.start")
+    assert (b"www-authenticate", b"Bearer") in [(k.lower(), v) for k, v in start["headers"]], (
+        "a 401 must say which scheme to use: the header www-authenticate: Bearer"
+    )
+
+
+@pytest.mark.task("6.2")
+def test_the_right_key_passes_and_health_needs_none():
+    app, client = behind_the_key("/v1/completions", [(b"authorization", b"Bearer s3cret")])
+    assert app.called and client.status == 200, "the right key must reach the app"
+    app, client = behind_the_key("/health", [])
+    assert app.called and client.status == 200, "/health answers without a key (load balancers hold none)"
+    app, client = behind_the_key("/v1/completions", [], scope_type="lifespan")
+    assert app.called, "a scope that is not http passes through untouched"

@@ -15,7 +15,7 @@ def greedy_text(engine, hf_model, ids, n):
     return engine.tokenizer.decode(transformers_greedy(hf_model, ids, n), skip_special_tokens=True)
 
 
-@pytest.mark.task("6.5")
+@pytest.mark.task("6.6")
 def test_completion_is_the_greedy_continuation(served, client, tiny_dir):
     engine, _ = served
     ids = engine.tokenizer(PROMPT)["input_ids"]
@@ -27,7 +27,7 @@ def test_completion_is_the_greedy_continuation(served, client, tiny_dir):
     assert reply.usage.total_tokens == len(ids) + 9
 
 
-@pytest.mark.task("6.4")
+@pytest.mark.task("6.5")
 def test_chat_is_the_greedy_answer_and_reports_cached_prompt_tokens(served, client, tiny_dir):
     engine, _ = served
     _, ids = engine.render_chat(MESSAGES)
@@ -43,7 +43,7 @@ def test_chat_is_the_greedy_answer_and_reports_cached_prompt_tokens(served, clie
     assert len(ids) - 4 <= again.usage.prompt_tokens_details.cached_tokens < len(ids)
 
 
-@pytest.mark.task("6.5")
+@pytest.mark.task("6.6")
 def test_stop_strings_and_n_reach_the_engine(served, client):
     whole = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
     text = whole.choices[0].text
@@ -62,7 +62,7 @@ def test_stop_strings_and_n_reach_the_engine(served, client):
     assert several.usage.completion_tokens == 4 * 3
 
 
-@pytest.mark.task("6.5")
+@pytest.mark.task("6.6")
 def test_max_tokens_must_fit_the_context_left_by_the_prompt(served, client):
     import openai
 
@@ -84,7 +84,7 @@ def test_max_tokens_must_fit_the_context_left_by_the_prompt(served, client):
     assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length"
 
 
-@pytest.mark.task("6.7")
+@pytest.mark.task("6.8")
 def test_streamed_chat_reassembles_to_the_non_streamed_text(served, client):
     whole = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=10, temperature=0,
                                            extra_body={"ignore_eos": True})
@@ -97,7 +97,7 @@ def test_streamed_chat_reassembles_to_the_non_streamed_text(served, client):
     assert len({c.id for c in chunks}) == 1
 
 
-@pytest.mark.task("6.7")
+@pytest.mark.task("6.8")
 def test_streamed_completion_reassembles_to_the_non_streamed_text(served, client):
     whole = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0, extra_body={"ignore_eos": True})
     chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0, stream=True,

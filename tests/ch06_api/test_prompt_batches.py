@@ -1,4 +1,4 @@
-"""Task 6.5: /v1/completions with a batch of prompts: every prompt checked first, then all run together.
+"""Task 6.6: /v1/completions with a batch of prompts: every prompt checked first, then all run together.
 
 Through the live server with a tiny random model; the oracle is transformers'
 greedy generate. The engine's step trace (LLMEngine.on_step) shows which
@@ -32,7 +32,7 @@ def steps(served):
     engine.llm.on_step = None
 
 
-@pytest.mark.task("6.5")
+@pytest.mark.task("6.6")
 def test_a_batch_answers_every_prompt_in_order_and_its_prompts_run_together(served, tiny_dir, steps):
     engine, server = served
     prompts = PROMPTS
@@ -53,7 +53,7 @@ def test_a_batch_answers_every_prompt_in_order_and_its_prompts_run_together(serv
         "(submit them all, then wait for all; awaiting one answer before starting the next runs them one by one)")
 
 
-@pytest.mark.task("6.5")
+@pytest.mark.task("6.6")
 @pytest.mark.parametrize("bad, max_tokens, why", [
     ("x " * 600, 2, "the last prompt is longer than the context"),
     ("y " * 60, 40, "the last prompt leaves less room than max_tokens"),

@@ -1,4 +1,4 @@
-"""Task 6.4 at each documented limit, and every requested field arriving through the live server (logprobs, usage)."""
+"""Task 6.5 at each documented limit, and every requested field arriving through the live server (logprobs, usage)."""
 
 import pytest
 from server_helpers import MODEL
@@ -34,8 +34,8 @@ def refused(request, prompt_tokens) -> APIError:
     pytest.fail(f"{expected}, but it was accepted with max_tokens={params.max_tokens}")
 
 
-# ---------------------------------------------------------------- 6.4 at its limits
-@pytest.mark.task("6.4")
+# ---------------------------------------------------------------- 6.5 at its limits
+@pytest.mark.task("6.5")
 @pytest.mark.parametrize("make,param", [(completion, "prompt"), (chat, "messages")])
 def test_a_prompt_must_leave_room_for_one_new_token(make, param):
     params = sampling_params_for(make(), CONTEXT - 1, CONTEXT, DEFAULTS)
@@ -45,7 +45,7 @@ def test_a_prompt_must_leave_room_for_one_new_token(make, param):
     refused(make(), CONTEXT + 5)
 
 
-@pytest.mark.task("6.4")
+@pytest.mark.task("6.5")
 @pytest.mark.parametrize("make,field", [(completion, "max_tokens"), (chat, "max_tokens"), (chat, "max_completion_tokens")])
 def test_max_tokens_may_fill_the_room_exactly(make, field):
     room = CONTEXT - 30
@@ -54,7 +54,7 @@ def test_max_tokens_may_fill_the_room_exactly(make, field):
     assert error.param == "max_tokens", f"one token too many is max_tokens' fault, got param {error.param!r}"
 
 
-@pytest.mark.task("6.4")
+@pytest.mark.task("6.5")
 def test_without_max_tokens_the_default_is_cut_to_the_room_left():
     assert sampling_params_for(completion(), 10, CONTEXT, DEFAULTS).max_tokens == 16, (
         "room for 90 tokens: the server's default of 16 applies (the smaller of the two)"
@@ -65,7 +65,7 @@ def test_without_max_tokens_the_default_is_cut_to_the_room_left():
     assert sampling_params_for(completion(), CONTEXT - 16, CONTEXT, DEFAULTS).max_tokens == 16
 
 
-@pytest.mark.task("6.4")
+@pytest.mark.task("6.5")
 def test_every_field_given_reaches_the_sampling_params_and_the_rest_keep_the_defaults():
     given = dict(temperature=0.7, top_p=0.9, n=2, seed=5, presence_penalty=0.5, frequency_penalty=-0.5, top_k=7,
                  min_p=0.1, repetition_penalty=1.2, min_tokens=2, ignore_eos=True, max_tokens=9, stop=["</a>", "."])
@@ -83,7 +83,7 @@ def test_every_field_given_reaches_the_sampling_params_and_the_rest_keep_the_def
 
 
 # ---------------------------------------------------------------- through the server
-@pytest.mark.task("6.5")
+@pytest.mark.task("6.6")
 def test_completion_logprobs_arrive_for_every_token(served, client):
     reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=2,
                                       extra_body={"ignore_eos": True})
@@ -99,7 +99,7 @@ def test_completion_logprobs_arrive_for_every_token(served, client):
     assert reply.usage.completion_tokens == 5
 
 
-@pytest.mark.task("6.4")
+@pytest.mark.task("6.5")
 def test_chat_logprobs_arrive_for_every_token(served, client):
     reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=4,
                                            temperature=0, logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
@@ -109,7 +109,7 @@ def test_chat_logprobs_arrive_for_every_token(served, client):
     assert (reply.usage.completion_tokens, reply.usage.total_tokens) == (4, reply.usage.prompt_tokens + 4)
 
 
-@pytest.mark.task("6.7")
+@pytest.mark.task("6.8")
 def test_streamed_logprobs_and_usage_arrive(served, client):
     chunks = list(client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=4, temperature=0, stream=True,

@@ -1,11 +1,13 @@
-"""Task 6.3's unless_disconnected on its own: a race between the answer and the client's hang-up."""
+"""Task 6.4 on its own: collect (observe every item, always close the engine stream) and
+unless_disconnected (a race between the answer and the client's hang-up)."""
 
 import asyncio
 
 import pytest
 
 from miniyaie.api.errors import ClientDisconnected
-from miniyaie.api.streaming import unless_disconnected
+from miniyaie.api.streaming import collect, unless_disconnected
+from miniyaie.engine import CompletionDelta, CompletionOutput, GenerationOutput
 
 
 class FakeRequest:
@@ -56,14 +58,14 @@ def race(hang_up_after, work):
     return asyncio.run(asyncio.wait_for(main(), 5))
 
 
-@pytest.mark.task("6.3")
+@pytest.mark.task("6.4")
 def test_the_answer_wins_when_it_comes_first():
     work = Work(0.01)
     assert race(None, work) == "done"
     assert race(1.0, Work(0.01)) == "done", "a client still connected gets its answer"
 
 
-@pytest.mark.task("6.3")
+@pytest.mark.task("6.4")
 def test_a_hang_up_cancels_the_work_and_waits_for_it_to_unwind():
     work = Work(10.0)
     with pytest.raises(ClientDisconnected):
@@ -74,7 +76,84 @@ def test_a_hang_up_cancels_the_work_and_waits_for_it_to_unwind():
     )
 
 
-@pytest.mark.task("6.3")
+@pytest.mark.task("6.4")
 def test_an_error_in_the_work_reaches_the_caller_as_it_is():
     with pytest.raises(ValueError, match="bad"):
         race(None, Work(0.01, ValueError("bad")))
+
+
+# ---------------------------------------------------------------- collect
+class Clock:
+    """A RequestTimer stand-in: what it was told. `fail_at_token` makes its n-th on_token raise."""
+
+    def __init__(self, fail_at_token: int | None = None):
+        self.tokens, self.finished, self.fail_at_token = [], [], fail_at_token
+
+    def on_token(self, index, now=None):
+        self.tokens.append(index)
+        if len(self.tokens) == self.fail_at_token:
+            raise RuntimeError("the clock broke")
+
+    def on_finish(self, result, now=None):
+        self.finished.append(result)
+
+
+class EngineStream:
+    """An engine stream: yields `items`, then waits forever if `hang` (a request still running); records its closing."""
+
+    def __init__(self, items, hang=False):
+        self.items, self.hang, self.closed = items, hang, False
+
+    async def run(self):
+        try:
+            for item in self.items:
+                yield item
+            if self.hang:
+                await asyncio.Event().wait()
+        finally:
+            self.closed = True
+
+
+RESULT = GenerationOutput("r", "hi", [1], [CompletionOutput(0, "abc", [7, 8, 9], "length"), CompletionOutput(1, "d", [5], "stop")])
+DELTAS = [CompletionDelta("r", 0, "ab", [7, 8]), CompletionDelta("r", 1, "d", [5]),
+          CompletionDelta("r", 0, "", []), CompletionDelta("r", 0, "c", [9], "length")]
+
+
+@pytest.mark.task("6.4")
+def test_collect_returns_the_result_and_tells_the_clock_every_token():
+    clock, stream = Clock(), EngineStream([*DELTAS, RESULT])
+    result = asyncio.run(asyncio.wait_for(collect(stream.run(), clock), 5))
+    assert result is RESULT, "collect returns the last item of the engine stream: the request's result"
+    assert sorted(clock.tokens) == [0, 0, 0, 1], (
+        f"the clock heard tokens of completions {clock.tokens}; expected one on_token per token id "
+        "(a delta may carry two tokens, or none) with the delta's index"
+    )
+    assert clock.finished == [RESULT], "the result is the clock's finish (on_finish), once"
+
+
+@pytest.mark.task("6.4")
+def test_collect_closes_the_engine_stream_however_it_ends():
+    stream = EngineStream(DELTAS, hang=True)
+
+    async def broken_clock():
+        items = stream.run()
+        with pytest.raises(RuntimeError, match="the clock broke"):
+            await collect(items, Clock(fail_at_token=2))
+        return stream.closed
+
+    assert asyncio.run(asyncio.wait_for(broken_clock(), 5)), (
+        "collect ended with an error while the engine stream was still open: close it (aclose) on every way out, "
+        "or the request keeps decoding for nobody"
+    )
+
+    stream = EngineStream(DELTAS, hang=True)
+
+    async def client_left():
+        task = asyncio.ensure_future(collect(stream.run(), Clock()))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return stream.closed
+
+    assert asyncio.run(asyncio.wait_for(client_left(), 5)), "a cancelled collect must leave the engine stream closed"

@@ -136,9 +136,9 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         if body.stream and len(prompts) > 1:
             raise APIError(400, "stream one prompt at a time", param="prompt", code="invalid_value")
         # Idea: all or nothing: check every prompt before the first one starts, then let them run together.
-        # Stuck? `miniyaie hint 6.5` prints hints, one level at a time.
-        # TODO(Task 6.5): A batch of prompts, all or nothing. Replace this line with your code.
-        raise NotImplementedError('Chapter 6, Task 5: A batch of prompts, all or nothing — see book/src/ch06_api.md')
+        # Stuck? `miniyaie hint 6.6` prints hints, one level at a time.
+        # TODO(Task 6.6): A batch of prompts, all or nothing. Replace this line with your code.
+        raise NotImplementedError('Chapter 6, Task 6: A batch of prompts, all or nothing — see book/src/ch06_api.md')
     # ANCHOR_END: completions_route
 
     # the last one added runs first: count, catch the unexpected, check the key, then read the body

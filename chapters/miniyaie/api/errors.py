@@ -49,35 +49,45 @@ def error_response(status: int, message: str, param: str | None = None, code: st
     return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
 
 
+# ANCHOR: error_mapping
 def from_engine_error(exc: EngineError) -> APIError:
-    """The engine's typed errors as HTTP: the caller's fault is 400, the engine's is 5xx."""
-    if isinstance(exc, ResourceExhaustedError):
-        return APIError(400, str(exc), code="kv_cache_exceeded")
-    if isinstance(exc, InvalidRequestError):
-        return APIError(400, str(exc), code="invalid_value")
-    if isinstance(exc, RequestFailedError):
-        return APIError(500, str(exc), code="request_failed")
-    return APIError(503, str(exc), code="engine_unavailable")
+    """The engine's typed errors as HTTP: the caller's fault is 400, the engine's is 5xx.
 
-
-def _field_path(loc) -> str | None:
-    """'messages.0.role' from pydantic's location, without 'body' and union-member tags such as 'list[str]'."""
-    parts = [str(p) for p in loc if p != "body" and not (isinstance(p, str) and ("[" in p or "-" in p or p in _TYPE_TAGS))]
-    return ".".join(parts) or None
+    Contract (the message is always str(exc), param None):
+    - ResourceExhaustedError (the request can never fit this engine's KV cache): 400, code "kv_cache_exceeded";
+    - InvalidRequestError, subclasses included (a parameter out of range, a prompt too long): 400, "invalid_value";
+    - RequestFailedError (the engine failed while running this request): 500, "request_failed";
+    - any other EngineError (the engine cannot serve: its loop stopped, a model that cannot load): 503,
+      "engine_unavailable".
+    """
+    # Idea: a status tells the client whether to fix its request, retry it, or go elsewhere.
+    # Stuck? `miniyaie hint 6.3` prints hints, one level at a time.
+    # TODO(Task 6.3): Errors a client can act on. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 3: Errors a client can act on — see book/src/ch06_api.md')
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    errors = exc.errors()
-    if errors[0].get("type") == "json_invalid":
-        return "the body is not valid JSON", None
-    # a union (str | list[str]) fails once per member: a wrong type for one member is the least useful message
-    best = next((e for e in errors if not e.get("type", "").endswith("_type")), errors[0])
-    param = _field_path(best.get("loc", ()))
-    message = str(best.get("msg")).removeprefix("Value error, ")  # our own validators' messages say it all
-    return (f"{param}: {message}" if param else message), param
+def validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """A request the schema refused, as (message, param) for a 400 error object.
+
+    Contract, over pydantic's errors (`exc.errors()`: dicts with "type", "loc", "msg"; at least one):
+    - if the first error's type is "json_invalid" the answer is ("the body is not valid JSON", None);
+    - otherwise the error reported is the first whose type does not end in "_type", or the first of all
+      when every one does: a field of a union type (`str | list[str]`) fails once per member, and a
+      wrong-type error of one member hides the real problem with the other (a list that is too long);
+    - param is its "loc" joined with ".", leaving out "body" and union-member tags (a str containing
+      "[" or "-", such as "list[str]" or "function-after", or one of "str", "int", "float", "bool",
+      "list", "dict", "none"): ("body", "messages", 0, "role") -> "messages.0.role"; None if nothing is left;
+    - message is f"{param}: {msg}" (just msg when param is None), without the "Value error, " prefix
+      pydantic puts before our own validators' messages.
+    """
+    # Idea: say which field, in the client's words, and the one complaint that helps.
+    # Stuck? `miniyaie hint 6.3` prints hints, one level at a time.
+    # TODO(Task 6.3): Errors a client can act on. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 3: Errors a client can act on — see book/src/ch06_api.md')
+# ANCHOR_END: error_mapping
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -92,7 +102,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
-        message, param = _validation_message(exc)
+        message, param = validation_message(exc)
         return error_response(400, message, param, "invalid_value")
 
     @app.exception_handler(ClientDisconnected)

@@ -55,7 +55,7 @@ def sampling_params_for(
     default, cut to the room left. Fields left out (None) keep the defaults.
     """
     # Idea: first what fits in the context, then copy over only what the client actually sent.
-    # Stuck? `miniyaie hint 6.4` prints hints, one level at a time.
-    # TODO(Task 6.4): Sampling parameters from a request. Replace this line with your code.
-    raise NotImplementedError('Chapter 6, Task 4: Sampling parameters from a request — see book/src/ch06_api.md')
+    # Stuck? `miniyaie hint 6.5` prints hints, one level at a time.
+    # TODO(Task 6.5): Sampling parameters from a request. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 5: Sampling parameters from a request — see book/src/ch06_api.md')
 # ANCHOR_END: sampling_params_for

@@ -91,9 +91,9 @@ class Retriever:
         where tf is how often t occurs in the passage and length its number of terms.
         """
         # Idea: rare terms weigh more, repeats saturate, long passages are discounted.
-        # Stuck? `miniyaie hint 6.8` prints hints, one level at a time.
-        # TODO(Task 6.8): BM25 scoring. Replace this line with your code.
-        raise NotImplementedError('Chapter 6, Task 8: BM25 scoring — see book/src/ch06_api.md')
+        # Stuck? `miniyaie hint 6.9` prints hints, one level at a time.
+        # TODO(Task 6.9): BM25 scoring. Replace this line with your code.
+        raise NotImplementedError('Chapter 6, Task 9: BM25 scoring — see book/src/ch06_api.md')
     # ANCHOR_END: bm25
 
     def search(self, query: str, k: int = 3) -> list[tuple[float, Passage]]:

@@ -21,9 +21,9 @@ def sse_event(payload: dict | str) -> str:
     (UTF-8), not as \\u escapes.
     """
     # Idea: an event is one line of data and an empty line; JSON can keep any dict on one line.
-    # Stuck? `miniyaie hint 6.6` prints hints, one level at a time.
-    # TODO(Task 6.6): Server-sent events. Replace this line with your code.
-    raise NotImplementedError('Chapter 6, Task 6: Server-sent events — see book/src/ch06_api.md')
+    # Stuck? `miniyaie hint 6.7` prints hints, one level at a time.
+    # TODO(Task 6.7): Server-sent events. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 7: Server-sent events — see book/src/ch06_api.md')
 # ANCHOR_END: sse_event
 
 

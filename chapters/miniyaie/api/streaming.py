@@ -34,25 +34,29 @@ class Chunker(Protocol):
     def feed(self, item: CompletionDelta | GenerationOutput) -> list[dict]: ...
 
 
+# ANCHOR: collect
 def observe(item: CompletionDelta | GenerationOutput, timer: RequestTimer) -> None:
-    """Tell the request's clock what arrived."""
-    if isinstance(item, CompletionDelta):
-        for _ in item.token_ids:
-            timer.on_token(item.index)
-    else:
-        timer.on_finish(item)
+    """Tell the request's clock what arrived: a delta's every token (timer.on_token(delta.index), once per
+    token id: one step may bring several, as a jump-forward does), or the final result (timer.on_finish)."""
+    # Idea: the clock counts tokens, not deltas.
+    # Stuck? `miniyaie hint 6.4` prints hints, one level at a time.
+    # TODO(Task 6.4): Answer unless the client hangs up. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 4: Answer unless the client hangs up — see book/src/ch06_api.md')
 
 
 async def collect(items: EngineItems, timer: RequestTimer) -> GenerationOutput:
-    """Run a request to its end (non-streaming responses); its result. Cancelling it aborts the request."""
-    result = None
-    try:
-        async for item in items:
-            observe(item, timer)
-            result = item
-    finally:
-        await items.aclose()
-    return result
+    """Run a request to its end (non-streaming responses): the last item `items` yields, its result.
+
+    Every item is observed on the way (observe). However collect ends (the stream ran out, an item
+    raised, or collect itself was cancelled because the client left), `items` is closed
+    (`await items.aclose()`) before collect returns or raises: closing the engine stream is what
+    aborts a request that is still running and returns its KV blocks.
+    """
+    # Idea: whatever ends the loop, the engine stream must be closed.
+    # Stuck? `miniyaie hint 6.4` prints hints, one level at a time.
+    # TODO(Task 6.4): Answer unless the client hangs up. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 4: Answer unless the client hangs up — see book/src/ch06_api.md')
+# ANCHOR_END: collect
 
 
 # ANCHOR: unless_disconnected
@@ -76,9 +80,9 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     way no task is left running: the listener for the hang-up is cancelled too.
     """
     # Idea: race two tasks, and clean up the loser before you return.
-    # Stuck? `miniyaie hint 6.3` prints hints, one level at a time.
-    # TODO(Task 6.3): Answer unless the client hangs up. Replace this line with your code.
-    raise NotImplementedError('Chapter 6, Task 3: Answer unless the client hangs up — see book/src/ch06_api.md')
+    # Stuck? `miniyaie hint 6.4` prints hints, one level at a time.
+    # TODO(Task 6.4): Answer unless the client hangs up. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 4: Answer unless the client hangs up — see book/src/ch06_api.md')
 # ANCHOR_END: unless_disconnected
 
 
@@ -93,9 +97,9 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     if it is still running.
     """
     # Idea: once streaming, errors travel as events, and however it ends the engine stream is closed.
-    # Stuck? `miniyaie hint 6.7` prints hints, one level at a time.
-    # TODO(Task 6.7): Stream chunks, abort on disconnect. Replace these lines with your code.
-    raise NotImplementedError('Chapter 6, Task 7: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
+    # Stuck? `miniyaie hint 6.8` prints hints, one level at a time.
+    # TODO(Task 6.8): Stream chunks, abort on disconnect. Replace these lines with your code.
+    raise NotImplementedError('Chapter 6, Task 8: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
     yield  # never runs: it keeps this function a generator, as its callers expect
 # ANCHOR_END: event_stream
 

@@ -60,34 +60,22 @@ def _decode_split_kernel(
     [split * split_len, (split + 1) * split_len) and writes the normalised
     partial output plus its log-sum-exp (-inf for an empty split).
 
-    To compute (the lines after the region store them): `out` [GROUP_PAD,
-    DIM_PAD] float32, softmax(q k^T) v over this split's tokens only, and `lse`
-    [GROUP_PAD], the log of the split's sum of exp(scores) (natural log, scores
-    already scaled). A split past the end of the sequence is empty: out 0, lse -inf,
-    and no NaN anywhere. Tokens are read through the block table, never past `end`.
+    To write, for each of the GROUP query heads: its normalised partial output,
+    softmax(q k^T * scale) v over this split's tokens only, and its lse, the log
+    of the split's sum of exp(scores) (natural log, scores scaled), at the
+    [seq, head, split] row of DecodePartials' `out` (DIM_PAD float32 columns;
+    those past HEAD_DIM are padding) and `lse`. A split past the end of the
+    sequence is empty: out 0, lse -inf, and no NaN anywhere. Tokens are read
+    through the block table, never at or past seq_len; nothing is stored for the
+    padding heads past GROUP (another program owns those rows).
     """
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    seq_len = tl.load(seq_lens_ptr + seq)
-    start = split * split_len
-    end = tl.minimum(start + split_len, seq_len)
-
-    heads = kv_head * GROUP + tl.arange(0, GROUP_PAD)  # the query heads sharing this K/V
-    head_ok = tl.arange(0, GROUP_PAD) < GROUP
-    dims = tl.arange(0, DIM_PAD)
-    dim_ok = dims < HEAD_DIM
-    q = tl.load(q_ptr + seq * stride_qs + heads[:, None] * stride_qh + dims[None, :],
-                mask=head_ok[:, None] & dim_ok[None, :], other=0.0)
-    q = (q.to(tl.float32) * scale).to(DOT)
-
-    # Idea: online softmax over tiles of the split's tokens, each tile gathered through the block table.
+    # Idea: each K/V tile, read through the block table, serves all heads of the group: online softmax.
     # Stuck? `miniyaie hint 4.1` prints hints, one level at a time.
     # TODO(Task 4.1): Paged decode attention, one split. Replace this line with your code.
     raise NotImplementedError('Chapter 4, Task 1: Paged decode attention, one split — see book/src/ch04_triton_kernels.md')
-    rows = (seq * num_heads + heads) * num_splits + split  # partial results: [seq, head, split]
-    tl.store(part_out_ptr + rows[:, None] * DIM_PAD + dims[None, :], out, mask=head_ok[:, None])
-    tl.store(part_lse_ptr + rows, lse, mask=head_ok)
 # ANCHOR_END: decode_kernel
 
 
@@ -101,19 +89,17 @@ def _merge_splits_kernel(
 
     With lse_i = log(sum of exp(scores) in split i), the exact result is
     sum_i exp(lse_i - lse_max) * out_i / sum_i exp(lse_i - lse_max);
-    an empty split has lse = -inf and weighs 0.
+    an empty split has lse = -inf and weighs 0. It reads the num_splits
+    [seq, head, split] rows of the partials (DecodePartials' layout, DIM_PAD
+    columns per output row) and writes out[seq, head, :HEAD_DIM] in out's dtype.
     """
     seq = tl.program_id(0)
     head = tl.program_id(1)
     num_heads = tl.num_programs(1)
-    splits = tl.arange(0, SPLITS_PAD)
-    dims = tl.arange(0, DIM_PAD)
-    rows = (seq * num_heads + head) * num_splits + splits
     # Idea: each split is a softmax over part of the keys; its lse says how much mass it had.
     # Stuck? `miniyaie hint 4.2` prints hints, one level at a time.
     # TODO(Task 4.2): Merge flash-decoding splits. Replace this line with your code.
     raise NotImplementedError('Chapter 4, Task 2: Merge flash-decoding splits — see book/src/ch04_triton_kernels.md')
-    tl.store(out_ptr + seq * stride_os + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
 # ANCHOR_END: merge_kernel
 
 

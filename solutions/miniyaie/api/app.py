@@ -156,7 +156,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         #       openai_format.CompletionChunker(request_id, body.model, include_usage(body)), timer), timer)
         #   results = await unless_disconnected(request, asyncio.gather(*(collect(s, metrics.timer(started)) for s in streams)))
         #   return openai_format.text_completion(request_id, body.model, list(results), body.n)
-        # BEGIN SOLUTION 6.5: A batch of prompts, all or nothing
+        # BEGIN SOLUTION 6.6: A batch of prompts, all or nothing
         checked = []
         for prompt in prompts:  # check every prompt before submitting any
             ids = list(prompt) if isinstance(prompt, list) else engine.encode(prompt)

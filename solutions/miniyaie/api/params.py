@@ -72,7 +72,7 @@ def sampling_params_for(
     #   fields = {name: value for name in PASSED_THROUGH if (value := getattr(request, name)) is not None}
     #   fields["max_tokens"] = max_tokens; stop -> tuple; logprobs -> requested_logprobs(request)
     #   return defaults.with_updates(**fields)
-    # BEGIN SOLUTION 6.4: Sampling parameters from a request
+    # BEGIN SOLUTION 6.5: Sampling parameters from a request
     room = context_length - prompt_tokens
     if room < 1:
         raise APIError(400, f"the prompt has {prompt_tokens} tokens but the model's context is {context_length} tokens",

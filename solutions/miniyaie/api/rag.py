@@ -104,7 +104,7 @@ class Retriever:
         #       tf = term_counts[index].get(term, 0)
         #       if tf: df = document_frequency[term]; idf = log(1 + (N - df + 0.5) / (df + 0.5)); score += idf * tf * (k1 + 1) / (tf + norm)
         #   return score
-        # BEGIN SOLUTION 6.8: BM25 scoring
+        # BEGIN SOLUTION 6.9: BM25 scoring
         counts, total = self.term_counts[index], len(self.passages)
         norm = self.k1 * (1 - self.b + self.b * self.lengths[index] / self.average_length)
         score = 0.0

@@ -34,17 +34,51 @@ class Chunker(Protocol):
     def feed(self, item: CompletionDelta | GenerationOutput) -> list[dict]: ...
 
 
+# ANCHOR: collect
 def observe(item: CompletionDelta | GenerationOutput, timer: RequestTimer) -> None:
-    """Tell the request's clock what arrived."""
+    """Tell the request's clock what arrived: a delta's every token (timer.on_token(delta.index), once per
+    token id: one step may bring several, as a jump-forward does), or the final result (timer.on_finish)."""
+    # Nudge: the clock counts tokens, not deltas.
+    # Hint 1: A CompletionDelta is what one step added to one completion; it may hold several
+    #   tokens (or none, at a finish), and each is a token the latency metrics must count. The
+    #   GenerationOutput at the end is the request's result: the clock's finish.
+    # Hint 2: For a CompletionDelta call timer.on_token(item.index) once per entry of its
+    #   token_ids; for anything else call timer.on_finish(item).
+    # Hint 3:
+    #   if isinstance(item, CompletionDelta): for _ in item.token_ids: timer.on_token(item.index)
+    #   else: timer.on_finish(item)
+    # BEGIN SOLUTION 6.4: Answer unless the client hangs up
     if isinstance(item, CompletionDelta):
         for _ in item.token_ids:
             timer.on_token(item.index)
     else:
         timer.on_finish(item)
+    # END SOLUTION
 
 
 async def collect(items: EngineItems, timer: RequestTimer) -> GenerationOutput:
-    """Run a request to its end (non-streaming responses); its result. Cancelling it aborts the request."""
+    """Run a request to its end (non-streaming responses): the last item `items` yields, its result.
+
+    Every item is observed on the way (observe). However collect ends (the stream ran out, an item
+    raised, or collect itself was cancelled because the client left), `items` is closed
+    (`await items.aclose()`) before collect returns or raises: closing the engine stream is what
+    aborts a request that is still running and returns its KV blocks.
+    """
+    # Nudge: whatever ends the loop, the engine stream must be closed.
+    # Hint 1: An async generator that is abandoned half-way is not closed at once; the engine
+    #   would keep decoding for nobody until the garbage collector got to it. A cancellation
+    #   arrives as an exception at the await inside the loop, so only a `finally` sees every
+    #   way out. The result is simply the last item: the engine stream ends with the request's
+    #   GenerationOutput.
+    # Hint 2: result = None; in a try, for each item of the async iteration: observe it and keep
+    #   it as the result; in the finally, await items.aclose(). Return the result.
+    # Hint 3:
+    #   result = None
+    #   try:
+    #       async for item in items: observe(item, timer); result = item
+    #   finally: await items.aclose()
+    #   return result
+    # BEGIN SOLUTION 6.4: Answer unless the client hangs up
     result = None
     try:
         async for item in items:
@@ -53,6 +87,8 @@ async def collect(items: EngineItems, timer: RequestTimer) -> GenerationOutput:
     finally:
         await items.aclose()
     return result
+    # END SOLUTION
+# ANCHOR_END: collect
 
 
 # ANCHOR: unless_disconnected
@@ -94,7 +130,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     #       if not task.done(): task.cancel(); await asyncio.gather(task, return_exceptions=True)
     #   if task not in done: raise ClientDisconnected
     #   return task.result()
-    # BEGIN SOLUTION 6.3: Answer unless the client hangs up
+    # BEGIN SOLUTION 6.4: Answer unless the client hangs up
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(until_disconnected(request))
     try:
@@ -139,7 +175,7 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     #       error = from_engine_error(exc); yield sse_event(error_body(error.status, error.message, error.param, error.code))
     #       yield sse_done()
     #   finally: await items.aclose()
-    # BEGIN SOLUTION 6.7: Stream chunks, abort on disconnect
+    # BEGIN SOLUTION 6.8: Stream chunks, abort on disconnect
     try:
         async for item in items:
             observe(item, timer)

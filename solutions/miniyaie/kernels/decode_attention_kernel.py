@@ -60,15 +60,56 @@ def _decode_split_kernel(
     [split * split_len, (split + 1) * split_len) and writes the normalised
     partial output plus its log-sum-exp (-inf for an empty split).
 
-    To compute (the lines after the region store them): `out` [GROUP_PAD,
-    DIM_PAD] float32, softmax(q k^T) v over this split's tokens only, and `lse`
-    [GROUP_PAD], the log of the split's sum of exp(scores) (natural log, scores
-    already scaled). A split past the end of the sequence is empty: out 0, lse -inf,
-    and no NaN anywhere. Tokens are read through the block table, never past `end`.
+    To write, for each of the GROUP query heads: its normalised partial output,
+    softmax(q k^T * scale) v over this split's tokens only, and its lse, the log
+    of the split's sum of exp(scores) (natural log, scores scaled), at the
+    [seq, head, split] row of DecodePartials' `out` (DIM_PAD float32 columns;
+    those past HEAD_DIM are padding) and `lse`. A split past the end of the
+    sequence is empty: out 0, lse -inf, and no NaN anywhere. Tokens are read
+    through the block table, never at or past seq_len; nothing is stored for the
+    padding heads past GROUP (another program owns those rows).
     """
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
+    # Nudge: each K/V tile, read through the block table, serves all heads of the group: online softmax.
+    # Hint 1: This program owns the tokens [split * split_len, (split + 1) * split_len) of its
+    #   sequence, cut at seq_len (a split past the end is empty). Its KV head serves GROUP
+    #   consecutive query heads (GQA): load all of their queries as one [GROUP_PAD, DIM_PAD]
+    #   tile, so each K/V tile is read once for the whole group. Fold `scale` into q once.
+    #   The split's keys do not fit in registers at once, so visit them tile by tile and
+    #   keep, per query head, a running max, a running sum of exponentials and a running
+    #   weighted sum of V, rescaling the old sums whenever the max grows (flash attention's
+    #   invariant: acc / l is the softmax-weighted V of the tokens seen so far). Token t lives
+    #   in page block_tables[seq, t // block_size] at offset t % block_size. Every load and
+    #   store is masked: a token at or past `end`, a padded dim or head. An empty split must
+    #   end with l = 0 and produce 0 and -inf, not 0/0.
+    # Hint 2: start = split * split_len, end = min(start + split_len, seq_len). The group's heads
+    #   are kv_head * GROUP + arange(GROUP_PAD), valid below GROUP; dims arange(DIM_PAD), valid
+    #   below HEAD_DIM. Load q at seq * stride_qs + head * stride_qh + dim (masked), scale it
+    #   in float32 and cast to DOT. Start m at -inf, l at 0, acc at 0 (float32). For each tile
+    #   of BLOCK_N tokens from start to end: the token indexes and their validity, the pages,
+    #   the slots (page * block_size + offset, in int64), K and V rows at slot * stride_cs +
+    #   kv_head * stride_ch, scores = q k^T (in DOT), -inf where a token is invalid; new max,
+    #   correction exp(m - m_new), p = exp(scores - m_new), update l and acc with the
+    #   correction, move m. After the loop out = acc / l and lse = m + log(l), guarding l = 0.
+    #   Store both at the rows of DecodePartials' [seq, head, split] layout, valid heads only.
+    # Hint 3:
+    #   seq_len = load(seq_lens + seq); start = split * split_len; end = minimum(start + split_len, seq_len)
+    #   heads = kv_head * GROUP + arange(GROUP_PAD); head_ok = arange(GROUP_PAD) < GROUP; dims, dim_ok likewise
+    #   q = load(q + seq * stride_qs + heads[:, None] * stride_qh + dims[None, :], mask=head_ok & dim_ok); q = (q.f32 * scale).to(DOT)
+    #   m = -inf[GROUP_PAD]; l = 0[GROUP_PAD]; acc = 0[GROUP_PAD, DIM_PAD]
+    #   for tile in range(start, end, BLOCK_N):
+    #       tokens = tile + arange(BLOCK_N); ok = tokens < end
+    #       pages = load(block_tables + seq*stride_bt + tokens // block_size, mask=ok)
+    #       offs = (pages.int64 * block_size + tokens % block_size)[:, None] * stride_cs + kv_head * stride_ch + dims[None, :]
+    #       k, v = masked loads (ok & dim_ok) as float32
+    #       scores = where(ok, dot(q, trans(k.to(DOT))), -inf); m_new = max(m, rowmax(scores))
+    #       c = exp(m - m_new); p = exp(scores - m_new[:, None]); l = l*c + rowsum(p); acc = acc*c[:, None] + dot(p, v); m = m_new
+    #   out = acc / where(l > 0, l, 1); lse = where(l > 0, m + log(l), -inf)
+    #   rows = (seq * num_heads + heads) * num_splits + split
+    #   store(part_out + rows[:, None] * DIM_PAD + dims[None, :], out, mask=head_ok[:, None]); store(part_lse + rows, lse, mask=head_ok)
+    # BEGIN SOLUTION 4.1: Paged decode attention, one split
     seq_len = tl.load(seq_lens_ptr + seq)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
@@ -81,31 +122,6 @@ def _decode_split_kernel(
                 mask=head_ok[:, None] & dim_ok[None, :], other=0.0)
     q = (q.to(tl.float32) * scale).to(DOT)
 
-    # Nudge: online softmax over tiles of the split's tokens, each tile gathered through the block table.
-    # Hint 1: The split's keys do not fit in registers at once, so visit them tile by tile and
-    #   keep, per query head, a running max, a running sum of exponentials and a running
-    #   weighted sum of V, rescaling the old sums whenever the max grows (flash attention's
-    #   invariant: acc / l is the softmax-weighted V of the tokens seen so far). Token t lives
-    #   in page block_tables[seq, t // block_size] at offset t % block_size. Every load is
-    #   masked: a token at or past `end`, a padded dim or head. An empty split must end with
-    #   l = 0 and produce 0 and -inf, not 0/0.
-    # Hint 2: Start m at -inf, l at 0, acc at 0 (float32). For each tile of BLOCK_N tokens from
-    #   start to end: compute the token indexes and their validity, load the pages, form the
-    #   slots (page * block_size + offset, in int64), load K and V rows at slot * stride_cs +
-    #   kv_head * stride_ch, scores = q k^T (in DOT), -inf where a token is invalid; new max,
-    #   correction exp(m - m_new), p = exp(scores - m_new), update l and acc with the
-    #   correction, move m. After the loop divide acc by l and set lse = m + log(l), guarding l = 0.
-    # Hint 3:
-    #   m = -inf[GROUP_PAD]; l = 0[GROUP_PAD]; acc = 0[GROUP_PAD, DIM_PAD]
-    #   for tile in range(start, end, BLOCK_N):
-    #       tokens = tile + arange(BLOCK_N); ok = tokens < end
-    #       pages = load(block_tables + seq*stride_bt + tokens // block_size, mask=ok)
-    #       offs = (pages.int64 * block_size + tokens % block_size)[:, None] * stride_cs + kv_head * stride_ch + dims[None, :]
-    #       k, v = masked loads (ok & dim_ok) as float32
-    #       scores = where(ok, dot(q, trans(k.to(DOT))), -inf); m_new = max(m, rowmax(scores))
-    #       c = exp(m - m_new); p = exp(scores - m_new[:, None]); l = l*c + rowsum(p); acc = acc*c[:, None] + dot(p, v); m = m_new
-    #   out = acc / where(l > 0, l, 1); lse = where(l > 0, m + log(l), -inf)
-    # BEGIN SOLUTION 4.1: Paged decode attention, one split
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
@@ -129,10 +145,10 @@ def _decode_split_kernel(
     nonempty = l > 0
     out = acc / tl.where(nonempty, l, 1.0)[:, None]
     lse = tl.where(nonempty, m + tl.log(tl.where(nonempty, l, 1.0)), float("-inf"))
-    # END SOLUTION
     rows = (seq * num_heads + heads) * num_splits + split  # partial results: [seq, head, split]
     tl.store(part_out_ptr + rows[:, None] * DIM_PAD + dims[None, :], out, mask=head_ok[:, None])
     tl.store(part_lse_ptr + rows, lse, mask=head_ok)
+    # END SOLUTION
 # ANCHOR_END: decode_kernel
 
 
@@ -146,33 +162,39 @@ def _merge_splits_kernel(
 
     With lse_i = log(sum of exp(scores) in split i), the exact result is
     sum_i exp(lse_i - lse_max) * out_i / sum_i exp(lse_i - lse_max);
-    an empty split has lse = -inf and weighs 0.
+    an empty split has lse = -inf and weighs 0. It reads the num_splits
+    [seq, head, split] rows of the partials (DecodePartials' layout, DIM_PAD
+    columns per output row) and writes out[seq, head, :HEAD_DIM] in out's dtype.
     """
     seq = tl.program_id(0)
     head = tl.program_id(1)
     num_heads = tl.num_programs(1)
-    splits = tl.arange(0, SPLITS_PAD)
-    dims = tl.arange(0, DIM_PAD)
-    rows = (seq * num_heads + head) * num_splits + splits
     # Nudge: each split is a softmax over part of the keys; its lse says how much mass it had.
     # Hint 1: Two partial softmaxes combine exactly when each is weighted by its total mass
     #   exp(lse_i). Subtract the largest lse before exponentiating, or a long split overflows
     #   float32; an empty split (lse -inf) then weighs exactly 0. Padding rows past num_splits
-    #   must weigh 0 as well, and at least one split of a sequence is never empty.
+    #   must weigh 0 as well, and at least one split of a sequence is never empty. This
+    #   program's splits are the rows (seq * num_heads + head) * num_splits + 0 .. num_splits - 1
+    #   of the partials (DecodePartials' [seq, head, split] layout).
     # Hint 2: Load every split's lse (masked, -inf past num_splits) and its partial output row
     #   (masked, 0 past num_splits). Weights = exp(lse - max lse). The result is the sum of
-    #   weights times outputs over the splits, divided by the sum of the weights.
+    #   weights times outputs over the splits, divided by the sum of the weights. Store its
+    #   first HEAD_DIM columns at out[seq, head], in out's dtype.
     # Hint 3:
+    #   splits = arange(SPLITS_PAD); dims = arange(DIM_PAD); rows = (seq * num_heads + head) * num_splits + splits
     #   lse = load(part_lse + rows, mask=splits < num_splits, other=-inf)
     #   w = exp(lse - max(lse)); parts = load(part_out + rows[:, None] * DIM_PAD + dims[None, :], mask=..., other=0)
-    #   out = sum(parts * w[:, None], axis=0) / sum(w)
+    #   out = sum(parts * w[:, None], axis=0) / sum(w); store(out + seq * stride_os + head * stride_oh + dims, out, mask=dims < HEAD_DIM)
     # BEGIN SOLUTION 4.2: Merge flash-decoding splits
+    splits = tl.arange(0, SPLITS_PAD)
+    dims = tl.arange(0, DIM_PAD)
+    rows = (seq * num_heads + head) * num_splits + splits
     lse = tl.load(part_lse_ptr + rows, mask=splits < num_splits, other=float("-inf"))
     weights = tl.exp(lse - tl.max(lse, axis=0))
     parts = tl.load(part_out_ptr + rows[:, None] * DIM_PAD + dims[None, :], mask=(splits < num_splits)[:, None], other=0.0)
     out = tl.sum(parts * weights[:, None], axis=0) / tl.sum(weights, axis=0)
-    # END SOLUTION
     tl.store(out_ptr + seq * stride_os + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty), mask=dims < HEAD_DIM)
+    # END SOLUTION
 # ANCHOR_END: merge_kernel
 
 

@@ -61,12 +61,47 @@ def _extend_kernel(
     cache (a cached prefix or earlier chunks); its query_len new tokens sit at
     positions prefix_len .. seq_len - 1 and their K/V are in the cache too. New
     token i sees keys 0 .. prefix_len + i (the causal mask shifted by the
-    prefix), through the block table. To compute: `out` [BLOCK_M, DIM_PAD]
-    float32; rows past query_len may hold anything finite (they are not stored).
+    prefix), through the block table. The sequence's new tokens are the rows
+    query_start[seq] .. query_start[seq + 1] - 1 of q and of out; this program
+    writes out's rows of its BLOCK_M tokens (query head `head`, the first HEAD_DIM
+    columns) and nothing else. The grid has a tile_m for the longest sequence:
+    a tile past this sequence's new tokens writes nothing.
     """
     seq = tl.program_id(0)
     head = tl.program_id(1)
     tile_m = tl.program_id(2)
+    # Nudge: the decode kernel's online softmax, with a causal mask shifted by the cached prefix.
+    # Hint 1: The sequence's new tokens are the q (and out) rows query_start[seq] ..
+    #   query_start[seq + 1] - 1; this program takes BLOCK_M of them, from tile_m * BLOCK_M,
+    #   and a tile past the sequence's new tokens has nothing to do (the grid is sized for
+    #   the longest sequence). Query head `head` reads KV head head // GROUP. A query at
+    #   position p sees keys 0..p: the whole cached prefix plus the new tokens up to itself.
+    #   This tile's last query can see no further than prefix_len + (tile_m + 1) * BLOCK_M - 1
+    #   (nor past seq_len), so key tiles beyond that are skipped entirely, which is what
+    #   makes causal attention cost half. Each query row keeps its own running max, sum and
+    #   output; key 0 is visible to every row, so no row ends with l = 0. Store only the
+    #   rows that are this sequence's tokens and the dims below HEAD_DIM.
+    # Hint 2: first = query_start[seq], query_len = query_start[seq + 1] - first; return when
+    #   tile_m * BLOCK_M >= query_len. prefix_len = seq_len - query_len. rows = tile_m * BLOCK_M
+    #   + arange(BLOCK_M), valid below query_len, at positions prefix_len + rows. Load q rows
+    #   first + rows (masked), scale in float32, cast to DOT. m = -inf, l = 0, acc = 0 per row.
+    #   The key range ends at min(seq_len, prefix_len + (tile_m + 1) * BLOCK_M). For each tile
+    #   of BLOCK_N keys in it: slots through the block table (int64), masked K/V loads, scores
+    #   = q k^T, keep a score only when the key is in range and key <= the row's query
+    #   position, else -inf; the online-softmax update. Finally store acc / l at the out rows
+    #   first + rows, cast to out's dtype, masked.
+    # Hint 3:
+    #   first = load(query_start + seq); query_len = load(query_start + seq + 1) - first; if tile_m * BLOCK_M >= query_len: return
+    #   prefix_len = load(seq_lens + seq) - query_len; kv_head = head // GROUP
+    #   rows = tile_m * BLOCK_M + arange(BLOCK_M); row_ok = rows < query_len; query_pos = prefix_len + rows
+    #   q = load(q + (first + rows)[:, None] * stride_qt + head * stride_qh + dims[None, :], mask=row_ok & dim_ok); scale, to(DOT)
+    #   m, l, acc = -inf[BLOCK_M], 0[BLOCK_M], 0[BLOCK_M, DIM_PAD]; key_end = minimum(seq_len, prefix_len + (tile_m + 1) * BLOCK_M)
+    #   for tile in range(0, key_end, BLOCK_N):
+    #       keys = tile + arange(BLOCK_N); ok = keys < key_end; slots via block_tables; k, v masked loads
+    #       scores = where(ok[None, :] & (keys[None, :] <= query_pos[:, None]), dot(q, trans(k)), -inf)
+    #       online-softmax update of m, l, acc (as in Task 4.1)
+    #   store(out + (first + rows)[:, None] * stride_ot + head * stride_oh + dims[None, :], acc / l[:, None], mask=row_ok & dim_ok)
+    # BEGIN SOLUTION 4.3: Extend attention with an offset causal mask
     first = tl.load(query_start_ptr + seq)
     query_len = tl.load(query_start_ptr + seq + 1) - first
     if tile_m * BLOCK_M >= query_len:
@@ -84,25 +119,6 @@ def _extend_kernel(
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
     q = (q.to(tl.float32) * scale).to(DOT)
 
-    # Nudge: the decode kernel's online softmax, with a causal mask shifted by the cached prefix.
-    # Hint 1: A query at position p sees keys 0..p: the whole cached prefix plus the new tokens up
-    #   to itself. This tile's last query can see no further than prefix_len + (tile_m + 1) *
-    #   BLOCK_M - 1 (nor past seq_len), so key tiles beyond that are skipped entirely, which
-    #   is what makes causal attention cost half. Each query row keeps its own running max,
-    #   sum and output; key 0 is visible to every row, so no row ends with l = 0.
-    # Hint 2: m = -inf, l = 0, acc = 0 per row. The key range ends at min(seq_len, prefix_len +
-    #   (tile_m + 1) * BLOCK_M). For each tile of BLOCK_N keys in it: slots through the block
-    #   table (int64), masked K/V loads, scores = q k^T, keep a score only when the key is in
-    #   range and key <= the row's query position, else -inf; the online-softmax update.
-    #   Finally out = acc / l.
-    # Hint 3:
-    #   m, l, acc = -inf[BLOCK_M], 0[BLOCK_M], 0[BLOCK_M, DIM_PAD]; key_end = minimum(seq_len, prefix_len + (tile_m + 1) * BLOCK_M)
-    #   for tile in range(0, key_end, BLOCK_N):
-    #       keys = tile + arange(BLOCK_N); ok = keys < key_end; slots via block_tables; k, v masked loads
-    #       scores = where(ok[None, :] & (keys[None, :] <= query_pos[:, None]), dot(q, trans(k)), -inf)
-    #       online-softmax update of m, l, acc (as in Task 4.1)
-    #   out = acc / l[:, None]
-    # BEGIN SOLUTION 4.3: Extend attention with an offset causal mask
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DIM_PAD], tl.float32)
@@ -125,10 +141,9 @@ def _extend_kernel(
         l = l * correction + tl.sum(p, axis=1)
         acc = acc * correction[:, None] + tl.dot(p.to(DOT), v.to(DOT))
         m = m_new
-    out = acc / l[:, None]
-    # END SOLUTION
     tl.store(out_ptr + (first + rows)[:, None] * stride_ot + head * stride_oh + dims[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
+             (acc / l[:, None]).to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok[None, :])
+    # END SOLUTION
 # ANCHOR_END: extend_kernel
 
 
