@@ -11,7 +11,9 @@ from fastapi.testclient import TestClient
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from miniyaie.api.errors import from_engine_error, install_error_handlers
+from fastapi.exceptions import RequestValidationError
+
+from miniyaie.api.errors import from_engine_error, install_error_handlers, validation_message
 from miniyaie.api.protocol import ChatCompletionRequest
 from miniyaie.engine import EngineError, InvalidRequestError, ModelLoadError, RequestFailedError, ResourceExhaustedError
 from miniyaie.engine.errors import PromptTooLongRequestError
@@ -67,7 +69,8 @@ SCHEMA_REFUSALS = {  # body -> (param, words the message must hold)
     "max_tokens as a string": ({"max_tokens": "5"}, "max_tokens", "integer"),
     "max_tokens zero": ({"max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
     "unknown role": ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role", "'user'"),
-    "content not a string": ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content", ""),
+    "content not a string (every error a wrong type)": ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content",
+                                                        "valid string"),
     "a typo in a field name": ({"temprature": 0.5}, "temprature", "not permitted"),
     "too many stop strings (a union: str | list)": ({"stop": ["x"] * 17}, "stop", "at most 16"),
     "a lone surrogate (our own validator)": ({"messages": [{"role": "user", "content": "a\ud800b"}]}, "messages.0.content", ""),
@@ -111,3 +114,35 @@ def test_an_engine_error_raised_in_a_route_leaves_as_its_error_object():
     assert reply.status_code == 400
     assert reply.json() == {"error": {"message": "never fits", "type": "invalid_request_error", "param": None,
                                       "code": "kv_cache_exceeded"}}
+
+
+field_names = st.sampled_from(["messages", "content", "role", "stop", "max_tokens", "response_format", "type", "x"])
+union_tags = st.sampled_from(["str", "int", "float", "bool", "list", "dict", "none", "list[str]", "list[dict[str,any]]",
+                              "function-after", "tagged-union", "function-before[_valid_unicode(), constrained-str]"])
+location_parts = st.one_of(field_names.map(lambda n: ("name", n)), st.integers(0, 20).map(lambda i: ("name", i)),
+                           union_tags.map(lambda t: ("tag", t)))
+
+
+@pytest.mark.task("6.3")
+@given(st.lists(location_parts, max_size=6), st.sampled_from(["missing", "too_long", "string_type"]))
+@example([("name", "messages"), ("name", 0), ("name", "content"), ("tag", "list[dict[str,any]]")], "too_long")
+@example([("name", "stop"), ("tag", "function-after")], "value_error")
+@example([("tag", "str")], "string_type")
+@example([], "missing")
+def test_param_is_the_location_without_body_and_union_tags(parts, kind):
+    loc = ("body", *(value for _, value in parts))
+    names = [str(value) for what, value in parts if what == "name"]
+    message, param = validation_message(RequestValidationError([{"type": kind, "loc": loc, "msg": "Value error, it is wrong"}]))
+    expected = ".".join(names) or None
+    assert param == expected, f"loc {loc}: param {param!r}, expected {expected!r}"
+    assert message == (f"{expected}: it is wrong" if expected else "it is wrong")
+
+
+@pytest.mark.task("6.3")
+def test_the_first_complaint_that_is_not_a_wrong_type_is_reported_else_the_first():
+    def report(*errors):
+        return validation_message(RequestValidationError([{"loc": ("body", "f"), **e} for e in errors]))[0]
+
+    assert report({"type": "json_invalid", "msg": "x"}, {"type": "missing", "msg": "y"}) == "the body is not valid JSON"
+    assert report({"type": "string_type", "msg": "a"}, {"type": "list_type", "msg": "b"}) == "f: a"
+    assert report({"type": "string_type", "msg": "a"}, {"type": "too_long", "msg": "b"}, {"type": "missing", "msg": "c"}) == "f: b"

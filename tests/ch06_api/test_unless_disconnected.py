@@ -129,6 +129,7 @@ def test_collect_returns_the_result_and_tells_the_clock_every_token():
         "(a delta may carry two tokens, or none) with the delta's index"
     )
     assert clock.finished == [RESULT], "the result is the clock's finish (on_finish), once"
+    assert asyncio.run(collect(EngineStream([]).run(), Clock())) is None, "a stream that yields nothing: None"
 
 
 @pytest.mark.task("6.4")

@@ -57,7 +57,8 @@ def observe(item: CompletionDelta | GenerationOutput, timer: RequestTimer) -> No
 
 
 async def collect(items: EngineItems, timer: RequestTimer) -> GenerationOutput:
-    """Run a request to its end (non-streaming responses): the last item `items` yields, its result.
+    """Run a request to its end (non-streaming responses): the last item `items` yields, its result
+    (None if it yields nothing).
 
     Every item is observed on the way (observe). However collect ends (the stream ran out, an item
     raised, or collect itself was cancelled because the client left), `items` is closed
