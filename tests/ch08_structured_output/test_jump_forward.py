@@ -6,7 +6,7 @@ token for token, in fewer model steps, with every KV block returned.
 """
 
 import pytest
-from conftest import byte_vocabulary
+from byte_vocabularies import byte_vocabulary
 from tiny_models import save_tiny_model
 
 from miniyaie.engine import EngineConfig, LLMEngine

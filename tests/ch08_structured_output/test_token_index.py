@@ -10,7 +10,7 @@ middle of a character) and on a small one with multi-byte characters.
 
 import pytest
 import torch
-from conftest import byte_vocabulary
+from byte_vocabularies import byte_vocabulary
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
