@@ -1,7 +1,7 @@
-"""Tasks 5.6 and 5.7: the step packed into one batch, and the engine step that drives it.
+"""Tasks 5.6 and 5.9: the step packed into one batch, and the engine step that drives it.
 
 Task 5.6's tests drive the model runner with the scheduler by hand (a
-greedy loop written here), so they do not need Task 5.7; Task 5.7's tests
+greedy loop written here), so they do not need Task 5.9; Task 5.9's tests
 go through `LLMEngine.step`. The oracle is transformers' greedy generate.
 """
 
@@ -131,7 +131,7 @@ def test_a_forked_completion_reads_its_copy_of_the_shared_block(tiny, expected):
     )
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.9")
 def test_the_step_generates_what_transformers_generates(tiny, expected):
     model, _ = tiny
     engine = engine_for(model, enable_prefix_caching=True)
@@ -142,7 +142,7 @@ def test_the_step_generates_what_transformers_generates(tiny, expected):
     assert engine.num_request_blocks == 0, f"{engine.num_request_blocks} blocks still held after every request finished"
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.9")
 def test_n_completions_fork_after_the_prompt_and_each_gets_every_token(tiny, expected):
     model, _ = tiny
     engine = engine_for(model)
@@ -164,7 +164,7 @@ def test_n_completions_fork_after_the_prompt_and_each_gets_every_token(tiny, exp
     assert engine.num_request_blocks == 0, "blocks still held after the completions finished"
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.9")
 def test_forked_completions_report_the_prompt_tokens_their_request_found_cached(tiny, expected):
     model, _ = tiny
     engine = engine_for(model, enable_prefix_caching=True)
@@ -184,7 +184,7 @@ def test_forked_completions_report_the_prompt_tokens_their_request_found_cached(
     assert engine.num_request_blocks == 0
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.9")
 def test_a_stop_token_ends_the_request_even_with_ignore_eos(tiny, expected):
     model, _ = tiny
     engine = engine_for(model)

@@ -148,9 +148,9 @@ class EngineLoop:
         Then, if the engine has work, one self._step().
         """
         # Idea: take the whole inbox under the lock, act on it outside the lock, then step once.
-        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
-        # TODO(Task 5.10): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
 
     def _step(self) -> None:
         """One engine step; its token events go to their requests. A step that raises fails the requests it ran.
@@ -161,9 +161,9 @@ class EngineLoop:
         request has ended meanwhile (aborted, failed) is dropped.
         """
         # Idea: a failed step is the engine's fault, not the caller's: fail what it touched, keep serving.
-        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
-        # TODO(Task 5.10): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
     # ANCHOR_END: loop
 
     # ANCHOR: guarded
@@ -176,9 +176,9 @@ class EngineLoop:
         Nothing raises out of here: the loop goes on with the other requests.
         """
         # Idea: the boundary of a fault is one request: catch, count, tell that request, go on.
-        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
-        # TODO(Task 5.10): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
 
     def _fail(self, requests: list[RequestState], exc: Exception, what: str) -> None:
         """End requests with an error: an EngineError as it is, anything else as RequestFailedError("what: ...").
@@ -189,9 +189,9 @@ class EngineLoop:
         the error, whose __cause__ is the original exception.
         """
         # Idea: the caller gets an error it can read; the engine gets its blocks back, before anything else.
-        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
-        # TODO(Task 5.10): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
     # ANCHOR_END: guarded
 
     def _tell(self, request: RequestState, item: object) -> None:

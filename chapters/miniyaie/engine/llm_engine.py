@@ -13,7 +13,7 @@ logits row and join the running batch on the prompt's blocks
 (`PagedMemory.fork`): the prompt is computed once, and a shared block is
 copied only when a completion writes into it. The engine remembers each
 request's completions by name, so aborting a request ends its completions
-and nothing else.
+and nothing else. The door (add_request, check_request, abort) is admission.py.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from miniyaie.engine.admission import Admission
 from miniyaie.engine.backends import use_backend
 from miniyaie.engine.config import EngineConfig
-from miniyaie.engine.errors import InvalidRequestError, PromptTooLongRequestError, ResourceExhaustedError
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.outputs import RequestEvent, StepRecord
 from miniyaie.engine.sampler import SampledToken, SamplingRow
@@ -39,12 +39,7 @@ from miniyaie.radix import RadixMemory
 from miniyaie.scheduler import Request, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
 
 
-def child_request_id(request_id: str, index: int) -> str:
-    """The id of completion `index` (>= 1) of a request with n > 1."""
-    return f"{request_id}#{index}"
-
-
-class LLMEngine(StepAccounting):
+class LLMEngine(Admission, StepAccounting):
     def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None):
         """`vocabulary`: the tokenizer's tokens as bytes (a miniyaie.structured.Vocabulary, or a function
         that makes one on first use), needed only by requests with structured output (chapter 8)."""
@@ -77,89 +72,6 @@ class LLMEngine(StepAccounting):
         )
 
     # ------------------------------------------------------------ requests
-    def add_request(
-        self,
-        prompt_token_ids: Sequence[int],
-        params: SamplingParams | BasicSamplingParams | None = None,
-        eos_token_ids: Sequence[int] = (),
-        request_id: str | None = None,
-    ) -> str:
-        """Queue a request; a bad one raises (InvalidRequestError / ResourceExhaustedError) and changes nothing."""
-        params = SamplingParams.coerce(params)
-        prompt = list(prompt_token_ids)
-        self.check_request(prompt, params)
-        request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
-        ids = [request_id] + [child_request_id(request_id, i) for i in range(1, params.n)]
-        taken = [rid for rid in ids if rid in self.scheduler.requests or rid in self._params or rid in self._family]
-        if taken:
-            raise InvalidRequestError(f"request id {taken[0]!r} is already in use")
-        max_tokens = self.max_tokens_for(prompt, params)
-        request = Request(request_id, prompt, max_tokens, tuple(eos_token_ids), params.ignore_eos)
-        self.scheduler.add_request(request)
-        stop_ids = tuple(dict.fromkeys(list(eos_token_ids) + list(params.stop_token_ids)))
-        for index, rid in enumerate(ids):
-            self._params[rid] = params
-            self._stop_ids[rid] = stop_ids
-            seeded = params.seed is not None
-            # completion i of a seeded request draws from seed + i: reproducible, and the completions differ
-            self._generators[rid] = torch.Generator(self.runner.device).manual_seed(params.seed + index) if seeded else None
-        if params.structured:
-            self.constraints.start(ids, params)
-        if params.n > 1:
-            self._children[request_id] = ids[1:]
-            self._family[request_id] = ids
-            self._parent.update((child, request_id) for child in ids[1:])
-        self.counters["prompt_tokens"] += len(prompt)
-        return request_id
-
-    def max_tokens_for(self, prompt: Sequence[int], params: SamplingParams) -> int:
-        """max_tokens, capped so that prompt + output fit the model's context."""
-        return min(params.max_tokens, self.model.config.max_position_embeddings - len(prompt))
-
-    def check_request(self, prompt: Sequence[int], params: SamplingParams) -> None:
-        """Raise InvalidRequestError / ResourceExhaustedError if the request can never run here (reads config only)."""
-        context = self.model.config.max_position_embeddings
-        vocab = self.model.config.vocab_size
-        if not prompt:
-            raise InvalidRequestError("the prompt is empty")
-        if len(prompt) >= context:
-            raise PromptTooLongRequestError(f"prompt has {len(prompt)} tokens but the model's context is {context} tokens")
-        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
-            raise InvalidRequestError(f"prompt token ids must be whole numbers in [0, {vocab})")
-        if params.structured:
-            self.constraints.check(params)  # compiles the pattern (cached): a bad one is refused here
-        max_tokens = self.max_tokens_for(prompt, params)
-        needed = len(prompt) + params.n * max_tokens
-        if needed > self.memory.capacity_tokens:
-            raise ResourceExhaustedError(
-                f"the request needs up to {needed} tokens of KV cache (prompt {len(prompt)} + n={params.n} x "
-                f"max_tokens {max_tokens}); the pool holds {self.memory.capacity_tokens}"
-            )
-
-    def abort(self, request_id: str) -> bool:
-        """End a request and all its completions now and free their blocks; False if unknown or finished.
-
-        The id of one completion (n > 1) ends that completion alone.
-        """
-        members = self._family.pop(request_id, [request_id])
-        self._children.pop(request_id, None)
-        aborted = [rid for rid in members if self.scheduler.abort(rid) is not None]
-        for rid in members:
-            self._forget(rid)
-        return bool(aborted)
-
-    def _forget(self, request_id: str) -> None:
-        """Drop a finished or aborted completion's settings; its request's family once all of it is done."""
-        self._params.pop(request_id, None)
-        self._generators.pop(request_id, None)
-        self._stop_ids.pop(request_id, None)
-        self._prompt_cached.pop(request_id, None)
-        if self._constraints is not None:
-            self._constraints.forget(request_id)
-        parent = self._parent.pop(request_id, request_id)
-        family = self._family.get(parent)
-        if family is not None and not any(rid in self._params for rid in family):
-            del self._family[parent]
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -200,9 +112,9 @@ class LLMEngine(StepAccounting):
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
         # Idea: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
-        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
-        # TODO(Task 5.7): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 7: The engine step — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
+        # TODO(Task 5.9): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 9: The engine step — see book/src/ch05_engine.md')
         forced, failed = self._constraints.follow(self, sampled, finished) if self._constraints is not None else ({}, {})
         self._count_step(out, started, used_blocks, cached, sampled, finished)
         events = []
@@ -233,17 +145,17 @@ class LLMEngine(StepAccounting):
         (no copy), runs via the scheduler's add_forked and counts in counters["forked_requests"].
         Returns a zero-token chunk at the end of the prompt, for the step's update."""
         # Idea: the child starts where the parent's prompt ends, on the parent's blocks.
-        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
-        # TODO(Task 5.7): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 7: The engine step — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
+        # TODO(Task 5.9): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 9: The engine step — see book/src/ch05_engine.md')
 
     def _stop_token_finishes(self, sampled: dict[str, SampledToken], finished: dict[str, str]) -> dict[str, str]:
         """Requests that sampled one of their stop_token_ids (even with ignore_eos): id -> "stop". One already
         in `finished` keeps its reason; each stopped here is ended in the scheduler (its blocks come back)."""
         # Idea: the scheduler knows EOS; a request's own stop tokens are the engine's business.
-        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
-        # TODO(Task 5.7): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 7: The engine step — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
+        # TODO(Task 5.9): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 9: The engine step — see book/src/ch05_engine.md')
     # ANCHOR_END: fork_and_stop
 
     @staticmethod

@@ -3,7 +3,7 @@
 LLMEngine speaks token ids; a caller wants text. For every token event of
 a step, the request's completion pushes the token through its incremental
 detokenizer (task 5.4) and the text through its stop-string filter (task
-5.5); `_emit` (task 5.8) records the result and tells the caller:
+5.5); `_emit` (task 5.10) records the result and tells the caller:
 
     RequestEvent ──> detokenizer ──> stop strings ──> CompletionOutput
                                                      └─> caller: CompletionDelta ... GenerationOutput
@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from miniyaie.engine.detokenizer import IncrementalDetokenizer
-from miniyaie.engine.llm_engine import LLMEngine, child_request_id
+from miniyaie.engine.admission import child_request_id
+from miniyaie.engine.llm_engine import LLMEngine
 from miniyaie.engine.outputs import CompletionDelta, CompletionOutput, GenerationOutput, RequestEvent, TokenLogprob
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.sink import Sink
@@ -135,9 +136,9 @@ class OutputProcessor:
         differs from the request id when n > 1) is no longer tracked.
         """
         # Idea: the stop filter decides what is shown and whether the completion is over.
-        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
-        # TODO(Task 5.8): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 8: The request lifecycle — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: The request lifecycle — see book/src/ch05_engine.md')
         if request.deltas:
             self.tell(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
                                                [logprob] if logprob is not None else None))

@@ -107,51 +107,37 @@ def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> t
 class Sampler:
     """Turns a step's logits [B, V] and one SamplingRow per row into one SampledToken per row."""
 
+    # ANCHOR: sampler_call
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> list[SampledToken]:
+        """One token per row of `logits` [B, V] (rows[i] says what row i asks for), in row order.
+
+        Contract, for every row:
+        - logprobs (when params.logprobs is not None) are the model's own: log_softmax of the raw
+          logits, before any penalty, mask or temperature (self._outputs reports them);
+        - penalties (Task 5.1) apply to every row that asks for one, greedy rows included, over the
+          row's prompt and output (self._histories);
+        - while a row has fewer than params.min_tokens output tokens, none of its stop_token_ids
+          (ids >= V ignored) can be chosen;
+        - a row with `allowed` (structured output) can choose only an allowed token;
+        - a greedy row (params.greedy) takes the argmax of what is left; any other row divides by
+          its temperature, then filters (Task 5.2: its top_k, top_p, min_p) and draws (Task 5.3)
+          from the softmax, a seeded row from its own generator;
+        - the `logits` tensor passed in is left as it was (it may be the model's output).
+        Every stage runs once for the whole batch, over the rows that need it.
+        """
         logits = logits.float()
         batch, vocab = logits.shape
         device = logits.device
         params = [row.params for row in rows]
         column = lambda values, dtype=torch.float32: torch.tensor(values, dtype=dtype, device=device)  # noqa: E731
-
         want_logprobs = [p.logprobs for p in params]
-        raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in want_logprobs) else None
-
-        if any(p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params):
-            seen, counts = self._histories(rows, vocab, device)
-            logits = apply_penalties(
-                logits, seen, counts,
-                column([p.repetition_penalty for p in params]),
-                column([p.presence_penalty for p in params]),
-                column([p.frequency_penalty for p in params]),
-            )
-        banned = [(i, t) for i, row in enumerate(rows) if len(row.output_token_ids) < row.params.min_tokens
-                  for t in row.stop_token_ids if t < vocab]
-        if banned:
-            index = column(banned, torch.int64)
-            logits = logits.index_put((index[:, 0], index[:, 1]), column([float("-inf")]))  # a copy: never edit the model's output
-        masked = [i for i, row in enumerate(rows) if row.allowed is not None]
-        if masked:  # structured output: only the tokens that keep the output matchable (chapter 8)
-            allowed = torch.stack([rows[i].allowed[:vocab].to(device) for i in masked])
-            logits = logits.clone()
-            logits[masked] = logits[masked].masked_fill(~allowed, float("-inf"))
-
-        tokens = logits.argmax(dim=-1)
-        sampled = [i for i, p in enumerate(params) if not p.greedy]
-        if sampled:
-            rows_index = column(sampled, torch.int64)
-            chosen = [params[i] for i in sampled]
-            scaled = logits[rows_index] / column([p.temperature for p in chosen])[:, None]
-            if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in chosen):
-                scaled = filter_logits(
-                    scaled, column([p.top_k for p in chosen], torch.int64),
-                    column([p.top_p for p in chosen]), column([p.min_p for p in chosen]),
-                )
-            probs = torch.softmax(scaled, dim=-1)
-            tokens[rows_index] = draw(probs, [rows[i].generator for i in sampled])
-
+        # Idea: each row's settings become a column; each stage runs once, on the rows that need it.
+        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+        # TODO(Task 5.7): One sampler for the whole batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 7: One sampler for the whole batch — see book/src/ch05_engine.md')
         return self._outputs(tokens, raw_logprobs, want_logprobs)
+    # ANCHOR_END: sampler_call
 
     @staticmethod
     def _histories(rows: Sequence[SamplingRow], vocab: int, device) -> tuple[torch.Tensor, torch.Tensor]:

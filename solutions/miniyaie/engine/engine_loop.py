@@ -165,7 +165,7 @@ class EngineLoop:
         #           inbox, self._inbox = self._inbox, []
         #       for kind, payload in inbox: submit -> guarded start of each; abort -> guarded abort if still in flight
         #       if self.llm.has_unfinished(): self._step()
-        # BEGIN SOLUTION 5.10: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.12: The engine thread and its fault boundaries
         while True:
             with self._wake:
                 while not (self._inbox or self._closed or self.llm.has_unfinished()):
@@ -207,7 +207,7 @@ class EngineLoop:
         #   except Exception as exc: failed_steps += 1; self._fail(started requests, exc, "the engine step failed"); return
         #   busy_seconds += perf_counter() - started
         #   for event in events: request = processor.request_of(id); if request: self._guarded(request, processor.on_event, event)
-        # BEGIN SOLUTION 5.10: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.12: The engine thread and its fault boundaries
         started = time.perf_counter()
         try:
             events = self.llm.step()
@@ -246,7 +246,7 @@ class EngineLoop:
         #   try: action(*args)
         #   except Exception as exc:
         #       self.failed_requests += 1; log it; self._fail([request], exc, "the request failed")
-        # BEGIN SOLUTION 5.10: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.12: The engine thread and its fault boundaries
         try:
             action(*args)
         except Exception as exc:
@@ -277,7 +277,7 @@ class EngineLoop:
         # Hint 3:
         #   error = exc if EngineError else RequestFailedError(f"{what}: {type(exc).__name__}: {exc}"); error.__cause__ = exc
         #   for request in requests: self.processor.drop(request); self._end(request, error)
-        # BEGIN SOLUTION 5.10: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.12: The engine thread and its fault boundaries
         error = exc if isinstance(exc, EngineError) else RequestFailedError(f"{what}: {type(exc).__name__}: {exc}")
         if error is not exc:
             error.__cause__ = exc

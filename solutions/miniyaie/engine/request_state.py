@@ -3,7 +3,7 @@
 LLMEngine speaks token ids; a caller wants text. For every token event of
 a step, the request's completion pushes the token through its incremental
 detokenizer (task 5.4) and the text through its stop-string filter (task
-5.5); `_emit` (task 5.8) records the result and tells the caller:
+5.5); `_emit` (task 5.10) records the result and tells the caller:
 
     RequestEvent ──> detokenizer ──> stop strings ──> CompletionOutput
                                                      └─> caller: CompletionDelta ... GenerationOutput
@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from miniyaie.engine.detokenizer import IncrementalDetokenizer
-from miniyaie.engine.llm_engine import LLMEngine, child_request_id
+from miniyaie.engine.admission import child_request_id
+from miniyaie.engine.llm_engine import LLMEngine
 from miniyaie.engine.outputs import CompletionDelta, CompletionOutput, GenerationOutput, RequestEvent, TokenLogprob
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.sink import Sink
@@ -150,7 +151,7 @@ class OutputProcessor:
         #   elif finish is not None: shown += c.stops.flush()
         #   c.output.token_ids += token_ids; c.output.text += shown; logprob -> c.output.logprobs
         #   if finish is not None: c.output.finish_reason = finish; self._by_engine_id.pop(c.engine_id, None)
-        # BEGIN SOLUTION 5.8: The request lifecycle
+        # BEGIN SOLUTION 5.10: The request lifecycle
         shown = c.stops.push(text)
         if c.stops.stopped:
             if finish is None:

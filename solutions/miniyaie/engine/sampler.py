@@ -178,15 +178,56 @@ def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> t
 class Sampler:
     """Turns a step's logits [B, V] and one SamplingRow per row into one SampledToken per row."""
 
+    # ANCHOR: sampler_call
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> list[SampledToken]:
+        """One token per row of `logits` [B, V] (rows[i] says what row i asks for), in row order.
+
+        Contract, for every row:
+        - logprobs (when params.logprobs is not None) are the model's own: log_softmax of the raw
+          logits, before any penalty, mask or temperature (self._outputs reports them);
+        - penalties (Task 5.1) apply to every row that asks for one, greedy rows included, over the
+          row's prompt and output (self._histories);
+        - while a row has fewer than params.min_tokens output tokens, none of its stop_token_ids
+          (ids >= V ignored) can be chosen;
+        - a row with `allowed` (structured output) can choose only an allowed token;
+        - a greedy row (params.greedy) takes the argmax of what is left; any other row divides by
+          its temperature, then filters (Task 5.2: its top_k, top_p, min_p) and draws (Task 5.3)
+          from the softmax, a seeded row from its own generator;
+        - the `logits` tensor passed in is left as it was (it may be the model's output).
+        Every stage runs once for the whole batch, over the rows that need it.
+        """
         logits = logits.float()
         batch, vocab = logits.shape
         device = logits.device
         params = [row.params for row in rows]
         column = lambda values, dtype=torch.float32: torch.tensor(values, dtype=dtype, device=device)  # noqa: E731
-
         want_logprobs = [p.logprobs for p in params]
+        # Nudge: each row's settings become a column; each stage runs once, on the rows that need it.
+        # Hint 1: Order is the whole design. The user asked for the model's logprobs, so take
+        #   them from the raw logits before anything edits them. Penalties, the min_tokens ban
+        #   and the structured mask change what may be chosen, for greedy and sampled rows
+        #   alike. Only then split: greedy rows are the argmax; temperature, filters and the
+        #   draw touch the sampled rows alone. `logits.float()` may return the caller's own
+        #   tensor, so every edit must make a new tensor (or clone first).
+        # Hint 2: raw_logprobs = log_softmax of the logits if any row wants logprobs, else None.
+        #   If any row has a penalty, build seen/counts with self._histories and call
+        #   apply_penalties with one column per setting. Collect (row, stop id) pairs for the
+        #   rows still under min_tokens and set those logits to -inf out of place. Mask the rows
+        #   with `allowed`. tokens = argmax of every row. For the non-greedy rows: divide by
+        #   their temperatures, filter_logits if any of them filters, softmax, and draw with
+        #   their generators; write those tokens over the argmax.
+        # Hint 3:
+        #   raw_logprobs = log_softmax(logits) if any(k is not None for k in want_logprobs) else None
+        #   if any penalty: seen, counts = self._histories(rows, vocab, device); logits = apply_penalties(...)
+        #   banned = [(i, t) for rows under min_tokens for t in stop_token_ids if t < vocab]
+        #   if banned: logits = logits.index_put((rows, ids), -inf)   # not index_put_
+        #   masked = rows with allowed: logits = logits.clone(); logits[masked] = masked_fill(~allowed, -inf)
+        #   tokens = logits.argmax(-1)
+        #   sampled = [i for i, p in enumerate(params) if not p.greedy]
+        #   scaled = logits[sampled] / temperatures[:, None]; maybe filter_logits(scaled, k, p, min_p)
+        #   tokens[sampled] = draw(softmax(scaled), [rows[i].generator for i in sampled])
+        # BEGIN SOLUTION 5.7: One sampler for the whole batch
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in want_logprobs) else None
 
         if any(p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params):
@@ -221,8 +262,9 @@ class Sampler:
                 )
             probs = torch.softmax(scaled, dim=-1)
             tokens[rows_index] = draw(probs, [rows[i].generator for i in sampled])
-
+        # END SOLUTION
         return self._outputs(tokens, raw_logprobs, want_logprobs)
+    # ANCHOR_END: sampler_call
 
     @staticmethod
     def _histories(rows: Sequence[SamplingRow], vocab: int, device) -> tuple[torch.Tensor, torch.Tensor]:

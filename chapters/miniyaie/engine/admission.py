@@ -1,0 +1,101 @@
+"""The engine's door: admit a request whole or refuse it with nothing changed, and end one on demand.
+
+Mixed into LLMEngine (chapter 5, Task 5.8). What add_request records per
+completion id (its params, stop ids, generator, and for n > 1 its family)
+is what the step reads back; abort and _forget are where it all goes away
+again, so that a finished or aborted id leaves no trace and can be reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from miniyaie.engine.errors import InvalidRequestError, PromptTooLongRequestError, ResourceExhaustedError
+from miniyaie.engine.sampling_params import SamplingParams
+from miniyaie.model import SamplingParams as BasicSamplingParams
+from miniyaie.scheduler import Request
+
+
+def child_request_id(request_id: str, index: int) -> str:
+    """The id of completion `index` (>= 1) of a request with n > 1."""
+    return f"{request_id}#{index}"
+
+
+class Admission:
+    """Mixed into LLMEngine: needs self.model, self.scheduler, self.memory, self.runner, self.counters, the
+    per-completion maps (_params, _stop_ids, _generators, _prompt_cached, _children, _family, _parent), self._ids,
+    self._constraints and the constraints property."""
+
+    # ANCHOR: admission
+    def add_request(
+        self,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams | BasicSamplingParams | None = None,
+        eos_token_ids: Sequence[int] = (),
+        request_id: str | None = None,
+    ) -> str:
+        """Queue a request and return its id ("req-0", "req-1", ... when none is given).
+
+        Refused, with nothing changed (no request queued, no counter moved, every id still free):
+        a request check_request refuses, and one whose id, or the id of one of its completions
+        (child_request_id(request_id, i) for i in 1..n-1), belongs to a request or completion that
+        has not ended (InvalidRequestError, "already in use").
+        Accepted: the scheduler gets a Request of the prompt with max_tokens_for(prompt, params),
+        eos_token_ids and ignore_eos. Each completion id remembers the params, its stop ids
+        (eos_token_ids then params.stop_token_ids, no duplicates) and, for a seeded request, a
+        torch.Generator on the runner's device seeded with seed + i for completion i (None
+        otherwise). With n > 1 the engine records the completions still to fork (self._children),
+        the whole family (self._family) and each completion's request (self._parent); a
+        structured request starts its guides (self.constraints.start(ids, params)); and
+        counters["prompt_tokens"] grows by the prompt's length.
+        """
+        params = SamplingParams.coerce(params)
+        prompt = list(prompt_token_ids)
+        # Idea: check everything that can fail before touching any state: all or nothing.
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): At the door. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: At the door — see book/src/ch05_engine.md')
+
+    def max_tokens_for(self, prompt: Sequence[int], params: SamplingParams) -> int:
+        """max_tokens, capped so that prompt + output fit the model's context."""
+        return min(params.max_tokens, self.model.config.max_position_embeddings - len(prompt))
+
+    def check_request(self, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Refuse a request that can never run here; reads the configuration only, changes nothing.
+
+        In this order: an empty prompt (InvalidRequestError); a prompt of at least the model's
+        context length (PromptTooLongRequestError, naming both lengths); a token id that is not a
+        whole number in [0, vocab_size), bools included (InvalidRequestError); a bad structured
+        pattern (self.constraints.check raises it, chapter 8); and a request whose worst case,
+        len(prompt) + n * max_tokens_for(prompt, params), exceeds the pool's capacity in tokens
+        (ResourceExhaustedError, naming what it needs and what the pool holds).
+        """
+        context = self.model.config.max_position_embeddings
+        vocab = self.model.config.vocab_size
+        # Idea: refuse now what could never finish later; the worst case is what must fit.
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): At the door. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: At the door — see book/src/ch05_engine.md')
+
+    def abort(self, request_id: str) -> bool:
+        """End a request and all its completions now, freeing their blocks; False if unknown or already ended.
+
+        The id of one completion (n > 1) ends that completion alone (one not forked yet is then
+        never forked). Afterwards every id aborted is free for a new request. Requests whose ids
+        merely start with request_id (x2, x#1 of another x) are untouched.
+        """
+        # Idea: a request is a family; end every member the scheduler still runs, and forget them all.
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): At the door. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: At the door — see book/src/ch05_engine.md')
+
+    def _forget(self, request_id: str) -> None:
+        """Drop a finished or aborted completion's settings (and its guide); its request's family once
+        none of the family's completions is left."""
+        # Idea: everything add_request wrote for this id goes; the family goes with its last member.
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): At the door. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: At the door — see book/src/ch05_engine.md')
+    # ANCHOR_END: admission

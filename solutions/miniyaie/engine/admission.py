@@ -1,0 +1,214 @@
+"""The engine's door: admit a request whole or refuse it with nothing changed, and end one on demand.
+
+Mixed into LLMEngine (chapter 5, Task 5.8). What add_request records per
+completion id (its params, stop ids, generator, and for n > 1 its family)
+is what the step reads back; abort and _forget are where it all goes away
+again, so that a finished or aborted id leaves no trace and can be reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from miniyaie.engine.errors import InvalidRequestError, PromptTooLongRequestError, ResourceExhaustedError
+from miniyaie.engine.sampling_params import SamplingParams
+from miniyaie.model import SamplingParams as BasicSamplingParams
+from miniyaie.scheduler import Request
+
+
+def child_request_id(request_id: str, index: int) -> str:
+    """The id of completion `index` (>= 1) of a request with n > 1."""
+    return f"{request_id}#{index}"
+
+
+class Admission:
+    """Mixed into LLMEngine: needs self.model, self.scheduler, self.memory, self.runner, self.counters, the
+    per-completion maps (_params, _stop_ids, _generators, _prompt_cached, _children, _family, _parent), self._ids,
+    self._constraints and the constraints property."""
+
+    # ANCHOR: admission
+    def add_request(
+        self,
+        prompt_token_ids: Sequence[int],
+        params: SamplingParams | BasicSamplingParams | None = None,
+        eos_token_ids: Sequence[int] = (),
+        request_id: str | None = None,
+    ) -> str:
+        """Queue a request and return its id ("req-0", "req-1", ... when none is given).
+
+        Refused, with nothing changed (no request queued, no counter moved, every id still free):
+        a request check_request refuses, and one whose id, or the id of one of its completions
+        (child_request_id(request_id, i) for i in 1..n-1), belongs to a request or completion that
+        has not ended (InvalidRequestError, "already in use").
+        Accepted: the scheduler gets a Request of the prompt with max_tokens_for(prompt, params),
+        eos_token_ids and ignore_eos. Each completion id remembers the params, its stop ids
+        (eos_token_ids then params.stop_token_ids, no duplicates) and, for a seeded request, a
+        torch.Generator on the runner's device seeded with seed + i for completion i (None
+        otherwise). With n > 1 the engine records the completions still to fork (self._children),
+        the whole family (self._family) and each completion's request (self._parent); a
+        structured request starts its guides (self.constraints.start(ids, params)); and
+        counters["prompt_tokens"] grows by the prompt's length.
+        """
+        params = SamplingParams.coerce(params)
+        prompt = list(prompt_token_ids)
+        # Nudge: check everything that can fail before touching any state: all or nothing.
+        # Hint 1: A refused request must leave no trace, so the order is: every check first
+        #   (check_request, then the ids of the request and of all its completions), and
+        #   only then the first write. An id is in use while any structure still knows it:
+        #   the scheduler (queued or running), the settings of a completion not forked or
+        #   not finished yet, or a family of completions. After that, record what the step
+        #   will need to read back per completion id.
+        # Hint 2: Run check_request. Pick the id, build the list of completion ids (the request's
+        #   own first), and refuse if any is in the scheduler's requests, in self._params or
+        #   in self._family. Make the Request (max_tokens from max_tokens_for) and add it to
+        #   the scheduler. For each completion i: params, stop ids (dict.fromkeys keeps the
+        #   order and drops repeats), generator (seed + i). Then the structured guides, the
+        #   n > 1 bookkeeping, and the counter.
+        # Hint 3:
+        #   self.check_request(prompt, params)
+        #   request_id = request_id or f"req-{next(self._ids)}"   (careful: "" is an id too)
+        #   ids = [request_id] + [child_request_id(request_id, i) for i in range(1, params.n)]
+        #   if any id in scheduler.requests / self._params / self._family: raise InvalidRequestError
+        #   scheduler.add_request(Request(request_id, prompt, max_tokens_for(...), tuple(eos), params.ignore_eos))
+        #   for i, rid in enumerate(ids): _params, _stop_ids, _generators (Generator(device).manual_seed(seed + i))
+        #   if params.structured: self.constraints.start(ids, params)
+        #   if n > 1: _children[request_id] = ids[1:]; _family[request_id] = ids; _parent[child] = request_id
+        #   counters["prompt_tokens"] += len(prompt); return request_id
+        # BEGIN SOLUTION 5.8: At the door
+        self.check_request(prompt, params)
+        request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
+        ids = [request_id] + [child_request_id(request_id, i) for i in range(1, params.n)]
+        taken = [rid for rid in ids if rid in self.scheduler.requests or rid in self._params or rid in self._family]
+        if taken:
+            raise InvalidRequestError(f"request id {taken[0]!r} is already in use")
+        max_tokens = self.max_tokens_for(prompt, params)
+        request = Request(request_id, prompt, max_tokens, tuple(eos_token_ids), params.ignore_eos)
+        self.scheduler.add_request(request)
+        stop_ids = tuple(dict.fromkeys(list(eos_token_ids) + list(params.stop_token_ids)))
+        for index, rid in enumerate(ids):
+            self._params[rid] = params
+            self._stop_ids[rid] = stop_ids
+            seeded = params.seed is not None
+            # completion i of a seeded request draws from seed + i: reproducible, and the completions differ
+            self._generators[rid] = torch.Generator(self.runner.device).manual_seed(params.seed + index) if seeded else None
+        if params.structured:
+            self.constraints.start(ids, params)
+        if params.n > 1:
+            self._children[request_id] = ids[1:]
+            self._family[request_id] = ids
+            self._parent.update((child, request_id) for child in ids[1:])
+        self.counters["prompt_tokens"] += len(prompt)
+        return request_id
+        # END SOLUTION
+
+    def max_tokens_for(self, prompt: Sequence[int], params: SamplingParams) -> int:
+        """max_tokens, capped so that prompt + output fit the model's context."""
+        return min(params.max_tokens, self.model.config.max_position_embeddings - len(prompt))
+
+    def check_request(self, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Refuse a request that can never run here; reads the configuration only, changes nothing.
+
+        In this order: an empty prompt (InvalidRequestError); a prompt of at least the model's
+        context length (PromptTooLongRequestError, naming both lengths); a token id that is not a
+        whole number in [0, vocab_size), bools included (InvalidRequestError); a bad structured
+        pattern (self.constraints.check raises it, chapter 8); and a request whose worst case,
+        len(prompt) + n * max_tokens_for(prompt, params), exceeds the pool's capacity in tokens
+        (ResourceExhaustedError, naming what it needs and what the pool holds).
+        """
+        context = self.model.config.max_position_embeddings
+        vocab = self.model.config.vocab_size
+        # Nudge: refuse now what could never finish later; the worst case is what must fit.
+        # Hint 1: A request admitted but impossible would wait forever or fail halfway, after
+        #   using the engine: everything that can be known from the prompt, the parameters and
+        #   the configuration is checked here. The KV check is about the worst case: the
+        #   prompt once (its blocks are shared) plus every completion's longest output, after
+        #   the context has capped max_tokens.
+        # Hint 2: Test each rule in the contract's order and raise its error with a message that
+        #   names the limit. A token id must be an int but not a bool (bool is a subclass of
+        #   int) and inside the vocabulary. Compare len(prompt) + n * capped max_tokens with
+        #   self.memory.capacity_tokens.
+        # Hint 3:
+        #   if not prompt: raise InvalidRequestError(...)
+        #   if len(prompt) >= context: raise PromptTooLongRequestError(f"prompt has {len} tokens ... context is {context}")
+        #   if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab ...): raise InvalidRequestError
+        #   if params.structured: self.constraints.check(params)
+        #   needed = len(prompt) + params.n * self.max_tokens_for(prompt, params)
+        #   if needed > self.memory.capacity_tokens: raise ResourceExhaustedError(...)
+        # BEGIN SOLUTION 5.8: At the door
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty")
+        if len(prompt) >= context:
+            raise PromptTooLongRequestError(f"prompt has {len(prompt)} tokens but the model's context is {context} tokens")
+        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
+            raise InvalidRequestError(f"prompt token ids must be whole numbers in [0, {vocab})")
+        if params.structured:
+            self.constraints.check(params)  # compiles the pattern (cached): a bad one is refused here
+        max_tokens = self.max_tokens_for(prompt, params)
+        needed = len(prompt) + params.n * max_tokens
+        if needed > self.memory.capacity_tokens:
+            raise ResourceExhaustedError(
+                f"the request needs up to {needed} tokens of KV cache (prompt {len(prompt)} + n={params.n} x "
+                f"max_tokens {max_tokens}); the pool holds {self.memory.capacity_tokens}"
+            )
+        # END SOLUTION
+
+    def abort(self, request_id: str) -> bool:
+        """End a request and all its completions now, freeing their blocks; False if unknown or already ended.
+
+        The id of one completion (n > 1) ends that completion alone (one not forked yet is then
+        never forked). Afterwards every id aborted is free for a new request. Requests whose ids
+        merely start with request_id (x2, x#1 of another x) are untouched.
+        """
+        # Nudge: a request is a family; end every member the scheduler still runs, and forget them all.
+        # Hint 1: The scheduler knows only the completions that run (the request itself, and
+        #   completions already forked); the engine also knows completions not forked yet.
+        #   Aborting a request must end the first kind in the scheduler (that frees their
+        #   blocks) and forget both kinds, so that none is forked later and every id is free.
+        # Hint 2: The members are the family of request_id if it has one (take it out), else just
+        #   request_id. Drop its unforked list. Abort each member in the scheduler (it returns
+        #   None for one it does not run) and forget each member (self._forget). True if the
+        #   scheduler ended at least one.
+        # Hint 3:
+        #   members = self._family.pop(request_id, [request_id]); self._children.pop(request_id, None)
+        #   aborted = [rid for rid in members if self.scheduler.abort(rid) is not None]
+        #   for rid in members: self._forget(rid)
+        #   return bool(aborted)
+        # BEGIN SOLUTION 5.8: At the door
+        members = self._family.pop(request_id, [request_id])
+        self._children.pop(request_id, None)
+        aborted = [rid for rid in members if self.scheduler.abort(rid) is not None]
+        for rid in members:
+            self._forget(rid)
+        return bool(aborted)
+        # END SOLUTION
+
+    def _forget(self, request_id: str) -> None:
+        """Drop a finished or aborted completion's settings (and its guide); its request's family once
+        none of the family's completions is left."""
+        # Nudge: everything add_request wrote for this id goes; the family goes with its last member.
+        # Hint 1: Each completion id has entries in several maps; leaving one behind leaks memory
+        #   and keeps the id "in use" forever. The family of a request with n > 1 must outlive
+        #   its first finished completion and die with its last.
+        # Hint 2: Pop the id from the params, generators, stop ids and cached-prompt maps, forget
+        #   its structured guide if the constraints exist, then find its request (self._parent,
+        #   itself if none) and delete that request's family when no member still has params.
+        # Hint 3:
+        #   for each map in (_params, _generators, _stop_ids, _prompt_cached): map.pop(request_id, None)
+        #   if self._constraints is not None: self._constraints.forget(request_id)
+        #   parent = self._parent.pop(request_id, request_id); family = self._family.get(parent)
+        #   if family is not None and no rid in family is in self._params: del self._family[parent]
+        # BEGIN SOLUTION 5.8: At the door
+        self._params.pop(request_id, None)
+        self._generators.pop(request_id, None)
+        self._stop_ids.pop(request_id, None)
+        self._prompt_cached.pop(request_id, None)
+        if self._constraints is not None:
+            self._constraints.forget(request_id)
+        parent = self._parent.pop(request_id, request_id)
+        family = self._family.get(parent)
+        if family is not None and not any(rid in self._params for rid in family):
+            del self._family[parent]
+        # END SOLUTION
+    # ANCHOR_END: admission
