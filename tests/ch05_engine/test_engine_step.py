@@ -1,6 +1,6 @@
-"""Tasks 5.6 and 5.9: the step packed into one batch, and the engine step that drives it.
+"""Tasks 5.7 and 5.9: the step packed into one batch, and the engine step that drives it.
 
-Task 5.6's tests drive the model runner with the scheduler by hand (a
+Task 5.7's tests drive the model runner with the scheduler by hand (a
 greedy loop written here), so they do not need Task 5.9; Task 5.9's tests
 go through `LLMEngine.step`. The oracle is transformers' greedy generate.
 """
@@ -59,7 +59,7 @@ def run_by_hand(engine: LLMEngine, prompts, record=None, max_steps=200) -> dict[
     return {r.request_id: r.output_token_ids for r in requests}
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 def test_chunks_are_packed_in_order_at_their_own_positions(tiny, expected):
     model, _ = tiny
     engine = engine_for(model)
@@ -88,7 +88,7 @@ def test_chunks_are_packed_in_order_at_their_own_positions(tiny, expected):
     assert [outputs[f"r{i}"] for i in range(len(PROMPTS))] == expected, "greedy output differs from transformers"
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 def test_only_chunks_that_reach_their_end_sample(tiny):
     model, _ = tiny
     engine = engine_for(model)
@@ -103,7 +103,7 @@ def test_only_chunks_that_reach_their_end_sample(tiny):
     run_by_hand(engine, PROMPTS, record=check)
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 def test_a_forked_completion_reads_its_copy_of_the_shared_block(tiny, expected):
     """Copy-on-write: the completion's first write lands in a private copy, which must hold the prompt's K/V."""
     model, _ = tiny

@@ -133,9 +133,9 @@ class Sampler:
         column = lambda values, dtype=torch.float32: torch.tensor(values, dtype=dtype, device=device)  # noqa: E731
         want_logprobs = [p.logprobs for p in params]
         # Idea: each row's settings become a column; each stage runs once, on the rows that need it.
-        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
-        # TODO(Task 5.7): One sampler for the whole batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 7: One sampler for the whole batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
+        # TODO(Task 5.6): One sampler for the whole batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 6: One sampler for the whole batch — see book/src/ch05_engine.md')
         return self._outputs(tokens, raw_logprobs, want_logprobs)
     # ANCHOR_END: sampler_call
 

@@ -112,7 +112,7 @@ class LLMEngine(Admission, StepAccounting):
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
         # Nudge: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
-        # Hint 1: Three pieces do the heavy work: self.runner.run (Task 5.6: batch, forward,
+        # Hint 1: Three pieces do the heavy work: self.runner.run (Task 5.7: batch, forward,
         #   sampler), self.scheduler.update (chapter 1: append tokens, finish, free) and
         #   self._fork (yours, below: a completion joins on its parent's blocks). The order is the design:
         #   a forked completion's first token comes from its parent's prompt logits, so its

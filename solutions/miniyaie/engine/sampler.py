@@ -227,7 +227,7 @@ class Sampler:
         #   sampled = [i for i, p in enumerate(params) if not p.greedy]
         #   scaled = logits[sampled] / temperatures[:, None]; maybe filter_logits(scaled, k, p, min_p)
         #   tokens[sampled] = draw(softmax(scaled), [rows[i].generator for i in sampled])
-        # BEGIN SOLUTION 5.7: One sampler for the whole batch
+        # BEGIN SOLUTION 5.6: One sampler for the whole batch
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in want_logprobs) else None
 
         if any(p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params):
