@@ -59,6 +59,13 @@ def test_a_refused_request_changes_nothing(tiny_model, prompt, params, error, wo
 
 
 @pytest.mark.task("5.8")
+def test_the_first_and_the_last_id_of_the_vocabulary_are_admitted(tiny_model):
+    engine = engine_for(tiny_model)
+    rid = engine.add_request([0, VOCAB - 1, 0], SamplingParams(max_tokens=2))
+    assert engine.scheduler.requests[rid].prompt_token_ids == [0, VOCAB - 1, 0]
+
+
+@pytest.mark.task("5.8")
 def test_a_prompt_one_token_shorter_than_the_context_is_admitted_for_one_token(tiny_model):
     engine = LLMEngine(tiny_model, EngineConfig(block_size=BLOCK, num_blocks=64, enable_prefix_caching=False))
     rid = engine.add_request([1] * (CONTEXT - 1), SamplingParams(max_tokens=50))

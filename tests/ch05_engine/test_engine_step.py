@@ -162,6 +162,8 @@ def test_n_completions_fork_after_the_prompt_and_each_gets_every_token(tiny, exp
     assert finished == dict.fromkeys(outputs, "length")
     assert engine.counters["forked_requests"] == 2
     assert engine.num_request_blocks == 0, "blocks still held after the completions finished"
+    for name in (f"{rid}#2", f"{rid}#1", rid):  # a finished request's ids are free again, its own last
+        assert engine.add_request([1, 2], SamplingParams(max_tokens=1), request_id=name) == name
 
 
 @pytest.mark.task("5.9")

@@ -44,9 +44,9 @@ class Admission:
         has not ended (InvalidRequestError, "already in use").
         Accepted: the scheduler gets a Request of the prompt with max_tokens_for(prompt, params),
         eos_token_ids and ignore_eos. Each completion id remembers the params, its stop ids
-        (eos_token_ids then params.stop_token_ids, no duplicates) and, for a seeded request, a
-        torch.Generator on the runner's device seeded with seed + i for completion i (None
-        otherwise). With n > 1 the engine records the completions still to fork (self._children),
+        (eos_token_ids then params.stop_token_ids, no duplicates) and, for a seeded request, its
+        own torch.Generator on the runner's device, seeded from the request's seed and i so that
+        the completions differ and a rerun repeats them (None otherwise). With n > 1 the engine records the completions still to fork (self._children),
         the whole family (self._family) and each completion's request (self._parent); a
         structured request starts its guides (self.constraints.start(ids, params)); and
         counters["prompt_tokens"] grows by the prompt's length.
@@ -86,6 +86,7 @@ class Admission:
         never forked). Afterwards every id aborted is free for a new request. Requests whose ids
         merely start with request_id (x2, x#1 of another x) are untouched.
         """
+        self._children.pop(request_id, None)  # its completions not forked yet: none will be
         # Idea: a request is a family; end every member the scheduler still runs, and forget them all.
         # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
         # TODO(Task 5.8): At the door. Replace this line with your code.
@@ -94,8 +95,14 @@ class Admission:
     def _forget(self, request_id: str) -> None:
         """Drop a finished or aborted completion's settings (and its guide); its request's family once
         none of the family's completions is left."""
-        # Idea: everything add_request wrote for this id goes; the family goes with its last member.
-        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
-        # TODO(Task 5.8): At the door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 8: At the door — see book/src/ch05_engine.md')
+        self._params.pop(request_id, None)
+        self._generators.pop(request_id, None)
+        self._stop_ids.pop(request_id, None)
+        self._prompt_cached.pop(request_id, None)
+        if self._constraints is not None:
+            self._constraints.forget(request_id)
+        parent = self._parent.pop(request_id, request_id)
+        family = self._family.get(parent)
+        if family is not None and not any(rid in self._params for rid in family):
+            del self._family[parent]
     # ANCHOR_END: admission

@@ -44,9 +44,9 @@ class Admission:
         has not ended (InvalidRequestError, "already in use").
         Accepted: the scheduler gets a Request of the prompt with max_tokens_for(prompt, params),
         eos_token_ids and ignore_eos. Each completion id remembers the params, its stop ids
-        (eos_token_ids then params.stop_token_ids, no duplicates) and, for a seeded request, a
-        torch.Generator on the runner's device seeded with seed + i for completion i (None
-        otherwise). With n > 1 the engine records the completions still to fork (self._children),
+        (eos_token_ids then params.stop_token_ids, no duplicates) and, for a seeded request, its
+        own torch.Generator on the runner's device, seeded from the request's seed and i so that
+        the completions differ and a rerun repeats them (None otherwise). With n > 1 the engine records the completions still to fork (self._children),
         the whole family (self._family) and each completion's request (self._parent); a
         structured request starts its guides (self.constraints.start(ids, params)); and
         counters["prompt_tokens"] grows by the prompt's length.
@@ -68,7 +68,7 @@ class Admission:
         #   n > 1 bookkeeping, and the counter.
         # Hint 3:
         #   self.check_request(prompt, params)
-        #   request_id = request_id or f"req-{next(self._ids)}"   (careful: "" is an id too)
+        #   request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
         #   ids = [request_id] + [child_request_id(request_id, i) for i in range(1, params.n)]
         #   if any id in scheduler.requests / self._params / self._family: raise InvalidRequestError
         #   scheduler.add_request(Request(request_id, prompt, max_tokens_for(...), tuple(eos), params.ignore_eos))
@@ -161,23 +161,23 @@ class Admission:
         never forked). Afterwards every id aborted is free for a new request. Requests whose ids
         merely start with request_id (x2, x#1 of another x) are untouched.
         """
+        self._children.pop(request_id, None)  # its completions not forked yet: none will be
         # Nudge: a request is a family; end every member the scheduler still runs, and forget them all.
         # Hint 1: The scheduler knows only the completions that run (the request itself, and
         #   completions already forked); the engine also knows completions not forked yet.
         #   Aborting a request must end the first kind in the scheduler (that frees their
-        #   blocks) and forget both kinds, so that none is forked later and every id is free.
+        #   blocks) and forget both kinds (self._forget, given), so that every id is free.
         # Hint 2: The members are the family of request_id if it has one (take it out), else just
-        #   request_id. Drop its unforked list. Abort each member in the scheduler (it returns
+        #   request_id. Abort each member in the scheduler (it returns
         #   None for one it does not run) and forget each member (self._forget). True if the
         #   scheduler ended at least one.
         # Hint 3:
-        #   members = self._family.pop(request_id, [request_id]); self._children.pop(request_id, None)
+        #   members = self._family.pop(request_id, [request_id])
         #   aborted = [rid for rid in members if self.scheduler.abort(rid) is not None]
         #   for rid in members: self._forget(rid)
         #   return bool(aborted)
         # BEGIN SOLUTION 5.8: At the door
         members = self._family.pop(request_id, [request_id])
-        self._children.pop(request_id, None)
         aborted = [rid for rid in members if self.scheduler.abort(rid) is not None]
         for rid in members:
             self._forget(rid)
@@ -187,19 +187,6 @@ class Admission:
     def _forget(self, request_id: str) -> None:
         """Drop a finished or aborted completion's settings (and its guide); its request's family once
         none of the family's completions is left."""
-        # Nudge: everything add_request wrote for this id goes; the family goes with its last member.
-        # Hint 1: Each completion id has entries in several maps; leaving one behind leaks memory
-        #   and keeps the id "in use" forever. The family of a request with n > 1 must outlive
-        #   its first finished completion and die with its last.
-        # Hint 2: Pop the id from the params, generators, stop ids and cached-prompt maps, forget
-        #   its structured guide if the constraints exist, then find its request (self._parent,
-        #   itself if none) and delete that request's family when no member still has params.
-        # Hint 3:
-        #   for each map in (_params, _generators, _stop_ids, _prompt_cached): map.pop(request_id, None)
-        #   if self._constraints is not None: self._constraints.forget(request_id)
-        #   parent = self._parent.pop(request_id, request_id); family = self._family.get(parent)
-        #   if family is not None and no rid in family is in self._params: del self._family[parent]
-        # BEGIN SOLUTION 5.8: At the door
         self._params.pop(request_id, None)
         self._generators.pop(request_id, None)
         self._stop_ids.pop(request_id, None)
@@ -210,5 +197,4 @@ class Admission:
         family = self._family.get(parent)
         if family is not None and not any(rid in self._params for rid in family):
             del self._family[parent]
-        # END SOLUTION
     # ANCHOR_END: admission
