@@ -25,7 +25,7 @@ def child_request_id(request_id: str, index: int) -> str:
 
 class Admission:
     """Mixed into LLMEngine: needs self.model, self.scheduler, self.memory, self.runner, self.counters, the
-    per-completion maps (_params, _stop_ids, _generators, _prompt_cached, _children, _family, _parent), self._ids,
+    per-completion maps (_params, _stop_ids, _generators, _prompt_cached, _children, _family), self._ids,
     self._constraints and the constraints property."""
 
     # ANCHOR: admission
@@ -46,8 +46,8 @@ class Admission:
         eos_token_ids and ignore_eos. Each completion id remembers the params, its stop ids
         (eos_token_ids then params.stop_token_ids, no duplicates) and, for a seeded request, its
         own torch.Generator on the runner's device, seeded from the request's seed and i so that
-        the completions differ and a rerun repeats them (None otherwise). With n > 1 the engine records the completions still to fork (self._children),
-        the whole family (self._family) and each completion's request (self._parent); a
+        the completions differ and a rerun repeats them (None otherwise). With n > 1 the engine records the completions still to fork (self._children)
+        and the whole family (self._family); a
         structured request starts its guides (self.constraints.start(ids, params)); and
         counters["prompt_tokens"] grows by the prompt's length.
         """
@@ -101,8 +101,7 @@ class Admission:
         self._prompt_cached.pop(request_id, None)
         if self._constraints is not None:
             self._constraints.forget(request_id)
-        parent = self._parent.pop(request_id, request_id)
-        family = self._family.get(parent)
-        if family is not None and not any(rid in self._params for rid in family):
+        parent = next((p for p, family in self._family.items() if request_id in family), None)  # n > 1 only
+        if parent is not None and not any(rid in self._params for rid in self._family[parent]):
             del self._family[parent]
     # ANCHOR_END: admission

@@ -25,7 +25,7 @@ def child_request_id(request_id: str, index: int) -> str:
 
 class Admission:
     """Mixed into LLMEngine: needs self.model, self.scheduler, self.memory, self.runner, self.counters, the
-    per-completion maps (_params, _stop_ids, _generators, _prompt_cached, _children, _family, _parent), self._ids,
+    per-completion maps (_params, _stop_ids, _generators, _prompt_cached, _children, _family), self._ids,
     self._constraints and the constraints property."""
 
     # ANCHOR: admission
@@ -46,8 +46,8 @@ class Admission:
         eos_token_ids and ignore_eos. Each completion id remembers the params, its stop ids
         (eos_token_ids then params.stop_token_ids, no duplicates) and, for a seeded request, its
         own torch.Generator on the runner's device, seeded from the request's seed and i so that
-        the completions differ and a rerun repeats them (None otherwise). With n > 1 the engine records the completions still to fork (self._children),
-        the whole family (self._family) and each completion's request (self._parent); a
+        the completions differ and a rerun repeats them (None otherwise). With n > 1 the engine records the completions still to fork (self._children)
+        and the whole family (self._family); a
         structured request starts its guides (self.constraints.start(ids, params)); and
         counters["prompt_tokens"] grows by the prompt's length.
         """
@@ -74,7 +74,7 @@ class Admission:
         #   scheduler.add_request(Request(request_id, prompt, max_tokens_for(...), tuple(eos), params.ignore_eos))
         #   for i, rid in enumerate(ids): _params, _stop_ids, _generators (Generator(device).manual_seed(seed + i))
         #   if params.structured: self.constraints.start(ids, params)
-        #   if n > 1: _children[request_id] = ids[1:]; _family[request_id] = ids; _parent[child] = request_id
+        #   if n > 1: _children[request_id] = ids[1:]; _family[request_id] = ids
         #   counters["prompt_tokens"] += len(prompt); return request_id
         # BEGIN SOLUTION 5.8: At the door
         self.check_request(prompt, params)
@@ -98,7 +98,6 @@ class Admission:
         if params.n > 1:
             self._children[request_id] = ids[1:]
             self._family[request_id] = ids
-            self._parent.update((child, request_id) for child in ids[1:])
         self.counters["prompt_tokens"] += len(prompt)
         return request_id
         # END SOLUTION
@@ -193,8 +192,7 @@ class Admission:
         self._prompt_cached.pop(request_id, None)
         if self._constraints is not None:
             self._constraints.forget(request_id)
-        parent = self._parent.pop(request_id, request_id)
-        family = self._family.get(parent)
-        if family is not None and not any(rid in self._params for rid in family):
+        parent = next((p for p, family in self._family.items() if request_id in family), None)  # n > 1 only
+        if parent is not None and not any(rid in self._params for rid in self._family[parent]):
             del self._family[parent]
     # ANCHOR_END: admission

@@ -62,7 +62,6 @@ class LLMEngine(Admission, StepAccounting):
         self._stop_ids: dict[str, tuple[int, ...]] = {}  # end-of-sequence + stop_token_ids
         self._children: dict[str, list[str]] = {}  # n > 1: completions not forked yet
         self._family: dict[str, list[str]] = {}  # n > 1: a request's id -> the ids of all its completions
-        self._parent: dict[str, str] = {}  # completion id (n > 1) -> its request's id
         self._prompt_cached: dict[str, int] = {}  # prompt tokens found in the prefix cache at a request's first admission
         self._ids = itertools.count()
         self.on_step: Callable[[StepRecord], None] | None = None  # called after every step (tracing)
