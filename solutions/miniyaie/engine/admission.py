@@ -48,7 +48,7 @@ class Admission:
         own torch.Generator on the runner's device, seeded from the request's seed and i so that
         the completions differ and a rerun repeats them (None otherwise). With n > 1 the engine records the completions still to fork (self._children)
         and the whole family (self._family); a
-        structured request starts its guides (self.constraints.start(ids, params)); and
+        structured request starts its guides (given, after your part); and
         counters["prompt_tokens"] grows by the prompt's length.
         """
         params = SamplingParams.coerce(params)
@@ -64,8 +64,8 @@ class Admission:
         #   own first), and refuse if any is in the scheduler's requests, in self._params or
         #   in self._family. Make the Request (max_tokens from max_tokens_for) and add it to
         #   the scheduler. For each completion i: params, stop ids (dict.fromkeys keeps the
-        #   order and drops repeats), generator (seed + i). Then the structured guides, the
-        #   n > 1 bookkeeping, and the counter.
+        #   order and drops repeats), generator (seed + i). Then the n > 1 bookkeeping and
+        #   the counter; the structured guides after the region are given.
         # Hint 3:
         #   self.check_request(prompt, params)
         #   request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
@@ -73,9 +73,8 @@ class Admission:
         #   if any id in scheduler.requests / self._params / self._family: raise InvalidRequestError
         #   scheduler.add_request(Request(request_id, prompt, max_tokens_for(...), tuple(eos), params.ignore_eos))
         #   for i, rid in enumerate(ids): _params, _stop_ids, _generators (Generator(device).manual_seed(seed + i))
-        #   if params.structured: self.constraints.start(ids, params)
         #   if n > 1: _children[request_id] = ids[1:]; _family[request_id] = ids
-        #   counters["prompt_tokens"] += len(prompt); return request_id
+        #   counters["prompt_tokens"] += len(prompt)
         # BEGIN SOLUTION 5.8: At the door
         self.check_request(prompt, params)
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
@@ -93,14 +92,14 @@ class Admission:
             seeded = params.seed is not None
             # completion i of a seeded request draws from seed + i: reproducible, and the completions differ
             self._generators[rid] = torch.Generator(self.runner.device).manual_seed(params.seed + index) if seeded else None
-        if params.structured:
-            self.constraints.start(ids, params)
         if params.n > 1:
             self._children[request_id] = ids[1:]
             self._family[request_id] = ids
         self.counters["prompt_tokens"] += len(prompt)
-        return request_id
         # END SOLUTION
+        if params.structured:  # chapter 8: a guide per completion (given)
+            self.constraints.start([request_id] + [child_request_id(request_id, i) for i in range(1, params.n)], params)
+        return request_id
 
     def max_tokens_for(self, prompt: Sequence[int], params: SamplingParams) -> int:
         """max_tokens, capped so that prompt + output fit the model's context."""
@@ -111,10 +110,10 @@ class Admission:
 
         In this order: an empty prompt (InvalidRequestError); a prompt of at least the model's
         context length (PromptTooLongRequestError, naming both lengths); a token id that is not a
-        whole number in [0, vocab_size), bools included (InvalidRequestError); a bad structured
-        pattern (self.constraints.check raises it, chapter 8); and a request whose worst case,
-        len(prompt) + n * max_tokens_for(prompt, params), exceeds the pool's capacity in tokens
-        (ResourceExhaustedError, naming what it needs and what the pool holds).
+        whole number in [0, vocab_size), bools included (InvalidRequestError); and a request whose
+        worst case, len(prompt) + n * max_tokens_for(prompt, params), exceeds the pool's capacity in
+        tokens (ResourceExhaustedError, naming what it needs and what the pool holds). A bad
+        structured pattern is refused after these, by chapter 8's code (given).
         """
         context = self.model.config.max_position_embeddings
         vocab = self.model.config.vocab_size
@@ -132,7 +131,6 @@ class Admission:
         #   if not prompt: raise InvalidRequestError(...)
         #   if len(prompt) >= context: raise PromptTooLongRequestError(f"prompt has {len} tokens ... context is {context}")
         #   if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab ...): raise InvalidRequestError
-        #   if params.structured: self.constraints.check(params)
         #   needed = len(prompt) + params.n * self.max_tokens_for(prompt, params)
         #   if needed > self.memory.capacity_tokens: raise ResourceExhaustedError(...)
         # BEGIN SOLUTION 5.8: At the door
@@ -142,8 +140,6 @@ class Admission:
             raise PromptTooLongRequestError(f"prompt has {len(prompt)} tokens but the model's context is {context} tokens")
         if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt):
             raise InvalidRequestError(f"prompt token ids must be whole numbers in [0, {vocab})")
-        if params.structured:
-            self.constraints.check(params)  # compiles the pattern (cached): a bad one is refused here
         max_tokens = self.max_tokens_for(prompt, params)
         needed = len(prompt) + params.n * max_tokens
         if needed > self.memory.capacity_tokens:
@@ -152,6 +148,8 @@ class Admission:
                 f"max_tokens {max_tokens}); the pool holds {self.memory.capacity_tokens}"
             )
         # END SOLUTION
+        if params.structured:  # chapter 8 compiles the pattern (cached): a bad one is refused here (given)
+            self.constraints.check(params)
 
     def abort(self, request_id: str) -> bool:
         """End a request and all its completions now, freeing their blocks; False if unknown or already ended.
