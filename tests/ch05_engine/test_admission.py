@@ -147,3 +147,14 @@ def test_abort_ends_a_whole_family_and_nothing_else(tiny_model):
         assert engine.add_request([4], SamplingParams(max_tokens=2), request_id=freed) == freed, (
             f"{freed!r} is still 'in use' after its request was aborted: forget every completion of the family"
         )
+
+
+@pytest.mark.task("5.8")
+def test_a_completion_aborted_before_it_is_forked_is_ended_and_its_id_freed(tiny_model):
+    engine = engine_for(tiny_model)
+    engine.add_request([1, 2], SamplingParams(n=3, max_tokens=2), request_id="g")
+    assert engine.abort("g#1"), "g#1 is live though not forked yet (the scheduler does not run it): abort ends it, True"
+    assert not engine.abort("g#1"), "a completion aborted once is no longer known"
+    assert queued(engine) == {"g"}
+    assert engine.add_request([3], SamplingParams(max_tokens=2), request_id="g#1") == "g#1", "an aborted id is free"
+    assert engine.abort("g") and queued(engine) == {"g#1"}, "aborting g ended the new request that took the id g#1"

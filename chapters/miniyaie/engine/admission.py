@@ -98,8 +98,8 @@ class Admission:
         raise NotImplementedError('Chapter 5, Task 8: At the door — see book/src/ch05_engine.md')
 
     def _forget(self, request_id: str) -> None:
-        """Drop a finished or aborted completion's settings (and its guide); its request's family once
-        none of the family's completions is left."""
+        """Drop a finished or aborted completion's settings (and its guide) and take it out of its
+        request's family (the family goes with its last member), so its id is free again."""
         self._params.pop(request_id, None)
         self._generators.pop(request_id, None)
         self._stop_ids.pop(request_id, None)
@@ -107,6 +107,10 @@ class Admission:
         if self._constraints is not None:
             self._constraints.forget(request_id)
         parent = next((p for p, family in self._family.items() if request_id in family), None)  # n > 1 only
-        if parent is not None and not any(rid in self._params for rid in self._family[parent]):
-            del self._family[parent]
+        if parent is not None:  # the id leaves its family, so a new request may take it
+            self._family[parent].remove(request_id)
+            if request_id in self._children.get(parent, ()):
+                self._children[parent].remove(request_id)  # aborted before it was forked: never fork it
+            if not self._family[parent]:
+                del self._family[parent]
     # ANCHOR_END: admission

@@ -165,25 +165,26 @@ class Admission:
         #   Aborting a request must end the first kind in the scheduler (that frees their
         #   blocks) and forget both kinds (self._forget, given), so that every id is free.
         # Hint 2: The members are the family of request_id if it has one (take it out), else just
-        #   request_id. Abort each member in the scheduler (it returns
-        #   None for one it does not run) and forget each member (self._forget). True if the
-        #   scheduler ended at least one.
+        #   request_id. A member is still live if the engine still holds its settings
+        #   (self._params), forked or not. Abort each member in the scheduler (it ignores
+        #   one it does not run) and forget each member (self._forget). True if any was live.
         # Hint 3:
         #   members = self._family.pop(request_id, [request_id])
-        #   aborted = [rid for rid in members if self.scheduler.abort(rid) is not None]
-        #   for rid in members: self._forget(rid)
-        #   return bool(aborted)
+        #   live = [rid for rid in members if rid in self._params]
+        #   for rid in members: self.scheduler.abort(rid); self._forget(rid)
+        #   return bool(live)
         # BEGIN SOLUTION 5.8: At the door
         members = self._family.pop(request_id, [request_id])
-        aborted = [rid for rid in members if self.scheduler.abort(rid) is not None]
+        live = [rid for rid in members if rid in self._params]
         for rid in members:
+            self.scheduler.abort(rid)
             self._forget(rid)
-        return bool(aborted)
+        return bool(live)
         # END SOLUTION
 
     def _forget(self, request_id: str) -> None:
-        """Drop a finished or aborted completion's settings (and its guide); its request's family once
-        none of the family's completions is left."""
+        """Drop a finished or aborted completion's settings (and its guide) and take it out of its
+        request's family (the family goes with its last member), so its id is free again."""
         self._params.pop(request_id, None)
         self._generators.pop(request_id, None)
         self._stop_ids.pop(request_id, None)
@@ -191,6 +192,10 @@ class Admission:
         if self._constraints is not None:
             self._constraints.forget(request_id)
         parent = next((p for p, family in self._family.items() if request_id in family), None)  # n > 1 only
-        if parent is not None and not any(rid in self._params for rid in self._family[parent]):
-            del self._family[parent]
+        if parent is not None:  # the id leaves its family, so a new request may take it
+            self._family[parent].remove(request_id)
+            if request_id in self._children.get(parent, ()):
+                self._children[parent].remove(request_id)  # aborted before it was forked: never fork it
+            if not self._family[parent]:
+                del self._family[parent]
     # ANCHOR_END: admission
