@@ -28,20 +28,23 @@ class EngineCollector:
         self.engine = engine
 
     def collect(self):
-        s = self.engine.get_stats()
-        gauges = {
-            "miniyaie_requests_running": ("requests the scheduler is running", s["requests"]["running"]),
-            "miniyaie_requests_waiting": ("requests waiting for admission", s["requests"]["waiting"]),
-            "miniyaie_kv_blocks_used": ("KV blocks in use (by requests or the prefix cache)", s["kv_blocks"]["used"]),
-            "miniyaie_kv_blocks_held_by_requests": ("KV blocks held by running requests", s["kv_blocks"]["held_by_requests"]),
-            "miniyaie_kv_blocks_total": ("KV blocks in the pool", s["kv_blocks"]["total"]),
-            "miniyaie_prefix_cache_hit_rate": ("cached prompt tokens / prompt tokens, engine lifetime", s["prefix_cache_hit_rate"]),
-        }
-        for name, (doc, value) in gauges.items():
-            yield GaugeMetricFamily(name, doc, value=value)
-        yield CounterMetricFamily("miniyaie_preemptions", "requests preempted (recomputed later)", value=s["preemptions"])
-        yield CounterMetricFamily("miniyaie_cached_prompt_tokens", "prompt tokens served from the prefix cache",
-                                  value=s["tokens"]["cached_prompt"])
+        """The engine's state now, as Prometheus metric families (called by every scrape of /metrics).
+
+        One snapshot per scrape: engine.get_stats() is read once, so all the numbers of one
+        scrape agree, and read at scrape time, so none is stale. A level that goes up and down
+        is a gauge: miniyaie_requests_running and miniyaie_requests_waiting (stats["requests"]
+        ["running"], ["waiting"]), miniyaie_kv_blocks_used, miniyaie_kv_blocks_held_by_requests and
+        miniyaie_kv_blocks_total (stats["kv_blocks"]["used"], ["held_by_requests"], ["total"]) and
+        miniyaie_prefix_cache_hit_rate (stats["prefix_cache_hit_rate"]). A lifetime total that only
+        grows is a counter (Prometheus names its sample ..._total): miniyaie_preemptions
+        (stats["preemptions"]) and miniyaie_cached_prompt_tokens (stats["tokens"]["cached_prompt"]).
+        Every family has a one-line help text.
+        """
+        # Idea: read the engine once per scrape; the kind of each number decides its family.
+        # Stuck? `miniyaie hint 6.1` prints hints, one level at a time.
+        # TODO(Task 6.1): What an operator watches. Replace these lines with your code.
+        raise NotImplementedError('Chapter 6, Task 1: What an operator watches — see book/src/ch06_api.md')
+        yield  # never runs: it keeps this function a generator, as its callers expect
 
 # ANCHOR_END: engine_collector
 
@@ -88,13 +91,21 @@ class RequestTimer:
         """
         # Idea: one clock for the request, one per completion.
         # Stuck? `miniyaie hint 6.1` prints hints, one level at a time.
-        # TODO(Task 6.1): Time to first token and inter-token latency. Replace this line with your code.
-        raise NotImplementedError('Chapter 6, Task 1: Time to first token and inter-token latency — see book/src/ch06_api.md')
+        # TODO(Task 6.1): What an operator watches. Replace this line with your code.
+        raise NotImplementedError('Chapter 6, Task 1: What an operator watches — see book/src/ch06_api.md')
     # ANCHOR_END: on_token
 
+    # ANCHOR: on_finish
     def on_finish(self, result: GenerationOutput, now: float | None = None) -> None:
-        now = time.perf_counter() if now is None else now
-        self.finished = True
-        self.metrics.e2e.observe(now - self.started)
-        self.metrics.prompt_tokens.inc(result.prompt_tokens)
-        self.metrics.generation_tokens.inc(result.completion_tokens)
+        """The request ended with `result` at `now` (None: the clock now); the timer is then `finished`.
+
+        Observes the end-to-end latency (`metrics.e2e`, now - started) and counts the request's
+        prompt tokens (`metrics.prompt_tokens`, result.prompt_tokens) and generated tokens
+        (`metrics.generation_tokens`, result.completion_tokens, every completion's): all once
+        per request, however many completions it had.
+        """
+        # Idea: the end belongs to the request, like its first token.
+        # Stuck? `miniyaie hint 6.1` prints hints, one level at a time.
+        # TODO(Task 6.1): What an operator watches. Replace this line with your code.
+        raise NotImplementedError('Chapter 6, Task 1: What an operator watches — see book/src/ch06_api.md')
+    # ANCHOR_END: on_finish

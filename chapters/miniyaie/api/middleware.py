@@ -108,8 +108,17 @@ class InternalErrorGuard:
 # ANCHOR_END: internal_error_guard
 
 
+# ANCHOR: request_counter
 class RequestCounter:
-    """Count every HTTP response by endpoint and status (unknown paths count as 'other')."""
+    """Count every HTTP response by endpoint and status: the outermost wrapper, so it sees every answer.
+
+    Contract, for an "http" scope (any other scope passes through untouched, uncounted): once
+    per response, when its status goes out (`http.response.start`), `counter.labels(endpoint=...,
+    status=...).inc()`, with the status as a string ("200") and the endpoint the request's path
+    when it is one of `endpoints`, else "other". Every message the app sends reaches `send`
+    unchanged and in order; an exception from the app goes on up (counted if its status had
+    gone out). A request the app never answers is not counted.
+    """
 
     def __init__(self, app, counter, endpoints: set[str]):
         self.app, self.counter, self.endpoints = app, counter, endpoints
@@ -117,11 +126,8 @@ class RequestCounter:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        endpoint = scope["path"] if scope["path"] in self.endpoints else "other"
-
-        async def counting_send(message):
-            if message["type"] == "http.response.start":
-                self.counter.labels(endpoint=endpoint, status=str(message["status"])).inc()
-            await send(message)
-
-        await self.app(scope, receive, counting_send)
+        # Idea: count what is sent, not what is asked; and never let a client choose your labels.
+        # Stuck? `miniyaie hint 6.1` prints hints, one level at a time.
+        # TODO(Task 6.1): What an operator watches. Replace this line with your code.
+        raise NotImplementedError('Chapter 6, Task 1: What an operator watches — see book/src/ch06_api.md')
+# ANCHOR_END: request_counter

@@ -26,18 +26,21 @@ BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte fallbac
 _alphabets: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> Alphabet, worked out once
 
 
+# ANCHOR: byte_level_table
 @cache
 def byte_level_table() -> dict[str, int]:
-    """GPT-2's printable stand-in character for each byte, inverted: character -> byte.
+    """GPT-2's printable stand-in character for each byte, inverted: character -> byte (256 entries).
 
-    Printable bytes stand for themselves; the others (space, control bytes,
-    0x7F-0xA0, 0xAD) are shifted to the characters from U+0100 up, in order.
+    A byte whose Latin-1 character is printable stands for itself: "!" to "~" (0x21-0x7E),
+    "¡" to "¬" (0xA1-0xAC) and "®" to "ÿ" (0xAE-0xFF). Each of the other 68 bytes (space, the
+    control bytes, 0x7F-0xA0 and 0xAD) is written as a character from U+0100 up, in byte
+    order: byte 0 is "Ā" (U+0100), space (0x20) is "Ġ" (U+0120), newline (0x0A) is "Ċ" (U+010A).
     """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    shifted = [b for b in range(256) if b not in printable]
-    table = {chr(b): b for b in printable}
-    table.update({chr(256 + i): b for i, b in enumerate(shifted)})
-    return table
+    # Idea: printable bytes are themselves; the rest are moved, in order, past U+00FF.
+    # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
+    # TODO(Task 5.13): A token's text and its bytes. Replace this line with your code.
+    raise NotImplementedError("Chapter 5, Task 13: A token's text and its bytes — see book/src/ch05_engine.md")
+# ANCHOR_END: byte_level_table
 
 
 @dataclass(frozen=True)
@@ -70,25 +73,26 @@ def alphabet_of(tokenizer) -> Alphabet:
     return alphabet
 
 
+# ANCHOR: token_bytes
 def token_bytes(tokenizer, token_id: int) -> bytes:
-    """The bytes that token `token_id` stands for (special and added tokens: their content)."""
-    symbol = tokenizer.convert_ids_to_tokens(token_id)
-    if symbol is None:
-        return b""
-    alphabet = alphabet_of(tokenizer)
-    if token_id in alphabet.added_ids:
-        return symbol.encode("utf-8")
-    if alphabet.kind == "byte_level":
-        table = byte_level_table()
-        if all(c in table for c in symbol):
-            return bytes(table[c] for c in symbol)
-        return symbol.encode("utf-8")
-    if alphabet.kind == "sentencepiece":
-        piece = BYTE_PIECE.fullmatch(symbol)
-        if piece:
-            return bytes([int(piece.group(1), 16)])
-        return symbol.replace(SENTENCEPIECE_SPACE, " ").encode("utf-8")
-    return tokenizer.decode([token_id], skip_special_tokens=False).encode("utf-8")  # WordPiece and others
+    """The bytes that token `token_id` stands for, from its symbol (tokenizer.convert_ids_to_tokens).
+
+    - an id with no symbol: b"";
+    - a special or added token (its id in alphabet_of(tokenizer).added_ids): its symbol, UTF-8;
+    - byte-level BPE (alphabet kind "byte_level"): each character of the symbol is one byte,
+      through byte_level_table(); a symbol with a character outside the table (a tokenizer
+      that added plain-text pieces) is its own UTF-8;
+    - SentencePiece ("sentencepiece"): a byte-fallback piece "<0xNN>" (two hex digits)
+      is that one byte; any other piece is its UTF-8 with every "▁" read as a space;
+    - any other tokenizer ("other"): tokenizer.decode([token_id], skip_special_tokens=False), UTF-8.
+    For the first two families, joining the bytes of consecutive tokens gives the bytes of the
+    text they encode.
+    """
+    # Idea: a symbol is a disguise for bytes; each tokenizer family has its own disguise.
+    # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
+    # TODO(Task 5.13): A token's text and its bytes. Replace this line with your code.
+    raise NotImplementedError("Chapter 5, Task 13: A token's text and its bytes — see book/src/ch05_engine.md")
+# ANCHOR_END: token_bytes
 
 
 def spell(tokenizer, token_id: int) -> tuple[str, bytes]:

@@ -28,6 +28,34 @@ class EngineCollector:
         self.engine = engine
 
     def collect(self):
+        """The engine's state now, as Prometheus metric families (called by every scrape of /metrics).
+
+        One snapshot per scrape: engine.get_stats() is read once, so all the numbers of one
+        scrape agree, and read at scrape time, so none is stale. A level that goes up and down
+        is a gauge: miniyaie_requests_running and miniyaie_requests_waiting (stats["requests"]
+        ["running"], ["waiting"]), miniyaie_kv_blocks_used, miniyaie_kv_blocks_held_by_requests and
+        miniyaie_kv_blocks_total (stats["kv_blocks"]["used"], ["held_by_requests"], ["total"]) and
+        miniyaie_prefix_cache_hit_rate (stats["prefix_cache_hit_rate"]). A lifetime total that only
+        grows is a counter (Prometheus names its sample ..._total): miniyaie_preemptions
+        (stats["preemptions"]) and miniyaie_cached_prompt_tokens (stats["tokens"]["cached_prompt"]).
+        Every family has a one-line help text.
+        """
+        # Nudge: read the engine once per scrape; the kind of each number decides its family.
+        # Hint 1: A collector is asked for its metrics at every scrape, so it holds no numbers:
+        #   it reads the engine's stats then. Reading them once matters: two calls could see
+        #   different steps, and a scrape whose running + waiting came from different moments
+        #   would show a state that never existed. A gauge is a level (it may fall); a counter only
+        #   grows, which is what lets a dashboard take its rate.
+        # Hint 2: s = self.engine.get_stats(). For each gauge, yield a GaugeMetricFamily(name, help,
+        #   value=...) with the value from s; for the two counters, a CounterMetricFamily the same way
+        #   (it adds the _total suffix itself).
+        # Hint 3:
+        #   s = self.engine.get_stats()
+        #   yield GaugeMetricFamily("miniyaie_requests_running", "requests the scheduler is running", value=s["requests"]["running"])
+        #   ... the other four gauges ...
+        #   yield CounterMetricFamily("miniyaie_preemptions", "requests preempted", value=s["preemptions"])
+        #   yield CounterMetricFamily("miniyaie_cached_prompt_tokens", "...", value=s["tokens"]["cached_prompt"])
+        # BEGIN SOLUTION 6.1: What an operator watches
         s = self.engine.get_stats()
         gauges = {
             "miniyaie_requests_running": ("requests the scheduler is running", s["requests"]["running"]),
@@ -42,6 +70,7 @@ class EngineCollector:
         yield CounterMetricFamily("miniyaie_preemptions", "requests preempted (recomputed later)", value=s["preemptions"])
         yield CounterMetricFamily("miniyaie_cached_prompt_tokens", "prompt tokens served from the prefix cache",
                                   value=s["tokens"]["cached_prompt"])
+        # END SOLUTION
 
 # ANCHOR_END: engine_collector
 
@@ -101,7 +130,7 @@ class RequestTimer:
         #   previous = last_token_at.get(index)
         #   if previous is not None: itl.observe(now - previous)
         #   last_token_at[index] = now
-        # BEGIN SOLUTION 6.1: Time to first token and inter-token latency
+        # BEGIN SOLUTION 6.1: What an operator watches
         now = time.perf_counter() if now is None else now
         if self.first_token_at is None:
             self.first_token_at = now
@@ -113,9 +142,31 @@ class RequestTimer:
         # END SOLUTION
     # ANCHOR_END: on_token
 
+    # ANCHOR: on_finish
     def on_finish(self, result: GenerationOutput, now: float | None = None) -> None:
+        """The request ended with `result` at `now` (None: the clock now); the timer is then `finished`.
+
+        Observes the end-to-end latency (`metrics.e2e`, now - started) and counts the request's
+        prompt tokens (`metrics.prompt_tokens`, result.prompt_tokens) and generated tokens
+        (`metrics.generation_tokens`, result.completion_tokens, every completion's): all once
+        per request, however many completions it had.
+        """
+        # Nudge: the end belongs to the request, like its first token.
+        # Hint 1: One request, one end: whatever n was, the latency and the token counts are
+        #   observed here once, from the result (it already sums its completions). `finished`
+        #   tells the stream's wrapper (Task 6.8) that the request was not cut short.
+        # Hint 2: Take now from the clock when it is None; mark the timer finished; observe
+        #   now - started in e2e; add result.prompt_tokens and result.completion_tokens to their
+        #   counters.
+        # Hint 3:
+        #   now = perf_counter() if now is None else now; finished = True
+        #   e2e.observe(now - started); prompt_tokens.inc(result.prompt_tokens)
+        #   generation_tokens.inc(result.completion_tokens)
+        # BEGIN SOLUTION 6.1: What an operator watches
         now = time.perf_counter() if now is None else now
         self.finished = True
         self.metrics.e2e.observe(now - self.started)
         self.metrics.prompt_tokens.inc(result.prompt_tokens)
         self.metrics.generation_tokens.inc(result.completion_tokens)
+        # END SOLUTION
+    # ANCHOR_END: on_finish

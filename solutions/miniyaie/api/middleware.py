@@ -207,8 +207,17 @@ class InternalErrorGuard:
 # ANCHOR_END: internal_error_guard
 
 
+# ANCHOR: request_counter
 class RequestCounter:
-    """Count every HTTP response by endpoint and status (unknown paths count as 'other')."""
+    """Count every HTTP response by endpoint and status: the outermost wrapper, so it sees every answer.
+
+    Contract, for an "http" scope (any other scope passes through untouched, uncounted): once
+    per response, when its status goes out (`http.response.start`), `counter.labels(endpoint=...,
+    status=...).inc()`, with the status as a string ("200") and the endpoint the request's path
+    when it is one of `endpoints`, else "other". Every message the app sends reaches `send`
+    unchanged and in order; an exception from the app goes on up (counted if its status had
+    gone out). A request the app never answers is not counted.
+    """
 
     def __init__(self, app, counter, endpoints: set[str]):
         self.app, self.counter, self.endpoints = app, counter, endpoints
@@ -216,6 +225,22 @@ class RequestCounter:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        # Nudge: count what is sent, not what is asked; and never let a client choose your labels.
+        # Hint 1: The status is known only when the app sends it (a route, a guard's 401 or 413, the
+        #   error guard's 500), so wrap `send` and watch what passes through it. A label value
+        #   makes a new time series in every scraper; a path taken as it is lets anyone who
+        #   requests /a, /b, /c... grow your metrics without end, so only known paths are labels.
+        # Hint 2: Work out the endpoint label from scope["path"] first ("other" unless it is in
+        #   self.endpoints). Wrap send in an async function that, for a message of type
+        #   "http.response.start", increments the counter with that endpoint and str(status), and
+        #   forwards every message. Await the app with the wrapped send.
+        # Hint 3:
+        #   endpoint = scope["path"] if scope["path"] in self.endpoints else "other"
+        #   async def counting_send(message):
+        #       if message["type"] == "http.response.start": self.counter.labels(endpoint=endpoint, status=str(message["status"])).inc()
+        #       await send(message)
+        #   await self.app(scope, receive, counting_send)
+        # BEGIN SOLUTION 6.1: What an operator watches
         endpoint = scope["path"] if scope["path"] in self.endpoints else "other"
 
         async def counting_send(message):
@@ -224,3 +249,5 @@ class RequestCounter:
             await send(message)
 
         await self.app(scope, receive, counting_send)
+        # END SOLUTION
+# ANCHOR_END: request_counter

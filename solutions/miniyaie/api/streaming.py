@@ -196,7 +196,28 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
 
 # ANCHOR: count_unfinished
 async def count_unfinished(events: AsyncIterator[str], timer: RequestTimer) -> AsyncIterator[str]:
-    """Pass the events through; a stream that ends before its request finished counts as aborted."""
+    """Pass the events through, in order; a stream that ends before its request finished counts as aborted.
+
+    However this generator ends (the events run out, one of them raises, or the server closes
+    it because the client left), `events` is closed, which aborts a request still running,
+    and `timer.metrics.aborted` grows by one unless the request finished (`timer.finished`).
+    An exception from `events` goes on up.
+    """
+    # Nudge: an async generator closed from outside runs only its finally; the one inside must be closed by hand.
+    # Hint 1: When a client leaves, the ASGI server closes the generator it was reading, this one
+    #   (aclose raises GeneratorExit at the yield). Nothing closes the generator wrapped
+    #   inside: left open, it holds its request until the garbage collector gets to it,
+    #   maybe never. So the wrapper closes it itself, on every way out, and only then counts:
+    #   the timer says whether the request had finished.
+    # Hint 2: Yield each event of `events` inside try; in finally, await events.aclose(), then
+    #   increment timer.metrics.aborted if not timer.finished.
+    # Hint 3:
+    #   try:
+    #       async for event in events: yield event
+    #   finally:
+    #       await events.aclose()
+    #       if not timer.finished: timer.metrics.aborted.inc()
+    # BEGIN SOLUTION 6.8: Stream chunks, abort on disconnect
     try:
         async for event in events:
             yield event
@@ -204,4 +225,5 @@ async def count_unfinished(events: AsyncIterator[str], timer: RequestTimer) -> A
         await events.aclose()  # closing this generator must close the one inside (that aborts the request)
         if not timer.finished:
             timer.metrics.aborted.inc()
+    # END SOLUTION
 # ANCHOR_END: count_unfinished

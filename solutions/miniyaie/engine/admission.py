@@ -152,7 +152,8 @@ class Admission:
             self.constraints.check(params)
 
     def abort(self, request_id: str) -> bool:
-        """End a request and all its completions now, freeing their blocks; False if unknown or already ended.
+        """End a request and all its completions now, freeing their blocks; True if any of them was
+        live (forked or not yet), False if the id is unknown or already ended.
 
         The id of one completion (n > 1) ends that completion alone (one not forked yet is then
         never forked). Afterwards every id aborted is free for a new request. Requests whose ids

@@ -26,18 +26,36 @@ BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte fallbac
 _alphabets: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> Alphabet, worked out once
 
 
+# ANCHOR: byte_level_table
 @cache
 def byte_level_table() -> dict[str, int]:
-    """GPT-2's printable stand-in character for each byte, inverted: character -> byte.
+    """GPT-2's printable stand-in character for each byte, inverted: character -> byte (256 entries).
 
-    Printable bytes stand for themselves; the others (space, control bytes,
-    0x7F-0xA0, 0xAD) are shifted to the characters from U+0100 up, in order.
+    A byte whose Latin-1 character is printable stands for itself: "!" to "~" (0x21-0x7E),
+    "¡" to "¬" (0xA1-0xAC) and "®" to "ÿ" (0xAE-0xFF). Each of the other 68 bytes (space, the
+    control bytes, 0x7F-0xA0 and 0xAD) is written as a character from U+0100 up, in byte
+    order: byte 0 is "Ā" (U+0100), space (0x20) is "Ġ" (U+0120), newline (0x0A) is "Ċ" (U+010A).
     """
+    # Nudge: printable bytes are themselves; the rest are moved, in order, past U+00FF.
+    # Hint 1: Byte-level BPE wants every byte to be a visible character in its vocabulary file,
+    #   so it keeps the bytes that already print as themselves in Latin-1 and moves the others
+    #   out of the way, to the characters just past Latin-1, keeping their order. Inverting
+    #   that map (character -> byte) is what reading a token back needs.
+    # Hint 2: List the printable bytes (three ranges of ord() values, ends included). The
+    #   shifted bytes are all of range(256) not in that list, in order; the i-th of them is
+    #   written chr(256 + i). Build the dict from both.
+    # Hint 3:
+    #   printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    #   shifted = [b for b in range(256) if b not in printable]
+    #   table = {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(shifted)}
+    # BEGIN SOLUTION 5.13: A token's text and its bytes
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     shifted = [b for b in range(256) if b not in printable]
     table = {chr(b): b for b in printable}
     table.update({chr(256 + i): b for i, b in enumerate(shifted)})
     return table
+    # END SOLUTION
+# ANCHOR_END: byte_level_table
 
 
 @dataclass(frozen=True)
@@ -70,8 +88,40 @@ def alphabet_of(tokenizer) -> Alphabet:
     return alphabet
 
 
+# ANCHOR: token_bytes
 def token_bytes(tokenizer, token_id: int) -> bytes:
-    """The bytes that token `token_id` stands for (special and added tokens: their content)."""
+    """The bytes that token `token_id` stands for, from its symbol (tokenizer.convert_ids_to_tokens).
+
+    - an id with no symbol: b"";
+    - a special or added token (its id in alphabet_of(tokenizer).added_ids): its symbol, UTF-8;
+    - byte-level BPE (alphabet kind "byte_level"): each character of the symbol is one byte,
+      through byte_level_table(); a symbol with a character outside the table (a tokenizer
+      that added plain-text pieces) is its own UTF-8;
+    - SentencePiece ("sentencepiece"): a byte-fallback piece "<0xNN>" (two hex digits)
+      is that one byte; any other piece is its UTF-8 with every "▁" read as a space;
+    - any other tokenizer ("other"): tokenizer.decode([token_id], skip_special_tokens=False), UTF-8.
+    For the first two families, joining the bytes of consecutive tokens gives the bytes of the
+    text they encode.
+    """
+    # Nudge: a symbol is a disguise for bytes; each tokenizer family has its own disguise.
+    # Hint 1: A tokenizer's symbol for a token is written so that its vocabulary file stays
+    #   printable text. Byte-level BPE disguises every byte as one character; SentencePiece
+    #   writes a space as "▁" and a byte it has no piece for as "<0xE2>". Undo the disguise
+    #   of the tokenizer's own family, and leave special tokens (they are not text pieces)
+    #   alone. Decoding the token to text would not do for these two families: a token
+    #   holding half a character has no text, only bytes.
+    # Hint 2: Get the symbol; b"" if None. Look up the alphabet once. Added ids: encode the
+    #   symbol. Byte-level: if every character is in the table, the bytes are the table's
+    #   values in order, else the symbol's UTF-8. SentencePiece: BYTE_PIECE.fullmatch gives the
+    #   byte of a byte piece (int(hex, 16)); otherwise replace "▁" by " " and encode. Other:
+    #   decode the id with the tokenizer and encode.
+    # Hint 3:
+    #   symbol = tokenizer.convert_ids_to_tokens(token_id); if symbol is None: return b""
+    #   alphabet = alphabet_of(tokenizer); if token_id in alphabet.added_ids: return symbol.encode("utf-8")
+    #   byte_level: table = byte_level_table(); bytes(table[c] for c in symbol) if all in table else symbol.encode()
+    #   sentencepiece: m = BYTE_PIECE.fullmatch(symbol); bytes([int(m.group(1), 16)]) if m else symbol.replace("▁", " ").encode()
+    #   other: tokenizer.decode([token_id], skip_special_tokens=False).encode("utf-8")
+    # BEGIN SOLUTION 5.13: A token's text and its bytes
     symbol = tokenizer.convert_ids_to_tokens(token_id)
     if symbol is None:
         return b""
@@ -89,6 +139,8 @@ def token_bytes(tokenizer, token_id: int) -> bytes:
             return bytes([int(piece.group(1), 16)])
         return symbol.replace(SENTENCEPIECE_SPACE, " ").encode("utf-8")
     return tokenizer.decode([token_id], skip_special_tokens=False).encode("utf-8")  # WordPiece and others
+    # END SOLUTION
+# ANCHOR_END: token_bytes
 
 
 def spell(tokenizer, token_id: int) -> tuple[str, bytes]:
