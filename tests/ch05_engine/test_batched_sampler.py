@@ -172,3 +172,53 @@ def test_logprobs_are_the_models_before_penalties_masks_and_temperature():
         f"top_logprobs {got.top_logprobs} are not the model's three likeliest tokens {top}: "
         "take the logprobs from the raw logits, before anything edits them"
     )
+
+
+VOCAB = 12
+histories = st.lists(st.integers(0, VOCAB - 1), max_size=6)
+
+
+@pytest.mark.task("5.6")
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(histories, histories), min_size=1, max_size=4), st.integers(0, 2**16))
+@example([([], []), ([3, 3], []), ([], [5, 5, 5]), ([1], [1, 2])], 0)
+def test_each_greedy_row_is_penalised_by_its_own_prompt_and_output(prompts_and_outputs, seed):
+    """Every row greedy with all three penalties: the choice must be the argmax of that row's logits after
+    penalties over its own history (prompt or output seen; only the output counted), whatever its neighbours."""
+    from miniyaie.engine.sampling_stages import apply_penalties
+
+    logits = torch.randn(len(prompts_and_outputs), VOCAB, generator=torch.Generator().manual_seed(seed))
+    params = SamplingParams(repetition_penalty=1.7, presence_penalty=0.9, frequency_penalty=0.6)
+    rows = [SamplingRow(params, prompt, output) for prompt, output in prompts_and_outputs]
+    got = [s.token_id for s in Sampler()(logits, rows)]
+    for i, (prompt, output) in enumerate(prompts_and_outputs):
+        counts = torch.bincount(torch.tensor(output, dtype=torch.int64), minlength=VOCAB).float()[None]
+        seen = torch.zeros(1, VOCAB, dtype=torch.bool)
+        seen[0, list(prompt) + list(output)] = True
+        one = lambda value: torch.tensor([value])  # noqa: E731
+        expected = apply_penalties(logits[i:i + 1], seen, counts, one(1.7), one(0.9), one(0.6)).argmax(-1).item()
+        assert got[i] == expected, (
+            f"row {i} (prompt {prompt}, output {output}) chose {got[i]}, its penalised argmax is {expected}: each row's "
+            "history is its own; a token seen in the prompt or output is penalised by repetition, only output tokens "
+            "count for presence and frequency (and lists of different lengths must not leak padding into a row)")
+
+
+@pytest.mark.task("5.6")
+@given(st.lists(st.one_of(st.none(), st.integers(0, 4)), min_size=1, max_size=5))
+@example([None, 0, 3])
+@example([2, None])
+def test_each_row_gets_the_logprobs_it_asked_for(wanted):
+    logits = torch.randn(len(wanted), 6, generator=torch.Generator().manual_seed(len(wanted)))
+    rows = [SamplingRow(SamplingParams(logprobs=k), [], []) for k in wanted]
+    model = torch.log_softmax(logits, -1)
+    for i, (k, got) in enumerate(zip(wanted, Sampler()(logits, rows))):
+        assert got.token_id == model[i].argmax().item()
+        if k is None:
+            assert got.logprob is None and not got.top_logprobs, f"row {i} asked for no logprobs"
+            continue
+        assert got.logprob == pytest.approx(model[i, got.token_id].item())
+        best = model[i].topk(k) if k else None
+        expected = list(zip(best.indices.tolist(), best.values.tolist())) if k else []
+        assert [t for t, _ in got.top_logprobs] == [t for t, _ in expected], (
+            f"row {i} asked for its {k} likeliest tokens, likeliest first; got {got.top_logprobs}")
+        assert [v for _, v in got.top_logprobs] == pytest.approx([v for _, v in expected])

@@ -91,3 +91,21 @@ def test_each_push_decodes_a_short_window_not_the_whole_text(tokenizers):
         f"a push decoded {longest} of {len(ids)} tokens: decoding everything already emitted on every token is "
         "quadratic over a long answer; keep a window of a few tokens before the new ones"
     )
+
+
+class RewritingTokenizer:
+    """A tokenizer whose text for 1, 2 is "ab" but for 1, 2, 3 is "xbc": it rewrites text already shown."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "xbc"[: len(ids)] if len(ids) >= 3 else "ab"[: len(ids)]
+
+
+@pytest.mark.task("5.4")
+def test_finish_refuses_a_decode_that_rewrites_text_already_shown():
+    d = IncrementalDetokenizer(RewritingTokenizer())
+    shown = d.push([1]) + d.push([2])
+    assert shown == "ab"
+    d.push([3])
+    with pytest.raises(RuntimeError, match="ab") as refused:
+        d.finish()
+    assert "xbc" in str(refused.value), "the error names both the text shown and the full decode"

@@ -148,3 +148,31 @@ def test_an_aborted_stream_ends_every_completion_and_returns_its_blocks(engine):
     deltas, later = run(engine, "hello", max_tokens=3, ignore_eos=True)
     assert later.finish_reason == "length" and streamed_text(deltas) == later.text
     assert_idle(engine)
+
+
+@pytest.mark.task("5.10")
+def test_a_request_the_engine_refuses_is_not_tracked(engine):
+    from miniyaie.engine import InvalidRequestError, SamplingParams
+    from miniyaie.engine.request_state import RequestState
+
+    refused = RequestState("bad", "", [], SamplingParams(n=2), sink=None, deltas=True)  # an empty prompt
+    with pytest.raises(InvalidRequestError):
+        engine.processor.start(refused)
+    assert refused.completions == [], "the engine refused the request: it must have no completions to wait for"
+    assert engine.processor.request_of("bad") is None and engine.processor.request_of("bad#1") is None
+    deltas, later = run(engine, "hello", max_tokens=3, ignore_eos=True)
+    assert later.finish_reason == "length" and streamed_text(deltas) == later.text
+    assert_idle(engine)
+
+
+@pytest.mark.task("5.10")
+@pytest.mark.parametrize("n", [1, 3])
+def test_the_result_reports_the_prompt_tokens_its_request_found_cached(engine, n):
+    prompt = PROMPT + " was a tiny model that read its prompt twice"
+    _, first = run(engine, prompt, max_tokens=2, ignore_eos=True)
+    _, second = run(engine, prompt, n=n, max_tokens=2, ignore_eos=True)
+    assert first.cached_tokens == 0
+    assert second.cached_tokens >= 4 and second.cached_tokens < len(second.prompt_token_ids), (
+        f"the second run found {second.cached_tokens} of its {len(second.prompt_token_ids)} prompt tokens cached: "
+        "the request's cached_tokens comes from its token events (completion 0's)")
+    assert_idle(engine)

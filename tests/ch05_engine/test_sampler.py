@@ -8,7 +8,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from miniyaie.engine import SamplingParams
-from miniyaie.engine.sampler import Sampler, SamplingRow, apply_penalties, draw, filter_logits
+from miniyaie.engine.sampler import Sampler, SamplingRow
+from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits
 
 
 def rows_of_logits(batch: int, vocab: int, seed: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from miniyaie.engine.sampler import draw, filter_logits
+from miniyaie.engine.sampling_stages import draw, filter_logits
 
 NEG_INF = float("-inf")
 

@@ -74,19 +74,21 @@ class OutputProcessor:
         self._by_engine_id: dict[str, tuple[RequestState, CompletionState]] = {}
         self._started: set[str] = set()  # request ids added to the LLMEngine and not dropped yet
 
+    # ANCHOR: processor
     def start(self, request: RequestState) -> None:
-        """Add the request to the LLMEngine (raises, changing nothing, if it refuses) and track its completions."""
-        self.llm.add_request(request.prompt_token_ids, request.params, self.eos_token_ids, request.request_id)
-        self._started.add(request.request_id)
-        for index in range(request.params.n):
-            engine_id = request.request_id if index == 0 else child_request_id(request.request_id, index)
-            completion = CompletionState(
-                engine_id, index, IncrementalDetokenizer(self.tokenizer, request.params.skip_special_tokens),
-                StopStringFilter(request.params.stop),
-                CompletionOutput(index, logprobs=[] if request.params.logprobs is not None else None),
-            )
-            request.completions.append(completion)
-            self._by_engine_id[engine_id] = (request, completion)
+        """Add the request to the LLMEngine and track each of its n completions.
+
+        If the LLMEngine refuses the request, its error goes up and nothing is tracked. Otherwise
+        request.completions gets n CompletionStates in index order, each with its own incremental
+        detokenizer (request.params.skip_special_tokens), stop-string filter (request.params.stop)
+        and CompletionOutput (logprobs [] when the request asks for them, None otherwise), and the
+        processor finds each by its engine id: the request id for completion 0,
+        child_request_id(request id, i) for the others. The request counts as started (`drop`).
+        """
+        # Idea: one request, n completions, each with its own text machinery and its own engine id.
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: The request lifecycle — see book/src/ch05_engine.md')
 
     def request_of(self, engine_id: str) -> RequestState | None:
         """The request a token event belongs to; None once it has ended (aborted or failed while the step ran)."""
@@ -94,25 +96,28 @@ class OutputProcessor:
         return entry[0] if entry is not None else None
 
     def on_event(self, event: RequestEvent) -> None:
-        """One new token of one completion: its text, then `_emit`. A failed completion's error is raised
-        (the engine loop's fault boundary then ends this request alone)."""
-        if event.error is not None:
-            raise event.error
-        request, completion = self._by_engine_id[event.request_id]
-        if completion.index == 0:
-            request.cached_tokens = event.cached_tokens
-        logprob = self._token_logprob(event) if completion.output.logprobs is not None else None
-        text = completion.detokenizer.push([event.token_id])
-        if event.finish_reason is not None:
-            text += completion.detokenizer.finish()
-        self._emit(request, completion, [event.token_id], text, event.finish_reason, logprob)
+        """One new token of one completion, turned into text and handed to `_emit`.
+
+        A failed completion's event carries its error: raise it (the engine loop's fault
+        boundary then ends this request alone). Otherwise: the request's cached_tokens comes
+        from completion 0's events; the token's logprob entry (self._token_logprob) is made
+        only when the completion records logprobs; the token goes through the completion's
+        detokenizer, and when the event finishes the completion, the detokenizer's held-back
+        text is added; then _emit(request, completion, [token], text, finish_reason, logprob).
+        """
+        # Idea: one event, one token: find its completion, turn the token into text, let _emit do the rest.
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: The request lifecycle — see book/src/ch05_engine.md')
 
     def abort(self, request: RequestState) -> None:
-        """End the request now: its blocks come back, its unfinished completions end with "abort"."""
-        self.llm.abort(request.request_id)
-        for c in request.completions:
-            if c.output.finish_reason is None:
-                self._emit(request, c, [], c.detokenizer.finish(), "abort")
+        """End the request now: its blocks come back, and each completion not finished yet ends with
+        "abort" through _emit (no tokens; the text its detokenizer still held back)."""
+        # Idea: the engine frees the blocks; the caller must still hear how each completion ended.
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: The request lifecycle — see book/src/ch05_engine.md')
+    # ANCHOR_END: processor
 
     def drop(self, request: RequestState) -> None:
         """Forget a request that ends without a result (it failed, or nobody reads it); its blocks come back."""

@@ -81,7 +81,7 @@ def _dense_kv(torch, k, v, tables, lens, page):
 def build_cases(torch, K, on_gpu: bool, names) -> list[Case]:
     from torch.nn.attention.bias import causal_lower_right
 
-    from miniyaie.engine.sampler import draw, filter_logits
+    from miniyaie.engine.sampling_stages import draw, filter_logits
 
     sdpa_fn = torch.nn.functional.scaled_dot_product_attention
     device, dtype = ("cuda" if on_gpu else "cpu"), torch.bfloat16

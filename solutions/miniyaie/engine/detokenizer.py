@@ -69,8 +69,28 @@ class IncrementalDetokenizer:
         return delta
     # ANCHOR_END: push
 
+    # ANCHOR: finish
     def finish(self) -> str:
-        """The text still held back (an unfinished character at the very end stays as U+FFFD)."""
+        """The text still held back, once no more tokens will come.
+
+        Afterwards the deltas and this, joined, equal decoding all the tokens at once (an
+        unfinished character at the very end stays as U+FFFD). Raises RuntimeError, naming both
+        texts, if what was emitted is not the start of that decode (it never should be:
+        emitted text cannot be taken back).
+        """
+        # Nudge: at the end there is no window to wait for: the whole decode is the truth.
+        # Hint 1: push may hold text back (an unfinished character, or a window that did not grow);
+        #   at the end nothing more will complete it, so release it: whatever the full decode has
+        #   beyond what was emitted. Text already shown can never be withdrawn, so a full decode
+        #   that does not start with it means a bug above; say so instead of emitting garbage.
+        # Hint 2: Decode all the tokens. If that does not start with self.text, raise RuntimeError
+        #   naming both. The delta is the full text past len(self.text); record the full text and
+        #   move both offsets to the end; return the delta.
+        # Hint 3:
+        #   full = decode(all token_ids); if not full.startswith(self.text): raise RuntimeError(...)
+        #   delta = full[len(self.text):]; self.text = full; prefix_offset = read_offset = len(token_ids)
+        #   return delta
+        # BEGIN SOLUTION 5.4: Incremental detokenization
         full = self._decode(self.token_ids)
         if not full.startswith(self.text):  # never expected; say so rather than emit garbage
             raise RuntimeError(f"incremental text {self.text!r} is not a prefix of the full decode {full!r}")
@@ -78,3 +98,5 @@ class IncrementalDetokenizer:
         self.text = full
         self.prefix_offset = self.read_offset = len(self.token_ids)
         return delta
+        # END SOLUTION
+    # ANCHOR_END: finish

@@ -74,8 +74,34 @@ class OutputProcessor:
         self._by_engine_id: dict[str, tuple[RequestState, CompletionState]] = {}
         self._started: set[str] = set()  # request ids added to the LLMEngine and not dropped yet
 
+    # ANCHOR: processor
     def start(self, request: RequestState) -> None:
-        """Add the request to the LLMEngine (raises, changing nothing, if it refuses) and track its completions."""
+        """Add the request to the LLMEngine and track each of its n completions.
+
+        If the LLMEngine refuses the request, its error goes up and nothing is tracked. Otherwise
+        request.completions gets n CompletionStates in index order, each with its own incremental
+        detokenizer (request.params.skip_special_tokens), stop-string filter (request.params.stop)
+        and CompletionOutput (logprobs [] when the request asks for them, None otherwise), and the
+        processor finds each by its engine id: the request id for completion 0,
+        child_request_id(request id, i) for the others. The request counts as started (`drop`).
+        """
+        # Nudge: one request, n completions, each with its own text machinery and its own engine id.
+        # Hint 1: The LLMEngine knows completions by id and sends one event per token of each; the
+        #   caller knows one request. So every completion needs its own detokenizer and stop
+        #   filter (their text differs) and an entry that maps its engine id back to the request
+        #   and the completion. Add to the engine first: if it refuses, nothing must be tracked.
+        # Hint 2: Call self.llm.add_request with the prompt ids, params, self.eos_token_ids and the
+        #   request id. Add the id to self._started. For index in range(n): engine id, a
+        #   CompletionState(engine id, index, IncrementalDetokenizer(tokenizer, skip_special_tokens),
+        #   StopStringFilter(stop), CompletionOutput(index, logprobs=...)); append it and map the
+        #   engine id to (request, completion) in self._by_engine_id.
+        # Hint 3:
+        #   self.llm.add_request(request.prompt_token_ids, request.params, self.eos_token_ids, request.request_id)
+        #   self._started.add(request.request_id)
+        #   for index in range(n): engine_id = request_id if index == 0 else child_request_id(request_id, index)
+        #       completion = CompletionState(engine_id, index, IncrementalDetokenizer(...), StopStringFilter(...), CompletionOutput(...))
+        #       request.completions.append(completion); self._by_engine_id[engine_id] = (request, completion)
+        # BEGIN SOLUTION 5.10: The request lifecycle
         self.llm.add_request(request.prompt_token_ids, request.params, self.eos_token_ids, request.request_id)
         self._started.add(request.request_id)
         for index in range(request.params.n):
@@ -87,6 +113,7 @@ class OutputProcessor:
             )
             request.completions.append(completion)
             self._by_engine_id[engine_id] = (request, completion)
+        # END SOLUTION
 
     def request_of(self, engine_id: str) -> RequestState | None:
         """The request a token event belongs to; None once it has ended (aborted or failed while the step ran)."""
@@ -94,8 +121,31 @@ class OutputProcessor:
         return entry[0] if entry is not None else None
 
     def on_event(self, event: RequestEvent) -> None:
-        """One new token of one completion: its text, then `_emit`. A failed completion's error is raised
-        (the engine loop's fault boundary then ends this request alone)."""
+        """One new token of one completion, turned into text and handed to `_emit`.
+
+        A failed completion's event carries its error: raise it (the engine loop's fault
+        boundary then ends this request alone). Otherwise: the request's cached_tokens comes
+        from completion 0's events; the token's logprob entry (self._token_logprob) is made
+        only when the completion records logprobs; the token goes through the completion's
+        detokenizer, and when the event finishes the completion, the detokenizer's held-back
+        text is added; then _emit(request, completion, [token], text, finish_reason, logprob).
+        """
+        # Nudge: one event, one token: find its completion, turn the token into text, let _emit do the rest.
+        # Hint 1: Events come per completion (by engine id), text is made per completion. The
+        #   detokenizer may hold text back (half a character) and only releases it when told that
+        #   no more tokens come; a finishing event is that moment. Logprob entries cost a
+        #   tokenizer lookup per token and alternative: make them only for a completion that asked.
+        # Hint 2: Raise event.error if there is one. Look up (request, completion) by
+        #   event.request_id. If completion.index is 0, copy event.cached_tokens to the request.
+        #   logprob = self._token_logprob(event) if completion.output.logprobs is not None. text =
+        #   detokenizer.push([token]); if the event finishes, add detokenizer.finish(). Call _emit.
+        # Hint 3:
+        #   if event.error is not None: raise event.error
+        #   request, completion = self._by_engine_id[event.request_id]
+        #   if completion.index == 0: request.cached_tokens = event.cached_tokens
+        #   text = completion.detokenizer.push([event.token_id]) (+ .finish() when event.finish_reason)
+        #   self._emit(request, completion, [event.token_id], text, event.finish_reason, logprob)
+        # BEGIN SOLUTION 5.10: The request lifecycle
         if event.error is not None:
             raise event.error
         request, completion = self._by_engine_id[event.request_id]
@@ -106,13 +156,30 @@ class OutputProcessor:
         if event.finish_reason is not None:
             text += completion.detokenizer.finish()
         self._emit(request, completion, [event.token_id], text, event.finish_reason, logprob)
+        # END SOLUTION
 
     def abort(self, request: RequestState) -> None:
-        """End the request now: its blocks come back, its unfinished completions end with "abort"."""
+        """End the request now: its blocks come back, and each completion not finished yet ends with
+        "abort" through _emit (no tokens; the text its detokenizer still held back)."""
+        # Nudge: the engine frees the blocks; the caller must still hear how each completion ended.
+        # Hint 1: Aborting in the LLMEngine ends every completion there at once, but the caller
+        #   waits for each completion's end and then for the result: a completion that simply
+        #   vanished would leave it waiting. Completions that had already finished keep their
+        #   reason.
+        # Hint 2: self.llm.abort(request id). For each completion whose output has no
+        #   finish_reason yet: _emit it with no tokens, its detokenizer's finish() as the text and
+        #   "abort" as the reason.
+        # Hint 3:
+        #   self.llm.abort(request.request_id)
+        #   for c in request.completions:
+        #       if c.output.finish_reason is None: self._emit(request, c, [], c.detokenizer.finish(), "abort")
+        # BEGIN SOLUTION 5.10: The request lifecycle
         self.llm.abort(request.request_id)
         for c in request.completions:
             if c.output.finish_reason is None:
                 self._emit(request, c, [], c.detokenizer.finish(), "abort")
+        # END SOLUTION
+    # ANCHOR_END: processor
 
     def drop(self, request: RequestState) -> None:
         """Forget a request that ends without a result (it failed, or nobody reads it); its blocks come back."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from miniyaie.engine.sampling_params import SamplingParams
+from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits
 
 
 @dataclass
@@ -43,136 +44,6 @@ class SampledToken:
     token_id: int
     logprob: float | None = None  # of the chosen token under the model (when asked for)
     top_logprobs: list[tuple[int, float]] | None = None  # the most likely tokens, best first
-
-
-# ANCHOR: penalties
-def apply_penalties(
-    logits: torch.Tensor,
-    seen: torch.Tensor,
-    output_counts: torch.Tensor,
-    repetition: torch.Tensor,
-    presence: torch.Tensor,
-    frequency: torch.Tensor,
-) -> torch.Tensor:
-    """Penalised logits [B, V].
-
-    seen [B, V] bool: the token occurs in the prompt or the output.
-    output_counts [B, V]: how often the token occurs in the output.
-    repetition, presence, frequency [B]: each row's penalties.
-
-    repetition (as in CTRL and transformers): a seen token's logit is divided
-    by the penalty when positive and multiplied by it when negative.
-    presence / frequency (as in OpenAI): logit -= presence * (count > 0) + frequency * count.
-    """
-    # Nudge: three penalties, every row at once: no Python loop over rows or tokens.
-    # Hint 1: Each row has its own penalties, so a [B] vector must meet a [B, V] matrix. The
-    #   repetition penalty touches only seen tokens and pushes a logit towards "less likely"
-    #   whatever its sign (divide a positive one, multiply a negative one); an unseen token's
-    #   logit is left exactly as it was. Presence and frequency look at the output counts only.
-    # Hint 2: Broadcast each penalty as a column ([:, None]). Choose, elementwise, between the
-    #   divided and the multiplied logit by the sign, and between that and the original by
-    #   `seen`. Then subtract frequency times the counts and presence times (counts > 0), both
-    #   converted to the logits' dtype.
-    # Hint 3:
-    #   rep = repetition[:, None]
-    #   logits = where(seen, where(logits > 0, logits / rep, logits * rep), logits)
-    #   counts = output_counts.to(logits.dtype)
-    #   return logits - frequency[:, None] * counts - presence[:, None] * (counts > 0)
-    # BEGIN SOLUTION 5.1: Penalties
-    rep = repetition[:, None]
-    logits = torch.where(seen, torch.where(logits > 0, logits / rep, logits * rep), logits)
-    counts = output_counts.to(logits.dtype)
-    return logits - frequency[:, None] * counts - presence[:, None] * (counts > 0).to(logits.dtype)
-    # END SOLUTION
-# ANCHOR_END: penalties
-
-
-# ANCHOR: filter
-def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
-    """Set to -inf every token a row's top_k, top_p or min_p rules out (logits already / temperature).
-
-    top_k [B] (long): keep the k most likely tokens (k <= 0: keep all).
-    top_p [B]: of what top_k kept, keep the most likely tokens until their
-      probability reaches top_p; the token that crosses top_p is kept
-      (top_p >= 1 rules nothing out, however small a token's probability).
-    min_p [B]: drop tokens whose probability is below min_p times the most likely one's.
-    The most likely token always survives; tokens tied with the last kept one are kept too.
-    """
-    # Nudge: each rule keeps a prefix of the row sorted by logit: find how long it is, sort once.
-    # Hint 1: All three rules keep the most likely tokens and drop the rest, so each row's
-    #   survivors are the first m tokens of its descending sort, and a token survives when its
-    #   logit is at least that of the m-th (which also keeps ties). top_p is measured on what
-    #   top_k kept, renormalised; min_p compares with the most likely token's probability.
-    # Hint 2: Sort each row descending (a partial sort, topk, suffices when every row has a
-    #   top_k). Mark ranks at or beyond k as dropped; softmax the sorted logits with those set to
-    #   -inf; also drop a rank when the probability mass ranked above it already reaches top_p
-    #   (only when top_p < 1), or when its probability is below min_p times the first one's.
-    #   Count the survivors (at least 1), read the logit of the last survivor, and mask every
-    #   logit below it.
-    # Hint 3:
-    #   k = where(top_k > 0, top_k, V).clamp(max=V); sorted = topk or sort, width = max(k)
-    #   drop = arange(width)[None] >= k[:, None]
-    #   probs = softmax(sorted.masked_fill(drop, -inf)); before = probs.cumsum(-1) - probs
-    #   drop |= (before >= top_p[:, None]) & (top_p[:, None] < 1); drop |= probs < min_p[:, None] * probs[:, :1]
-    #   last = sorted.gather(1, ((~drop).sum(-1).clamp(min=1) - 1)[:, None])
-    #   return logits.masked_fill(logits < last, -inf)
-    # BEGIN SOLUTION 5.2: top-k, top-p and min-p in one sort
-    vocab = logits.shape[-1]
-    k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)
-    width = int(k.max())
-    if width < vocab:  # every row has a top_k: a partial sort is enough
-        sorted_logits = logits.topk(width, dim=-1).values
-    else:
-        sorted_logits = logits.sort(dim=-1, descending=True).values
-    drop = torch.arange(width, device=logits.device)[None, :] >= k[:, None]
-    probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs
-    drop |= (mass_before >= top_p[:, None]) & (top_p[:, None] < 1)  # a float32 running sum reaches 1.0 early
-    drop |= probs < min_p[:, None] * probs[:, :1]
-    num_kept = (~drop).sum(dim=-1).clamp(min=1)
-    last_kept = sorted_logits.gather(1, (num_kept - 1)[:, None])
-    return logits.masked_fill(logits < last_kept, float("-inf"))
-    # END SOLUTION
-# ANCHOR_END: filter
-
-
-# ANCHOR: draw
-def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> torch.Tensor:
-    """One token per row of probs [B, V] (rows need not sum to 1); a row with a generator draws only from it.
-
-    Token i of a row is drawn with probability probs[i] / row total; a token
-    with probability 0 is never drawn. A seeded row's draw depends only on its
-    own generator: the same seed gives the same token whatever else is in the batch.
-    """
-    # Nudge: one uniform number per row, placed on the row's cumulative distribution.
-    # Hint 1: Inverse-CDF sampling: lay the row's probabilities end to end on [0, total) and
-    #   see which piece a uniform point lands in. The point must be scaled by the row's total
-    #   (rows are not normalised), must never reach the total, and a seeded row must take its
-    #   number from its own generator and nobody else's, or batching changes its answer.
-    # Hint 2: Make one uniform number per row: one draw from each seeded row's generator, one
-    #   batched draw for all unseeded rows. Compute each row's cumulative sum in float64, scale
-    #   u by the row total and clamp it just below the total (nextafter). The token is the
-    #   first index whose cumulative sum is strictly above the target (searchsorted, right).
-    # Hint 3:
-    #   u = empty(B, float64); for each seeded row r: u[r] = rand(1, generator=g_r)
-    #   u[unseeded rows] = rand(len(unseeded))
-    #   cdf = probs.double().cumsum(-1); total = cdf[:, -1]
-    #   target = minimum(u * total, nextafter(total, 0))
-    #   return searchsorted(cdf, target[:, None], right=True).squeeze(1)
-    # BEGIN SOLUTION 5.3: One draw per row, seeded rows on their own generator
-    u = torch.empty(len(generators), dtype=torch.float64, device=probs.device)
-    unseeded = [row for row, generator in enumerate(generators) if generator is None]
-    for row, generator in enumerate(generators):
-        if generator is not None:
-            u[row] = torch.rand(1, generator=generator, dtype=torch.float64, device=probs.device)[0]
-    if unseeded:
-        u[unseeded] = torch.rand(len(unseeded), dtype=torch.float64, device=probs.device)
-    cdf = probs.double().cumsum(dim=-1)
-    total = cdf[:, -1]
-    target = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target[:, None], right=True).squeeze(1)
-    # END SOLUTION
-# ANCHOR_END: draw
 
 
 class Sampler:
@@ -264,11 +135,30 @@ class Sampler:
             tokens[rows_index] = draw(probs, [rows[i].generator for i in sampled])
         # END SOLUTION
         return self._outputs(tokens, raw_logprobs, want_logprobs)
-    # ANCHOR_END: sampler_call
 
     @staticmethod
     def _histories(rows: Sequence[SamplingRow], vocab: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """seen [B, V] (prompt or output) and output counts [B, V], built with two scatters."""
+        """(seen, counts) for the penalties of Task 5.1, for the whole batch at once.
+
+        seen [B, V] bool: True where token v is in row b's prompt or output; counts [B, V]
+        float32: how many times v is in row b's output (the prompt does not count). Rows may
+        have empty prompts or outputs and lists of different lengths. Built with a few tensor
+        operations for the batch (no Python loop over the vocabulary, nor one per token).
+        """
+        # Nudge: pad the ragged lists into one tensor, and let the padding land in a column that is thrown away.
+        # Hint 1: B lists of different lengths become one [B, L] tensor of ids if the short ones are
+        #   padded; the padding must count for nothing. Give the padding its own column: fill
+        #   with the id V (one past the vocabulary), scatter into [B, V + 1], then drop the last
+        #   column. A scatter_add_ of ones counts; a scatter_ of True marks.
+        # Hint 2: padded(lists) -> [B, max(1, longest)] int64 filled with vocab, each row's ids at its
+        #   start. counts = zeros [B, V + 1] scatter_add_ (dim 1) of ones at padded(outputs).
+        #   seen = zeros bool [B, V + 1] scatter_ True at padded(prompts). Return
+        #   seen[:, :V] | (counts[:, :V] > 0) and counts[:, :V].
+        # Hint 3:
+        #   outputs = padded([row.output_token_ids ...]); counts = zeros(B, V + 1).scatter_add_(1, outputs, ones_like(outputs, float))
+        #   seen = zeros(B, V + 1, bool); seen.scatter_(1, padded([row.prompt_token_ids ...]), True)
+        #   return seen[:, :V] | (counts[:, :V] > 0), counts[:, :V]
+        # BEGIN SOLUTION 5.6: One sampler for the whole batch
         def padded(lists):
             width = max(1, max(len(x) for x in lists))
             ids = torch.full((len(lists), width), vocab, dtype=torch.int64, device=device)  # vocab = padding column
@@ -282,9 +172,31 @@ class Sampler:
         seen = torch.zeros(len(rows), vocab + 1, dtype=torch.bool, device=device)
         seen.scatter_(1, padded([row.prompt_token_ids for row in rows]), True)
         return seen[:, :vocab] | (counts[:, :vocab] > 0), counts[:, :vocab]
+        # END SOLUTION
 
     @staticmethod
     def _outputs(tokens: torch.Tensor, raw_logprobs: torch.Tensor | None, want: list[int | None]) -> list[SampledToken]:
+        """One SampledToken per row: the token, and when want[i] is not None its logprob under
+        raw_logprobs and the want[i] likeliest tokens as (id, logprob), likeliest first (none for 0).
+
+        raw_logprobs is None when no row wants logprobs. One topk for the batch (the largest k
+        asked), not one per row.
+        """
+        # Nudge: one gather and one topk for the batch; each row then takes what it asked for.
+        # Hint 1: The chosen token's logprob is a lookup per row (gather); the alternatives are the
+        #   row's best k, and rows ask for different k: compute the largest k once for the whole
+        #   batch and let each row keep its first k. A row that asked for nothing gets the bare
+        #   token (None logprob), and so does every row when raw_logprobs is None.
+        # Hint 2: tokens.tolist(). If raw_logprobs is None: SampledToken(t) for each. Else chosen =
+        #   raw_logprobs.gather(1, tokens[:, None]); k = max of the wanted ks (None as 0); topk
+        #   of raw_logprobs when k > 0. Per row: SampledToken(t) if want is None, else
+        #   SampledToken(t, chosen[i], the first want[i] (id, logprob) pairs).
+        # Hint 3:
+        #   if raw_logprobs is None: return [SampledToken(t) for t in tokens.tolist()]
+        #   chosen = raw_logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
+        #   top_values, top_ids = raw_logprobs.topk(max(k or 0 for k in want), dim=-1)  (if that is > 0)
+        #   rows: SampledToken(t) / SampledToken(t, chosen[i], list(zip(top_ids[i, :k].tolist(), top_values[i, :k].tolist())))
+        # BEGIN SOLUTION 5.6: One sampler for the whole batch
         token_list = tokens.tolist()
         if raw_logprobs is None:
             return [SampledToken(t) for t in token_list]
@@ -299,3 +211,5 @@ class Sampler:
             alternatives = list(zip(top_ids[i, :k].tolist(), top_values[i, :k].tolist())) if k else []
             out.append(SampledToken(token, chosen[i], alternatives))
         return out
+        # END SOLUTION
+    # ANCHOR_END: sampler_call

@@ -70,6 +70,7 @@ def held_back(text: str, stops: Sequence[str]) -> int:
 # ANCHOR_END: find_stop
 
 
+# ANCHOR: stop_filter
 class StopStringFilter:
     """Feeds text deltas through; returns what may be shown and whether a stop string ended it."""
 
@@ -80,6 +81,34 @@ class StopStringFilter:
         self.stopped = False
 
     def push(self, delta: str) -> str:
+        """Add a delta; return the text that may be shown now ("" once stopped).
+
+        Invariants: the pushes' results, joined, are always a prefix of the received text cut
+        before its first stop string (the earliest one, even one split across deltas); only a
+        tail that could still grow into a stop string (held_back) waits; with no stop strings
+        everything goes out at once. When a stop string appears, `stopped` becomes True, the
+        text before it goes out and everything after it is dropped, later pushes included.
+        Searching costs what the new text costs (find_stop's `start`).
+        """
+        # Nudge: release up to the first stop, or up to the tail that might become one.
+        # Hint 1: Keep all the text received and how much of it was released. A new delta may
+        #   complete a stop string that began in earlier text, so search where the old text
+        #   ended (find_stop looks back across that boundary). If one is found the text ends
+        #   there for good. If not, the text can go out except the tail that might still become
+        #   one (held_back). Released text is never released twice.
+        # Hint 2: Once stopped, return "". Remember len(self.text), append the delta. Without stop
+        #   strings release everything. Else find_stop from the remembered length: when found, cut
+        #   self.text there, set stopped, release up to the cut; otherwise release up to
+        #   len(text) - held_back(text, stops). self._release(end) (given) returns
+        #   text[released:end] and moves released forward.
+        # Hint 3:
+        #   if stopped: return ""
+        #   searched = len(text); text += delta
+        #   if not stops: return _release(len(text))
+        #   cut = find_stop(text, stops, searched)
+        #   if cut is not None: text, stopped = text[:cut], True; return _release(cut)
+        #   return _release(len(text) - held_back(text, stops))
+        # BEGIN SOLUTION 5.5: Stop strings
         if self.stopped:
             return ""
         searched_up_to = len(self.text)
@@ -91,12 +120,15 @@ class StopStringFilter:
             self.text, self.stopped = self.text[:cut], True
             return self._release(cut)
         return self._release(len(self.text) - held_back(self.text, self.stops))
+        # END SOLUTION
 
     def flush(self) -> str:
         """The held-back tail, once no more text will come."""
         return self._release(len(self.text))
 
     def _release(self, end: int) -> str:
+        """text[released:end], and released moves to end (never back)."""
         out = self.text[self.released : end]
         self.released = max(self.released, end)
         return out
+# ANCHOR_END: stop_filter
