@@ -1,4 +1,4 @@
-"""Task 5.12: the engine thread, and the fault boundaries that keep it serving.
+"""Task 5.13: the engine thread, and the fault boundaries that keep it serving.
 
 The loop is driven through its own interface (submit, abort, close) with
 requests whose answers go to a Sink. Every wait is bounded: a loop that
@@ -71,7 +71,7 @@ def wait_idle(loop):
 
 
 # ------------------------------------------------------------------------------------------ the loop
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_submitted_requests_are_answered_with_the_engines_tokens(make_loop, tiny_loaded):
     loop = make_loop()
     want = LLMEngine(tiny_loaded.model, EngineConfig(block_size=4, num_blocks=96)).generate(
@@ -91,7 +91,7 @@ def test_submitted_requests_are_answered_with_the_engines_tokens(make_loop, tiny
         f"loop's lifetime ({uptime:.3f} s)")
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_an_idle_loop_sleeps_instead_of_spinning(make_loop):
     loop = make_loop()
     first = request(loop, PROMPTS[0], "warm")
@@ -109,7 +109,7 @@ def test_an_idle_loop_sleeps_instead_of_spinning(make_loop):
     assert isinstance(answer(late), GenerationOutput), "a request submitted to a sleeping loop must wake it"
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_an_abort_ends_its_request_and_returns_its_blocks(make_loop):
     loop = make_loop()
     long = request(loop, PROMPTS[0], "long", max_tokens=200)
@@ -128,7 +128,7 @@ def test_an_abort_ends_its_request_and_returns_its_blocks(make_loop):
     assert not loop.abort("long"), "an ended request is no longer in flight"
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_close_ends_the_thread_and_tells_every_caller(make_loop):
     loop = make_loop()
     waiting = [request(loop, PROMPTS[i % 3], f"q{i}", max_tokens=100) for i in range(3)]
@@ -175,7 +175,7 @@ def poison_for(tiny_loaded):
     return only_first[0], outs
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded, caplog):
     poison, outs = poison_for(tiny_loaded)
     loop = make_loop(PoisonedTokenizer(tiny_loaded.tokenizer, poison))
@@ -195,7 +195,7 @@ def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded, 
     assert loop.alive and loop.failed_requests == 1 and loop.llm.num_request_blocks == 0
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_loop):
     loop = make_loop()
     real_step, calls = loop.llm.step, []
@@ -221,7 +221,7 @@ def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_
     assert loop.alive and loop.failed_steps == 1 and loop.llm.num_request_blocks == 0
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
     loop = make_loop()
 
@@ -248,7 +248,7 @@ def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
         loop.check_running()
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_a_refused_request_is_a_warning_and_its_own_error(make_loop, caplog):
     """A request the engine refuses at start (here: a prompt longer than the model's context) fails alone, as it is."""
     loop = make_loop()
@@ -262,3 +262,74 @@ def test_a_refused_request_is_a_warning_and_its_own_error(make_loop, caplog):
     refused = [r for r in caplog.records if "too-long" in r.getMessage()]
     assert refused and all(r.levelname == "WARNING" and not r.exc_info for r in refused), (
         "a refusal is expected, not a bug: log it as a warning, without a traceback")
+
+
+# ------------------------------------------------------------------------------------------ the inbox
+@pytest.mark.task("5.13")
+def test_submit_is_all_or_nothing_and_refuses_ids_in_flight(make_loop):
+    from miniyaie.engine import InvalidRequestError
+
+    loop = make_loop()
+    first = request(loop, PROMPTS[0], "a", max_tokens=100)
+    loop.submit([first])
+    fresh = request(loop, PROMPTS[1], "b")
+    with pytest.raises(InvalidRequestError, match="'a'"):
+        loop.submit([fresh, request(loop, PROMPTS[2], "a")])  # "a" is in flight
+    with pytest.raises(InvalidRequestError, match="unique"):
+        loop.submit([request(loop, PROMPTS[1], "c"), request(loop, PROMPTS[2], "c")])
+    assert loop.in_flight == 1, f"{loop.in_flight} requests in flight: a refused submission must queue none of its requests"
+    assert not loop.abort("b") and not loop.abort("c"), "refused requests are not in flight"
+    assert loop.abort("a") and answer(first).finish_reason == "abort"
+    loop.submit([fresh])  # its id is free: it was never queued
+    assert isinstance(answer(fresh), GenerationOutput)
+    wait_idle(loop)
+    closer = threading.Thread(target=loop.close, daemon=True)
+    closer.start()
+    closer.join(WAIT_S)
+    with pytest.raises(EngineError, match="closed"):
+        loop.submit([request(loop, PROMPTS[1], "late")])
+
+
+class ThenSink(Sink):
+    """A sink that, when its request's result arrives (on the engine thread), runs `then` once."""
+
+    def __init__(self, alive, then):
+        super().__init__(alive)
+        self.then = then
+
+    def put(self, item):
+        delivered = super().put(item)
+        if isinstance(item, GenerationOutput) and self.then is not None:
+            then, self.then = self.then, None
+            then()
+        return delivered
+
+
+@pytest.mark.task("5.13")
+def test_an_abort_waits_for_the_loop_and_spares_a_later_request_with_the_same_id(make_loop, monkeypatch):
+    """The abort of x is asked while x's last step runs (on the engine thread): it is queued, never applied
+    from the caller's thread in the middle of a step. x ends in that step, and at that very moment a new
+    request takes the id x. When the loop reads the abort, it must leave the new x alone."""
+    loop = make_loop()
+    entered, go = threading.Event(), threading.Event()
+    step = loop.llm.step
+
+    def held_step():
+        entered.set()
+        assert go.wait(WAIT_S), "the test never released the step"
+        return step()
+
+    monkeypatch.setattr(loop.llm, "step", held_step)
+    later = request(loop, PROMPTS[1], "x")
+    first = request(loop, PROMPTS[0], "x", max_tokens=1)
+    first.sink = ThenSink(lambda: loop.alive, lambda: loop.submit([later]))
+    loop.submit([first])
+    assert entered.wait(WAIT_S), "the loop never stepped"
+    assert loop.abort("x"), "x is in flight: its step is running"
+    go.set()
+    assert answer(first).finish_reason == "length", "x's one token was made in the step that was running"
+    got = answer(later)
+    assert isinstance(got, GenerationOutput) and got.finish_reason == "length" and len(got.token_ids) == 6, (
+        f"the new request with the id x ended with {got!r}: the abort was for the request that ended, "
+        "so queue the request itself, not its id")
+    wait_idle(loop)

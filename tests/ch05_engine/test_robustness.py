@@ -9,6 +9,8 @@ text it has without any fault, and every KV block must come back.
 
 import asyncio
 
+import time
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -235,7 +237,14 @@ def test_a_completion_aborted_before_its_fork_is_never_forked_and_its_id_serves_
     assert llm.stats["request_blocks"] == 0
 
 
-def test_an_id_taken_by_another_requests_completion_is_refused(engine, expected):
+def test_an_id_taken_by_another_requests_completion_is_refused(engine, expected, monkeypatch):
+    step = engine.llm.step
+
+    def slow_step():  # y must still be running when y#1 is asked for (the tiny model makes 12 tokens in ms)
+        time.sleep(0.02)
+        return step()
+
+    monkeypatch.setattr(engine.llm, "step", slow_step)
     x = engine.stream(PROMPTS[2], request_id="y", n=2, max_tokens=MAX_TOKENS, ignore_eos=True)
     next(x)
     with pytest.raises(InvalidRequestError, match="already in use"):

@@ -55,7 +55,7 @@ def test_penalties_are_per_row():
     assert torch.allclose(got, torch.tensor([[1.0, -4.0, 1.0], [2.0 - 2.0 - 0.5, -2.0, 1.0]]))
 
 
-@pytest.mark.task("5.6")  # the whole sampler: Task 5.6 puts the penalties of 5.1 in front of the argmax
+@pytest.mark.task("5.7")  # the whole sampler: Task 5.7 puts the penalties of 5.1 in front of the argmax
 def test_the_sampler_applies_penalties_to_greedy_rows():
     logits = torch.tensor([[5.0, 4.0, 0.0, -1.0]])
     plain = SamplingRow(SamplingParams(), [0], [])
@@ -113,7 +113,7 @@ def test_filters_are_per_row_and_keep_the_token_crossing_top_p():
     assert kept == [[True, True, False, False], [True, True, False, False], [True, True, True, False]]
 
 
-@pytest.mark.task("5.6")  # the whole sampler (Task 5.6) over 5.2's filters and 5.3's draw
+@pytest.mark.task("5.7")  # the whole sampler (Task 5.7) over 5.2's filters and 5.3's draw
 @settings(max_examples=25)
 @given(seed=st.integers(0, 1000), k=st.integers(1, 5), p=st.floats(0.1, 1.0))
 def test_sampling_never_picks_a_filtered_token(seed, k, p):
@@ -162,8 +162,8 @@ def test_different_seeds_draw_different_sequences():
     assert len(sequences) == 4
 
 
-# ---------------------------------------------------------------- the whole sampler (Task 5.6)
-@pytest.mark.task("5.6")
+# ---------------------------------------------------------------- the whole sampler (Task 5.7)
+@pytest.mark.task("5.7")
 def test_min_tokens_masks_end_of_sequence_and_logprobs_are_the_models():
     logits = torch.tensor([[0.0, 9.0, 1.0, 2.0]])
     early = SamplingRow(SamplingParams(min_tokens=2, logprobs=2), [0], [1], stop_token_ids=[1])

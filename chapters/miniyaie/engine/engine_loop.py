@@ -24,17 +24,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
-from miniyaie.engine.errors import EngineError, InvalidRequestError, RequestFailedError
+from miniyaie.engine.errors import EngineError, InvalidRequestError
+from miniyaie.engine.fault_boundary import FaultBoundary, describe
 from miniyaie.engine.llm_engine import LLMEngine
-from miniyaie.engine.outputs import GenerationOutput
 from miniyaie.engine.request_state import OutputProcessor, RequestState
 
 log = logging.getLogger("miniyaie.engine")
 
 
-class EngineLoop:
+class EngineLoop(FaultBoundary):
     def __init__(self, llm: LLMEngine, tokenizer, eos_token_ids: list[int]):
         self.llm = llm
         self.processor = OutputProcessor(llm, tokenizer, eos_token_ids, self._tell)
@@ -51,28 +50,31 @@ class EngineLoop:
         self._thread.start()
 
     # ---------------------------------------------------------------- any thread
+    # ANCHOR: inbox
     def submit(self, requests: list[RequestState]) -> None:
-        """Queue requests for the next step; raises (queueing none of them) if an id is taken or the loop is down."""
-        with self._wake:
-            self.check_running()
-            ids = [r.request_id for r in requests]
-            taken = [rid for rid in ids if rid in self._requests]
-            if taken:
-                raise InvalidRequestError(f"request id {taken[0]!r} is already in use")
-            if len(set(ids)) != len(ids):
-                raise InvalidRequestError("request ids must be unique")
-            self._requests.update(zip(ids, requests))
-            self._inbox.append(("submit", requests))
-            self._wake.notify()
+        """Queue requests for the next step, all or none (any thread; never waits for a step).
+
+        Raises EngineError if the loop is closed or has stopped (check_running), and
+        InvalidRequestError, naming the id, if a request's id is already in flight or appears
+        twice in `requests`; then nothing is queued. Otherwise the requests are in flight
+        (in_flight counts them, abort finds them) from this moment, and the loop is woken.
+        """
+        # Idea: everything callers share sits behind one lock; check all, then queue all, then wake the loop.
+        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
+        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
 
     def abort(self, request_id: str) -> bool:
-        """Queue an abort; True if the request was in flight. Its caller gets finish_reason "abort"."""
-        with self._wake:
-            request = self._requests.get(request_id)
-            if request is not None:
-                self._inbox.append(("abort", request))  # the request itself: a later one may reuse its id
-                self._wake.notify()
-        return request is not None
+        """Queue an abort (any thread); True if the request was in flight. Its caller gets finish_reason "abort".
+
+        The abort names the request itself, not its id: if that request ends and a new one takes
+        its id before the loop gets to the abort, the new one is not touched.
+        """
+        # Idea: an id can be reused; an abort must stay with the request it was meant for.
+        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
+        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+    # ANCHOR_END: inbox
 
     @property
     def alive(self) -> bool:
@@ -109,7 +111,7 @@ class EngineLoop:
             "steps": c["steps"],
             "failed_steps": self.failed_steps,
             "loop_alive": self.alive,
-            "loop_error": None if self.error is None else _describe(self.error),
+            "loop_error": None if self.error is None else describe(self.error),
             "busy_seconds": self.busy_seconds,
             "uptime_seconds": time.monotonic() - self._started,
             "output_tokens_per_second": c["output_tokens"] / self.busy_seconds if self.busy_seconds else 0.0,
@@ -120,7 +122,7 @@ class EngineLoop:
         if self._closed:
             raise EngineError("the engine is closed")
         if self.error is not None:
-            raise EngineError(f"the engine loop has stopped after an internal error: {_describe(self.error)}")
+            raise EngineError(f"the engine loop has stopped after an internal error: {describe(self.error)}")
 
     # ---------------------------------------------------------------- the loop thread
     def _run(self) -> None:
@@ -130,7 +132,7 @@ class EngineLoop:
             log.critical("the engine loop stopped", exc_info=exc)
             with self._wake:
                 self.error = exc
-            self._end_all(EngineError(f"the engine loop stopped after an internal error: {_describe(exc)}"), abort=False)
+            self._end_all(EngineError(f"the engine loop stopped after an internal error: {describe(exc)}"), abort=False)
             return
         self._end_all(EngineError("the engine was closed"), abort=True)
 
@@ -148,9 +150,9 @@ class EngineLoop:
         Then, if the engine has work, one self._step().
         """
         # Idea: take the whole inbox under the lock, act on it outside the lock, then step once.
-        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
-        # TODO(Task 5.12): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
+        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
 
     def _step(self) -> None:
         """One engine step; its token events go to their requests. A step that raises fails the requests it ran.
@@ -161,57 +163,10 @@ class EngineLoop:
         request has ended meanwhile (aborted, failed) is dropped.
         """
         # Idea: a failed step is the engine's fault, not the caller's: fail what it touched, keep serving.
-        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
-        # TODO(Task 5.12): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
+        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
     # ANCHOR_END: loop
-
-    # ANCHOR: guarded
-    def _guarded(self, request: RequestState, action: Callable, *args) -> None:
-        """Run one request's action (start, abort, on_event); if it raises, that request alone fails.
-
-        The failure is counted in self.failed_requests and logged (a warning
-        for an EngineError, which refuses on purpose; an error with the
-        traceback otherwise), and the request ends through self._fail.
-        Nothing raises out of here: the loop goes on with the other requests.
-        """
-        # Idea: the boundary of a fault is one request: catch, count, tell that request, go on.
-        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
-        # TODO(Task 5.12): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
-
-    def _fail(self, requests: list[RequestState], exc: Exception, what: str) -> None:
-        """End requests with an error: an EngineError as it is, anything else as RequestFailedError("what: ...").
-
-        Each request is dropped from the processor first (its blocks come
-        back; if that raises, the engine's state cannot be trusted: let it
-        propagate, and the loop stops, see _run), then ended (self._end) with
-        the error, whose __cause__ is the original exception.
-        """
-        # Idea: the caller gets an error it can read; the engine gets its blocks back, before anything else.
-        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
-        # TODO(Task 5.12): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
-    # ANCHOR_END: guarded
-
-    def _tell(self, request: RequestState, item: object) -> None:
-        """Give a request's caller a delta or its result (the result ends the request)."""
-        if isinstance(item, GenerationOutput):
-            self._end(request, item)
-        elif not request.sink.put(item):
-            self._caller_gone(request)
-
-    def _end(self, request: RequestState, last: object) -> None:
-        with self._wake:
-            self._requests.pop(request.request_id, None)
-        if not request.sink.put(last):
-            self._caller_gone(request)
-
-    def _caller_gone(self, request: RequestState) -> None:
-        log.warning("request %s: its caller went away; aborting it", request.request_id)
-        self.processor.drop(request)
-        with self._wake:
-            self._requests.pop(request.request_id, None)
 
     def _in_flight(self) -> list[RequestState]:
         with self._wake:
@@ -220,20 +175,3 @@ class EngineLoop:
     def _still_in_flight(self, request: RequestState) -> bool:
         with self._wake:
             return self._requests.get(request.request_id) is request
-
-    def _end_all(self, error: EngineError, abort: bool) -> None:
-        """Tell every request in flight (queued ones too) that it ended with `error`."""
-        with self._wake:
-            requests, self._requests, self._inbox = list(self._requests.values()), {}, []
-        for request in requests:
-            if abort:
-                try:
-                    self.processor.drop(request)
-                except Exception as exc:  # closing anyway: say so, and still tell the other callers
-                    log.error("request %s: returning its blocks failed while closing", request.request_id, exc_info=exc)
-                    self.error = self.error or exc
-            request.sink.put(error)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"

@@ -29,9 +29,9 @@ class ModelRunner:
         queued: the forward pass will write into those private copies.
         """
         # Idea: one flat batch, chunk after chunk; a chunk's positions start where its computed tokens end.
-        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
-        # TODO(Task 5.7): Pack the step into one batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 7: Pack the step into one batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): Pack the step into one batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: Pack the step into one batch — see book/src/ch05_engine.md')
     # ANCHOR_END: prepare
 
     def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow], fanout: dict[str, list[str]] | None = None) -> dict[str, SampledToken]:
@@ -73,7 +73,7 @@ class ModelRunner:
         which no chunk samples returns two empty lists.
         """
         # Idea: the batch is the chunks end to end, and only a chunk that completes its known tokens samples.
-        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
-        # TODO(Task 5.7): Pack the step into one batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 7: Pack the step into one batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): Pack the step into one batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: Pack the step into one batch — see book/src/ch05_engine.md')
     # ANCHOR_END: sampling_rows

@@ -75,9 +75,9 @@ class Sampler:
         column = lambda values, dtype=torch.float32: torch.tensor(values, dtype=dtype, device=device)  # noqa: E731
         want_logprobs = [p.logprobs for p in params]
         # Idea: each row's settings become a column; each stage runs once, on the rows that need it.
-        # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
-        # TODO(Task 5.6): One sampler for the whole batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 6: One sampler for the whole batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+        # TODO(Task 5.7): One sampler for the whole batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 7: One sampler for the whole batch — see book/src/ch05_engine.md')
         return self._outputs(tokens, raw_logprobs, want_logprobs)
 
     @staticmethod
@@ -90,9 +90,9 @@ class Sampler:
         operations for the batch (no Python loop over the vocabulary, nor one per token).
         """
         # Idea: pad the ragged lists into one tensor, and let the padding land in a column that is thrown away.
-        # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
-        # TODO(Task 5.6): One sampler for the whole batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 6: One sampler for the whole batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+        # TODO(Task 5.7): One sampler for the whole batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 7: One sampler for the whole batch — see book/src/ch05_engine.md')
 
     @staticmethod
     def _outputs(tokens: torch.Tensor, raw_logprobs: torch.Tensor | None, want: list[int | None]) -> list[SampledToken]:
@@ -103,7 +103,7 @@ class Sampler:
         asked), not one per row.
         """
         # Idea: one gather and one topk for the batch; each row then takes what it asked for.
-        # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
-        # TODO(Task 5.6): One sampler for the whole batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 6: One sampler for the whole batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+        # TODO(Task 5.7): One sampler for the whole batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 7: One sampler for the whole batch — see book/src/ch05_engine.md')
     # ANCHOR_END: sampler_call

@@ -24,17 +24,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
-from miniyaie.engine.errors import EngineError, InvalidRequestError, RequestFailedError
+from miniyaie.engine.errors import EngineError, InvalidRequestError
+from miniyaie.engine.fault_boundary import FaultBoundary, describe
 from miniyaie.engine.llm_engine import LLMEngine
-from miniyaie.engine.outputs import GenerationOutput
 from miniyaie.engine.request_state import OutputProcessor, RequestState
 
 log = logging.getLogger("miniyaie.engine")
 
 
-class EngineLoop:
+class EngineLoop(FaultBoundary):
     def __init__(self, llm: LLMEngine, tokenizer, eos_token_ids: list[int]):
         self.llm = llm
         self.processor = OutputProcessor(llm, tokenizer, eos_token_ids, self._tell)
@@ -51,8 +50,32 @@ class EngineLoop:
         self._thread.start()
 
     # ---------------------------------------------------------------- any thread
+    # ANCHOR: inbox
     def submit(self, requests: list[RequestState]) -> None:
-        """Queue requests for the next step; raises (queueing none of them) if an id is taken or the loop is down."""
+        """Queue requests for the next step, all or none (any thread; never waits for a step).
+
+        Raises EngineError if the loop is closed or has stopped (check_running), and
+        InvalidRequestError, naming the id, if a request's id is already in flight or appears
+        twice in `requests`; then nothing is queued. Otherwise the requests are in flight
+        (in_flight counts them, abort finds them) from this moment, and the loop is woken.
+        """
+        # Nudge: everything callers share sits behind one lock; check all, then queue all, then wake the loop.
+        # Hint 1: Callers run on other threads than the loop, so the inbox and the map of requests
+        #   in flight are changed only under self._wake (a Condition: its lock, and the way to
+        #   wake the loop). Nothing slow happens under it: the loop applies the inbox later.
+        #   All or none: refuse before changing anything. A request is in flight from the
+        #   moment it is queued, so an abort that follows at once finds it.
+        # Hint 2: With self._wake held: self.check_running(); the ids; refuse an id already in
+        #   self._requests, and a batch whose ids repeat (InvalidRequestError). Record the
+        #   requests by id in self._requests, append ("submit", requests) to self._inbox, and
+        #   notify the condition.
+        # Hint 3:
+        #   with self._wake:
+        #       self.check_running(); ids = [r.request_id for r in requests]
+        #       taken in self._requests -> InvalidRequestError(f"request id {id!r} is already in use")
+        #       len(set(ids)) != len(ids) -> InvalidRequestError("request ids must be unique")
+        #       self._requests.update(zip(ids, requests)); self._inbox.append(("submit", requests)); self._wake.notify()
+        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
         with self._wake:
             self.check_running()
             ids = [r.request_id for r in requests]
@@ -64,15 +87,35 @@ class EngineLoop:
             self._requests.update(zip(ids, requests))
             self._inbox.append(("submit", requests))
             self._wake.notify()
+        # END SOLUTION
 
     def abort(self, request_id: str) -> bool:
-        """Queue an abort; True if the request was in flight. Its caller gets finish_reason "abort"."""
+        """Queue an abort (any thread); True if the request was in flight. Its caller gets finish_reason "abort".
+
+        The abort names the request itself, not its id: if that request ends and a new one takes
+        its id before the loop gets to the abort, the new one is not touched.
+        """
+        # Nudge: an id can be reused; an abort must stay with the request it was meant for.
+        # Hint 1: The loop applies the inbox later, between two steps. By then the request may have
+        #   finished and a caller may have submitted a new request with the same id: an abort
+        #   queued by id would end the wrong one. Queue the RequestState object instead (the
+        #   loop aborts it only if that very object is still in flight).
+        # Hint 2: Under self._wake, look the id up in self._requests; when found, append ("abort",
+        #   request) to the inbox and notify. Return whether it was found.
+        # Hint 3:
+        #   with self._wake:
+        #       request = self._requests.get(request_id)
+        #       if request is not None: self._inbox.append(("abort", request)); self._wake.notify()
+        #   return request is not None
+        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
         with self._wake:
             request = self._requests.get(request_id)
             if request is not None:
                 self._inbox.append(("abort", request))  # the request itself: a later one may reuse its id
                 self._wake.notify()
         return request is not None
+        # END SOLUTION
+    # ANCHOR_END: inbox
 
     @property
     def alive(self) -> bool:
@@ -109,7 +152,7 @@ class EngineLoop:
             "steps": c["steps"],
             "failed_steps": self.failed_steps,
             "loop_alive": self.alive,
-            "loop_error": None if self.error is None else _describe(self.error),
+            "loop_error": None if self.error is None else describe(self.error),
             "busy_seconds": self.busy_seconds,
             "uptime_seconds": time.monotonic() - self._started,
             "output_tokens_per_second": c["output_tokens"] / self.busy_seconds if self.busy_seconds else 0.0,
@@ -120,7 +163,7 @@ class EngineLoop:
         if self._closed:
             raise EngineError("the engine is closed")
         if self.error is not None:
-            raise EngineError(f"the engine loop has stopped after an internal error: {_describe(self.error)}")
+            raise EngineError(f"the engine loop has stopped after an internal error: {describe(self.error)}")
 
     # ---------------------------------------------------------------- the loop thread
     def _run(self) -> None:
@@ -130,7 +173,7 @@ class EngineLoop:
             log.critical("the engine loop stopped", exc_info=exc)
             with self._wake:
                 self.error = exc
-            self._end_all(EngineError(f"the engine loop stopped after an internal error: {_describe(exc)}"), abort=False)
+            self._end_all(EngineError(f"the engine loop stopped after an internal error: {describe(exc)}"), abort=False)
             return
         self._end_all(EngineError("the engine was closed"), abort=True)
 
@@ -165,7 +208,7 @@ class EngineLoop:
         #           inbox, self._inbox = self._inbox, []
         #       for kind, payload in inbox: submit -> guarded start of each; abort -> guarded abort if still in flight
         #       if self.llm.has_unfinished(): self._step()
-        # BEGIN SOLUTION 5.12: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
         while True:
             with self._wake:
                 while not (self._inbox or self._closed or self.llm.has_unfinished()):
@@ -207,7 +250,7 @@ class EngineLoop:
         #   except Exception as exc: failed_steps += 1; self._fail(started requests, exc, "the engine step failed"); return
         #   busy_seconds += perf_counter() - started
         #   for event in events: request = processor.request_of(id); if request: self._guarded(request, processor.on_event, event)
-        # BEGIN SOLUTION 5.12: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
         started = time.perf_counter()
         try:
             events = self.llm.step()
@@ -225,87 +268,6 @@ class EngineLoop:
         # END SOLUTION
     # ANCHOR_END: loop
 
-    # ANCHOR: guarded
-    def _guarded(self, request: RequestState, action: Callable, *args) -> None:
-        """Run one request's action (start, abort, on_event); if it raises, that request alone fails.
-
-        The failure is counted in self.failed_requests and logged (a warning
-        for an EngineError, which refuses on purpose; an error with the
-        traceback otherwise), and the request ends through self._fail.
-        Nothing raises out of here: the loop goes on with the other requests.
-        """
-        # Nudge: the boundary of a fault is one request: catch, count, tell that request, go on.
-        # Hint 1: Everything a request does on the engine thread goes through here, so this is
-        #   where one request's bug must stop. Catch Exception (not BaseException: a
-        #   KeyboardInterrupt must still stop the thread), and hand the request to self._fail,
-        #   which returns its blocks and tells its caller.
-        # Hint 2: try: action(*args). except Exception as exc: self.failed_requests += 1; log a
-        #   warning if isinstance(exc, EngineError) else log.error with exc_info; then
-        #   self._fail([request], exc, "the request failed").
-        # Hint 3:
-        #   try: action(*args)
-        #   except Exception as exc:
-        #       self.failed_requests += 1; log it; self._fail([request], exc, "the request failed")
-        # BEGIN SOLUTION 5.12: The engine thread and its fault boundaries
-        try:
-            action(*args)
-        except Exception as exc:
-            self.failed_requests += 1
-            if isinstance(exc, EngineError):  # refused on purpose (it says why)
-                log.warning("request %s refused: %s", request.request_id, exc)
-            else:
-                log.error("request %s failed", request.request_id, exc_info=exc)
-            self._fail([request], exc, "the request failed")
-        # END SOLUTION
-
-    def _fail(self, requests: list[RequestState], exc: Exception, what: str) -> None:
-        """End requests with an error: an EngineError as it is, anything else as RequestFailedError("what: ...").
-
-        Each request is dropped from the processor first (its blocks come
-        back; if that raises, the engine's state cannot be trusted: let it
-        propagate, and the loop stops, see _run), then ended (self._end) with
-        the error, whose __cause__ is the original exception.
-        """
-        # Nudge: the caller gets an error it can read; the engine gets its blocks back, before anything else.
-        # Hint 1: A caller should see a RequestFailedError saying what failed and why, except for
-        #   an EngineError, which already says it (refusals, closing). Keep the original as the
-        #   cause for the logs. Return the blocks first (self.processor.drop), then tell the
-        #   caller (self._end), for each request.
-        # Hint 2: error = exc if isinstance(exc, EngineError) else RequestFailedError(f"{what}:
-        #   {type(exc).__name__}: {exc}") with __cause__ = exc; for each request: drop, then
-        #   self._end(request, error). Do not catch what drop raises.
-        # Hint 3:
-        #   error = exc if EngineError else RequestFailedError(f"{what}: {type(exc).__name__}: {exc}"); error.__cause__ = exc
-        #   for request in requests: self.processor.drop(request); self._end(request, error)
-        # BEGIN SOLUTION 5.12: The engine thread and its fault boundaries
-        error = exc if isinstance(exc, EngineError) else RequestFailedError(f"{what}: {type(exc).__name__}: {exc}")
-        if error is not exc:
-            error.__cause__ = exc
-        for request in requests:
-            self.processor.drop(request)  # its blocks come back; raising here stops the loop (see _run)
-            self._end(request, error)
-        # END SOLUTION
-    # ANCHOR_END: guarded
-
-    def _tell(self, request: RequestState, item: object) -> None:
-        """Give a request's caller a delta or its result (the result ends the request)."""
-        if isinstance(item, GenerationOutput):
-            self._end(request, item)
-        elif not request.sink.put(item):
-            self._caller_gone(request)
-
-    def _end(self, request: RequestState, last: object) -> None:
-        with self._wake:
-            self._requests.pop(request.request_id, None)
-        if not request.sink.put(last):
-            self._caller_gone(request)
-
-    def _caller_gone(self, request: RequestState) -> None:
-        log.warning("request %s: its caller went away; aborting it", request.request_id)
-        self.processor.drop(request)
-        with self._wake:
-            self._requests.pop(request.request_id, None)
-
     def _in_flight(self) -> list[RequestState]:
         with self._wake:
             return list(self._requests.values())
@@ -313,20 +275,3 @@ class EngineLoop:
     def _still_in_flight(self, request: RequestState) -> bool:
         with self._wake:
             return self._requests.get(request.request_id) is request
-
-    def _end_all(self, error: EngineError, abort: bool) -> None:
-        """Tell every request in flight (queued ones too) that it ended with `error`."""
-        with self._wake:
-            requests, self._requests, self._inbox = list(self._requests.values()), {}, []
-        for request in requests:
-            if abort:
-                try:
-                    self.processor.drop(request)
-                except Exception as exc:  # closing anyway: say so, and still tell the other callers
-                    log.error("request %s: returning its blocks failed while closing", request.request_id, exc_info=exc)
-                    self.error = self.error or exc
-            request.sink.put(error)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"

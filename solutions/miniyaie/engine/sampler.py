@@ -98,7 +98,7 @@ class Sampler:
         #   sampled = [i for i, p in enumerate(params) if not p.greedy]
         #   scaled = logits[sampled] / temperatures[:, None]; maybe filter_logits(scaled, k, p, min_p)
         #   tokens[sampled] = draw(softmax(scaled), [rows[i].generator for i in sampled])
-        # BEGIN SOLUTION 5.6: One sampler for the whole batch
+        # BEGIN SOLUTION 5.7: One sampler for the whole batch
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in want_logprobs) else None
 
         if any(p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params):
@@ -158,7 +158,7 @@ class Sampler:
         #   outputs = padded([row.output_token_ids ...]); counts = zeros(B, V + 1).scatter_add_(1, outputs, ones_like(outputs, float))
         #   seen = zeros(B, V + 1, bool); seen.scatter_(1, padded([row.prompt_token_ids ...]), True)
         #   return seen[:, :V] | (counts[:, :V] > 0), counts[:, :V]
-        # BEGIN SOLUTION 5.6: One sampler for the whole batch
+        # BEGIN SOLUTION 5.7: One sampler for the whole batch
         def padded(lists):
             width = max(1, max(len(x) for x in lists))
             ids = torch.full((len(lists), width), vocab, dtype=torch.int64, device=device)  # vocab = padding column
@@ -196,7 +196,7 @@ class Sampler:
         #   chosen = raw_logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
         #   top_values, top_ids = raw_logprobs.topk(max(k or 0 for k in want), dim=-1)  (if that is > 0)
         #   rows: SampledToken(t) / SampledToken(t, chosen[i], list(zip(top_ids[i, :k].tolist(), top_values[i, :k].tolist())))
-        # BEGIN SOLUTION 5.6: One sampler for the whole batch
+        # BEGIN SOLUTION 5.7: One sampler for the whole batch
         token_list = tokens.tolist()
         if raw_logprobs is None:
             return [SampledToken(t) for t in token_list]
