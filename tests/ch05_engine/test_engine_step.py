@@ -104,6 +104,25 @@ def test_only_chunks_that_reach_their_end_sample(tiny):
 
 
 @pytest.mark.task("5.8")
+def test_the_lm_head_runs_only_on_the_rows_that_sample(tiny, monkeypatch):
+    model, _ = tiny
+    engine = engine_for(model)
+    head_rows, sampled_counts = [], []
+    compute_logits = engine.model.compute_logits
+
+    def counting(hidden):
+        head_rows.append(hidden.shape[0])
+        return compute_logits(hidden)
+
+    monkeypatch.setattr(engine.model, "compute_logits", counting)
+    run_by_hand(engine, PROMPTS, record=lambda out, sampled: sampled_counts.append(len(sampled)))
+    assert sum(head_rows) == sum(sampled_counts), (
+        f"the LM head ran on {sum(head_rows)} rows for {sum(sampled_counts)} sampled tokens: a vocabulary-wide "
+        "matmul for a prompt token nobody samples is wasted; take the logits of the sampling rows only")
+    assert 0 in sampled_counts, "a step in which no chunk samples was meant to be exercised (chunked prefill)"
+
+
+@pytest.mark.task("5.8")
 def test_a_forked_completion_reads_its_copy_of_the_shared_block(tiny, expected):
     """Copy-on-write: the completion's first write lands in a private copy, which must hold the prompt's K/V."""
     model, _ = tiny

@@ -145,6 +145,45 @@ def test_close_ends_the_thread_and_tells_every_caller(make_loop):
             f"{req.request_id} should end with its result or an EngineError saying the engine was closed, got {got!r}")
 
 
+@pytest.mark.task("5.13")
+def test_closing_gives_back_the_blocks_and_one_failed_return_silences_no_caller(make_loop, monkeypatch):
+    loop = make_loop()
+    step = loop.llm.step
+
+    def slow_step():  # keeps the three requests running until close
+        time.sleep(0.02)
+        return step()
+
+    monkeypatch.setattr(loop.llm, "step", slow_step)
+    running = [request(loop, PROMPTS[i], f"q{i}", max_tokens=100) for i in range(3)]
+    loop.submit(running)
+    deadline = time.monotonic() + WAIT_S
+    while loop.llm.counters["steps"] < 2:
+        assert time.monotonic() < deadline, "the loop never stepped"
+        time.sleep(0.005)
+    drop = loop.processor.drop
+
+    def failing_drop(req):
+        if req.request_id == "q0":
+            raise RuntimeError("injected: giving back q0's blocks failed")
+        drop(req)
+
+    monkeypatch.setattr(loop.processor, "drop", failing_drop)
+    closer = threading.Thread(target=loop.close, daemon=True)
+    closer.start()
+    closer.join(WAIT_S)
+    assert not closer.is_alive(), "close() did not return"
+    for req in running:
+        got = answer(req)
+        assert isinstance(got, EngineError) and "closed" in str(got), (
+            f"{req.request_id} got {got!r}: every caller still waiting is told the engine was closed, even after "
+            "another request's cleanup failed")
+    assert set(loop.llm.scheduler.requests) == {"q0"}, (
+        f"still in the engine: {sorted(loop.llm.scheduler.requests)}; closing gives back the blocks of every "
+        "request in flight (q0's failed on purpose)")
+    assert loop.error is not None and "q0" in str(loop.error), "a failed return while closing is recorded in error"
+
+
 # ------------------------------------------------------------------------------------------ its fault boundaries
 class PoisonedTokenizer:
     """The tiny tokenizer, except that decoding `poison` raises (a bug that shows in one request only)."""

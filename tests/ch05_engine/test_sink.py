@@ -199,3 +199,29 @@ def test_a_thread_reader_gets_items_put_from_the_engine_thread(monkeypatch):
     finally:
         putter[0].check()
     assert got == [1, 2, 3]
+
+
+@pytest.mark.task("5.12")
+def test_a_thread_reader_gets_the_error_and_is_not_left_waiting_by_a_dead_engine(monkeypatch):
+    monkeypatch.setattr(sink_module, "POLL_SECONDS", 0.05)
+    alive = [True]
+    sink = Sink(lambda: alive[0])
+    sink.put(EngineError("the request failed"))
+    with pytest.raises(EngineError, match="the request failed"):
+        sink.get()  # an error item is raised, not returned
+    sink.put("last words")
+    alive[0] = False
+    box = []
+
+    def read_twice():
+        box.append(sink.get())
+        try:
+            sink.get()
+        except EngineError as exc:
+            box.append(exc)
+
+    reader = threading.Thread(target=read_twice, daemon=True)
+    reader.start()
+    reader.join(5)
+    assert not reader.is_alive(), "a thread waiting on a sink whose engine died must not wait forever"
+    assert box[0] == "last words" and isinstance(box[1], EngineError), box

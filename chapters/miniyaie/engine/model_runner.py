@@ -34,20 +34,22 @@ class ModelRunner:
         raise NotImplementedError('Chapter 5, Task 8: Pack the step into one batch — see book/src/ch05_engine.md')
     # ANCHOR_END: prepare
 
+    # ANCHOR: run
     def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow], fanout: dict[str, list[str]] | None = None) -> dict[str, SampledToken]:
         """One forward pass over the step; the next token of every chunk that reaches its end.
 
         `rows` holds each request's sampling settings. `fanout` maps a request
         to extra requests sampled from the same logits row (the other
         completions of n > 1, forked right after the prompt's prefill).
+        Returns request id -> SampledToken for exactly the requests that sample (none: {});
+        the model runs even then (the chunks' K/V must be written). The LM head runs only
+        on the rows that sample (self.forward), and the sampler once for all of them.
         """
-        input_ids, positions, meta = self.prepare(out)
-        rows_of_hidden, picked_ids = self.sampling_rows(out, fanout or {})
-        logits = self.forward(input_ids, positions, meta, rows_of_hidden)
-        if not picked_ids:
-            return {}
-        sampled = self.sampler(logits, [rows[rid] for rid in picked_ids])  # every row in one pass
-        return dict(zip(picked_ids, sampled))
+        # Idea: pack, run once, keep only the rows that sample, sample them all at once.
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): Pack the step into one batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: Pack the step into one batch — see book/src/ch05_engine.md')
+    # ANCHOR_END: run
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 logit_rows: list[int]) -> torch.Tensor | None:

@@ -45,11 +45,10 @@ class Sink:
         Waits as long as the engine thread lives; checks that every POLL_SECONDS
         (self._check_engine raises EngineError once it is gone and nothing is left).
         """
-        while True:
-            try:
-                return _raise_if_error(self._items.get(timeout=POLL_SECONDS))
-            except queue.Empty:
-                self._check_engine()
+        # Idea: block, but never forever: wake up now and then to ask whether anyone will still put.
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): From the engine thread to its caller. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: From the engine thread to its caller — see book/src/ch05_engine.md')
 
     async def get_async(self) -> object:
         """The next item for a coroutine, in the order put; an error item is raised.

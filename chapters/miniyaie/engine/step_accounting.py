@@ -17,35 +17,37 @@ from miniyaie.scheduler import SchedulerOutput
 class StepAccounting:
     """Mixed into LLMEngine: needs self.counters, self.scheduler, self.memory, self.on_step, self._prompt_cached."""
 
+    # ANCHOR: accounting
     def _note_admissions(self, out: SchedulerOutput, was_running: set[str]) -> int:
-        """Prompt tokens the prefix cache gave requests admitted this step (first admissions only:
-        a preempted request that finds its own earlier work in the cache is counted apart)."""
-        cached = 0
-        for c in out.chunks:
-            if c.request.request_id not in was_running:
-                if c.request.num_preemptions:
-                    self.counters["resumed_cached_tokens"] += c.start
-                else:
-                    cached += c.start
-                    self._prompt_cached[c.request.request_id] = c.start
-        self.counters["cached_tokens"] += cached
-        return cached
+        """Count the prefix cache's hits of this step; returns the prompt tokens it gave (for the StepRecord).
+
+        A request admitted this step (not in `was_running`) whose first chunk starts at c.start > 0
+        found c.start tokens in the prefix cache. On its first admission they are a hit of its
+        prompt: added to counters["cached_tokens"] and remembered in self._prompt_cached[id] (its
+        events report it). A request coming back after preemption (request.num_preemptions > 0)
+        finds its own earlier work there instead: that goes to counters["resumed_cached_tokens"]
+        alone, so that cached_tokens never exceeds the prompt tokens and agrees with the events.
+        """
+        # Idea: a hit of the prompt and a preempted request finding its own work are different facts.
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: The engine step — see book/src/ch05_engine.md')
 
     def _count_step(self, out: SchedulerOutput, started: float, used_blocks: int, cached: int,
                     sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
-        """The step's counters and, when tracing, its StepRecord."""
-        decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
-        self.counters["steps"] += 1
-        self.counters["computed_tokens"] += out.num_batched_tokens
-        self.counters["max_used_blocks"] = max(self.counters["max_used_blocks"], used_blocks)
-        self.counters["output_tokens"] += len(sampled)
-        self.counters["finished_requests"] += len(finished)
-        if self.on_step is not None:
-            self.on_step(StepRecord(
-                self.counters["steps"], started, time.perf_counter() - started, len(out.chunks),
-                out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
-                len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
-            ))
+        """The step's counters and, when self.on_step is set, its StepRecord.
+
+        counters: "steps" + 1; "computed_tokens" + the batch's tokens (out.num_batched_tokens);
+        "max_used_blocks" the largest used_blocks seen; "output_tokens" + the tokens sampled;
+        "finished_requests" + the requests finished. The StepRecord (outputs.py) splits the
+        batch's tokens into decode tokens (a chunk of one token past its prompt) and prefill
+        tokens (the rest), and reports the queues and the blocks as they are after the step.
+        """
+        # Idea: every number here is one a test or a plot adds up; each is counted once, where it happens.
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: The engine step — see book/src/ch05_engine.md')
+    # ANCHOR_END: accounting
 
     @property
     def num_request_blocks(self) -> int:

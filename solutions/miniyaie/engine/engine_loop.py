@@ -166,16 +166,6 @@ class EngineLoop(FaultBoundary):
             raise EngineError(f"the engine loop has stopped after an internal error: {describe(self.error)}")
 
     # ---------------------------------------------------------------- the loop thread
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as exc:  # noqa: BLE001 -- recorded, logged and told to every caller below
-            log.critical("the engine loop stopped", exc_info=exc)
-            with self._wake:
-                self.error = exc
-            self._end_all(EngineError(f"the engine loop stopped after an internal error: {describe(exc)}"), abort=False)
-            return
-        self._end_all(EngineError("the engine was closed"), abort=True)
 
     # ANCHOR: loop
     def _loop(self) -> None:

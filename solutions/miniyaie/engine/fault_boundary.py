@@ -1,7 +1,8 @@
 """Where a fault stops on the engine thread: one request's fault ends that request alone.
 
-Mixed into EngineLoop (engine_loop.py). Every action of one request goes
-through `_guarded`; `_fail` ends requests with an error their caller can
+Mixed into EngineLoop (engine_loop.py). `_run` is the thread's outermost
+boundary: however the loop ends, every caller is told. Every action of
+one request goes through `_guarded`; `_fail` ends requests with an error their caller can
 read, after giving their blocks back; `_tell`/`_end` hand a caller its
 items, and a caller who went away has its request dropped.
 """
@@ -19,7 +20,46 @@ log = logging.getLogger("miniyaie.engine")
 
 
 class FaultBoundary:
-    """Needs self.processor, self._wake, self._requests, self._inbox, self.failed_requests and self.error."""
+    """Needs self._loop, self.processor, self._wake, self._requests, self._inbox, self.failed_requests, self.error."""
+
+    # ANCHOR: run
+    def _run(self) -> None:
+        """The thread's whole life: the loop, then the end of every request still in flight.
+
+        If self._loop raises anything (BaseException: the loop cannot go on), it is logged as
+        critical, recorded as self.error (under the lock: `alive` and check_running read it)
+        and every request in flight ends with EngineError("the engine loop stopped after an
+        internal error: ...", naming describe(exc)) without giving back blocks (the engine's
+        state can no longer be trusted: touching it could raise again). If the loop returns
+        (it was closed), every request in flight ends with EngineError("the engine was closed")
+        and its blocks come back (self._end_all(error, abort)).
+        """
+        # Nudge: nobody may wait forever: however the loop ends, every caller still waiting is told.
+        # Hint 1: A caller waits on its sink; if the thread just ended, it would wait until its own
+        #   poll noticed. So the thread's last act is to tell each one why. When the loop died,
+        #   its state is suspect: say so for check_running and /health, and do not ask the engine
+        #   for anything more (not even its blocks). When it was closed, it is healthy: give
+        #   the blocks back.
+        # Hint 2: try: self._loop(). except BaseException as exc: log.critical with exc_info; set
+        #   self.error = exc under self._wake; self._end_all(EngineError(f"the engine loop stopped after an
+        #   internal error: {describe(exc)}"), abort=False); return. After the try:
+        #   self._end_all(EngineError("the engine was closed"), abort=True).
+        # Hint 3:
+        #   try: self._loop()
+        #   except BaseException as exc: log.critical(...); with self._wake: self.error = exc; self._end_all(..., abort=False); return
+        #   self._end_all(EngineError("the engine was closed"), abort=True)
+        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 -- recorded, logged and told to every caller below
+            log.critical("the engine loop stopped", exc_info=exc)
+            with self._wake:
+                self.error = exc
+            self._end_all(EngineError(f"the engine loop stopped after an internal error: {describe(exc)}"), abort=False)
+            return
+        self._end_all(EngineError("the engine was closed"), abort=True)
+        # END SOLUTION
+    # ANCHOR_END: run
 
     # ANCHOR: guarded
     def _guarded(self, request: RequestState, action: Callable, *args) -> None:
@@ -102,8 +142,30 @@ class FaultBoundary:
         with self._wake:
             self._requests.pop(request.request_id, None)
 
+    # ANCHOR: end_all
     def _end_all(self, error: EngineError, abort: bool) -> None:
-        """Tell every request in flight (queued ones too) that it ended with `error`."""
+        """Tell every request in flight (queued ones too) that it ended with `error`; with `abort`, first
+        give back each one's blocks (self.processor.drop).
+
+        The requests and the inbox are taken, emptied, under the lock: after this nothing is in
+        flight. A drop that raises is logged, recorded as self.error (if none is recorded yet)
+        and does not keep the other callers from being told.
+        """
+        # Nudge: take everything at once under the lock, then tell each caller outside it, whatever fails.
+        # Hint 1: Callers may still be submitting: take the map of requests and the inbox in one go
+        #   under the lock, so that none is told twice or missed. The telling happens outside
+        #   the lock. One caller's failed cleanup must not leave the others waiting: catch it,
+        #   log it, remember that the state is suspect, and go on.
+        # Hint 2: Under self._wake: requests = list(self._requests.values()); reset self._requests
+        #   and self._inbox. For each request: if abort, try self.processor.drop(request) and on
+        #   Exception log.error with exc_info and set self.error = self.error or exc; then
+        #   request.sink.put(error).
+        # Hint 3:
+        #   with self._wake: requests, self._requests, self._inbox = list(self._requests.values()), {}, []
+        #   for request in requests:
+        #       if abort: try: self.processor.drop(request) except Exception as exc: log; self.error = self.error or exc
+        #       request.sink.put(error)
+        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
         with self._wake:
             requests, self._requests, self._inbox = list(self._requests.values()), {}, []
         for request in requests:
@@ -114,6 +176,8 @@ class FaultBoundary:
                     log.error("request %s: returning its blocks failed while closing", request.request_id, exc_info=exc)
                     self.error = self.error or exc
             request.sink.put(error)
+        # END SOLUTION
+    # ANCHOR_END: end_all
 
 
 def describe(exc: BaseException) -> str:

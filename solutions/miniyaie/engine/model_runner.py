@@ -58,13 +58,31 @@ class ModelRunner:
         # END SOLUTION
     # ANCHOR_END: prepare
 
+    # ANCHOR: run
     def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow], fanout: dict[str, list[str]] | None = None) -> dict[str, SampledToken]:
         """One forward pass over the step; the next token of every chunk that reaches its end.
 
         `rows` holds each request's sampling settings. `fanout` maps a request
         to extra requests sampled from the same logits row (the other
         completions of n > 1, forked right after the prompt's prefill).
+        Returns request id -> SampledToken for exactly the requests that sample (none: {});
+        the model runs even then (the chunks' K/V must be written). The LM head runs only
+        on the rows that sample (self.forward), and the sampler once for all of them.
         """
+        # Nudge: pack, run once, keep only the rows that sample, sample them all at once.
+        # Hint 1: The whole step is one forward pass over the packed batch (prepare), but only the
+        #   rows of chunks that reach their end become logits (sampling_rows): computing the LM
+        #   head for every prompt token would cost a vocabulary-wide matmul per token for
+        #   nothing. Even a step in which nobody samples must run the model: its chunks' K/V
+        #   must be written.
+        # Hint 2: prepare(out); sampling_rows(out, fanout or {}); forward(ids, positions, meta,
+        #   rows); if no request picked, {}; else one sampler call with the picked requests' rows
+        #   in order, zipped back to their ids.
+        # Hint 3:
+        #   input_ids, positions, meta = self.prepare(out); rows_of_hidden, picked = self.sampling_rows(out, fanout or {})
+        #   logits = self.forward(input_ids, positions, meta, rows_of_hidden)
+        #   return {} if not picked else dict(zip(picked, self.sampler(logits, [rows[rid] for rid in picked])))
+        # BEGIN SOLUTION 5.8: Pack the step into one batch
         input_ids, positions, meta = self.prepare(out)
         rows_of_hidden, picked_ids = self.sampling_rows(out, fanout or {})
         logits = self.forward(input_ids, positions, meta, rows_of_hidden)
@@ -72,6 +90,8 @@ class ModelRunner:
             return {}
         sampled = self.sampler(logits, [rows[rid] for rid in picked_ids])  # every row in one pass
         return dict(zip(picked_ids, sampled))
+        # END SOLUTION
+    # ANCHOR_END: run
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
                 logit_rows: list[int]) -> torch.Tensor | None:

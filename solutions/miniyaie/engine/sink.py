@@ -66,11 +66,24 @@ class Sink:
         Waits as long as the engine thread lives; checks that every POLL_SECONDS
         (self._check_engine raises EngineError once it is gone and nothing is left).
         """
+        # Nudge: block, but never forever: wake up now and then to ask whether anyone will still put.
+        # Hint 1: A thread may block (it has nothing else to do), but an engine thread that died
+        #   without a word would leave it blocked for good. So wait with a timeout, and each time
+        #   it runs out check the engine (self._check_engine raises once it is gone and nothing
+        #   is left to read). An item that is an exception is the request's error: raise it.
+        # Hint 2: Loop: try to get an item with timeout=POLL_SECONDS and return it through
+        #   _raise_if_error; on queue.Empty, call self._check_engine() and loop again.
+        # Hint 3:
+        #   while True:
+        #       try: return _raise_if_error(self._items.get(timeout=POLL_SECONDS))
+        #       except queue.Empty: self._check_engine()
+        # BEGIN SOLUTION 5.12: From the engine thread to its caller
         while True:
             try:
                 return _raise_if_error(self._items.get(timeout=POLL_SECONDS))
             except queue.Empty:
                 self._check_engine()
+        # END SOLUTION
 
     async def get_async(self) -> object:
         """The next item for a coroutine, in the order put; an error item is raised.

@@ -17,9 +17,34 @@ from miniyaie.scheduler import SchedulerOutput
 class StepAccounting:
     """Mixed into LLMEngine: needs self.counters, self.scheduler, self.memory, self.on_step, self._prompt_cached."""
 
+    # ANCHOR: accounting
     def _note_admissions(self, out: SchedulerOutput, was_running: set[str]) -> int:
-        """Prompt tokens the prefix cache gave requests admitted this step (first admissions only:
-        a preempted request that finds its own earlier work in the cache is counted apart)."""
+        """Count the prefix cache's hits of this step; returns the prompt tokens it gave (for the StepRecord).
+
+        A request admitted this step (not in `was_running`) whose first chunk starts at c.start > 0
+        found c.start tokens in the prefix cache. On its first admission they are a hit of its
+        prompt: added to counters["cached_tokens"] and remembered in self._prompt_cached[id] (its
+        events report it). A request coming back after preemption (request.num_preemptions > 0)
+        finds its own earlier work there instead: that goes to counters["resumed_cached_tokens"]
+        alone, so that cached_tokens never exceeds the prompt tokens and agrees with the events.
+        """
+        # Nudge: a hit of the prompt and a preempted request finding its own work are different facts.
+        # Hint 1: The scheduler admits a request at the first token the cache does not hold, so the
+        #   start of its first chunk is what the cache gave it. Only a request's first admission
+        #   says something about the prompt cache; a preempted request that comes back finds its
+        #   own prompt and output in the cache (that is preemption being cheap, not a hit), and
+        #   counting it would let "cached prompt tokens" exceed the prompt itself.
+        # Hint 2: For each chunk of a request not in was_running: if its request was preempted,
+        #   add c.start to resumed_cached_tokens; else add it to this step's total and set
+        #   self._prompt_cached[its id] = c.start. Add the total to counters["cached_tokens"] and
+        #   return it.
+        # Hint 3:
+        #   cached = 0
+        #   for c in out.chunks: if id not in was_running:
+        #       if c.request.num_preemptions: counters["resumed_cached_tokens"] += c.start
+        #       else: cached += c.start; self._prompt_cached[id] = c.start
+        #   counters["cached_tokens"] += cached; return cached
+        # BEGIN SOLUTION 5.10: The engine step
         cached = 0
         for c in out.chunks:
             if c.request.request_id not in was_running:
@@ -30,10 +55,33 @@ class StepAccounting:
                     self._prompt_cached[c.request.request_id] = c.start
         self.counters["cached_tokens"] += cached
         return cached
+        # END SOLUTION
 
     def _count_step(self, out: SchedulerOutput, started: float, used_blocks: int, cached: int,
                     sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
-        """The step's counters and, when tracing, its StepRecord."""
+        """The step's counters and, when self.on_step is set, its StepRecord.
+
+        counters: "steps" + 1; "computed_tokens" + the batch's tokens (out.num_batched_tokens);
+        "max_used_blocks" the largest used_blocks seen; "output_tokens" + the tokens sampled;
+        "finished_requests" + the requests finished. The StepRecord (outputs.py) splits the
+        batch's tokens into decode tokens (a chunk of one token past its prompt) and prefill
+        tokens (the rest), and reports the queues and the blocks as they are after the step.
+        """
+        # Nudge: every number here is one a test or a plot adds up; each is counted once, where it happens.
+        # Hint 1: A decode is a chunk of one token that starts past the end of its prompt; every
+        #   other computed token is prefill work (a prompt's chunk, or a recomputation after
+        #   preemption). The record is only built when someone listens (on_step), since building
+        #   it every step costs time for nobody.
+        # Hint 2: decode_tokens = chunks with num_tokens == 1 and start >= len(prompt). Update the
+        #   five counters. If self.on_step is not None, call it with StepRecord(step number,
+        #   started, elapsed, chunks, prefill = batched - decode, decode, cached, sampled,
+        #   preempted, running, waiting, used blocks now).
+        # Hint 3:
+        #   decode = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
+        #   counters: steps += 1; computed_tokens += out.num_batched_tokens; max_used_blocks = max(...);
+        #             output_tokens += len(sampled); finished_requests += len(finished)
+        #   if self.on_step: self.on_step(StepRecord(counters["steps"], started, perf_counter() - started, len(out.chunks), ...))
+        # BEGIN SOLUTION 5.10: The engine step
         decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
         self.counters["steps"] += 1
         self.counters["computed_tokens"] += out.num_batched_tokens
@@ -46,6 +94,8 @@ class StepAccounting:
                 out.num_batched_tokens - decode_tokens, decode_tokens, cached, len(sampled), len(out.preempted),
                 len(self.scheduler.running), len(self.scheduler.waiting), self.memory.num_used_blocks,
             ))
+        # END SOLUTION
+    # ANCHOR_END: accounting
 
     @property
     def num_request_blocks(self) -> int:
