@@ -1,7 +1,7 @@
 """Chapter 5's request lifecycle driven by hand: LLMEngine steps, OutputProcessor events, no engine thread.
 
-Task 5.11's tests run through this, so they need only the tasks before it
-(the sink and the engine thread are Tasks 5.12 and 5.13). What a caller
+Task 5.12's tests run through this, so they need only the tasks before it
+(the sink and the engine thread are Tasks 5.13 and 5.14). What a caller
 would get is what `tell` records: CompletionDeltas, then the GenerationOutput.
 """
 

@@ -1,6 +1,6 @@
-"""Task 5.9: at the door — admit a request whole or refuse it with nothing changed; abort ends a request's family.
+"""Task 5.10: at the door — admit a request whole or refuse it with nothing changed; abort ends a request's family.
 
-No test here runs an engine step (that is Task 5.10): what admission did is
+No test here runs an engine step (that is Task 5.11): what admission did is
 read from the scheduler (chapter 1), the paged memory and the counters.
 """
 
@@ -45,7 +45,7 @@ BAD = [
 ]
 
 
-@pytest.mark.task("5.9")
+@pytest.mark.task("5.10")
 @pytest.mark.parametrize("prompt, params, error, words", BAD)
 def test_a_refused_request_changes_nothing(tiny_model, prompt, params, error, words):
     engine = engine_for(tiny_model)
@@ -58,21 +58,21 @@ def test_a_refused_request_changes_nothing(tiny_model, prompt, params, error, wo
     assert engine.add_request([1, 2], SamplingParams(max_tokens=4), request_id="r") == "r", "the refused id must stay free"
 
 
-@pytest.mark.task("5.9")
+@pytest.mark.task("5.10")
 def test_the_first_and_the_last_id_of_the_vocabulary_are_admitted(tiny_model):
     engine = engine_for(tiny_model)
     rid = engine.add_request([0, VOCAB - 1, 0], SamplingParams(max_tokens=2))
     assert engine.scheduler.requests[rid].prompt_token_ids == [0, VOCAB - 1, 0]
 
 
-@pytest.mark.task("5.9")
+@pytest.mark.task("5.10")
 def test_a_prompt_one_token_shorter_than_the_context_is_admitted_for_one_token(tiny_model):
     engine = LLMEngine(tiny_model, EngineConfig(block_size=BLOCK, num_blocks=64, enable_prefix_caching=False))
     rid = engine.add_request([1] * (CONTEXT - 1), SamplingParams(max_tokens=50))
     assert engine.scheduler.requests[rid].max_tokens == 1
 
 
-@pytest.mark.task("5.9")
+@pytest.mark.task("5.10")
 @settings(max_examples=60, deadline=None)
 @given(length=st.integers(1, CONTEXT - 1), n=st.integers(1, 4), max_tokens=st.integers(1, 300))
 @example(length=4, n=2, max_tokens=94)  # needs exactly the pool's 192 tokens: admitted
@@ -96,7 +96,7 @@ def test_the_worst_case_that_must_fit_is_the_prompt_plus_n_capped_outputs(tiny_m
         assert not queued(engine)
 
 
-@pytest.mark.task("5.9")
+@pytest.mark.task("5.10")
 def test_the_ids_of_a_requests_completions_are_in_use_until_it_ends(tiny_model):
     engine = engine_for(tiny_model)
     engine.add_request([1, 2], SamplingParams(n=3, max_tokens=2), request_id="a")
@@ -113,14 +113,14 @@ def test_the_ids_of_a_requests_completions_are_in_use_until_it_ends(tiny_model):
     assert engine.counters["prompt_tokens"] == 2 + 1 + 1
 
 
-@pytest.mark.task("5.9")
+@pytest.mark.task("5.10")
 def test_requests_without_an_id_get_distinct_ones(tiny_model):
     engine = engine_for(tiny_model)
     ids = [engine.add_request([1, 2, 3], SamplingParams(max_tokens=2)) for _ in range(5)]
     assert len(set(ids)) == 5 and set(ids) == queued(engine)
 
 
-@pytest.mark.task("5.9")
+@pytest.mark.task("5.10")
 def test_abort_ends_a_waiting_or_running_request_and_frees_its_blocks(tiny_model):
     engine = engine_for(tiny_model)
     engine.add_request(list(range(1, 11)), SamplingParams(max_tokens=4), request_id="running")
@@ -135,7 +135,7 @@ def test_abort_ends_a_waiting_or_running_request_and_frees_its_blocks(tiny_model
     assert engine.add_request([9], SamplingParams(max_tokens=2), request_id="running") == "running", "an aborted id is free"
 
 
-@pytest.mark.task("5.9")
+@pytest.mark.task("5.10")
 def test_abort_ends_a_whole_family_and_nothing_else(tiny_model):
     engine = engine_for(tiny_model)
     engine.add_request([1, 2], SamplingParams(n=3, max_tokens=2), request_id="x")
@@ -149,7 +149,7 @@ def test_abort_ends_a_whole_family_and_nothing_else(tiny_model):
         )
 
 
-@pytest.mark.task("5.9")
+@pytest.mark.task("5.10")
 def test_a_completion_aborted_before_it_is_forked_is_ended_and_its_id_freed(tiny_model):
     engine = engine_for(tiny_model)
     engine.add_request([1, 2], SamplingParams(n=3, max_tokens=2), request_id="g")

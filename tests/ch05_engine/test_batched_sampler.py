@@ -1,4 +1,4 @@
-"""Task 5.7: one sampler for the whole batch — stages in the right order, each on the rows that need it.
+"""Task 5.8: one sampler for the whole batch — stages in the right order, each on the rows that need it.
 
 Every test mixes rows that ask for different things, because the mistakes
 this task invites only show in a mixed batch: a stage applied to every row,
@@ -25,7 +25,7 @@ def frequencies(logits_row: torch.Tensor, params: SamplingParams, draws: int = 4
     return torch.bincount(tokens, minlength=logits_row.numel()).float() / draws
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 def test_temperature_reshapes_the_distribution_of_sampled_rows():
     """T = 2 flattens: probabilities proportional to p ** (1/2). T = 1 leaves the model's distribution."""
     flat = PROBS.sqrt() / PROBS.sqrt().sum()
@@ -38,7 +38,7 @@ def test_temperature_reshapes_the_distribution_of_sampled_rows():
     assert torch.allclose(got, PROBS, atol=0.03), f"temperature 1 must keep the model's distribution, got {got.tolist()}"
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 def test_the_filters_see_the_tempered_distribution():
     """T = 0.5 sharpens [0.5, 0.3, ...] to [0.68, 0.25, ...]: top_p = 0.6 then keeps token 0 alone.
 
@@ -51,7 +51,7 @@ def test_the_filters_see_the_tempered_distribution():
     )
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 @settings(max_examples=20)
 @given(
     seed=st.integers(0, 2**31 - 1),
@@ -92,7 +92,7 @@ def test_a_seeded_row_samples_the_same_whatever_shares_its_batch(seed, position,
     )
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 def test_greedy_rows_take_the_argmax_and_ignore_the_sampled_rows_settings():
     logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]]).repeat(3, 1)
     rows = [
@@ -107,7 +107,7 @@ def test_greedy_rows_take_the_argmax_and_ignore_the_sampled_rows_settings():
         assert c in (1, 2), f"top_k = 2 keeps tokens 1 and 2, but the row drew {c}"
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_structured_output_masks_only_its_own_rows(temperature):
     logits = torch.tensor([[0.0, 1.0, 9.0, 2.0, 3.0, 4.0]]).repeat(2, 1)
@@ -124,7 +124,7 @@ def test_structured_output_masks_only_its_own_rows(temperature):
         assert free == 2, f"a row without a mask chose {free}, not its argmax 2: another row's mask leaked into it"
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 def test_min_tokens_holds_back_stop_tokens_from_sampled_rows_too():
     logits = torch.tensor([[0.0, 8.0, 1.0, 1.0]]).repeat(2, 1)
     young = SamplingRow(SamplingParams(temperature=1.0, min_tokens=3), [0], [2], stop_token_ids=[1, 99])
@@ -139,7 +139,7 @@ def test_min_tokens_holds_back_stop_tokens_from_sampled_rows_too():
     assert 1 in drawn_grown, "a row past min_tokens never drew its (most likely) stop token: the ban must end"
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 def test_the_models_logits_are_left_as_they_were():
     logits = torch.tensor([[0.0, 8.0, 1.0, 2.0, 3.0]] * 4)
     before = logits.clone()
@@ -156,7 +156,7 @@ def test_the_models_logits_are_left_as_they_were():
     )
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 def test_logprobs_are_the_models_before_penalties_masks_and_temperature():
     logits = torch.tensor([[2.0, 5.0, 1.0, 4.0, 0.0]])
     model = torch.log_softmax(logits[0], -1)
@@ -178,7 +178,7 @@ VOCAB = 12
 histories = st.lists(st.integers(0, VOCAB - 1), max_size=6)
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(histories, histories), min_size=1, max_size=4), st.integers(0, 2**16))
 @example([([], []), ([3, 3], []), ([], [5, 5, 5]), ([1], [1, 2])], 0)
@@ -203,7 +203,7 @@ def test_each_greedy_row_is_penalised_by_its_own_prompt_and_output(prompts_and_o
             "count for presence and frequency (and lists of different lengths must not leak padding into a row)")
 
 
-@pytest.mark.task("5.7")
+@pytest.mark.task("5.8")
 @given(st.lists(st.one_of(st.none(), st.integers(0, 4)), min_size=1, max_size=5))
 @example([None, 0, 3])
 @example([2, None])

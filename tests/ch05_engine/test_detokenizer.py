@@ -27,7 +27,7 @@ def stream(tokenizer, ids, chunk=1):
     return deltas, d.finish()
 
 
-@pytest.mark.task("5.4")
+@pytest.mark.task("5.5")
 @pytest.mark.parametrize("text", TEXTS)
 def test_multibyte_characters_are_never_emitted_in_halves(tokenizers, text):
     for tokenizer in tokenizers:
@@ -40,7 +40,7 @@ def test_multibyte_characters_are_never_emitted_in_halves(tokenizers, text):
             assert "" in deltas
 
 
-@pytest.mark.task("5.4")
+@pytest.mark.task("5.5")
 @settings(max_examples=60)
 @given(data=st.data(), chunk=st.integers(1, 3), which=st.integers(0, 1))
 @example(data=None, chunk=1, which=0)
@@ -59,7 +59,7 @@ def test_deltas_add_up_to_the_full_decode_of_random_tokens(tokenizers, data, chu
         assert full.startswith(running)
 
 
-@pytest.mark.task("5.4")
+@pytest.mark.task("5.5")
 def test_special_tokens_are_skipped_or_kept_as_asked(tokenizers):
     tokenizer = tokenizers[0]
     ids = tokenizer("hello", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
@@ -79,7 +79,7 @@ class CountingTokenizer:
         return self.tokenizer.decode(ids, **kwargs)
 
 
-@pytest.mark.task("5.4")
+@pytest.mark.task("5.5")
 def test_each_push_decodes_a_short_window_not_the_whole_text(tokenizers):
     tokenizer = CountingTokenizer(tokenizers[1])
     ids = tokenizers[1](" ".join(f"word{i}" for i in range(150)), add_special_tokens=False)["input_ids"]
@@ -100,7 +100,7 @@ class RewritingTokenizer:
         return "xbc"[: len(ids)] if len(ids) >= 3 else "ab"[: len(ids)]
 
 
-@pytest.mark.task("5.4")
+@pytest.mark.task("5.5")
 def test_finish_refuses_a_decode_that_rewrites_text_already_shown():
     d = IncrementalDetokenizer(RewritingTokenizer())
     shown = d.push([1]) + d.push([2])

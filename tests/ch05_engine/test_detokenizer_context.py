@@ -1,4 +1,4 @@
-"""Task 5.4 with a SentencePiece-style tokenizer: a token's leading space shows only in context.
+"""Task 5.5 with a SentencePiece-style tokenizer: a token's leading space shows only in context.
 
 Byte-level tokenizers (the tiny model's, SmolLM2's) spell a space inside
 the token, so decoding each token alone happens to work for them. A
@@ -39,7 +39,7 @@ def deltas_of(tokenizer, ids, chunk=1):
     return [d.push(ids[i : i + chunk]) for i in range(0, len(ids), chunk)], d
 
 
-@pytest.mark.task("5.4")
+@pytest.mark.task("5.5")
 def test_each_word_gets_its_leading_space_from_the_token_before(metaspace):
     ids = metaspace(TEXT, add_special_tokens=False)["input_ids"]
     deltas, _ = deltas_of(metaspace, ids)
@@ -50,7 +50,7 @@ def test_each_word_gets_its_leading_space_from_the_token_before(metaspace):
     assert deltas[:3] == ["Hello", " world", " how"], deltas
 
 
-@pytest.mark.task("5.4")
+@pytest.mark.task("5.5")
 @given(words=st.lists(st.sampled_from(PIECES[1:]), min_size=1, max_size=12), chunk=st.integers(1, 3))
 @example(words=["▁a", "b", "▁a", "▁", "b"], chunk=1)
 @example(words=["▁Hello", "</s>", "▁world"], chunk=1)  # a skipped special token adds no text: keep the context before it

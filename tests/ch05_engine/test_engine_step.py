@@ -1,7 +1,7 @@
-"""Tasks 5.8 and 5.10: the step packed into one batch, and the engine step that drives it.
+"""Tasks 5.9 and 5.11: the step packed into one batch, and the engine step that drives it.
 
-Task 5.8's tests drive the model runner with the scheduler by hand (a
-greedy loop written here), so they do not need Task 5.10; Task 5.10's tests
+Task 5.9's tests drive the model runner with the scheduler by hand (a
+greedy loop written here), so they do not need Task 5.11; Task 5.11's tests
 go through `LLMEngine.step`. The oracle is transformers' greedy generate.
 """
 
@@ -59,7 +59,7 @@ def run_by_hand(engine: LLMEngine, prompts, record=None, max_steps=200) -> dict[
     return {r.request_id: r.output_token_ids for r in requests}
 
 
-@pytest.mark.task("5.8")
+@pytest.mark.task("5.9")
 def test_chunks_are_packed_in_order_at_their_own_positions(tiny, expected):
     model, _ = tiny
     engine = engine_for(model)
@@ -88,7 +88,7 @@ def test_chunks_are_packed_in_order_at_their_own_positions(tiny, expected):
     assert [outputs[f"r{i}"] for i in range(len(PROMPTS))] == expected, "greedy output differs from transformers"
 
 
-@pytest.mark.task("5.8")
+@pytest.mark.task("5.9")
 def test_only_chunks_that_reach_their_end_sample(tiny):
     model, _ = tiny
     engine = engine_for(model)
@@ -103,7 +103,7 @@ def test_only_chunks_that_reach_their_end_sample(tiny):
     run_by_hand(engine, PROMPTS, record=check)
 
 
-@pytest.mark.task("5.8")
+@pytest.mark.task("5.9")
 def test_the_lm_head_runs_only_on_the_rows_that_sample(tiny, monkeypatch):
     model, _ = tiny
     engine = engine_for(model)
@@ -122,7 +122,7 @@ def test_the_lm_head_runs_only_on_the_rows_that_sample(tiny, monkeypatch):
     assert 0 in sampled_counts, "a step in which no chunk samples was meant to be exercised (chunked prefill)"
 
 
-@pytest.mark.task("5.8")
+@pytest.mark.task("5.9")
 def test_a_forked_completion_reads_its_copy_of_the_shared_block(tiny, expected):
     """Copy-on-write: the completion's first write lands in a private copy, which must hold the prompt's K/V."""
     model, _ = tiny
@@ -150,7 +150,7 @@ def test_a_forked_completion_reads_its_copy_of_the_shared_block(tiny, expected):
     )
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.11")
 def test_the_step_generates_what_transformers_generates(tiny, expected):
     model, _ = tiny
     engine = engine_for(model, enable_prefix_caching=True)
@@ -161,7 +161,7 @@ def test_the_step_generates_what_transformers_generates(tiny, expected):
     assert engine.num_request_blocks == 0, f"{engine.num_request_blocks} blocks still held after every request finished"
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.11")
 def test_n_completions_fork_after_the_prompt_and_each_gets_every_token(tiny, expected):
     model, _ = tiny
     engine = engine_for(model)
@@ -185,7 +185,7 @@ def test_n_completions_fork_after_the_prompt_and_each_gets_every_token(tiny, exp
         assert engine.add_request([1, 2], SamplingParams(max_tokens=1), request_id=name) == name
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.11")
 def test_forked_completions_report_the_prompt_tokens_their_request_found_cached(tiny, expected):
     model, _ = tiny
     engine = engine_for(model, enable_prefix_caching=True)
@@ -205,7 +205,7 @@ def test_forked_completions_report_the_prompt_tokens_their_request_found_cached(
     assert engine.num_request_blocks == 0
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.11")
 def test_a_stop_token_ends_the_request_even_with_ignore_eos(tiny, expected):
     model, _ = tiny
     engine = engine_for(model)

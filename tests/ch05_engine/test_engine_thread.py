@@ -1,4 +1,4 @@
-"""Task 5.13: the engine thread, and the fault boundaries that keep it serving.
+"""Task 5.14: the engine thread, and the fault boundaries that keep it serving.
 
 The loop is driven through its own interface (submit, abort, close) with
 requests whose answers go to a Sink. Every wait is bounded: a loop that
@@ -71,7 +71,7 @@ def wait_idle(loop):
 
 
 # ------------------------------------------------------------------------------------------ the loop
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_submitted_requests_are_answered_with_the_engines_tokens(make_loop, tiny_loaded):
     loop = make_loop()
     want = LLMEngine(tiny_loaded.model, EngineConfig(block_size=4, num_blocks=96)).generate(
@@ -91,7 +91,7 @@ def test_submitted_requests_are_answered_with_the_engines_tokens(make_loop, tiny
         f"loop's lifetime ({uptime:.3f} s)")
 
 
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_an_idle_loop_sleeps_instead_of_spinning(make_loop):
     loop = make_loop()
     first = request(loop, PROMPTS[0], "warm")
@@ -109,7 +109,7 @@ def test_an_idle_loop_sleeps_instead_of_spinning(make_loop):
     assert isinstance(answer(late), GenerationOutput), "a request submitted to a sleeping loop must wake it"
 
 
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_an_abort_ends_its_request_and_returns_its_blocks(make_loop):
     loop = make_loop()
     long = request(loop, PROMPTS[0], "long", max_tokens=200)
@@ -128,7 +128,7 @@ def test_an_abort_ends_its_request_and_returns_its_blocks(make_loop):
     assert not loop.abort("long"), "an ended request is no longer in flight"
 
 
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_close_ends_the_thread_and_tells_every_caller(make_loop):
     loop = make_loop()
     waiting = [request(loop, PROMPTS[i % 3], f"q{i}", max_tokens=100) for i in range(3)]
@@ -145,7 +145,7 @@ def test_close_ends_the_thread_and_tells_every_caller(make_loop):
             f"{req.request_id} should end with its result or an EngineError saying the engine was closed, got {got!r}")
 
 
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_closing_gives_back_the_blocks_and_one_failed_return_silences_no_caller(make_loop, monkeypatch):
     loop = make_loop()
     step = loop.llm.step
@@ -214,7 +214,7 @@ def poison_for(tiny_loaded):
     return only_first[0], outs
 
 
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded, caplog):
     poison, outs = poison_for(tiny_loaded)
     loop = make_loop(PoisonedTokenizer(tiny_loaded.tokenizer, poison))
@@ -234,7 +234,7 @@ def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded, 
     assert loop.alive and loop.failed_requests == 1 and loop.llm.num_request_blocks == 0
 
 
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_loop):
     loop = make_loop()
     real_step, calls = loop.llm.step, []
@@ -260,7 +260,7 @@ def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_
     assert loop.alive and loop.failed_steps == 1 and loop.llm.num_request_blocks == 0
 
 
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
     loop = make_loop()
 
@@ -287,7 +287,7 @@ def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
         loop.check_running()
 
 
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_a_refused_request_is_a_warning_and_its_own_error(make_loop, caplog):
     """A request the engine refuses at start (here: a prompt longer than the model's context) fails alone, as it is."""
     loop = make_loop()
@@ -304,7 +304,7 @@ def test_a_refused_request_is_a_warning_and_its_own_error(make_loop, caplog):
 
 
 # ------------------------------------------------------------------------------------------ the inbox
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_submit_is_all_or_nothing_and_refuses_ids_in_flight(make_loop):
     from miniyaie.engine import InvalidRequestError
 
@@ -344,7 +344,7 @@ class ThenSink(Sink):
         return delivered
 
 
-@pytest.mark.task("5.13")
+@pytest.mark.task("5.14")
 def test_an_abort_waits_for_the_loop_and_spares_a_later_request_with_the_same_id(make_loop, monkeypatch):
     """The abort of x is asked while x's last step runs (on the engine thread): it is queued, never applied
     from the caller's thread in the middle of a step. x ends in that step, and at that very moment a new

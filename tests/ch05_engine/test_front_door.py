@@ -1,4 +1,4 @@
-"""Task 5.14: the front door — a batch in flight together, and no request left running for nobody.
+"""Task 5.15: the front door — a batch in flight together, and no request left running for nobody.
 
 Each test ends by checking that no request is left in the engine and no
 request holds a KV block: a request whose reader left must have been aborted.
@@ -54,7 +54,7 @@ def assert_nothing_left(engine) -> None:
     assert stats["kv_blocks"]["held_by_requests"] == 0, f"{stats['kv_blocks']['held_by_requests']} blocks still held"
 
 
-@pytest.mark.task("5.14")
+@pytest.mark.task("5.15")
 def test_a_batch_runs_together_and_answers_in_prompt_order(engine):
     alone = [engine.generate(p, max_tokens=8, ignore_eos=True) for p in PROMPTS]
     before = engine.get_stats()["steps"]
@@ -70,7 +70,7 @@ def test_a_batch_runs_together_and_answers_in_prompt_order(engine):
     assert_nothing_left(engine)
 
 
-@pytest.mark.task("5.14")
+@pytest.mark.task("5.15")
 def test_a_failed_request_aborts_the_rest_of_its_batch(engine, monkeypatch):
     processor = engine._loop.processor  # the engine thread's: a fault planted in one request's token handling
     on_event = processor.on_event
@@ -95,7 +95,7 @@ def test_a_failed_request_aborts_the_rest_of_its_batch(engine, monkeypatch):
     assert_nothing_left(engine)
 
 
-@pytest.mark.task("5.14")
+@pytest.mark.task("5.15")
 def test_a_stream_is_deltas_then_the_result_and_closing_it_early_aborts(engine, monkeypatch):
     items = list(engine.stream(PROMPTS[0], max_tokens=6, ignore_eos=True))
     assert isinstance(items[-1], GenerationOutput) and not any(isinstance(i, GenerationOutput) for i in items[:-1])
@@ -111,7 +111,7 @@ def test_a_stream_is_deltas_then_the_result_and_closing_it_early_aborts(engine, 
     assert_nothing_left(engine)
 
 
-@pytest.mark.task("5.14")
+@pytest.mark.task("5.15")
 def test_an_async_reader_that_leaves_or_is_cancelled_aborts_its_request(engine, monkeypatch):
     async def leave_early():
         stream = engine.stream_async(PROMPTS[2], max_tokens=200, ignore_eos=True)

@@ -1,4 +1,4 @@
-"""Task 5.11: a request's life — tokens and text recorded, stop strings end it, callers told (driven by hand)."""
+"""Task 5.12: a request's life — tokens and text recorded, stop strings end it, callers told (driven by hand)."""
 
 import pytest
 from lifecycle_driver import LifecycleDriver
@@ -14,7 +14,7 @@ def engine(tiny_loaded):
     return LifecycleDriver(llm, tiny_loaded.tokenizer, tiny_loaded.eos_token_ids)
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 def test_a_stream_is_deltas_then_the_result(engine):
     items = list(engine.stream(PROMPT, max_tokens=7, ignore_eos=True))
     deltas, result = items[:-1], items[-1]
@@ -24,7 +24,7 @@ def test_a_stream_is_deltas_then_the_result(engine):
     assert [d.finish_reason for d in deltas] == [None] * 6 + ["length"] and result.finish_reason == "length"
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 def test_a_stop_string_ends_the_request_and_returns_its_blocks(engine):
     full = engine.generate(PROMPT, max_tokens=20, ignore_eos=True)
     candidates = [i for i in range(1, len(full.text) - 1) if "\ufffd" not in full.text[i : i + 2]]
@@ -37,7 +37,7 @@ def test_a_stop_string_ends_the_request_and_returns_its_blocks(engine):
     engine.assert_idle()
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 def test_every_completion_finishes_before_the_result(engine):
     items = list(engine.stream(PROMPT, n=3, max_tokens=4, temperature=1.0, seed=1, ignore_eos=True))
     result = items[-1]

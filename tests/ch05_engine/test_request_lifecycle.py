@@ -1,4 +1,4 @@
-"""Task 5.11, the request lifecycle, at its edges: held-back text, a stop on the last token, n > 1, logprobs, cleanup.
+"""Task 5.12, the request lifecycle, at its edges: held-back text, a stop on the last token, n > 1, logprobs, cleanup.
 
 The lifecycle is driven by hand (lifecycle_driver.py): LLMEngine steps, the
 OutputProcessor turns their events into what a caller is told. A result
@@ -39,7 +39,7 @@ def clean(text: str) -> bool:
     return "\ufffd" not in text
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 def test_text_held_back_for_a_stop_string_comes_out_when_the_request_ends(engine):
     _, full = run(engine, max_tokens=10, ignore_eos=True)
     stop = full.text[-1:] + "\u2603\u2603"  # its first character ends the text: held back until the request ends
@@ -54,7 +54,7 @@ def test_text_held_back_for_a_stop_string_comes_out_when_the_request_ends(engine
     assert_idle(engine)
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 def test_a_stop_string_completed_by_the_last_allowed_token_is_a_stop(engine):
     _, full = run(engine, max_tokens=24, ignore_eos=True)
     tokenizer = engine.tokenizer
@@ -88,7 +88,7 @@ def stop_only_in_completion_1(engine):
     pytest.skip("no seed gave completion 1 a text the others do not share")
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 def test_a_stop_string_ends_only_the_completion_it_appears_in(engine):
     seed, uncut, stop, start = stop_only_in_completion_1(engine)
     deltas, result = run(engine, n=3, max_tokens=12, temperature=1.0, seed=seed, ignore_eos=True, stop=stop)
@@ -106,7 +106,7 @@ def test_a_stop_string_ends_only_the_completion_it_appears_in(engine):
     assert_idle(engine)
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 @pytest.mark.parametrize("n", [1, 2])
 def test_logprobs_arrive_for_every_token_in_order(engine, n):
     temperature = 0 if n == 1 else 1.0
@@ -124,7 +124,7 @@ def test_logprobs_arrive_for_every_token_in_order(engine, n):
     assert plain.logprobs is None, "no logprobs were asked for"
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 def test_a_finished_request_leaves_nothing_behind(engine):
     _, result = run(engine, max_tokens=4, ignore_eos=True)
     assert result.finish_reason == "length"
@@ -138,7 +138,7 @@ def test_a_finished_request_leaves_nothing_behind(engine):
     )
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 def test_an_aborted_stream_ends_every_completion_and_returns_its_blocks(engine):
     seen = []
     for item in engine.stream(PROMPT, n=2, max_tokens=40, temperature=1.0, seed=1, ignore_eos=True):
@@ -150,7 +150,7 @@ def test_an_aborted_stream_ends_every_completion_and_returns_its_blocks(engine):
     assert_idle(engine)
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 def test_a_request_the_engine_refuses_is_not_tracked(engine):
     from miniyaie.engine import InvalidRequestError, SamplingParams
     from miniyaie.engine.request_state import RequestState
@@ -165,7 +165,7 @@ def test_a_request_the_engine_refuses_is_not_tracked(engine):
     assert_idle(engine)
 
 
-@pytest.mark.task("5.11")
+@pytest.mark.task("5.12")
 @pytest.mark.parametrize("n", [1, 3])
 def test_the_result_reports_the_prompt_tokens_its_request_found_cached(engine, n):
     prompt = PROMPT + " was a tiny model that read its prompt twice"

@@ -16,8 +16,8 @@ def rows_of_logits(batch: int, vocab: int, seed: int) -> torch.Tensor:
     return torch.randn(batch, vocab, generator=torch.Generator().manual_seed(seed)) * 3
 
 
-# ---------------------------------------------------------------- 5.1 penalties
-@pytest.mark.task("5.1")
+# ---------------------------------------------------------------- 5.2 penalties
+@pytest.mark.task("5.2")
 @given(
     seed=st.integers(0, 10_000),
     repetition=st.floats(0.5, 2.0),
@@ -46,7 +46,7 @@ def test_penalties_follow_their_definitions(seed, repetition, presence, frequenc
         assert got[0, t].item() == pytest.approx(x, rel=1e-5, abs=1e-5), f"token {t}"
 
 
-@pytest.mark.task("5.1")
+@pytest.mark.task("5.2")
 def test_penalties_are_per_row():
     logits = torch.tensor([[2.0, -2.0, 1.0], [2.0, -2.0, 1.0]])
     seen = torch.tensor([[True, True, False], [True, True, False]])
@@ -55,7 +55,7 @@ def test_penalties_are_per_row():
     assert torch.allclose(got, torch.tensor([[1.0, -4.0, 1.0], [2.0 - 2.0 - 0.5, -2.0, 1.0]]))
 
 
-@pytest.mark.task("5.7")  # the whole sampler: Task 5.7 puts the penalties of 5.1 in front of the argmax
+@pytest.mark.task("5.8")  # the whole sampler: Task 5.8 puts the penalties of 5.2 in front of the argmax
 def test_the_sampler_applies_penalties_to_greedy_rows():
     logits = torch.tensor([[5.0, 4.0, 0.0, -1.0]])
     plain = SamplingRow(SamplingParams(), [0], [])
@@ -64,7 +64,7 @@ def test_the_sampler_applies_penalties_to_greedy_rows():
     assert [s.token_id for s in Sampler()(logits.repeat(3, 1), [plain, penalised, repeated])] == [0, 1, 1]
 
 
-# ---------------------------------------------------------------- 5.2 top-k, top-p, min-p
+# ---------------------------------------------------------------- 5.3 top-k, top-p, min-p
 def kept_by_definition(logits_row: list[float], k: int, p: float, min_p: float) -> set[int]:
     order = sorted(range(len(logits_row)), key=lambda i: -logits_row[i])
     if k > 0:
@@ -81,7 +81,7 @@ def kept_by_definition(logits_row: list[float], k: int, p: float, min_p: float) 
     return {i for i in kept if weights[i] / total >= min_p * (weights[order[0]] / total)}
 
 
-@pytest.mark.task("5.2")
+@pytest.mark.task("5.3")
 @given(
     seed=st.integers(0, 10_000),
     k=st.integers(-1, 12),
@@ -105,7 +105,7 @@ def test_filters_keep_exactly_the_tokens_their_definitions_keep(seed, k, p, min_
     assert torch.equal(got[0, list(kept)], logits[0, list(kept)]), "kept logits are unchanged"
 
 
-@pytest.mark.task("5.2")
+@pytest.mark.task("5.3")
 def test_filters_are_per_row_and_keep_the_token_crossing_top_p():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]] * 3))
     got = filter_logits(logits, torch.tensor([0, 2, 0]), torch.tensor([0.6, 1.0, 1.0]), torch.tensor([0.0, 0.0, 0.2]))
@@ -113,7 +113,7 @@ def test_filters_are_per_row_and_keep_the_token_crossing_top_p():
     assert kept == [[True, True, False, False], [True, True, False, False], [True, True, True, False]]
 
 
-@pytest.mark.task("5.7")  # the whole sampler (Task 5.7) over 5.2's filters and 5.3's draw
+@pytest.mark.task("5.8")  # the whole sampler (Task 5.8) over 5.3's filters and 5.4's draw
 @settings(max_examples=25)
 @given(seed=st.integers(0, 1000), k=st.integers(1, 5), p=st.floats(0.1, 1.0))
 def test_sampling_never_picks_a_filtered_token(seed, k, p):
@@ -126,8 +126,8 @@ def test_sampling_never_picks_a_filtered_token(seed, k, p):
         assert all(allowed[i, t] for i, t in enumerate(tokens))
 
 
-# ---------------------------------------------------------------- 5.3 the draw
-@pytest.mark.task("5.3")
+# ---------------------------------------------------------------- 5.4 the draw
+@pytest.mark.task("5.4")
 def test_draw_follows_the_distribution():
     probs = torch.tensor([[0.1, 0.2, 0.0, 0.7]]).repeat(4000, 1)
     torch.manual_seed(0)
@@ -137,7 +137,7 @@ def test_draw_follows_the_distribution():
     assert torch.allclose(freq, torch.tensor([0.1, 0.2, 0.0, 0.7]), atol=0.03), freq
 
 
-@pytest.mark.task("5.3")
+@pytest.mark.task("5.4")
 @given(seed=st.integers(0, 2**31), mates=st.integers(0, 5), position=st.integers(0, 5))
 def test_a_seeded_row_draws_the_same_whatever_its_batch_mates(seed, mates, position):
     probs = torch.softmax(rows_of_logits(1, 50, 7), -1)
@@ -152,7 +152,7 @@ def test_a_seeded_row_draws_the_same_whatever_its_batch_mates(seed, mates, posit
     assert together == alone
 
 
-@pytest.mark.task("5.3")
+@pytest.mark.task("5.4")
 def test_different_seeds_draw_different_sequences():
     probs = torch.full((1, 64), 1 / 64)
     sequences = set()
@@ -162,8 +162,8 @@ def test_different_seeds_draw_different_sequences():
     assert len(sequences) == 4
 
 
-# ---------------------------------------------------------------- the whole sampler (Task 5.7)
-@pytest.mark.task("5.7")
+# ---------------------------------------------------------------- the whole sampler (Task 5.8)
+@pytest.mark.task("5.8")
 def test_min_tokens_masks_end_of_sequence_and_logprobs_are_the_models():
     logits = torch.tensor([[0.0, 9.0, 1.0, 2.0]])
     early = SamplingRow(SamplingParams(min_tokens=2, logprobs=2), [0], [1], stop_token_ids=[1])

@@ -17,8 +17,8 @@ def kept(logits: torch.Tensor, k: int, p: float, min_p: float = 0.0) -> list[boo
     return (got[0] > NEG_INF).tolist()
 
 
-# ---------------------------------------------------------------- 5.2
-@pytest.mark.task("5.2")
+# ---------------------------------------------------------------- 5.3
+@pytest.mark.task("5.3")
 @pytest.mark.parametrize("other_k", [None, 0, 3])
 def test_top_p_counts_mass_among_the_tokens_top_k_kept(other_k):
     """k=2 keeps 0.5 and 0.3, renormalised to 0.625 and 0.375: token 0 alone reaches p=0.6.
@@ -38,7 +38,7 @@ def test_top_p_counts_mass_among_the_tokens_top_k_kept(other_k):
     assert kept(row[None], 0, 0.6) == [True, True, False, False], "without top-k, 0.5 < 0.6: the crossing token 1 is kept"
 
 
-@pytest.mark.task("5.2")
+@pytest.mark.task("5.3")
 def test_min_p_is_relative_to_the_top_kept_probability():
     logits = torch.log(torch.tensor([[0.4, 0.3, 0.2, 0.1]]))
     assert kept(logits, 0, 1.0, min_p=0.45) == [True, True, True, False], "0.2 >= 0.45 * 0.4 stays, 0.1 goes"
@@ -47,7 +47,7 @@ def test_min_p_is_relative_to_the_top_kept_probability():
     assert kept(logits, 4, 1.0) == [True, True, True, True] and kept(logits, 5, 1.0) == [True] * 4, "k >= vocab keeps all"
 
 
-@pytest.mark.task("5.2")
+@pytest.mark.task("5.3")
 def test_a_token_whose_higher_ranked_mass_reaches_top_p_exactly_goes():
     """Probabilities 0.5, 0.25, 0.125, 0.125 (exact in float32): top-p 0.75 is reached by the first two."""
     logits = torch.tensor([[0.0, -1.0, -2.0, -2.0]]) * math.log(2)
@@ -64,21 +64,21 @@ def test_a_token_whose_higher_ranked_mass_reaches_top_p_exactly_goes():
     )
 
 
-@pytest.mark.task("5.2")
+@pytest.mark.task("5.3")
 def test_the_most_likely_token_always_survives():
     logits = torch.tensor([[0.5, 2.0, -1.0, 1.0]])
     assert kept(logits, 0, 0.0) == [False, True, False, False], "top_p = 0 still keeps the most likely token"
     assert kept(logits, 1, 0.0, min_p=1.0) == [False, True, False, False]
 
 
-@pytest.mark.task("5.2")
+@pytest.mark.task("5.3")
 def test_tokens_tied_with_the_last_kept_one_are_kept():
     logits = torch.tensor([[2.0, 1.0, 1.0, 0.0]])
     assert kept(logits, 2, 1.0) == [True, True, True, False], "a tie at the k-th place keeps every tied token"
 
 
-# ---------------------------------------------------------------- 5.3
-@pytest.mark.task("5.3")
+# ---------------------------------------------------------------- 5.4
+@pytest.mark.task("5.4")
 @pytest.mark.parametrize("total", [0.1, 4.0])
 def test_a_row_that_does_not_sum_to_one_is_drawn_in_proportion(total):
     """The draw compares u * the row's total with the running sum: rows may be unnormalised weights."""
@@ -92,7 +92,7 @@ def test_a_row_that_does_not_sum_to_one_is_drawn_in_proportion(total):
     )
 
 
-@pytest.mark.task("5.3")
+@pytest.mark.task("5.4")
 @given(seeds=st.lists(st.integers(0, 2**31), min_size=2, max_size=4, unique=True), unseeded_first=st.booleans())
 @example(seeds=[1, 2], unseeded_first=False)
 def test_each_seeded_row_draws_from_its_own_seed(seeds, unseeded_first):
@@ -110,7 +110,7 @@ def test_each_seeded_row_draws_from_its_own_seed(seeds, unseeded_first):
     assert together == alone, "each seeded row must draw from its own generator, as it would alone"
 
 
-@pytest.mark.task("5.2")
+@pytest.mark.task("5.3")
 def test_top_p_of_one_rules_nothing_out_however_small_a_probability():
     logits = torch.tensor([[0.0, -30.0, -60.0]])  # in float32 the running sum reaches 1.0 at the first token
     assert kept(logits, 0, 1.0) == [True, True, True], "top_p = 1 keeps every token, even one of probability 1e-13"

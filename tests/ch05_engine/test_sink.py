@@ -1,4 +1,4 @@
-"""Task 5.12: the sink that carries one request's answers from the engine thread to a thread or a coroutine.
+"""Task 5.13: the sink that carries one request's answers from the engine thread to a thread or a coroutine.
 
 The engine thread is played by a plain thread that puts items on a schedule.
 Every wait is bounded (asyncio.wait_for): a reader that never wakes fails
@@ -66,7 +66,7 @@ def read_async(sink: Sink, count: int, within: float = 5.0, putter: Putter | Non
     return got
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 @settings(max_examples=10, deadline=None)
 @given(items=st.lists(st.integers(), min_size=1, max_size=8), data=st.data())
 def test_a_coroutine_gets_every_item_in_order_and_is_woken_when_it_comes(items, data):
@@ -77,14 +77,14 @@ def test_a_coroutine_gets_every_item_in_order_and_is_woken_when_it_comes(items, 
         assert read_async(sink, len(items), putter=putter) == items
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_items_put_before_the_first_read_are_not_lost():
     sink = Sink(lambda: True)
     assert sink.put("a") and sink.put("b"), "put returns True while someone may still read"
     assert read_async(sink, 2) == ["a", "b"]
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_waiting_never_blocks_the_event_loop(monkeypatch):
     monkeypatch.setattr(sink_module, "POLL_SECONDS", 60.0)
     sink = Sink(lambda: True)
@@ -121,7 +121,7 @@ class CountingQueue(queue.SimpleQueue):
         return super().get_nowait()
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_an_idle_reader_sleeps_instead_of_spinning(monkeypatch):
     monkeypatch.setattr(sink_module, "POLL_SECONDS", 60.0)
     monkeypatch.setattr(sink_module.queue, "SimpleQueue", CountingQueue)
@@ -134,7 +134,7 @@ def test_an_idle_reader_sleeps_instead_of_spinning(monkeypatch):
         "(clear the event before sleeping on it: one left set wakes every wait at once)")
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_an_error_item_is_raised_to_the_coroutine():
     sink = Sink(lambda: True)
     putter = put_later(sink, ["delta", EngineError("the request failed")], [0.0, 0.01])
@@ -152,7 +152,7 @@ def test_an_error_item_is_raised_to_the_coroutine():
     assert got == "delta"
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_a_reader_whose_engine_died_gets_what_was_left_then_an_error(monkeypatch):
     monkeypatch.setattr(sink_module, "POLL_SECONDS", 0.05)
     alive = [True]
@@ -169,7 +169,7 @@ def test_a_reader_whose_engine_died_gets_what_was_left_then_an_error(monkeypatch
     assert asyncio.run(asyncio.wait_for(main(), 5)) == "last words"
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_put_says_whether_anyone_can_still_read():
     sink = Sink(lambda: True)
     assert sink.put("before any reader") is True, "no reader yet: one may still come"
@@ -188,7 +188,7 @@ def test_put_says_whether_anyone_can_still_read():
     assert sink.put("nobody reads this") is False, "the reader's event loop is closed: put must say so"
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_a_thread_reader_gets_items_put_from_the_engine_thread(monkeypatch):
     monkeypatch.setattr(sink_module, "POLL_SECONDS", 0.05)
     putter: list[threading.Thread] = []
@@ -201,7 +201,7 @@ def test_a_thread_reader_gets_items_put_from_the_engine_thread(monkeypatch):
     assert got == [1, 2, 3]
 
 
-@pytest.mark.task("5.12")
+@pytest.mark.task("5.13")
 def test_a_thread_reader_gets_the_error_and_is_not_left_waiting_by_a_dead_engine(monkeypatch):
     monkeypatch.setattr(sink_module, "POLL_SECONDS", 0.05)
     alive = [True]

@@ -1,4 +1,4 @@
-"""Task 5.10: the step's counters mean what they say — the proof that the cache, the batch and preemption
+"""Task 5.11: the step's counters mean what they say — the proof that the cache, the batch and preemption
 are on the hot path (get_stats, the StepRecords of notebook 5, usage.cached_tokens)."""
 
 import pytest
@@ -15,7 +15,7 @@ def tiny_model(tmp_path_factory):
     return load_model(path)
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.11")
 def test_cached_tokens_never_exceed_the_prompt_even_after_preemption(tiny_model):
     # a pool too small for all eight: requests are preempted, and when they come back they find
     # their own earlier prompt and output in the cache; that is not a prefix-cache hit of the prompt
@@ -33,7 +33,7 @@ def test_cached_tokens_never_exceed_the_prompt_even_after_preemption(tiny_model)
     assert sum(reported.values()) == engine.stats["cached_tokens"], "events and the engine's counter disagree"
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.11")
 def test_every_completion_of_a_request_reports_its_prompts_cache_hit(tiny_model):
     """n > 1: the completions share one prompt, so they share its prefix-cache hit (even when forked in its first step)."""
     engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=64, enable_prefix_caching=True))
@@ -49,7 +49,7 @@ def test_every_completion_of_a_request_reports_its_prompts_cache_hit(tiny_model)
         assert reported[child] == {12}, f"completion {child} reported {reported[child]}; it shares its request's prompt"
 
 
-@pytest.mark.task("5.10")
+@pytest.mark.task("5.11")
 def test_step_records_add_up_to_the_counters(tiny_model):
     model = tiny_model
     engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=12, max_num_batched_tokens=8, max_num_seqs=4))

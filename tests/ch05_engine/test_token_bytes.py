@@ -1,4 +1,4 @@
-"""Task 5.6: a token's real bytes, read back from the tokenizer's own symbol for it.
+"""Task 5.7: a token's real bytes, read back from the tokenizer's own symbol for it.
 
 Byte-level BPE (GPT-2, SmolLM2, Llama 3, Qwen) spells " the" as "Ġthe";
 SentencePiece spells it "▁the" and a byte it has no piece for "<0xE2>". A
@@ -23,7 +23,7 @@ def byte_level_tokenizers(tiny_dir, smollm2_dir):
     return [AutoTokenizer.from_pretrained(tiny_dir[0]), AutoTokenizer.from_pretrained(smollm2_dir)]
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 def test_the_byte_level_table_has_one_character_per_byte_and_keeps_printable_bytes_as_themselves():
     table = byte_level_table()
     assert sorted(table.values()) == list(range(256)), "each of the 256 bytes has exactly one character"
@@ -34,7 +34,7 @@ def test_the_byte_level_table_has_one_character_per_byte_and_keeps_printable_byt
         "the other bytes are written U+0100, U+0101, ... in byte order (space is 'Ġ', newline 'Ċ')")
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 @settings(max_examples=80, deadline=None)
 @given(st.characters(codec="utf-8"))
 @example("é")  # two bytes: 0xC3 0xA9
@@ -54,7 +54,7 @@ def spelled(tokenizer, text: str) -> list[tuple[str, bytes]]:  # (text, bytes) o
     return [spell(tokenizer, i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 @settings(max_examples=60, deadline=None)
 @given(st.text(st.characters(exclude_categories=("Cc", "Cs", "Co", "Cn")), max_size=40))  # SmolLM2's tokenizer
 @example(" the café")  # drops control and unassigned characters: these texts it keeps as they are
@@ -69,7 +69,7 @@ def test_byte_level_tokens_add_up_to_the_bytes_of_their_text(byte_level_tokenize
             assert isinstance(raw, bytes) and shown == raw.decode("utf-8", errors="replace"), (shown, raw)
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 def test_a_token_that_holds_part_of_a_character_is_that_part(byte_level_tokenizers):
     tiny = byte_level_tokenizers[0]
     pairs = spelled(tiny, "😀")  # 4 UTF-8 bytes; the tiny vocabulary has no piece for it
@@ -81,7 +81,7 @@ def test_a_token_that_holds_part_of_a_character_is_that_part(byte_level_tokenize
             raw.decode("utf-8")  # its bytes are the part, not the bytes of U+FFFD
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 def test_special_tokens_are_their_content_and_a_plain_piece_in_a_byte_level_vocabulary_its_own_text():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -113,7 +113,7 @@ def sentencepiece_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 def test_sentencepiece_spaces_and_byte_pieces(sentencepiece_tokenizer):
     tokenizer = sentencepiece_tokenizer
     text = "the café €"  # "€" has no piece: three byte-fallback pieces <0xE2> <0x82> <0xAC>
@@ -130,7 +130,7 @@ def vocab_id(tokenizer, piece: str) -> int:
     return tokenizer.get_vocab()[piece]
 
 
-@pytest.mark.task("5.6")
+@pytest.mark.task("5.7")
 def test_any_other_tokenizer_spells_a_token_as_its_decoded_text():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast

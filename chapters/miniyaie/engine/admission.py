@@ -1,6 +1,6 @@
 """The engine's door: admit a request whole or refuse it with nothing changed, and end one on demand.
 
-Mixed into LLMEngine (chapter 5, Task 5.9). What add_request records per
+Mixed into LLMEngine (chapter 5, Task 5.10). What add_request records per
 completion id (its params, stop ids, generator, and for n > 1 its family)
 is what the step reads back; abort and _forget are where it all goes away
 again, so that a finished or aborted id leaves no trace and can be reused.
@@ -54,9 +54,9 @@ class Admission:
         params = SamplingParams.coerce(params)
         prompt = list(prompt_token_ids)
         # Idea: check everything that can fail before touching any state: all or nothing.
-        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
-        # TODO(Task 5.9): At the door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 9: At the door — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): At the door. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine.md')
         if params.structured:  # chapter 8: a guide per completion (given)
             self.constraints.start([request_id] + [child_request_id(request_id, i) for i in range(1, params.n)], params)
         return request_id
@@ -78,9 +78,9 @@ class Admission:
         context = self.model.config.max_position_embeddings
         vocab = self.model.config.vocab_size
         # Idea: refuse now what could never finish later; the worst case is what must fit.
-        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
-        # TODO(Task 5.9): At the door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 9: At the door — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): At the door. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine.md')
         if params.structured:  # chapter 8 compiles the pattern (cached): a bad one is refused here (given)
             self.constraints.check(params)
 
@@ -94,9 +94,9 @@ class Admission:
         """
         self._children.pop(request_id, None)  # its completions not forked yet: none will be
         # Idea: a request is a family; end every member the scheduler still runs, and forget them all.
-        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
-        # TODO(Task 5.9): At the door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 9: At the door — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): At the door. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine.md')
 
     def _forget(self, request_id: str) -> None:
         """Drop a finished or aborted completion's settings (and its guide) and take it out of its

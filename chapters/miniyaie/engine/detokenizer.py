@@ -41,9 +41,9 @@ class IncrementalDetokenizer:
         """
         self.token_ids.extend(token_ids)
         # Idea: decode a small window twice, with and without the new tokens, and emit the difference.
-        # Stuck? `miniyaie hint 5.4` prints hints, one level at a time.
-        # TODO(Task 5.4): Incremental detokenization. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 4: Incremental detokenization — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
+        # TODO(Task 5.5): Incremental detokenization. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 5: Incremental detokenization — see book/src/ch05_engine.md')
         self.text += delta
         return delta
     # ANCHOR_END: push
@@ -58,7 +58,7 @@ class IncrementalDetokenizer:
         emitted text cannot be taken back).
         """
         # Idea: at the end there is no window to wait for: the whole decode is the truth.
-        # Stuck? `miniyaie hint 5.4` prints hints, one level at a time.
-        # TODO(Task 5.4): Incremental detokenization. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 4: Incremental detokenization — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
+        # TODO(Task 5.5): Incremental detokenization. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 5: Incremental detokenization — see book/src/ch05_engine.md')
     # ANCHOR_END: finish

@@ -60,9 +60,9 @@ class EngineLoop(FaultBoundary):
         (in_flight counts them, abort finds them) from this moment, and the loop is woken.
         """
         # Idea: everything callers share sits behind one lock; check all, then queue all, then wake the loop.
-        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
-        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
+        # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
 
     def abort(self, request_id: str) -> bool:
         """Queue an abort (any thread); True if the request was in flight. Its caller gets finish_reason "abort".
@@ -71,9 +71,9 @@ class EngineLoop(FaultBoundary):
         its id before the loop gets to the abort, the new one is not touched.
         """
         # Idea: an id can be reused; an abort must stay with the request it was meant for.
-        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
-        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
+        # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
     # ANCHOR_END: inbox
 
     @property
@@ -140,9 +140,9 @@ class EngineLoop(FaultBoundary):
         Then, if the engine has work, one self._step().
         """
         # Idea: take the whole inbox under the lock, act on it outside the lock, then step once.
-        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
-        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
+        # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
 
     def _step(self) -> None:
         """One engine step; its token events go to their requests. A step that raises fails the requests it ran.
@@ -153,9 +153,9 @@ class EngineLoop(FaultBoundary):
         request has ended meanwhile (aborted, failed) is dropped.
         """
         # Idea: a failed step is the engine's fault, not the caller's: fail what it touched, keep serving.
-        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
-        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
+        # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
     # ANCHOR_END: loop
 
     def _in_flight(self) -> list[RequestState]:

@@ -35,9 +35,9 @@ class FaultBoundary:
         and its blocks come back (self._end_all(error, abort)).
         """
         # Idea: nobody may wait forever: however the loop ends, every caller still waiting is told.
-        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
-        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
+        # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
     # ANCHOR_END: run
 
     # ANCHOR: guarded
@@ -50,9 +50,9 @@ class FaultBoundary:
         Nothing raises out of here: the loop goes on with the other requests.
         """
         # Idea: the boundary of a fault is one request: catch, count, tell that request, go on.
-        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
-        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
+        # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
 
     def _fail(self, requests: list[RequestState], exc: Exception, what: str) -> None:
         """End requests with an error: an EngineError as it is, anything else as RequestFailedError("what: ...").
@@ -63,9 +63,9 @@ class FaultBoundary:
         the error, whose __cause__ is the original exception.
         """
         # Idea: the caller gets an error it can read; the engine gets its blocks back, before anything else.
-        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
-        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
+        # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
     # ANCHOR_END: guarded
 
     def _tell(self, request: RequestState, item: object) -> None:
@@ -97,9 +97,9 @@ class FaultBoundary:
         and does not keep the other callers from being told.
         """
         # Idea: take everything at once under the lock, then tell each caller outside it, whatever fails.
-        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
-        # TODO(Task 5.13): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
+        # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
     # ANCHOR_END: end_all
 
 

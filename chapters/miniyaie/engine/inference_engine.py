@@ -99,9 +99,9 @@ class InferenceEngine(Submission, ChatMixin):
             return []
         params = self._params(sampling_params, kwargs)
         # Idea: check every prompt, submit them together, and never leave a request nobody will read.
-        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
-        # TODO(Task 5.14): The front door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The front door — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.15` prints hints, one level at a time.
+        # TODO(Task 5.15): The front door. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 15: The front door — see book/src/ch05_engine.md')
     # ANCHOR_END: generate
 
     def generate_text(self, prompts: str | Sequence[str], sampling_params: SamplingParams | None = None, **kwargs) -> str | list[str]:

@@ -111,9 +111,9 @@ class LLMEngine(Admission, StepAccounting):
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
         # Idea: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
-        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
-        # TODO(Task 5.10): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: The engine step — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
+        # TODO(Task 5.11): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
         forced, failed = self._constraints.follow(self, sampled, finished) if self._constraints is not None else ({}, {})
         self._count_step(out, started, used_blocks, cached, sampled, finished)
         events = []
@@ -144,17 +144,17 @@ class LLMEngine(Admission, StepAccounting):
         (no copy), runs via the scheduler's add_forked and counts in counters["forked_requests"].
         Returns a zero-token chunk at the end of the prompt, for the step's update."""
         # Idea: the child starts where the parent's prompt ends, on the parent's blocks.
-        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
-        # TODO(Task 5.10): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: The engine step — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
+        # TODO(Task 5.11): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
 
     def _stop_token_finishes(self, sampled: dict[str, SampledToken], finished: dict[str, str]) -> dict[str, str]:
         """Requests that sampled one of their stop_token_ids (even with ignore_eos): id -> "stop". One already
         in `finished` keeps its reason; each stopped here is ended in the scheduler (its blocks come back)."""
         # Idea: the scheduler knows EOS; a request's own stop tokens are the engine's business.
-        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
-        # TODO(Task 5.10): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: The engine step — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
+        # TODO(Task 5.11): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
     # ANCHOR_END: fork_and_stop
 
     @staticmethod

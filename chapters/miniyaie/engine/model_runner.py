@@ -29,9 +29,9 @@ class ModelRunner:
         queued: the forward pass will write into those private copies.
         """
         # Idea: one flat batch, chunk after chunk; a chunk's positions start where its computed tokens end.
-        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
-        # TODO(Task 5.8): Pack the step into one batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 8: Pack the step into one batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
+        # TODO(Task 5.9): Pack the step into one batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine.md')
     # ANCHOR_END: prepare
 
     # ANCHOR: run
@@ -46,9 +46,9 @@ class ModelRunner:
         on the rows that sample (self.forward), and the sampler once for all of them.
         """
         # Idea: pack, run once, keep only the rows that sample, sample them all at once.
-        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
-        # TODO(Task 5.8): Pack the step into one batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 8: Pack the step into one batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
+        # TODO(Task 5.9): Pack the step into one batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine.md')
     # ANCHOR_END: run
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
@@ -75,7 +75,7 @@ class ModelRunner:
         which no chunk samples returns two empty lists.
         """
         # Idea: the batch is the chunks end to end, and only a chunk that completes its known tokens samples.
-        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
-        # TODO(Task 5.8): Pack the step into one batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 8: Pack the step into one batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
+        # TODO(Task 5.9): Pack the step into one batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine.md')
     # ANCHOR_END: sampling_rows

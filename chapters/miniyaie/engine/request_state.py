@@ -2,8 +2,8 @@
 
 LLMEngine speaks token ids; a caller wants text. For every token event of
 a step, the request's completion pushes the token through its incremental
-detokenizer (task 5.4) and the text through its stop-string filter (task
-5.5); `_emit` (task 5.11) records the result and tells the caller:
+detokenizer (task 5.5) and the text through its stop-string filter (task
+5.6); `_emit` (task 5.12) records the result and tells the caller:
 
     RequestEvent ──> detokenizer ──> stop strings ──> CompletionOutput
                                                      └─> caller: CompletionDelta ... GenerationOutput
@@ -86,9 +86,9 @@ class OutputProcessor:
         child_request_id(request id, i) for the others. The request counts as started (`drop`).
         """
         # Idea: one request, n completions, each with its own text machinery and its own engine id.
-        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
-        # TODO(Task 5.11): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The request lifecycle — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
 
     def request_of(self, engine_id: str) -> RequestState | None:
         """The request a token event belongs to; None once it has ended (aborted or failed while the step ran)."""
@@ -106,17 +106,17 @@ class OutputProcessor:
         text is added; then _emit(request, completion, [token], text, finish_reason, logprob).
         """
         # Idea: one event, one token: find its completion, turn the token into text, let _emit do the rest.
-        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
-        # TODO(Task 5.11): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The request lifecycle — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
 
     def abort(self, request: RequestState) -> None:
         """End the request now: its blocks come back, and each completion not finished yet ends with
         "abort" through _emit (no tokens; the text its detokenizer still held back)."""
         # Idea: the engine frees the blocks; the caller must still hear how each completion ended.
-        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
-        # TODO(Task 5.11): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The request lifecycle — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
     # ANCHOR_END: processor
 
     def drop(self, request: RequestState) -> None:
@@ -141,9 +141,9 @@ class OutputProcessor:
         differs from the request id when n > 1) is no longer tracked.
         """
         # Idea: the stop filter decides what is shown and whether the completion is over.
-        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
-        # TODO(Task 5.11): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The request lifecycle — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
         if request.deltas:
             self.tell(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
                                                [logprob] if logprob is not None else None))

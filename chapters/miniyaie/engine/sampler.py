@@ -57,13 +57,13 @@ class Sampler:
         Contract, for every row:
         - logprobs (when params.logprobs is not None) are the model's own: log_softmax of the raw
           logits, before any penalty, mask or temperature (self._outputs reports them);
-        - penalties (Task 5.1) apply to every row that asks for one, greedy rows included, over the
+        - penalties (Task 5.2) apply to every row that asks for one, greedy rows included, over the
           row's prompt and output (self._histories);
         - while a row has fewer than params.min_tokens output tokens, none of its stop_token_ids
           (ids >= V ignored) can be chosen;
         - a row with `allowed` (structured output) can choose only an allowed token;
         - a greedy row (params.greedy) takes the argmax of what is left; any other row divides by
-          its temperature, then filters (Task 5.2: its top_k, top_p, min_p) and draws (Task 5.3)
+          its temperature, then filters (Task 5.3: its top_k, top_p, min_p) and draws (Task 5.4)
           from the softmax, a seeded row from its own generator;
         - the `logits` tensor passed in is left as it was (it may be the model's output).
         Every stage runs once for the whole batch, over the rows that need it.
@@ -75,14 +75,14 @@ class Sampler:
         column = lambda values, dtype=torch.float32: torch.tensor(values, dtype=dtype, device=device)  # noqa: E731
         want_logprobs = [p.logprobs for p in params]
         # Idea: each row's settings become a column; each stage runs once, on the rows that need it.
-        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
-        # TODO(Task 5.7): One sampler for the whole batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 7: One sampler for the whole batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): One sampler for the whole batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: One sampler for the whole batch — see book/src/ch05_engine.md')
         return self._outputs(tokens, raw_logprobs, want_logprobs)
 
     @staticmethod
     def _histories(rows: Sequence[SamplingRow], vocab: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(seen, counts) for the penalties of Task 5.1, for the whole batch at once.
+        """(seen, counts) for the penalties of Task 5.2, for the whole batch at once.
 
         seen [B, V] bool: True where token v is in row b's prompt or output; counts [B, V]
         float32: how many times v is in row b's output (the prompt does not count). Rows may
@@ -90,9 +90,9 @@ class Sampler:
         operations for the batch (no Python loop over the vocabulary, nor one per token).
         """
         # Idea: pad the ragged lists into one tensor, and let the padding land in a column that is thrown away.
-        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
-        # TODO(Task 5.7): One sampler for the whole batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 7: One sampler for the whole batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): One sampler for the whole batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: One sampler for the whole batch — see book/src/ch05_engine.md')
 
     @staticmethod
     def _outputs(tokens: torch.Tensor, raw_logprobs: torch.Tensor | None, want: list[int | None]) -> list[SampledToken]:
@@ -103,7 +103,7 @@ class Sampler:
         asked), not one per row.
         """
         # Idea: one gather and one topk for the batch; each row then takes what it asked for.
-        # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
-        # TODO(Task 5.7): One sampler for the whole batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 7: One sampler for the whole batch — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
+        # TODO(Task 5.8): One sampler for the whole batch. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 8: One sampler for the whole batch — see book/src/ch05_engine.md')
     # ANCHOR_END: sampler_call

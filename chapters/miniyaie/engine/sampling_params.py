@@ -59,53 +59,38 @@ class SamplingParams:
         self._validate()
         self._validate_structured()
 
+    # ANCHOR: validate
     def _validate(self) -> None:
+        """Refuse, with InvalidRequestError, the first field (in this order) of the wrong type or outside its range.
+
+        n, max_tokens, min_tokens, top_k, seed and logprobs must be whole numbers (an int that is
+        not a bool); temperature, top_p, min_p and the three penalties finite numbers (an int or
+        a float, not a bool, not NaN, not ±inf); each field is checked whole, type then range,
+        before the next:
+            n                      1 .. MAX_N
+            max_tokens             at least 1
+            min_tokens             0 .. max_tokens
+            temperature            0 .. 100
+            top_k                  -1, 0 (both mean off) or more
+            top_p                  (0, 1]
+            min_p                  [0, 1]
+            repetition_penalty     (0, 10]
+            presence_penalty, frequency_penalty   -2 .. 2
+            seed                   None, or a whole number in [0, 2**63)
+            stop                   self._validate_stop's rule (given)
+            stop_token_ids         whole numbers >= 0
+            logprobs               None, or a whole number in 0 .. MAX_LOGPROBS
+        Every message starts with the field's name and says its rule and the value given
+        (bad(name, rule) builds it).
+        """
         def bad(name: str, rule: str) -> InvalidRequestError:
             return InvalidRequestError(f"{name} {rule}, got {getattr(self, name)!r}")
 
-        def whole(name: str) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise bad(name, "must be a whole number")
-
-        def number(name: str) -> float:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise bad(name, "must be a finite number")
-            return value
-
-        for name in ("n", "max_tokens", "min_tokens", "top_k"):
-            whole(name)
-        if not 1 <= self.n <= MAX_N:
-            raise bad("n", f"must be between 1 and {MAX_N}")
-        if self.max_tokens < 1:
-            raise bad("max_tokens", "must be at least 1")
-        if not 0 <= self.min_tokens <= self.max_tokens:
-            raise bad("min_tokens", f"must be between 0 and max_tokens ({self.max_tokens})")
-        if not 0 <= number("temperature") <= 100:
-            raise bad("temperature", "must be between 0 and 100")
-        if self.top_k < -1:
-            raise bad("top_k", "must be -1 or 0 (off) or a positive number of tokens")
-        if not 0 < number("top_p") <= 1:
-            raise bad("top_p", "must be in (0, 1]")
-        if not 0 <= number("min_p") <= 1:
-            raise bad("min_p", "must be in [0, 1]")
-        if not 0 < number("repetition_penalty") <= 10:
-            raise bad("repetition_penalty", "must be in (0, 10]")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if not -2 <= number(name) <= 2:
-                raise bad(name, "must be between -2 and 2")
-        if self.seed is not None:
-            whole("seed")
-            if not 0 <= self.seed < 2**63:
-                raise bad("seed", "must be in [0, 2**63)")
-        self._validate_stop()
-        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids):
-            raise bad("stop_token_ids", "must be non-negative token ids")
-        if self.logprobs is not None:
-            whole("logprobs")
-            if not 0 <= self.logprobs <= MAX_LOGPROBS:
-                raise bad("logprobs", f"must be between 0 and {MAX_LOGPROBS}")
+        # Idea: the type before the range; in Python a bool is an int, and NaN fails every comparison.
+        # Stuck? `miniyaie hint 5.1` prints hints, one level at a time.
+        # TODO(Task 5.1): Parameters checked once. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 1: Parameters checked once — see book/src/ch05_engine.md')
+    # ANCHOR_END: validate
 
     def _validate_stop(self) -> None:
         """At most MAX_STOP_STRINGS strings of 1 to MAX_STOP_STRING_LENGTH characters (the message never echoes them)."""

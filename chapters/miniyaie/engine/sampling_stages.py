@@ -1,4 +1,4 @@
-"""The sampler's stages, each over a whole batch of rows with a setting per row (Tasks 5.1-5.3).
+"""The sampler's stages, each over a whole batch of rows with a setting per row (Tasks 5.2-5.4).
 
     penalties      repetition (prompt + output), presence and frequency (output)
     filters        top_k, top_p and min_p, all from one sort
@@ -34,9 +34,9 @@ def apply_penalties(
     presence / frequency (as in OpenAI): logit -= presence * (count > 0) + frequency * count.
     """
     # Idea: three penalties, every row at once: no Python loop over rows or tokens.
-    # Stuck? `miniyaie hint 5.1` prints hints, one level at a time.
-    # TODO(Task 5.1): Penalties. Replace this line with your code.
-    raise NotImplementedError('Chapter 5, Task 1: Penalties — see book/src/ch05_engine.md')
+    # Stuck? `miniyaie hint 5.2` prints hints, one level at a time.
+    # TODO(Task 5.2): Penalties. Replace this line with your code.
+    raise NotImplementedError('Chapter 5, Task 2: Penalties — see book/src/ch05_engine.md')
 # ANCHOR_END: penalties
 
 
@@ -52,9 +52,9 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     The most likely token always survives; tokens tied with the last kept one are kept too.
     """
     # Idea: each rule keeps a prefix of the row sorted by logit: find how long it is, sort once.
-    # Stuck? `miniyaie hint 5.2` prints hints, one level at a time.
-    # TODO(Task 5.2): top-k, top-p and min-p in one sort. Replace this line with your code.
-    raise NotImplementedError('Chapter 5, Task 2: top-k, top-p and min-p in one sort — see book/src/ch05_engine.md')
+    # Stuck? `miniyaie hint 5.3` prints hints, one level at a time.
+    # TODO(Task 5.3): top-k, top-p and min-p in one sort. Replace this line with your code.
+    raise NotImplementedError('Chapter 5, Task 3: top-k, top-p and min-p in one sort — see book/src/ch05_engine.md')
 # ANCHOR_END: filter
 
 
@@ -67,7 +67,7 @@ def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> t
     own generator: the same seed gives the same token whatever else is in the batch.
     """
     # Idea: one uniform number per row, placed on the row's cumulative distribution.
-    # Stuck? `miniyaie hint 5.3` prints hints, one level at a time.
-    # TODO(Task 5.3): One draw per row, seeded rows on their own generator. Replace this line with your code.
-    raise NotImplementedError('Chapter 5, Task 3: One draw per row, seeded rows on their own generator — see book/src/ch05_engine.md')
+    # Stuck? `miniyaie hint 5.4` prints hints, one level at a time.
+    # TODO(Task 5.4): One draw per row, seeded rows on their own generator. Replace this line with your code.
+    raise NotImplementedError('Chapter 5, Task 4: One draw per row, seeded rows on their own generator — see book/src/ch05_engine.md')
 # ANCHOR_END: draw

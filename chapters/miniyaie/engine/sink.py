@@ -35,9 +35,9 @@ class Sink:
         A loop that is closed cannot be asked (RuntimeError): nobody will read, return False.
         """
         # Idea: queue it, then wake the reader the way its world allows.
-        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
-        # TODO(Task 5.12): From the engine thread to its caller. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: From the engine thread to its caller — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
+        # TODO(Task 5.13): From the engine thread to its caller. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine.md')
 
     def get(self) -> object:
         """The next item for a thread, in the order put; an error item (an exception) is raised.
@@ -46,9 +46,9 @@ class Sink:
         (self._check_engine raises EngineError once it is gone and nothing is left).
         """
         # Idea: block, but never forever: wake up now and then to ask whether anyone will still put.
-        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
-        # TODO(Task 5.12): From the engine thread to its caller. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: From the engine thread to its caller — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
+        # TODO(Task 5.13): From the engine thread to its caller. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine.md')
 
     async def get_async(self) -> object:
         """The next item for a coroutine, in the order put; an error item is raised.
@@ -63,9 +63,9 @@ class Sink:
             self._ready = asyncio.Event()
             self._loop = asyncio.get_running_loop()
         # Idea: never block the loop: take what is there, else sleep on the event until put sets it.
-        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
-        # TODO(Task 5.12): From the engine thread to its caller. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: From the engine thread to its caller — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
+        # TODO(Task 5.13): From the engine thread to its caller. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine.md')
 
     def _check_engine(self) -> None:
         if not self._engine_alive() and self._items.empty():

@@ -29,9 +29,9 @@ class StepAccounting:
         alone, so that cached_tokens never exceeds the prompt tokens and agrees with the events.
         """
         # Idea: a hit of the prompt and a preempted request finding its own work are different facts.
-        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
-        # TODO(Task 5.10): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: The engine step — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
+        # TODO(Task 5.11): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
 
     def _count_step(self, out: SchedulerOutput, started: float, used_blocks: int, cached: int,
                     sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
@@ -44,9 +44,9 @@ class StepAccounting:
         tokens (the rest), and reports the queues and the blocks as they are after the step.
         """
         # Idea: every number here is one a test or a plot adds up; each is counted once, where it happens.
-        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
-        # TODO(Task 5.10): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: The engine step — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
+        # TODO(Task 5.11): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
     # ANCHOR_END: accounting
 
     @property

@@ -21,9 +21,9 @@ def find_stop(text: str, stops: Sequence[str], start: int = 0) -> int | None:
     searching costs what the new text costs, not the whole text again.
     """
     # Idea: a match that ends in the new text may begin in the old text.
-    # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
-    # TODO(Task 5.5): Stop strings. Replace this line with your code.
-    raise NotImplementedError('Chapter 5, Task 5: Stop strings — see book/src/ch05_engine.md')
+    # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
+    # TODO(Task 5.6): Stop strings. Replace this line with your code.
+    raise NotImplementedError('Chapter 5, Task 6: Stop strings — see book/src/ch05_engine.md')
 
 
 def held_back(text: str, stops: Sequence[str]) -> int:
@@ -33,9 +33,9 @@ def held_back(text: str, stops: Sequence[str]) -> int:
     with (0 when none): that tail may not be shown yet, and nothing else is held.
     """
     # Idea: the tail to hold back is the longest unfinished start of some stop string.
-    # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
-    # TODO(Task 5.5): Stop strings. Replace this line with your code.
-    raise NotImplementedError('Chapter 5, Task 5: Stop strings — see book/src/ch05_engine.md')
+    # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
+    # TODO(Task 5.6): Stop strings. Replace this line with your code.
+    raise NotImplementedError('Chapter 5, Task 6: Stop strings — see book/src/ch05_engine.md')
 # ANCHOR_END: find_stop
 
 
@@ -60,9 +60,9 @@ class StopStringFilter:
         Searching costs what the new text costs (find_stop's `start`).
         """
         # Idea: release up to the first stop, or up to the tail that might become one.
-        # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
-        # TODO(Task 5.5): Stop strings. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 5: Stop strings — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
+        # TODO(Task 5.6): Stop strings. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 6: Stop strings — see book/src/ch05_engine.md')
 
     def flush(self) -> str:
         """The held-back tail, once no more text will come."""

@@ -60,18 +60,18 @@ class Submission:
         reads must not keep the engine busy nor hold its blocks.
         """
         # Idea: a generator's finally runs when its reader leaves early: that is where the abort goes.
-        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
-        # TODO(Task 5.14): The front door. Replace these lines with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The front door — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.15` prints hints, one level at a time.
+        # TODO(Task 5.15): The front door. Replace these lines with your code.
+        raise NotImplementedError('Chapter 5, Task 15: The front door — see book/src/ch05_engine.md')
         yield  # never runs: it keeps this function a generator, as its callers expect
 
     async def _follow_async(self, request: RequestState) -> AsyncIterator[CompletionDelta | GenerationOutput]:
         """_follow for coroutines: the same items and the same abort, waiting with request.sink.get_async()
         (so the event loop runs other coroutines meanwhile); a cancelled reader aborts its request too."""
         # Idea: the same shape as _follow; only the wait differs.
-        # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
-        # TODO(Task 5.14): The front door. Replace these lines with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The front door — see book/src/ch05_engine.md')
+        # Stuck? `miniyaie hint 5.15` prints hints, one level at a time.
+        # TODO(Task 5.15): The front door. Replace these lines with your code.
+        raise NotImplementedError('Chapter 5, Task 15: The front door — see book/src/ch05_engine.md')
         yield  # never runs: it keeps this function a generator, as its callers expect
     # ANCHOR_END: follow
 

@@ -37,9 +37,9 @@ def byte_level_table() -> dict[str, int]:
     order: byte 0 is "Ā" (U+0100), space (0x20) is "Ġ" (U+0120), newline (0x0A) is "Ċ" (U+010A).
     """
     # Idea: printable bytes are themselves; the rest are moved, in order, past U+00FF.
-    # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
-    # TODO(Task 5.6): A token's text and its bytes. Replace this line with your code.
-    raise NotImplementedError("Chapter 5, Task 6: A token's text and its bytes — see book/src/ch05_engine.md")
+    # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+    # TODO(Task 5.7): A token's text and its bytes. Replace this line with your code.
+    raise NotImplementedError("Chapter 5, Task 7: A token's text and its bytes — see book/src/ch05_engine.md")
 # ANCHOR_END: byte_level_table
 
 
@@ -89,9 +89,9 @@ def token_bytes(tokenizer, token_id: int) -> bytes:
     text they encode.
     """
     # Idea: a symbol is a disguise for bytes; each tokenizer family has its own disguise.
-    # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
-    # TODO(Task 5.6): A token's text and its bytes. Replace this line with your code.
-    raise NotImplementedError("Chapter 5, Task 6: A token's text and its bytes — see book/src/ch05_engine.md")
+    # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+    # TODO(Task 5.7): A token's text and its bytes. Replace this line with your code.
+    raise NotImplementedError("Chapter 5, Task 7: A token's text and its bytes — see book/src/ch05_engine.md")
 # ANCHOR_END: token_bytes
 
 

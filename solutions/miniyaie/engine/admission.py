@@ -1,6 +1,6 @@
 """The engine's door: admit a request whole or refuse it with nothing changed, and end one on demand.
 
-Mixed into LLMEngine (chapter 5, Task 5.9). What add_request records per
+Mixed into LLMEngine (chapter 5, Task 5.10). What add_request records per
 completion id (its params, stop ids, generator, and for n > 1 its family)
 is what the step reads back; abort and _forget are where it all goes away
 again, so that a finished or aborted id leaves no trace and can be reused.
@@ -75,7 +75,7 @@ class Admission:
         #   for i, rid in enumerate(ids): _params, _stop_ids, _generators (Generator(device).manual_seed(seed + i))
         #   if n > 1: _children[request_id] = ids[1:]; _family[request_id] = ids
         #   counters["prompt_tokens"] += len(prompt)
-        # BEGIN SOLUTION 5.9: At the door
+        # BEGIN SOLUTION 5.10: At the door
         self.check_request(prompt, params)
         request_id = request_id if request_id is not None else f"req-{next(self._ids)}"
         ids = [request_id] + [child_request_id(request_id, i) for i in range(1, params.n)]
@@ -133,7 +133,7 @@ class Admission:
         #   if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab ...): raise InvalidRequestError
         #   needed = len(prompt) + params.n * self.max_tokens_for(prompt, params)
         #   if needed > self.memory.capacity_tokens: raise ResourceExhaustedError(...)
-        # BEGIN SOLUTION 5.9: At the door
+        # BEGIN SOLUTION 5.10: At the door
         if not prompt:
             raise InvalidRequestError("the prompt is empty")
         if len(prompt) >= context:
@@ -174,7 +174,7 @@ class Admission:
         #   live = [rid for rid in members if rid in self._params]
         #   for rid in members: self.scheduler.abort(rid); self._forget(rid)
         #   return bool(live)
-        # BEGIN SOLUTION 5.9: At the door
+        # BEGIN SOLUTION 5.10: At the door
         members = self._family.pop(request_id, [request_id])
         live = [rid for rid in members if rid in self._params]
         for rid in members:

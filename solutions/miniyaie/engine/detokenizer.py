@@ -57,7 +57,7 @@ class IncrementalDetokenizer:
         #   delta = after[len(before):]
         #   prefix_offset, read_offset = read_offset, len(ids)
         #   (then the given lines after the region record and return delta)
-        # BEGIN SOLUTION 5.4: Incremental detokenization
+        # BEGIN SOLUTION 5.5: Incremental detokenization
         before = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
         after = self._decode(self.token_ids[self.prefix_offset :])
         if len(after) <= len(before) or after.endswith(INCOMPLETE):
@@ -90,7 +90,7 @@ class IncrementalDetokenizer:
         #   full = decode(all token_ids); if not full.startswith(self.text): raise RuntimeError(...)
         #   delta = full[len(self.text):]; self.text = full; prefix_offset = read_offset = len(token_ids)
         #   return delta
-        # BEGIN SOLUTION 5.4: Incremental detokenization
+        # BEGIN SOLUTION 5.5: Incremental detokenization
         full = self._decode(self.token_ids)
         if not full.startswith(self.text):  # never expected; say so rather than emit garbage
             raise RuntimeError(f"incremental text {self.text!r} is not a prefix of the full decode {full!r}")

@@ -75,7 +75,7 @@ class EngineLoop(FaultBoundary):
         #       taken in self._requests -> InvalidRequestError(f"request id {id!r} is already in use")
         #       len(set(ids)) != len(ids) -> InvalidRequestError("request ids must be unique")
         #       self._requests.update(zip(ids, requests)); self._inbox.append(("submit", requests)); self._wake.notify()
-        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         with self._wake:
             self.check_running()
             ids = [r.request_id for r in requests]
@@ -107,7 +107,7 @@ class EngineLoop(FaultBoundary):
         #       request = self._requests.get(request_id)
         #       if request is not None: self._inbox.append(("abort", request)); self._wake.notify()
         #   return request is not None
-        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         with self._wake:
             request = self._requests.get(request_id)
             if request is not None:
@@ -198,7 +198,7 @@ class EngineLoop(FaultBoundary):
         #           inbox, self._inbox = self._inbox, []
         #       for kind, payload in inbox: submit -> guarded start of each; abort -> guarded abort if still in flight
         #       if self.llm.has_unfinished(): self._step()
-        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         while True:
             with self._wake:
                 while not (self._inbox or self._closed or self.llm.has_unfinished()):
@@ -240,7 +240,7 @@ class EngineLoop(FaultBoundary):
         #   except Exception as exc: failed_steps += 1; self._fail(started requests, exc, "the engine step failed"); return
         #   busy_seconds += perf_counter() - started
         #   for event in events: request = processor.request_of(id); if request: self._guarded(request, processor.on_event, event)
-        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         started = time.perf_counter()
         try:
             events = self.llm.step()

@@ -48,7 +48,7 @@ class FaultBoundary:
         #   try: self._loop()
         #   except BaseException as exc: log.critical(...); with self._wake: self.error = exc; self._end_all(..., abort=False); return
         #   self._end_all(EngineError("the engine was closed"), abort=True)
-        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         try:
             self._loop()
         except BaseException as exc:  # noqa: BLE001 -- recorded, logged and told to every caller below
@@ -82,7 +82,7 @@ class FaultBoundary:
         #   try: action(*args)
         #   except Exception as exc:
         #       self.failed_requests += 1; log it; self._fail([request], exc, "the request failed")
-        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         try:
             action(*args)
         except Exception as exc:
@@ -113,7 +113,7 @@ class FaultBoundary:
         # Hint 3:
         #   error = exc if EngineError else RequestFailedError(f"{what}: {type(exc).__name__}: {exc}"); error.__cause__ = exc
         #   for request in requests: self.processor.drop(request); self._end(request, error)
-        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         error = exc if isinstance(exc, EngineError) else RequestFailedError(f"{what}: {type(exc).__name__}: {exc}")
         if error is not exc:
             error.__cause__ = exc
@@ -165,7 +165,7 @@ class FaultBoundary:
         #   for request in requests:
         #       if abort: try: self.processor.drop(request) except Exception as exc: log; self.error = self.error or exc
         #       request.sink.put(error)
-        # BEGIN SOLUTION 5.13: The engine thread and its fault boundaries
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         with self._wake:
             requests, self._requests, self._inbox = list(self._requests.values()), {}, []
         for request in requests:

@@ -113,7 +113,7 @@ class InferenceEngine(Submission, ChatMixin):
         #   try: results = [self._result(r) for r in requests]
         #   except BaseException: for r in requests: self.abort(r.request_id); raise
         #   return results[0] if single else results
-        # BEGIN SOLUTION 5.14: The front door
+        # BEGIN SOLUTION 5.15: The front door
         requests = [self._request(p, params, deltas=False) for p in items]
         self._loop.submit(requests)
         try:

@@ -111,7 +111,7 @@ class LLMEngine(Admission, StepAccounting):
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
         # Nudge: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
-        # Hint 1: Three pieces do the heavy work: self.runner.run (Task 5.8: batch, forward,
+        # Hint 1: Three pieces do the heavy work: self.runner.run (Task 5.9: batch, forward,
         #   sampler), self.scheduler.update (chapter 1: append tokens, finish, free) and
         #   self._fork (yours, below: a completion joins on its parent's blocks). The order is the design:
         #   a forked completion's first token comes from its parent's prompt logits, so its
@@ -135,7 +135,7 @@ class LLMEngine(Admission, StepAccounting):
         #   child_chunks = [self._fork(parent_id, child) for each parent_id, child]
         #   done = self.scheduler.update(SchedulerOutput(out.chunks + child_chunks, out.preempted), {rid: s.token_id ...})
         #   finished = {r.request_id: r.finish_reason.value for r in done}; finished.update(self._stop_token_finishes(sampled, finished))
-        # BEGIN SOLUTION 5.10: The engine step
+        # BEGIN SOLUTION 5.11: The engine step
         sampling = [c.request for c in out.chunks if c.samples_next_token]
         rows = {r.request_id: self._row(r.request_id, r) for r in sampling}
         fanout = {r.request_id: self._unforked_children(r.request_id) for r in sampling if r.request_id in self._children}
@@ -196,7 +196,7 @@ class LLMEngine(Admission, StepAccounting):
         #   self._prompt_cached[child_id] = self._prompt_cached[parent_id]
         #   self.memory.fork(parent_id, child_id); self.scheduler.add_forked(child); counters["forked_requests"] += 1
         #   return ScheduledChunk(child, child.num_computed_tokens, 0)
-        # BEGIN SOLUTION 5.10: The engine step
+        # BEGIN SOLUTION 5.11: The engine step
         parent = self.scheduler.requests[parent_id]
         child = Request(child_id, parent.prompt_token_ids, parent.max_tokens, parent.eos_token_ids, parent.ignore_eos)
         child.num_computed_tokens = len(parent.prompt_token_ids)
@@ -221,7 +221,7 @@ class LLMEngine(Admission, StepAccounting):
         #   for rid, s in sampled.items():
         #       if rid not in finished and s.token_id in self._params[rid].stop_token_ids:
         #           self.scheduler.abort(rid); stopped[rid] = "stop"
-        # BEGIN SOLUTION 5.10: The engine step
+        # BEGIN SOLUTION 5.11: The engine step
         stopped = {}
         for rid, s in sampled.items():
             if rid not in finished and s.token_id in self._params[rid].stop_token_ids:

@@ -45,7 +45,7 @@ class ModelRunner:
         #   meta = memory.attention_metadata([(c.request.request_id, c.start, c.start + c.num_tokens) for c in chunks], device)
         #   copy_blocks(pool, memory.take_block_copies(), memory.block_size)
         #   return int64 tensors of ids and positions, meta
-        # BEGIN SOLUTION 5.8: Pack the step into one batch
+        # BEGIN SOLUTION 5.9: Pack the step into one batch
         input_ids = [t for chunk in out.chunks for t in chunk.token_ids]
         positions = [p for chunk in out.chunks for p in range(chunk.start, chunk.start + chunk.num_tokens)]
         meta = self.memory.attention_metadata(
@@ -82,7 +82,7 @@ class ModelRunner:
         #   input_ids, positions, meta = self.prepare(out); rows_of_hidden, picked = self.sampling_rows(out, fanout or {})
         #   logits = self.forward(input_ids, positions, meta, rows_of_hidden)
         #   return {} if not picked else dict(zip(picked, self.sampler(logits, [rows[rid] for rid in picked])))
-        # BEGIN SOLUTION 5.8: Pack the step into one batch
+        # BEGIN SOLUTION 5.9: Pack the step into one batch
         input_ids, positions, meta = self.prepare(out)
         rows_of_hidden, picked_ids = self.sampling_rows(out, fanout or {})
         logits = self.forward(input_ids, positions, meta, rows_of_hidden)
@@ -132,7 +132,7 @@ class ModelRunner:
         #       if chunk.samples_next_token:
         #           for rid in [chunk.request.request_id, *fanout.get(chunk.request.request_id, [])]: rows.append(end - 1); ids.append(rid)
         #   return rows, ids
-        # BEGIN SOLUTION 5.8: Pack the step into one batch
+        # BEGIN SOLUTION 5.9: Pack the step into one batch
         rows, ids, end = [], [], 0
         for chunk in out.chunks:
             end += chunk.num_tokens

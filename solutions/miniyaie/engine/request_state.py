@@ -2,8 +2,8 @@
 
 LLMEngine speaks token ids; a caller wants text. For every token event of
 a step, the request's completion pushes the token through its incremental
-detokenizer (task 5.4) and the text through its stop-string filter (task
-5.5); `_emit` (task 5.11) records the result and tells the caller:
+detokenizer (task 5.5) and the text through its stop-string filter (task
+5.6); `_emit` (task 5.12) records the result and tells the caller:
 
     RequestEvent ──> detokenizer ──> stop strings ──> CompletionOutput
                                                      └─> caller: CompletionDelta ... GenerationOutput
@@ -101,7 +101,7 @@ class OutputProcessor:
         #   for index in range(n): engine_id = request_id if index == 0 else child_request_id(request_id, index)
         #       completion = CompletionState(engine_id, index, IncrementalDetokenizer(...), StopStringFilter(...), CompletionOutput(...))
         #       request.completions.append(completion); self._by_engine_id[engine_id] = (request, completion)
-        # BEGIN SOLUTION 5.11: The request lifecycle
+        # BEGIN SOLUTION 5.12: The request lifecycle
         self.llm.add_request(request.prompt_token_ids, request.params, self.eos_token_ids, request.request_id)
         self._started.add(request.request_id)
         for index in range(request.params.n):
@@ -145,7 +145,7 @@ class OutputProcessor:
         #   if completion.index == 0: request.cached_tokens = event.cached_tokens
         #   text = completion.detokenizer.push([event.token_id]) (+ .finish() when event.finish_reason)
         #   self._emit(request, completion, [event.token_id], text, event.finish_reason, logprob)
-        # BEGIN SOLUTION 5.11: The request lifecycle
+        # BEGIN SOLUTION 5.12: The request lifecycle
         if event.error is not None:
             raise event.error
         request, completion = self._by_engine_id[event.request_id]
@@ -173,7 +173,7 @@ class OutputProcessor:
         #   self.llm.abort(request.request_id)
         #   for c in request.completions:
         #       if c.output.finish_reason is None: self._emit(request, c, [], c.detokenizer.finish(), "abort")
-        # BEGIN SOLUTION 5.11: The request lifecycle
+        # BEGIN SOLUTION 5.12: The request lifecycle
         self.llm.abort(request.request_id)
         for c in request.completions:
             if c.output.finish_reason is None:
@@ -218,7 +218,7 @@ class OutputProcessor:
         #   elif finish is not None: shown += c.stops.flush()
         #   c.output.token_ids += token_ids; c.output.text += shown; logprob -> c.output.logprobs
         #   if finish is not None: c.output.finish_reason = finish; self._by_engine_id.pop(c.engine_id, None)
-        # BEGIN SOLUTION 5.11: The request lifecycle
+        # BEGIN SOLUTION 5.12: The request lifecycle
         shown = c.stops.push(text)
         if c.stops.stopped:
             if finish is None:

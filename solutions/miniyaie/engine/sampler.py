@@ -57,13 +57,13 @@ class Sampler:
         Contract, for every row:
         - logprobs (when params.logprobs is not None) are the model's own: log_softmax of the raw
           logits, before any penalty, mask or temperature (self._outputs reports them);
-        - penalties (Task 5.1) apply to every row that asks for one, greedy rows included, over the
+        - penalties (Task 5.2) apply to every row that asks for one, greedy rows included, over the
           row's prompt and output (self._histories);
         - while a row has fewer than params.min_tokens output tokens, none of its stop_token_ids
           (ids >= V ignored) can be chosen;
         - a row with `allowed` (structured output) can choose only an allowed token;
         - a greedy row (params.greedy) takes the argmax of what is left; any other row divides by
-          its temperature, then filters (Task 5.2: its top_k, top_p, min_p) and draws (Task 5.3)
+          its temperature, then filters (Task 5.3: its top_k, top_p, min_p) and draws (Task 5.4)
           from the softmax, a seeded row from its own generator;
         - the `logits` tensor passed in is left as it was (it may be the model's output).
         Every stage runs once for the whole batch, over the rows that need it.
@@ -98,7 +98,7 @@ class Sampler:
         #   sampled = [i for i, p in enumerate(params) if not p.greedy]
         #   scaled = logits[sampled] / temperatures[:, None]; maybe filter_logits(scaled, k, p, min_p)
         #   tokens[sampled] = draw(softmax(scaled), [rows[i].generator for i in sampled])
-        # BEGIN SOLUTION 5.7: One sampler for the whole batch
+        # BEGIN SOLUTION 5.8: One sampler for the whole batch
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in want_logprobs) else None
 
         if any(p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params):
@@ -138,7 +138,7 @@ class Sampler:
 
     @staticmethod
     def _histories(rows: Sequence[SamplingRow], vocab: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(seen, counts) for the penalties of Task 5.1, for the whole batch at once.
+        """(seen, counts) for the penalties of Task 5.2, for the whole batch at once.
 
         seen [B, V] bool: True where token v is in row b's prompt or output; counts [B, V]
         float32: how many times v is in row b's output (the prompt does not count). Rows may
@@ -158,7 +158,7 @@ class Sampler:
         #   outputs = padded([row.output_token_ids ...]); counts = zeros(B, V + 1).scatter_add_(1, outputs, ones_like(outputs, float))
         #   seen = zeros(B, V + 1, bool); seen.scatter_(1, padded([row.prompt_token_ids ...]), True)
         #   return seen[:, :V] | (counts[:, :V] > 0), counts[:, :V]
-        # BEGIN SOLUTION 5.7: One sampler for the whole batch
+        # BEGIN SOLUTION 5.8: One sampler for the whole batch
         def padded(lists):
             width = max(1, max(len(x) for x in lists))
             ids = torch.full((len(lists), width), vocab, dtype=torch.int64, device=device)  # vocab = padding column
@@ -196,7 +196,7 @@ class Sampler:
         #   chosen = raw_logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
         #   top_values, top_ids = raw_logprobs.topk(max(k or 0 for k in want), dim=-1)  (if that is > 0)
         #   rows: SampledToken(t) / SampledToken(t, chosen[i], list(zip(top_ids[i, :k].tolist(), top_values[i, :k].tolist())))
-        # BEGIN SOLUTION 5.7: One sampler for the whole batch
+        # BEGIN SOLUTION 5.8: One sampler for the whole batch
         token_list = tokens.tolist()
         if raw_logprobs is None:
             return [SampledToken(t) for t in token_list]

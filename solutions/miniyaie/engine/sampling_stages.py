@@ -1,4 +1,4 @@
-"""The sampler's stages, each over a whole batch of rows with a setting per row (Tasks 5.1-5.3).
+"""The sampler's stages, each over a whole batch of rows with a setting per row (Tasks 5.2-5.4).
 
     penalties      repetition (prompt + output), presence and frequency (output)
     filters        top_k, top_p and min_p, all from one sort
@@ -47,7 +47,7 @@ def apply_penalties(
     #   logits = where(seen, where(logits > 0, logits / rep, logits * rep), logits)
     #   counts = output_counts.to(logits.dtype)
     #   return logits - frequency[:, None] * counts - presence[:, None] * (counts > 0)
-    # BEGIN SOLUTION 5.1: Penalties
+    # BEGIN SOLUTION 5.2: Penalties
     rep = repetition[:, None]
     logits = torch.where(seen, torch.where(logits > 0, logits / rep, logits * rep), logits)
     counts = output_counts.to(logits.dtype)
@@ -85,7 +85,7 @@ def filter_logits(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
     #   drop |= (before >= top_p[:, None]) & (top_p[:, None] < 1); drop |= probs < min_p[:, None] * probs[:, :1]
     #   last = sorted.gather(1, ((~drop).sum(-1).clamp(min=1) - 1)[:, None])
     #   return logits.masked_fill(logits < last, -inf)
-    # BEGIN SOLUTION 5.2: top-k, top-p and min-p in one sort
+    # BEGIN SOLUTION 5.3: top-k, top-p and min-p in one sort
     vocab = logits.shape[-1]
     k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)
     width = int(k.max())
@@ -128,7 +128,7 @@ def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> t
     #   cdf = probs.double().cumsum(-1); total = cdf[:, -1]
     #   target = minimum(u * total, nextafter(total, 0))
     #   return searchsorted(cdf, target[:, None], right=True).squeeze(1)
-    # BEGIN SOLUTION 5.3: One draw per row, seeded rows on their own generator
+    # BEGIN SOLUTION 5.4: One draw per row, seeded rows on their own generator
     u = torch.empty(len(generators), dtype=torch.float64, device=probs.device)
     unseeded = [row for row, generator in enumerate(generators) if generator is None]
     for row, generator in enumerate(generators):

@@ -48,7 +48,7 @@ class Sink:
         #   try: loop.call_soon_threadsafe(self._ready.set)
         #   except RuntimeError: return False
         #   return True
-        # BEGIN SOLUTION 5.12: From the engine thread to its caller
+        # BEGIN SOLUTION 5.13: From the engine thread to its caller
         self._items.put(item)
         loop = self._loop
         if loop is None:
@@ -77,7 +77,7 @@ class Sink:
         #   while True:
         #       try: return _raise_if_error(self._items.get(timeout=POLL_SECONDS))
         #       except queue.Empty: self._check_engine()
-        # BEGIN SOLUTION 5.12: From the engine thread to its caller
+        # BEGIN SOLUTION 5.13: From the engine thread to its caller
         while True:
             try:
                 return _raise_if_error(self._items.get(timeout=POLL_SECONDS))
@@ -116,7 +116,7 @@ class Sink:
         #       self._ready.clear()
         #       try: await asyncio.wait_for(self._ready.wait(), timeout=POLL_SECONDS)
         #       except asyncio.TimeoutError: self._check_engine()
-        # BEGIN SOLUTION 5.12: From the engine thread to its caller
+        # BEGIN SOLUTION 5.13: From the engine thread to its caller
         while True:
             try:
                 return _raise_if_error(self._items.get_nowait())

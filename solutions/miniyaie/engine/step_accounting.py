@@ -44,7 +44,7 @@ class StepAccounting:
         #       if c.request.num_preemptions: counters["resumed_cached_tokens"] += c.start
         #       else: cached += c.start; self._prompt_cached[id] = c.start
         #   counters["cached_tokens"] += cached; return cached
-        # BEGIN SOLUTION 5.10: The engine step
+        # BEGIN SOLUTION 5.11: The engine step
         cached = 0
         for c in out.chunks:
             if c.request.request_id not in was_running:
@@ -81,7 +81,7 @@ class StepAccounting:
         #   counters: steps += 1; computed_tokens += out.num_batched_tokens; max_used_blocks = max(...);
         #             output_tokens += len(sampled); finished_requests += len(finished)
         #   if self.on_step: self.on_step(StepRecord(counters["steps"], started, perf_counter() - started, len(out.chunks), ...))
-        # BEGIN SOLUTION 5.10: The engine step
+        # BEGIN SOLUTION 5.11: The engine step
         decode_tokens = sum(1 for c in out.chunks if c.num_tokens == 1 and c.start >= len(c.request.prompt_token_ids))
         self.counters["steps"] += 1
         self.counters["computed_tokens"] += out.num_batched_tokens

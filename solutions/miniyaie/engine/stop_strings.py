@@ -31,7 +31,7 @@ def find_stop(text: str, stops: Sequence[str], start: int = 0) -> int | None:
     #   found = [text.find(stop, max(0, start - len(stop) + 1)) for stop in stops]
     #   found = [i for i in found if i >= 0]
     #   return min(found) if found else None
-    # BEGIN SOLUTION 5.5: Stop strings
+    # BEGIN SOLUTION 5.6: Stop strings
     found = [text.find(stop, max(0, start - len(stop) + 1)) for stop in stops]
     found = [i for i in found if i >= 0]
     return min(found) if found else None
@@ -58,7 +58,7 @@ def held_back(text: str, stops: Sequence[str]) -> int:
     #       for size in range(min(len(stop) - 1, len(text)), longest, -1):
     #           if text.endswith(stop[:size]): longest = size; break
     #   return longest
-    # BEGIN SOLUTION 5.5: Stop strings
+    # BEGIN SOLUTION 5.6: Stop strings
     longest = 0
     for stop in stops:
         for size in range(min(len(stop) - 1, len(text)), longest, -1):
@@ -108,7 +108,7 @@ class StopStringFilter:
         #   cut = find_stop(text, stops, searched)
         #   if cut is not None: text, stopped = text[:cut], True; return _release(cut)
         #   return _release(len(text) - held_back(text, stops))
-        # BEGIN SOLUTION 5.5: Stop strings
+        # BEGIN SOLUTION 5.6: Stop strings
         if self.stopped:
             return ""
         searched_up_to = len(self.text)

@@ -73,7 +73,7 @@ class Submission:
         #       while not done: item = request.sink.get(); done = isinstance(item, GenerationOutput); yield _finish(item) if done else item
         #   finally:
         #       if not done: self.abort(request.request_id)
-        # BEGIN SOLUTION 5.14: The front door
+        # BEGIN SOLUTION 5.15: The front door
         done = False
         try:
             while not done:
@@ -98,7 +98,7 @@ class Submission:
         #   done = False
         #   try: while not done: item = await request.sink.get_async(); ...; yield ...
         #   finally: if not done: self.abort(request.request_id)
-        # BEGIN SOLUTION 5.14: The front door
+        # BEGIN SOLUTION 5.15: The front door
         done = False
         try:
             while not done:

@@ -48,7 +48,7 @@ def byte_level_table() -> dict[str, int]:
     #   printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     #   shifted = [b for b in range(256) if b not in printable]
     #   table = {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(shifted)}
-    # BEGIN SOLUTION 5.6: A token's text and its bytes
+    # BEGIN SOLUTION 5.7: A token's text and its bytes
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     shifted = [b for b in range(256) if b not in printable]
     table = {chr(b): b for b in printable}
@@ -121,7 +121,7 @@ def token_bytes(tokenizer, token_id: int) -> bytes:
     #   byte_level: table = byte_level_table(); bytes(table[c] for c in symbol) if all in table else symbol.encode()
     #   sentencepiece: m = BYTE_PIECE.fullmatch(symbol); bytes([int(m.group(1), 16)]) if m else symbol.replace("▁", " ").encode()
     #   other: tokenizer.decode([token_id], skip_special_tokens=False).encode("utf-8")
-    # BEGIN SOLUTION 5.6: A token's text and its bytes
+    # BEGIN SOLUTION 5.7: A token's text and its bytes
     symbol = tokenizer.convert_ids_to_tokens(token_id)
     if symbol is None:
         return b""

@@ -1,0 +1,96 @@
+"""Task 5.1: sampling parameters checked once, at construction: each field's type, then its range."""
+
+import math
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from miniyaie.engine import InvalidRequestError, SamplingParams
+from miniyaie.engine.sampling_params import MAX_LOGPROBS, MAX_N
+
+NAN, INF = math.nan, math.inf
+ORDER = ["n", "max_tokens", "min_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+         "presence_penalty", "frequency_penalty", "seed", "stop_token_ids", "logprobs"]
+
+BAD = {
+    "n": [0, MAX_N + 1, -1, True, 1.0, "2"],
+    "max_tokens": [0, -5, True, 2.5, "10"],
+    "min_tokens": [-1, 257, True, 0.5],  # 257 > max_tokens (256 by default)
+    "temperature": [-0.1, 100.5, NAN, INF, -INF, True, "1"],
+    "top_k": [-2, 1.5, True, "5"],
+    "top_p": [0, 0.0, 1.01, -0.5, NAN, INF, True],
+    "min_p": [-0.1, 1.1, NAN, True],
+    "repetition_penalty": [0, -1.0, 10.5, NAN, INF, True],
+    "presence_penalty": [-2.1, 2.1, NAN, INF, True],
+    "frequency_penalty": [-2.1, 2.1, NAN, -INF, False],
+    "seed": [-1, 2**63, True, 1.5, "7"],
+    "stop_token_ids": [[-1], [True], [1.5], [3, "4"]],
+    "logprobs": [-1, MAX_LOGPROBS + 1, True, 1.5],
+}
+EDGES = {
+    "n": [1, MAX_N], "max_tokens": [1, 10**6], "temperature": [0, 0.0, 100, 1e-6], "top_k": [-1, 0, 1, 50_000],
+    "top_p": [1, 1.0, 1e-9], "min_p": [0, 0.0, 1, 1.0], "repetition_penalty": [10, 1e-9, 1],
+    "presence_penalty": [-2, 2, 0.0], "frequency_penalty": [-2.0, 2.0], "seed": [None, 0, 2**63 - 1],
+    "stop_token_ids": [(), [0], (5, 7)], "logprobs": [None, 0, MAX_LOGPROBS],
+}
+
+
+@pytest.mark.task("5.1")
+@pytest.mark.parametrize("name, value", [(name, value) for name, values in BAD.items() for value in values],
+                         ids=lambda v: repr(v)[:20])
+def test_a_value_outside_its_field_is_refused_naming_the_field(name, value):
+    with pytest.raises(InvalidRequestError) as refused:
+        SamplingParams(**{name: value})
+    assert str(refused.value).startswith(name), (
+        f"{name}={value!r} was refused with {str(refused.value)!r}: the message must start with the field's name")
+    assert repr(value) in str(refused.value) or name == "stop_token_ids", "the message says the value given"
+
+
+@pytest.mark.task("5.1")
+@pytest.mark.parametrize("name, value", [(name, value) for name, values in EDGES.items() for value in values],
+                         ids=lambda v: repr(v)[:20])
+def test_the_edges_of_every_range_are_accepted(name, value):
+    SamplingParams(**{name: value})
+
+
+@pytest.mark.task("5.1")
+def test_min_tokens_may_equal_max_tokens_but_not_exceed_it():
+    SamplingParams(max_tokens=5, min_tokens=5)
+    with pytest.raises(InvalidRequestError, match="^min_tokens"):
+        SamplingParams(max_tokens=5, min_tokens=6)
+
+
+@pytest.mark.task("5.1")
+@given(st.data())
+@example(data=None)
+def test_the_first_bad_field_in_the_contracts_order_is_the_one_named(data):
+    if data is None:
+        first, second = "n", "temperature"
+    else:
+        first, second = sorted(data.draw(st.lists(st.sampled_from(ORDER), min_size=2, max_size=2, unique=True)),
+                               key=ORDER.index)
+    if {first, second} == {"max_tokens", "min_tokens"}:
+        return  # a bad max_tokens makes any min_tokens's range meaningless: not a pair to order
+    values = {first: BAD[first][0], second: BAD[second][0]} if data is None else {
+        first: data.draw(st.sampled_from(BAD[first])), second: data.draw(st.sampled_from(BAD[second]))}
+    if first == "min_tokens" and values[first] == 257:
+        return  # bad only against the default max_tokens
+    with pytest.raises(InvalidRequestError) as refused:
+        SamplingParams(**values)
+    assert str(refused.value).startswith(first), (
+        f"{values} was refused for {str(refused.value)!r}: check the fields in the contract's order")
+
+
+@pytest.mark.task("5.1")
+@given(st.fixed_dictionaries({}, optional={
+    "n": st.integers(1, MAX_N), "max_tokens": st.integers(1, 4096), "temperature": st.floats(0, 100),
+    "top_k": st.integers(-1, 10**5), "top_p": st.floats(0, 1, exclude_min=True), "min_p": st.floats(0, 1),
+    "repetition_penalty": st.floats(0, 10, exclude_min=True), "presence_penalty": st.floats(-2, 2),
+    "frequency_penalty": st.floats(-2, 2), "seed": st.none() | st.integers(0, 2**63 - 1),
+    "stop_token_ids": st.lists(st.integers(0, 10**6), max_size=3), "logprobs": st.none() | st.integers(0, MAX_LOGPROBS),
+}))
+def test_every_value_inside_its_range_is_accepted(fields):
+    params = SamplingParams(**fields)
+    for name, value in fields.items():
+        assert getattr(params, name) == (tuple(value) if name == "stop_token_ids" else value)
