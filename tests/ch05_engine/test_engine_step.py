@@ -220,3 +220,36 @@ def test_a_stop_token_ends_the_request_even_with_ignore_eos(tiny, expected):
     assert tokens == expected[1][: expected[1].index(stop) + 1], "generation must end at the first stop token, included"
     assert events[-1].finish_reason == "stop", f"finish reason {events[-1].finish_reason!r}; a stop token ends with 'stop'"
     assert engine.num_request_blocks == 0, "the stopped request's blocks were not returned"
+
+
+@pytest.mark.task("5.11")
+def test_a_completion_aborted_before_its_fork_is_never_forked_and_its_id_serves_a_new_request(tiny):
+    model, _ = tiny
+    engine = engine_for(model)
+    engine.add_request(PROMPTS[0], SamplingParams(n=3, max_tokens=4, ignore_eos=True), request_id="g")
+    assert engine.abort("g#1")  # before the first step: g#1 was never forked
+    engine.add_request(PROMPTS[1], SamplingParams(max_tokens=4, ignore_eos=True), request_id="g#1")  # a new request
+    finishes, tokens = {}, {}
+    for _ in range(200):
+        if not engine.has_unfinished():
+            break
+        for event in engine.step():
+            tokens.setdefault(event.request_id, []).append(event.token_id)
+            if event.finish_reason:
+                finishes[event.request_id] = event.finish_reason
+    assert finishes == {"g": "length", "g#2": "length", "g#1": "length"}
+    assert len(tokens["g#1"]) == 4, (
+        "the new g#1 also got tokens forked from g: the aborted completion g#1 was still listed among g's "
+        "completions to fork (forgetting a completion, Task 5.10, takes it off that list)")
+    assert engine.num_request_blocks == 0
+
+
+@pytest.mark.task("5.11")
+def test_generate_answers_each_prompt_in_order_with_its_first_completion(tiny, expected):
+    model, _ = tiny
+    engine = engine_for(model)
+    outputs = engine.generate(PROMPTS, SamplingParams(n=2, max_tokens=5, ignore_eos=True))
+    assert [o.token_ids for o in outputs] == expected, "one Generation per prompt, in prompt order (completion 0)"
+    assert all(o.finish_reason == "length" for o in outputs)
+    assert engine.stats["forked_requests"] == len(PROMPTS), "the other completions ran too"
+    assert engine.num_request_blocks == 0

@@ -35,6 +35,9 @@ def test_a_stop_string_ends_the_request_and_returns_its_blocks(engine):
     assert result.text == full.text[: full.text.find(stop)] == "".join(d.text for d in items[:-1])
     assert len(result.token_ids) < 20, "the request ended when the stop string appeared, not at max_tokens"
     engine.assert_idle()
+    assert engine.llm.stats["finished_requests"] == 2, (
+        f"{engine.llm.stats['finished_requests']} requests counted as finished: the one a stop string ended counts "
+        "too (a finish, not an abort)")
 
 
 @pytest.mark.task("5.12")

@@ -176,3 +176,20 @@ def test_the_result_reports_the_prompt_tokens_its_request_found_cached(engine, n
         f"the second run found {second.cached_tokens} of its {len(second.prompt_token_ids)} prompt tokens cached: "
         "the request's cached_tokens comes from its token events (completion 0's)")
     assert_idle(engine)
+
+
+@pytest.mark.task("5.12")
+def test_a_dropped_request_gives_back_its_blocks_and_is_told_nothing(engine):
+    request = engine.submit(PROMPT, n=2, max_tokens=40, temperature=1.0, seed=5, ignore_eos=True)
+    for _ in range(3):
+        engine.step()
+    told = len(engine.told[request.request_id])
+    engine.processor.drop(request)
+    assert engine.processor.request_of(request.request_id) is None and engine.processor.request_of(
+        request.completions[1].engine_id) is None, "a dropped request's completions are no longer tracked"
+    for _ in range(3):
+        engine.step()  # nothing left to run
+    assert len(engine.told[request.request_id]) == told, "a dropped request's caller is told nothing more"
+    assert_idle(engine)
+    deltas, later = run(engine, "hello", max_tokens=3, ignore_eos=True)
+    assert later.finish_reason == "length"

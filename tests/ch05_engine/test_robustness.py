@@ -225,18 +225,6 @@ def test_llm_engine_aborts_a_request_with_exactly_its_own_completions(tiny_loade
     assert llm.stats["request_blocks"] == 0 and not llm.abort("x")
 
 
-def test_a_completion_aborted_before_its_fork_is_never_forked_and_its_id_serves_a_new_request(tiny_loaded):
-    llm = LLMEngine(tiny_loaded.model, EngineConfig(block_size=4, num_blocks=64))
-    ids = tiny_loaded.tokenizer("hello")["input_ids"]
-    llm.add_request(ids, SamplingParams(n=3, max_tokens=4, ignore_eos=True), request_id="g")
-    assert llm.abort("g#1")  # before the first step: g#1 was never forked
-    llm.add_request(ids[:1], SamplingParams(max_tokens=4, ignore_eos=True), request_id="g#1")  # a new request
-    tokens, finishes = run_to_the_end(llm)
-    assert finishes == {"g": "length", "g#2": "length", "g#1": "length"}
-    assert len(tokens["g#1"]) == 4, "the new g#1 was forked from g as well"
-    assert llm.stats["request_blocks"] == 0
-
-
 def test_an_id_taken_by_another_requests_completion_is_refused(engine, expected, monkeypatch):
     step = engine.llm.step
 

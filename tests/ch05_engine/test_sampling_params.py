@@ -94,3 +94,22 @@ def test_every_value_inside_its_range_is_accepted(fields):
     params = SamplingParams(**fields)
     for name, value in fields.items():
         assert getattr(params, name) == (tuple(value) if name == "stop_token_ids" else value)
+
+
+@pytest.mark.task("5.1")
+@pytest.mark.parametrize("stop, words", [
+    (["ok", 3], "int"), (["s"] * 17, "17 strings"), (["ok", ""], "empty"), (["x" * 257], "257 characters"),
+], ids=["not-a-string", "too-many", "empty", "too-long"])
+def test_a_bad_stop_list_is_refused_without_echoing_it(stop, words):
+    with pytest.raises(InvalidRequestError, match=words) as refused:
+        SamplingParams(stop=stop)
+    message = str(refused.value)
+    assert message.startswith("stop"), f"the message names the field first: {message!r}"
+    assert "x" * 20 not in message and "'ok'" not in message, f"the message echoes the client's strings: {message!r}"
+
+
+@pytest.mark.task("5.1")
+def test_stop_lists_at_their_limits_are_accepted():
+    assert SamplingParams(stop=["x" * 256] + ["s"] * 15).stop == ("x" * 256,) + ("s",) * 15
+    assert SamplingParams(stop="one string").stop == ("one string",), "a single string is a list of one"
+    assert SamplingParams(stop=None).stop == ()

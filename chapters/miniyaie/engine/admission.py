@@ -100,18 +100,20 @@ class Admission:
 
     def _forget(self, request_id: str) -> None:
         """Drop a finished or aborted completion's settings (and its guide) and take it out of its
-        request's family (the family goes with its last member), so its id is free again."""
+        request's family (the family goes with its last member), so its id is free again.
+
+        Afterwards request_id is in none of the per-completion maps; if it belonged to a family
+        (n > 1), it is no longer a member, nor among the completions still to fork; a family
+        left with no member is dropped. Forgetting an id the engine does not know changes nothing.
+        """
         self._params.pop(request_id, None)
         self._generators.pop(request_id, None)
         self._stop_ids.pop(request_id, None)
         self._prompt_cached.pop(request_id, None)
-        if self._constraints is not None:
+        if self._constraints is not None:  # chapter 8's guides
             self._constraints.forget(request_id)
-        parent = next((p for p, family in self._family.items() if request_id in family), None)  # n > 1 only
-        if parent is not None:  # the id leaves its family, so a new request may take it
-            self._family[parent].remove(request_id)
-            if request_id in self._children.get(parent, ()):
-                self._children[parent].remove(request_id)  # aborted before it was forked: never fork it
-            if not self._family[parent]:
-                del self._family[parent]
+        # Idea: a completion of n > 1 is listed in two more places: its family and the completions still to fork.
+        # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
+        # TODO(Task 5.10): At the door. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine.md')
     # ANCHOR_END: admission

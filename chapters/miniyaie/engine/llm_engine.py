@@ -161,29 +161,29 @@ class LLMEngine(Admission, StepAccounting):
     def _event(rid: str, s: SampledToken, finish_reason: str | None, cached_tokens: int) -> RequestEvent:
         return RequestEvent(rid, s.token_id, finish_reason, s.logprob, s.top_logprobs, cached_tokens)
 
+    # ANCHOR: finish
     def finish(self, request_id: str) -> bool:
-        """End one running completion early (a stop string matched); its blocks come back."""
-        finished = self.scheduler.abort(request_id) is not None
-        if finished:
-            self.counters["finished_requests"] += 1
-        self._forget(request_id)
-        return finished
+        """End one running completion early (a stop string matched): its blocks come back now, it
+        counts as a finished request (not an aborted one), and its id is forgotten (self._forget).
+        True if the scheduler was running it; False (nothing counted) otherwise."""
+        # Idea: the engine cannot see a stop string; it is told, and must end the completion as a finish.
+        # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
+        # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
+    # ANCHOR_END: finish
 
+    # ANCHOR: offline_generate
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
         params: SamplingParams | BasicSamplingParams | None = None,
         eos_token_ids: Sequence[int] = (),
     ) -> list[Generation]:
-        """Run every prompt to completion; outputs in prompt order (completion 0 of each when n > 1)."""
-        ids = [self.add_request(p, params, eos_token_ids) for p in prompts]
-        outputs = {rid: Generation([], "") for rid in ids}
-        while self.has_unfinished():
-            for event in self.step():
-                if event.error is not None:
-                    raise event.error
-                if event.request_id in outputs:
-                    outputs[event.request_id].token_ids.append(event.token_id)
-                    if event.finish_reason:
-                        outputs[event.request_id].finish_reason = event.finish_reason
-        return [outputs[rid] for rid in ids]
+        """Run every prompt to completion, all in the same batches; outputs in prompt order (completion 0
+        of each when n > 1: the others run, and are left out). A failed request's error (an event
+        that carries one) is raised."""
+        # Idea: add them all first, then step until nothing is left, sorting each event to its prompt.
+        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
+        # TODO(Task 5.11): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
+    # ANCHOR_END: offline_generate

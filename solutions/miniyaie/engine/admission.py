@@ -164,7 +164,7 @@ class Admission:
         # Hint 1: The scheduler knows only the completions that run (the request itself, and
         #   completions already forked); the engine also knows completions not forked yet.
         #   Aborting a request must end the first kind in the scheduler (that frees their
-        #   blocks) and forget both kinds (self._forget, given), so that every id is free.
+        #   blocks) and forget both kinds (self._forget, below), so that every id is free.
         # Hint 2: The members are the family of request_id if it has one (take it out), else just
         #   request_id. A member is still live if the engine still holds its settings
         #   (self._params), forked or not. Abort each member in the scheduler (it ignores
@@ -185,13 +185,29 @@ class Admission:
 
     def _forget(self, request_id: str) -> None:
         """Drop a finished or aborted completion's settings (and its guide) and take it out of its
-        request's family (the family goes with its last member), so its id is free again."""
+        request's family (the family goes with its last member), so its id is free again.
+
+        Afterwards request_id is in none of the per-completion maps; if it belonged to a family
+        (n > 1), it is no longer a member, nor among the completions still to fork; a family
+        left with no member is dropped. Forgetting an id the engine does not know changes nothing.
+        """
         self._params.pop(request_id, None)
         self._generators.pop(request_id, None)
         self._stop_ids.pop(request_id, None)
         self._prompt_cached.pop(request_id, None)
-        if self._constraints is not None:
+        if self._constraints is not None:  # chapter 8's guides
             self._constraints.forget(request_id)
+        # Nudge: a completion of n > 1 is listed in two more places: its family and the completions still to fork.
+        # Hint 1: The per-completion maps are cleared above (given). For n > 1 the id is also a
+        #   member of its request's family and, until it is forked, in the list of completions
+        #   to fork. A family that never empties keeps its request's id in use forever; an id
+        #   still listed to fork would be forked later, even after a new request took that id.
+        # Hint 2: Find the family that lists the id (if any); remove the id from that list and from
+        #   the parent's _children list if it is there; delete the family when its list is empty.
+        # Hint 3:
+        #   parent = next((p for p, family in self._family.items() if request_id in family), None)
+        #   if parent is not None: family.remove(request_id); _children[parent].remove(request_id) if listed; del empty family
+        # BEGIN SOLUTION 5.10: At the door
         parent = next((p for p, family in self._family.items() if request_id in family), None)  # n > 1 only
         if parent is not None:  # the id leaves its family, so a new request may take it
             self._family[parent].remove(request_id)
@@ -199,4 +215,5 @@ class Admission:
                 self._children[parent].remove(request_id)  # aborted before it was forked: never fork it
             if not self._family[parent]:
                 del self._family[parent]
+        # END SOLUTION
     # ANCHOR_END: admission

@@ -127,12 +127,24 @@ class EngineLoop(FaultBoundary):
         with self._wake:
             return len(self._requests)
 
+    # ANCHOR: lifetime
     def close(self) -> None:
-        """Stop the thread; requests still in flight end with an EngineError."""
+        """Stop the thread (any thread but the loop's own) and wait until it has ended; requests still
+        in flight end with an EngineError (see _run). Closing twice is harmless."""
+        # Nudge: the loop may be asleep: set the flag where it looks, wake it, and wait for it to finish.
+        # Hint 1: The loop sleeps on the condition while there is no work, so a flag alone would be
+        #   seen only at the next submission. Set it under the lock and notify, then join the
+        #   thread: close returns only when every caller has been told.
+        # Hint 2: Under self._wake: self._closed = True and notify. Then self._thread.join().
+        # Hint 3:
+        #   with self._wake: self._closed = True; self._wake.notify()
+        #   self._thread.join()
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         with self._wake:
             self._closed = True
             self._wake.notify()
         self._thread.join()
+        # END SOLUTION
 
     def stats(self) -> dict:
         """The engine's counters (InferenceEngine.get_stats; the book, chapter 5, explains each one)."""
@@ -159,11 +171,25 @@ class EngineLoop(FaultBoundary):
         }
 
     def check_running(self) -> None:
-        """Raise EngineError if the loop was closed or has stopped (then it says why)."""
+        """Raise EngineError if the loop was closed ("the engine is closed") or has stopped ("the engine
+        loop has stopped after an internal error: ...", naming describe(self.error))."""
+        # Nudge: a caller must learn why it cannot be served, not wait for an answer that never comes.
+        # Hint 1: Two reasons, each with its own message: closed on purpose, or dead after an error
+        #   (recorded in self.error by _run). Closed is checked first. /health and every submit
+        #   rely on this.
+        # Hint 2: If self._closed: raise EngineError("the engine is closed"). Elif self.error is not
+        #   None: raise EngineError(f"the engine loop has stopped after an internal error:
+        #   {describe(self.error)}").
+        # Hint 3:
+        #   if self._closed: raise EngineError("the engine is closed")
+        #   if self.error is not None: raise EngineError(f"... {describe(self.error)}")
+        # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         if self._closed:
             raise EngineError("the engine is closed")
         if self.error is not None:
             raise EngineError(f"the engine loop has stopped after an internal error: {describe(self.error)}")
+        # END SOLUTION
+    # ANCHOR_END: lifetime
 
     # ---------------------------------------------------------------- the loop thread
 

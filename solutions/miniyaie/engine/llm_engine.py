@@ -235,21 +235,55 @@ class LLMEngine(Admission, StepAccounting):
     def _event(rid: str, s: SampledToken, finish_reason: str | None, cached_tokens: int) -> RequestEvent:
         return RequestEvent(rid, s.token_id, finish_reason, s.logprob, s.top_logprobs, cached_tokens)
 
+    # ANCHOR: finish
     def finish(self, request_id: str) -> bool:
-        """End one running completion early (a stop string matched); its blocks come back."""
+        """End one running completion early (a stop string matched): its blocks come back now, it
+        counts as a finished request (not an aborted one), and its id is forgotten (self._forget).
+        True if the scheduler was running it; False (nothing counted) otherwise."""
+        # Nudge: the engine cannot see a stop string; it is told, and must end the completion as a finish.
+        # Hint 1: Stop strings are text, and text is made after the step (the output processor's
+        #   work), so the completion would run on, holding blocks, unless the engine is told.
+        #   The scheduler's abort is the way out of its queues, but for the counters this is a
+        #   normal end: finished_requests counts it.
+        # Hint 2: Abort the id in the scheduler; if it returned a request, add one to
+        #   counters["finished_requests"]. Forget the id either way; return whether it ended.
+        # Hint 3:
+        #   finished = self.scheduler.abort(request_id) is not None
+        #   if finished: self.counters["finished_requests"] += 1
+        #   self._forget(request_id); return finished
+        # BEGIN SOLUTION 5.12: The request lifecycle
         finished = self.scheduler.abort(request_id) is not None
         if finished:
             self.counters["finished_requests"] += 1
         self._forget(request_id)
         return finished
+        # END SOLUTION
+    # ANCHOR_END: finish
 
+    # ANCHOR: offline_generate
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
         params: SamplingParams | BasicSamplingParams | None = None,
         eos_token_ids: Sequence[int] = (),
     ) -> list[Generation]:
-        """Run every prompt to completion; outputs in prompt order (completion 0 of each when n > 1)."""
+        """Run every prompt to completion, all in the same batches; outputs in prompt order (completion 0
+        of each when n > 1: the others run, and are left out). A failed request's error (an event
+        that carries one) is raised."""
+        # Nudge: add them all first, then step until nothing is left, sorting each event to its prompt.
+        # Hint 1: The engine batches what it holds, so every prompt is added before the first step.
+        #   Each step returns events for many requests, in no particular order: gather each
+        #   request's tokens by its id, and keep the finish reason of its last event. The events
+        #   of other completions (n > 1) are not asked for here.
+        # Hint 2: ids = add_request for each prompt; one Generation([], "") per id. While
+        #   has_unfinished: for each event of step(): raise its error if any; if its id is one of
+        #   ours, append the token and record a finish_reason when there is one. Return them in
+        #   the ids' order.
+        # Hint 3:
+        #   ids = [self.add_request(p, params, eos_token_ids) for p in prompts]; outputs = {rid: Generation([], "")}
+        #   while self.has_unfinished(): for event in self.step(): (raise event.error); append; finish_reason
+        #   return [outputs[rid] for rid in ids]
+        # BEGIN SOLUTION 5.11: The engine step
         ids = [self.add_request(p, params, eos_token_ids) for p in prompts]
         outputs = {rid: Generation([], "") for rid in ids}
         while self.has_unfinished():
@@ -261,3 +295,5 @@ class LLMEngine(Admission, StepAccounting):
                     if event.finish_reason:
                         outputs[event.request_id].finish_reason = event.finish_reason
         return [outputs[rid] for rid in ids]
+        # END SOLUTION
+    # ANCHOR_END: offline_generate

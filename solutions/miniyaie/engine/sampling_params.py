@@ -143,11 +143,28 @@ class SamplingParams:
         if self.logprobs is not None and not 0 <= whole("logprobs") <= MAX_LOGPROBS:
             raise bad("logprobs", f"must be between 0 and {MAX_LOGPROBS}")
         # END SOLUTION
-    # ANCHOR_END: validate
 
     def _validate_stop(self) -> None:
-        """At most MAX_STOP_STRINGS strings of 1 to MAX_STOP_STRING_LENGTH characters (the message never echoes them)."""
+        """At most MAX_STOP_STRINGS strings of 1 to MAX_STOP_STRING_LENGTH characters.
+
+        Refused with InvalidRequestError, whose message starts with `rule` and says what was
+        wrong (in this order): an item that is not a string, too many strings, an empty string,
+        a string too long. The message never echoes the strings.
+        """
         rule = f"stop must be at most {MAX_STOP_STRINGS} strings of 1 to {MAX_STOP_STRING_LENGTH} characters each"
+        # Nudge: the same rule for every way a stop list can be wrong, and never the strings themselves.
+        # Hint 1: A stop list can be wrong four ways: something that is not a string, too many
+        #   strings, an empty one (it would match everywhere: every output would be empty), or
+        #   one too long (holding back a possible stop string costs its length squared per
+        #   token). The message states the rule and what was wrong, but never echoes the
+        #   strings: they may be long, and they are the client's text.
+        # Hint 2: In that order, raise InvalidRequestError(f"{rule}; got ...") saying the types of
+        #   the items, how many strings, "an empty one", or the length of the longest.
+        # Hint 3:
+        #   if not all(isinstance(s, str) ...): raise ...(f"{rule}; got {[type(s).__name__ for s in self.stop]}")
+        #   if len(self.stop) > MAX_STOP_STRINGS: ...; if "" in self.stop: ...
+        #   longest = max((len(s) for s in self.stop), default=0); if longest > MAX_STOP_STRING_LENGTH: ...
+        # BEGIN SOLUTION 5.1: Parameters checked once
         if not all(isinstance(s, str) for s in self.stop):
             raise InvalidRequestError(f"{rule}; got {[type(s).__name__ for s in self.stop]}")
         if len(self.stop) > MAX_STOP_STRINGS:
@@ -157,6 +174,8 @@ class SamplingParams:
         longest = max((len(s) for s in self.stop), default=0)
         if longest > MAX_STOP_STRING_LENGTH:
             raise InvalidRequestError(f"{rule}; got one of {longest} characters")
+        # END SOLUTION
+    # ANCHOR_END: validate
 
     def _validate_structured(self) -> None:
         given = [name for name in ("regex", "json_schema", "choice") if getattr(self, name) is not None]
