@@ -13,7 +13,12 @@ from miniyaie.engine.sampler import SamplingRow
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
 
-GREEDY = SamplingParams(max_tokens=5, ignore_eos=True)
+MAX_TOKENS = 5
+
+
+def greedy() -> SamplingParams:
+    """Made when a test runs, not at import: until Task 5.1 is written no SamplingParams can be made."""
+    return SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
 PROMPTS = [[3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46], [26, 43, 38, 32, 79], [50, 28, 84, 19, 71, 69, 39, 93, 75]]
 
 
@@ -28,7 +33,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def expected(tiny):
-    return [transformers_greedy(tiny[1], p, GREEDY.max_tokens) for p in PROMPTS]
+    return [transformers_greedy(tiny[1], p, MAX_TOKENS) for p in PROMPTS]
 
 
 def engine_for(model, **config) -> LLMEngine:
@@ -37,12 +42,12 @@ def engine_for(model, **config) -> LLMEngine:
 
 
 def greedy_row(request: Request) -> SamplingRow:
-    return SamplingRow(GREEDY, request.prompt_token_ids, request.output_token_ids)
+    return SamplingRow(greedy(), request.prompt_token_ids, request.output_token_ids)
 
 
 def run_by_hand(engine: LLMEngine, prompts, record=None, max_steps=200) -> dict[str, list[int]]:
     """A greedy loop over the scheduler and the model runner alone (no LLMEngine.step)."""
-    requests = [Request(f"r{i}", list(p), GREEDY.max_tokens, ignore_eos=True) for i, p in enumerate(prompts)]
+    requests = [Request(f"r{i}", list(p), MAX_TOKENS, ignore_eos=True) for i, p in enumerate(prompts)]
     for r in requests:
         engine.scheduler.add_request(r)
     for _ in range(max_steps):
@@ -128,13 +133,13 @@ def test_a_forked_completion_reads_its_copy_of_the_shared_block(tiny, expected):
     model, _ = tiny
     engine = engine_for(model)
     prompt = PROMPTS[0]  # 11 tokens: the prompt ends inside its third block of 4
-    parent = Request("parent", list(prompt), GREEDY.max_tokens, ignore_eos=True)
+    parent = Request("parent", list(prompt), MAX_TOKENS, ignore_eos=True)
     engine.scheduler.add_request(parent)
     while not parent.output_token_ids:  # the prompt's prefill, chunk by chunk, up to its first token
         out = engine.scheduler.schedule()
         sampled = engine.runner.run(out, {c.request.request_id: greedy_row(c.request) for c in out.chunks})
         engine.scheduler.update(out, {rid: s.token_id for rid, s in sampled.items()})
-    child = Request("child", list(prompt), GREEDY.max_tokens, ignore_eos=True)
+    child = Request("child", list(prompt), MAX_TOKENS, ignore_eos=True)
     child.num_computed_tokens = len(prompt)
     engine.memory.fork("parent", "child")
     engine.scheduler.add_forked(child)
@@ -154,7 +159,7 @@ def test_a_forked_completion_reads_its_copy_of_the_shared_block(tiny, expected):
 def test_the_step_generates_what_transformers_generates(tiny, expected):
     model, _ = tiny
     engine = engine_for(model, enable_prefix_caching=True)
-    outputs = engine.generate(PROMPTS + PROMPTS[:1], GREEDY)  # the repeat finds its prompt in the prefix cache
+    outputs = engine.generate(PROMPTS + PROMPTS[:1], greedy())  # the repeat finds its prompt in the prefix cache
     assert [o.token_ids for o in outputs] == expected + expected[:1], "greedy output differs from transformers"
     assert all(o.finish_reason == "length" for o in outputs)
     assert engine.memory.num_free_blocks + engine.memory.num_used_blocks == engine.memory.num_blocks
@@ -189,7 +194,7 @@ def test_n_completions_fork_after_the_prompt_and_each_gets_every_token(tiny, exp
 def test_forked_completions_report_the_prompt_tokens_their_request_found_cached(tiny, expected):
     model, _ = tiny
     engine = engine_for(model, enable_prefix_caching=True)
-    engine.generate([PROMPTS[0]], GREEDY)  # leaves the prompt's full blocks in the radix tree
+    engine.generate([PROMPTS[0]], greedy())  # leaves the prompt's full blocks in the radix tree
     rid = engine.add_request(PROMPTS[0], SamplingParams(n=3, max_tokens=3, ignore_eos=True))
     cached: dict[str, set[int]] = {}
     for _ in range(200):
