@@ -117,6 +117,13 @@ def test_an_async_reader_that_leaves_or_is_cancelled_aborts_its_request(engine, 
         stream = engine.stream_async(PROMPTS[2], max_tokens=200, ignore_eos=True)
         first = await stream.__anext__()
         await stream.aclose()
+        # stay in this event loop, as a server does after one client leaves: were the loop closed, the engine
+        # would notice that nobody can read the request (its sink says so) and drop it by itself
+        deadline = time.monotonic() + 1.0
+        while engine.get_stats()["requests"]["in_flight"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert engine.get_stats()["requests"]["in_flight"] == 0, (
+            "the async stream was closed a second ago and its request still runs: closing it must abort it")
         return first
 
     async def cancel_a_waiting_reader():
@@ -142,3 +149,62 @@ def test_an_async_reader_that_leaves_or_is_cancelled_aborts_its_request(engine, 
     results = asyncio.run(asyncio.wait_for(concurrent(), WAIT))
     assert [r.token_ids for r in results] == [engine.generate(p, max_tokens=6, ignore_eos=True).token_ids for p in PROMPTS]
     assert_nothing_left(engine)
+
+
+@pytest.mark.task("5.15")
+def test_an_interrupted_batch_aborts_all_of_its_requests(engine, monkeypatch):
+    """Ctrl-C while the results are read is a BaseException, not an Exception: the batch must not run on."""
+    slow_steps(engine, monkeypatch)
+    read = engine._result
+    calls = []
+
+    def interrupted(request):
+        calls.append(request)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return read(request)
+
+    monkeypatch.setattr(engine, "_result", interrupted)
+    before = engine.get_stats()["tokens"]["output"]
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate([PROMPTS[2], PROMPTS[3]], max_tokens=200, ignore_eos=True)
+    monkeypatch.setattr(engine, "_result", read)
+    generated = settled(engine)["tokens"]["output"] - before - 1  # settled's own request made one
+    unread = room(engine, PROMPTS[2]) + room(engine, PROMPTS[3])
+    assert generated < unread / 2, f"{generated} of {unread} tokens: an interrupted batch ran on for nobody"
+    assert_nothing_left(engine)
+
+
+@pytest.mark.task("5.15")
+def test_a_bad_prompt_anywhere_in_a_batch_refuses_it_before_any_prompt_runs(engine):
+    from miniyaie.engine import InvalidRequestError
+
+    before = engine.get_stats()
+    with pytest.raises(InvalidRequestError):
+        engine.generate([PROMPTS[0], PROMPTS[1], "word " * 200], max_tokens=4)  # the last one is too long
+    after = settled(engine)
+    assert after["tokens"]["prompt"] - before["tokens"]["prompt"] == len(engine.encode(PROMPTS[1])), (
+        "the good prompts of a refused batch ran: check every prompt before submitting any (only settled's own "
+        "request may have run since)")
+    assert_nothing_left(engine)
+
+
+@pytest.mark.task("5.15")
+def test_results_pass_through_the_adapters(tiny_loaded):
+    from miniyaie.engine import ModelAdapter
+
+    class Shout(ModelAdapter):
+        def process_output(self, output):
+            for completion in output.outputs:
+                completion.text = completion.text.upper() + "!"
+            return output
+
+    with InferenceEngine(tiny_loaded, EngineConfig(block_size=4, num_blocks=96), adapters=[Shout()]) as engine:
+        plain = engine.generate(PROMPTS[0], max_tokens=4, ignore_eos=True).text
+        streamed = list(engine.stream(PROMPTS[0], max_tokens=4, ignore_eos=True))[-1].text
+
+        async def awaited():
+            return (await engine.generate_async(PROMPTS[0], max_tokens=4, ignore_eos=True)).text
+
+        assert plain.endswith("!") and streamed == plain == asyncio.run(asyncio.wait_for(awaited(), WAIT)), (
+            "every result, streamed, awaited or returned, goes through the adapters' process_output (self._finish)")

@@ -11,7 +11,7 @@ from miniyaie.engine.sampling_params import MAX_LOGPROBS, MAX_N
 
 NAN, INF = math.nan, math.inf
 ORDER = ["n", "max_tokens", "min_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
-         "presence_penalty", "frequency_penalty", "seed", "stop_token_ids", "logprobs"]
+         "presence_penalty", "frequency_penalty", "seed", "stop", "stop_token_ids", "logprobs"]
 
 BAD = {
     "n": [0, MAX_N + 1, -1, True, 1.0, "2"],
@@ -25,6 +25,7 @@ BAD = {
     "presence_penalty": [-2.1, 2.1, NAN, INF, True],
     "frequency_penalty": [-2.1, 2.1, NAN, -INF, False],
     "seed": [-1, 2**63, True, 1.5, "7"],
+    "stop": [[""], ["x" * 257], ["s"] * 17, [3]],
     "stop_token_ids": [[-1], [True], [1.5], [3, "4"]],
     "logprobs": [-1, MAX_LOGPROBS + 1, True, 1.5],
 }
@@ -44,7 +45,7 @@ def test_a_value_outside_its_field_is_refused_naming_the_field(name, value):
         SamplingParams(**{name: value})
     assert str(refused.value).startswith(name), (
         f"{name}={value!r} was refused with {str(refused.value)!r}: the message must start with the field's name")
-    assert repr(value) in str(refused.value) or name == "stop_token_ids", "the message says the value given"
+    assert repr(value) in str(refused.value) or name in ("stop", "stop_token_ids"), "the message says the value given"
 
 
 @pytest.mark.task("5.1")
@@ -101,6 +102,7 @@ def test_every_value_inside_its_range_is_accepted(fields):
     (["ok", 3], "int"), (["s"] * 17, "17 strings"), (["ok", ""], "empty"), (["x" * 257], "257 characters"),
 ], ids=["not-a-string", "too-many", "empty", "too-long"])
 def test_a_bad_stop_list_is_refused_without_echoing_it(stop, words):
+    """Each fault alone; then lists with two faults: the first in the contract's order is the one named."""
     with pytest.raises(InvalidRequestError, match=words) as refused:
         SamplingParams(stop=stop)
     message = str(refused.value)
@@ -113,3 +115,12 @@ def test_stop_lists_at_their_limits_are_accepted():
     assert SamplingParams(stop=["x" * 256] + ["s"] * 15).stop == ("x" * 256,) + ("s",) * 15
     assert SamplingParams(stop="one string").stop == ("one string",), "a single string is a list of one"
     assert SamplingParams(stop=None).stop == ()
+
+
+@pytest.mark.task("5.1")
+@pytest.mark.parametrize("stop, words", [
+    ([3] + ["s"] * 17, "int"), (["s"] * 16 + [""], "17 strings"), (["", "x" * 300], "empty"),
+], ids=["type-before-count", "count-before-empty", "empty-before-length"])
+def test_a_stop_list_with_two_faults_is_refused_for_the_first(stop, words):
+    with pytest.raises(InvalidRequestError, match=words):
+        SamplingParams(stop=stop)

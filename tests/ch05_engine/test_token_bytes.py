@@ -86,12 +86,13 @@ def test_special_tokens_are_their_content_and_a_plain_piece_in_a_byte_level_voca
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {"<|end|>": 0, "Ġ": 1, "a": 2, "€": 3, "Ġa": 4}  # "€" as it is: a piece no table character spells
+    vocab = {"<|fin é|>": 0, "Ġ": 1, "a": 2, "€": 3, "Ġa": 4}  # "€" as it is: a piece no table character spells
     tokenizer = Tokenizer(models.BPE(vocab, [("Ġ", "a")]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|end|>")
-    assert token_bytes(fast, 0) == b"<|end|>", "a special token is its content, not read through the byte table"
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|fin é|>")
+    assert token_bytes(fast, 0) == "<|fin é|>".encode(), (
+        "a special token is its content in UTF-8, not read through the byte table (which reads 'é' as one byte)")
     assert token_bytes(fast, 3) == "€".encode(), "a symbol with a character outside the byte table is its own UTF-8"
     assert token_bytes(fast, 4) == b" a"
     assert token_bytes(fast, 99) == b"", "an id with no symbol has no bytes"
@@ -103,7 +104,7 @@ def sentencepiece_tokenizer():
     from tokenizers import Tokenizer, decoders, models, normalizers
     from transformers import PreTrainedTokenizerFast
 
-    pieces = ["▁", "t", "h", "e", "c", "a", "f", "é", "▁t", "▁th", "▁the", "▁c", "▁ca", "▁caf", "▁café"]
+    pieces = ["▁", "t", "h", "e", "c", "a", "f", "é", "▁t", "▁th", "▁the", "▁c", "▁ca", "▁caf", "▁café", "<0x41>▁b"]
     vocab = {p: i for i, p in enumerate(["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *pieces])}
     merges = [("▁", "t"), ("▁t", "h"), ("▁th", "e"), ("▁", "c"), ("▁c", "a"), ("▁ca", "f"), ("▁caf", "é")]
     tokenizer = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
@@ -124,6 +125,9 @@ def test_sentencepiece_spaces_and_byte_pieces(sentencepiece_tokenizer):
     assert all(t == REPLACEMENT for t, _ in pairs[-3:])
     assert spell(tokenizer, tokenizer.eos_token_id) == ("</s>", b"</s>"), "a special token is spelled as its content"
     assert token_bytes(tokenizer, vocab_id(tokenizer, "<0x41>")) == b"A"
+    assert token_bytes(tokenizer, vocab_id(tokenizer, "<0x41>▁b")) == b"<0x41> b", (
+        "only a piece that is exactly <0xNN> is a byte; a longer piece that starts like one is text")
+    assert token_bytes(tokenizer, vocab_id(tokenizer, "<s>")) == b"<s>"
 
 
 def vocab_id(tokenizer, piece: str) -> int:

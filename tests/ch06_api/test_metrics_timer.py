@@ -34,6 +34,18 @@ def test_ttft_once_per_request_and_one_gap_per_later_token_of_each_completion():
 
 
 @pytest.mark.task("6.1")
+def test_the_first_token_may_come_from_any_completion_and_any_time_is_a_time():
+    metrics = ServerMetrics(engine=None)
+    timer = metrics.timer(started=-2.0)
+    timer.on_token(1, now=0.0)  # completion 1 speaks first, at time 0.0 (a time, not "no time given")
+    timer.on_token(0, now=0.5)
+    timer.on_token(1, now=1.5)
+    assert histogram(metrics, "miniyaie_time_to_first_token_seconds") == (1, 2.0), (
+        "the request's first token came from completion 1 at 0.0: TTFT 2.0, once")
+    assert histogram(metrics, "miniyaie_inter_token_latency_seconds") == (1, 1.5)
+
+
+@pytest.mark.task("6.1")
 def test_each_request_has_its_own_clock():
     metrics = ServerMetrics(engine=None)
     first, second = metrics.timer(started=0.0), metrics.timer(started=1.0)

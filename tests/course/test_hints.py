@@ -118,7 +118,7 @@ def test_miniyaie_hint_prints_one_level_at_a_time(capsys):
     assert main(["hint", "1.99"]) == 2 and "no task 1.99" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 4, 5, 6])
 def test_the_learner_writes_a_fifth_of_each_core_chapter(number):
     share = learner_share(number)
     print(f"chapter {number}: {share.learner_lines} of {share.code_lines} code lines learner-written ({share.fraction:.0%})")

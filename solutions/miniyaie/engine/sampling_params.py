@@ -77,7 +77,7 @@ class SamplingParams:
             repetition_penalty     (0, 10]
             presence_penalty, frequency_penalty   -2 .. 2
             seed                   None, or a whole number in [0, 2**63)
-            stop                   self._validate_stop's rule (given)
+            stop                   self._validate_stop() (below, yours too)
             stop_token_ids         whole numbers >= 0
             logprobs               None, or a whole number in 0 .. MAX_LOGPROBS
         Every message starts with the field's name and says its rule and the value given
@@ -147,9 +147,11 @@ class SamplingParams:
     def _validate_stop(self) -> None:
         """At most MAX_STOP_STRINGS strings of 1 to MAX_STOP_STRING_LENGTH characters.
 
-        Refused with InvalidRequestError, whose message starts with `rule` and says what was
-        wrong (in this order): an item that is not a string, too many strings, an empty string,
-        a string too long. The message never echoes the strings.
+        Refused with InvalidRequestError, whose message starts with `rule` and then says what was
+        wrong, checking in this order: an item that is not a string (the items' type names, as
+        ['str', 'int']), too many strings ("17 strings"), an empty string ("an empty one"), a
+        string too long (the longest's length, "257 characters"). The message never echoes the
+        strings themselves.
         """
         rule = f"stop must be at most {MAX_STOP_STRINGS} strings of 1 to {MAX_STOP_STRING_LENGTH} characters each"
         # Nudge: the same rule for every way a stop list can be wrong, and never the strings themselves.
