@@ -158,3 +158,7 @@ def test_a_completion_aborted_before_it_is_forked_is_ended_and_its_id_freed(tiny
     assert queued(engine) == {"g"}
     assert engine.add_request([3], SamplingParams(max_tokens=2), request_id="g#1") == "g#1", "an aborted id is free"
     assert engine.abort("g") and queued(engine) == {"g#1"}, "aborting g ended the new request that took the id g#1"
+    for freed in ("g", "g#2"):  # g's family lost g#1 and then ended: all of it is free
+        assert engine.add_request([5], SamplingParams(max_tokens=1), request_id=freed) == freed, (
+            f"{freed!r} is still 'in use' after its request was aborted (a family must go with its last member, "
+            "and lose only the member forgotten)")

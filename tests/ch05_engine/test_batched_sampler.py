@@ -222,3 +222,14 @@ def test_each_row_gets_the_logprobs_it_asked_for(wanted):
         assert [t for t, _ in got.top_logprobs] == [t for t, _ in expected], (
             f"row {i} asked for its {k} likeliest tokens, likeliest first; got {got.top_logprobs}")
         assert [v for _, v in got.top_logprobs] == pytest.approx([v for _, v in expected])
+
+
+@pytest.mark.task("5.8")
+@pytest.mark.parametrize("setting", [dict(min_p=0.5), dict(top_p=0.6), dict(top_k=1)], ids=["min_p", "top_p", "top_k"])
+def test_a_row_with_a_single_filter_is_filtered(setting):
+    """A sampled row whose only filter is min_p (or top_p, or top_k) is filtered: 0.15 and 0.05 are below
+    0.5 * 0.5 and outside the top 0.6 of [0.5, 0.3, 0.15, 0.05]; only token 0 is in the top 1."""
+    allowed = {"min_p": {0, 1}, "top_p": {0, 1}, "top_k": {0}}[next(iter(setting))]
+    got = frequencies(LOGITS, SamplingParams(temperature=1.0, **setting), draws=2000, seed=2)
+    drawn = {i for i, f in enumerate(got.tolist()) if f > 0}
+    assert drawn <= allowed, f"with {setting} the sampler drew tokens {sorted(drawn - allowed)}, which that filter removes"

@@ -109,3 +109,14 @@ def test_finish_refuses_a_decode_that_rewrites_text_already_shown():
     with pytest.raises(RuntimeError, match="ab") as refused:
         d.finish()
     assert "xbc" in str(refused.value), "the error names both the text shown and the full decode"
+
+
+@pytest.mark.task("5.5")
+def test_finish_twice_gives_nothing_the_second_time(tokenizers):
+    tokenizer = tokenizers[0]
+    ids = tokenizer("a 😀 b", add_special_tokens=False)["input_ids"][:2]  # ends inside the emoji
+    d = IncrementalDetokenizer(tokenizer)
+    shown = d.push(ids)
+    rest = d.finish()
+    assert shown + rest == tokenizer.decode(ids, skip_special_tokens=True)
+    assert d.finish() == "", "everything decoded was emitted by the first finish"

@@ -258,3 +258,20 @@ def test_generate_answers_each_prompt_in_order_with_its_first_completion(tiny, e
     assert all(o.finish_reason == "length" for o in outputs)
     assert engine.stats["forked_requests"] == len(PROMPTS), "the other completions ran too"
     assert engine.num_request_blocks == 0
+
+
+@pytest.mark.task("5.11")
+def test_generate_raises_the_error_of_a_failed_request(tiny, monkeypatch):
+    from miniyaie.engine.outputs import RequestEvent
+
+    model, _ = tiny
+    engine = engine_for(model)
+    step = engine.step
+
+    def failing_step():  # the step reports a request's own fault, as chapter 8's guides can
+        events = step()
+        return [RequestEvent(e.request_id, e.token_id, None, error=RuntimeError("its guide failed")) for e in events[:1]] + events[1:]
+
+    monkeypatch.setattr(engine, "step", failing_step)
+    with pytest.raises(RuntimeError, match="its guide failed"):
+        engine.generate(PROMPTS[:1], greedy())

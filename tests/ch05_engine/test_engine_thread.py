@@ -138,6 +138,7 @@ def test_close_ends_the_thread_and_tells_every_caller(make_loop):
     closer.start()
     closer.join(WAIT_S)
     assert not closer.is_alive(), "close() did not return: the loop must return when closed"
+    assert not loop.alive, "close() returned while the engine thread still ran: wait for it (join)"
     assert loop.error is None, f"the loop crashed instead of closing: {loop.error!r}"
     for req in waiting:
         got = answer(req)
@@ -146,7 +147,7 @@ def test_close_ends_the_thread_and_tells_every_caller(make_loop):
 
 
 @pytest.mark.task("5.14")
-def test_closing_gives_back_the_blocks_and_one_failed_return_silences_no_caller(make_loop, monkeypatch):
+def test_closing_gives_back_the_blocks_and_one_failed_return_silences_no_caller(make_loop, monkeypatch, caplog):
     loop = make_loop()
     step = loop.llm.step
 
@@ -182,6 +183,8 @@ def test_closing_gives_back_the_blocks_and_one_failed_return_silences_no_caller(
         f"still in the engine: {sorted(loop.llm.scheduler.requests)}; closing gives back the blocks of every "
         "request in flight (q0's failed on purpose)")
     assert loop.error is not None and "q0" in str(loop.error), "a failed return while closing is recorded in error"
+    assert any(r.levelname == "ERROR" and "q0" in r.getMessage() for r in caplog.records), (
+        "a failed return while closing is logged as an error, naming the request")
 
 
 # ------------------------------------------------------------------------------------------ its fault boundaries
@@ -261,13 +264,15 @@ def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_
 
 
 @pytest.mark.task("5.14")
-def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
+def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop, caplog):
     loop = make_loop()
+    drops = []
 
     def failing_step():
         raise RuntimeError("planted step failure")
 
     def failing_drop(req):
+        drops.append(req.request_id)
         raise RuntimeError("planted: the blocks cannot be returned")
 
     loop.llm.step, loop.processor.drop = failing_step, failing_drop
@@ -285,6 +290,10 @@ def test_a_fault_while_recovering_stops_the_loop_and_says_so(make_loop):
         f"loop.error should be the fault that stopped it, got {loop.error!r}")
     with pytest.raises(EngineError, match="stopped"):
         loop.check_running()
+    assert drops == ["r"], (
+        f"drop was called for {drops}: once the loop has died its engine is not touched again (no blocks given "
+        "back by the thread's end)")
+    assert any(r.levelname == "CRITICAL" for r in caplog.records), "the loop's death is logged as critical"
 
 
 @pytest.mark.task("5.14")

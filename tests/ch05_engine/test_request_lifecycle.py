@@ -193,3 +193,37 @@ def test_a_dropped_request_gives_back_its_blocks_and_is_told_nothing(engine):
     assert_idle(engine)
     deltas, later = run(engine, "hello", max_tokens=3, ignore_eos=True)
     assert later.finish_reason == "length"
+
+
+@pytest.mark.task("5.12")
+def test_finish_ends_a_running_completion_counts_it_and_frees_its_id(engine):
+    from miniyaie.engine import SamplingParams as Params
+
+    llm = engine.llm
+    rid = llm.add_request([1, 2, 3], Params(max_tokens=20, ignore_eos=True), request_id="early")
+    llm.step()
+    assert llm.finish(rid) is True, "the completion was running: finish ends it and says so"
+    assert llm.finish(rid) is False and llm.finish("never-was") is False, "nothing to finish: False"
+    assert llm.stats["finished_requests"] == 1 and llm.num_request_blocks == 0
+    assert llm.add_request([4], Params(max_tokens=1), request_id="early") == "early", (
+        "a finished completion's id is free again (finish forgets it)")
+    llm.abort("early")
+
+
+@pytest.mark.task("5.12")
+def test_text_held_back_inside_a_character_is_released_only_at_the_end(engine):
+    """Tokens that each hold part of an emoji, fed one event at a time: no delta shows half a character,
+    and the last event (finishing the completion) releases it whole."""
+    from miniyaie.engine.outputs import RequestEvent
+
+    ids = engine.tokenizer("a😀", add_special_tokens=False)["input_ids"]
+    assert len(ids) >= 3, "the emoji must span several tokens for this test to mean anything"
+    request = engine.submit(PROMPT, max_tokens=len(ids), ignore_eos=True)
+    for i, token in enumerate(ids):
+        last = i == len(ids) - 1
+        engine.processor.on_event(RequestEvent(request.request_id, token, "length" if last else None))
+    told = engine.told[request.request_id]
+    deltas, result = told[:-1], told[-1]
+    assert not any("\ufffd" in d.text for d in deltas), f"half a character was shown: {[d.text for d in deltas]}"
+    assert result.text == "a😀" == "".join(d.text for d in deltas)
+    engine.llm.abort(request.request_id)

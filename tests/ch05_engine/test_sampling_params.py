@@ -100,7 +100,8 @@ def test_every_value_inside_its_range_is_accepted(fields):
 @pytest.mark.task("5.1")
 @pytest.mark.parametrize("stop, words", [
     (["ok", 3], "int"), (["s"] * 17, "17 strings"), (["ok", ""], "empty"), (["x" * 257], "257 characters"),
-], ids=["not-a-string", "too-many", "empty", "too-long"])
+    (["ok", "x" * 300, "x" * 260], "300 characters"),
+], ids=["not-a-string", "too-many", "empty", "too-long", "the-longest-is-named"])
 def test_a_bad_stop_list_is_refused_without_echoing_it(stop, words):
     """Each fault alone; then lists with two faults: the first in the contract's order is the one named."""
     with pytest.raises(InvalidRequestError, match=words) as refused:

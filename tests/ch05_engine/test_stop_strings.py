@@ -32,6 +32,9 @@ def test_released_text_is_the_text_cut_before_the_first_stop(text, stops, cuts):
     for delta in deltas:
         shown += f.push(delta)
         assert expected_text(text, stops).startswith(shown), "never show text that a stop string later cuts"
+        if f.stopped:
+            assert shown == expected_text(text, stops), (
+                "once a stop string is found, everything before it goes out in that same push (nothing is held back)")
     stopped = f.stopped
     shown += f.flush()
     assert shown == expected_text(text, stops)

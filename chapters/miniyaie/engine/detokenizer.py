@@ -53,7 +53,8 @@ class IncrementalDetokenizer:
         """The text still held back, once no more tokens will come.
 
         Afterwards the deltas and this, joined, equal decoding all the tokens at once (an
-        unfinished character at the very end stays as U+FFFD). Raises RuntimeError, naming both
+        unfinished character at the very end stays as U+FFFD); calling finish again returns ""
+        (everything decoded has been emitted). Raises RuntimeError, naming both
         texts, if what was emitted is not the start of that decode (it never should be:
         emitted text cannot be taken back).
         """
@@ -61,4 +62,6 @@ class IncrementalDetokenizer:
         # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
         # TODO(Task 5.5): Incremental detokenization. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 5: Incremental detokenization — see book/src/ch05_engine.md')
+        self.prefix_offset = self.read_offset = len(self.token_ids)  # the window starts after everything emitted
+        return delta
     # ANCHOR_END: finish

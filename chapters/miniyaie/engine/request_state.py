@@ -122,6 +122,8 @@ class OutputProcessor:
         """Forget a request that ends without a result (it failed, or nobody reads it): its blocks come
         back if it was started, none of its completions is tracked any more (request_of gives None,
         so a token event for it already on its way is ignored), and its caller is told nothing."""
+        started = request.request_id in self._started
+        self._started.discard(request.request_id)
         # Idea: undo start: the engine lets go of the request, the processor of its completions.
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.

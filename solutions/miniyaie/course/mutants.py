@@ -50,8 +50,8 @@ def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str, s
     """(file, line above, original line, mutated line) -> why no correct test can tell them apart.
 
     The file holds blocks of five lines: `@ file`, `~ the line above`,
-    `- original`, `+ mutant`, `= reason`; lines starting with `#` and blank
-    lines are ignored.
+    `- original`, `+ mutant`, `= reason` (a bare `~` when the line above is
+    blank); lines starting with `#` and blank lines are ignored.
     """
     tags = ["@ ", "~ ", "- ", "+ ", "= "]
     entries, block = {}, []
@@ -59,6 +59,8 @@ def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str, s
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        if line == "~":
+            line = "~ "  # the line above the change is blank
         block.append(line)
         if len(block) == len(tags):
             if [b[:2] for b in block] != tags:

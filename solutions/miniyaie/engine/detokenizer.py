@@ -74,7 +74,8 @@ class IncrementalDetokenizer:
         """The text still held back, once no more tokens will come.
 
         Afterwards the deltas and this, joined, equal decoding all the tokens at once (an
-        unfinished character at the very end stays as U+FFFD). Raises RuntimeError, naming both
+        unfinished character at the very end stays as U+FFFD); calling finish again returns ""
+        (everything decoded has been emitted). Raises RuntimeError, naming both
         texts, if what was emitted is not the start of that decode (it never should be:
         emitted text cannot be taken back).
         """
@@ -84,19 +85,18 @@ class IncrementalDetokenizer:
         #   beyond what was emitted. Text already shown can never be withdrawn, so a full decode
         #   that does not start with it means a bug above; say so instead of emitting garbage.
         # Hint 2: Decode all the tokens. If that does not start with self.text, raise RuntimeError
-        #   naming both. The delta is the full text past len(self.text); record the full text and
-        #   move both offsets to the end; return the delta.
+        #   naming both. The delta is the full text past len(self.text); record the full text as
+        #   emitted (the given lines after the region move the window and return the delta).
         # Hint 3:
         #   full = decode(all token_ids); if not full.startswith(self.text): raise RuntimeError(...)
-        #   delta = full[len(self.text):]; self.text = full; prefix_offset = read_offset = len(token_ids)
-        #   return delta
+        #   delta = full[len(self.text):]; self.text = full
         # BEGIN SOLUTION 5.5: Incremental detokenization
         full = self._decode(self.token_ids)
         if not full.startswith(self.text):  # never expected; say so rather than emit garbage
             raise RuntimeError(f"incremental text {self.text!r} is not a prefix of the full decode {full!r}")
         delta = full[len(self.text) :]
         self.text = full
-        self.prefix_offset = self.read_offset = len(self.token_ids)
-        return delta
         # END SOLUTION
+        self.prefix_offset = self.read_offset = len(self.token_ids)  # the window starts after everything emitted
+        return delta
     # ANCHOR_END: finish

@@ -184,21 +184,21 @@ class OutputProcessor:
         """Forget a request that ends without a result (it failed, or nobody reads it): its blocks come
         back if it was started, none of its completions is tracked any more (request_of gives None,
         so a token event for it already on its way is ignored), and its caller is told nothing."""
+        started = request.request_id in self._started
+        self._started.discard(request.request_id)
         # Nudge: undo start: the engine lets go of the request, the processor of its completions.
         # Hint 1: Two cases reach here: a request that failed (its caller gets the error from the
         #   engine loop) and one whose caller went away. Either way no result will be sent: end
         #   it in the engine if it was started (that frees its blocks) and forget every
         #   completion, silently.
-        # Hint 2: If the request id is in self._started: self.llm.abort(id). Discard it from
-        #   self._started; pop each completion's engine id from self._by_engine_id.
+        # Hint 2: If it was started (`started`, given above): self.llm.abort(its id). Pop each
+        #   completion's engine id from self._by_engine_id.
         # Hint 3:
-        #   if request.request_id in self._started: self.llm.abort(request.request_id)
-        #   self._started.discard(request.request_id)
+        #   if started: self.llm.abort(request.request_id)
         #   for c in request.completions: self._by_engine_id.pop(c.engine_id, None)
         # BEGIN SOLUTION 5.12: The request lifecycle
-        if request.request_id in self._started:
+        if started:
             self.llm.abort(request.request_id)
-        self._started.discard(request.request_id)
         for c in request.completions:
             self._by_engine_id.pop(c.engine_id, None)
         # END SOLUTION

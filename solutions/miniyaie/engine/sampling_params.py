@@ -165,7 +165,7 @@ class SamplingParams:
         # Hint 3:
         #   if not all(isinstance(s, str) ...): raise ...(f"{rule}; got {[type(s).__name__ for s in self.stop]}")
         #   if len(self.stop) > MAX_STOP_STRINGS: ...; if "" in self.stop: ...
-        #   longest = max((len(s) for s in self.stop), default=0); if longest > MAX_STOP_STRING_LENGTH: ...
+        #   too_long = [len(s) for s in self.stop if len(s) > MAX_STOP_STRING_LENGTH]; if too_long: ... max(too_long) ...
         # BEGIN SOLUTION 5.1: Parameters checked once
         if not all(isinstance(s, str) for s in self.stop):
             raise InvalidRequestError(f"{rule}; got {[type(s).__name__ for s in self.stop]}")
@@ -173,9 +173,9 @@ class SamplingParams:
             raise InvalidRequestError(f"{rule}; got {len(self.stop)} strings")
         if "" in self.stop:
             raise InvalidRequestError(f"{rule}; got an empty one")
-        longest = max((len(s) for s in self.stop), default=0)
-        if longest > MAX_STOP_STRING_LENGTH:
-            raise InvalidRequestError(f"{rule}; got one of {longest} characters")
+        too_long = [len(s) for s in self.stop if len(s) > MAX_STOP_STRING_LENGTH]
+        if too_long:
+            raise InvalidRequestError(f"{rule}; got one of {max(too_long)} characters")
         # END SOLUTION
     # ANCHOR_END: validate
 
