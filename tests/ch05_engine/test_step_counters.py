@@ -66,3 +66,17 @@ def test_step_records_add_up_to_the_counters(tiny_model):
     assert sum(r.preempted for r in records) == stats["num_preemptions"]
     assert max(r.prefill_tokens + r.decode_tokens for r in records) <= 8
     assert records[-1].num_running == records[-1].num_waiting == 0
+
+
+@pytest.mark.task("5.11")
+def test_one_request_alone_has_exactly_its_prompt_as_prefill_and_its_other_tokens_as_decodes(tiny_model):
+    engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=32, enable_prefix_caching=False))
+    records = []
+    engine.on_step = records.append
+    engine.generate([[3 + j for j in range(10)]], SamplingParams(max_tokens=6, ignore_eos=True))
+    assert sum(r.prefill_tokens for r in records) == 10, "the prompt's ten tokens are the only prefill"
+    assert sum(r.decode_tokens for r in records) == 5, (
+        "the first token comes out of the prefill; the other five are decodes, the first of them the chunk that "
+        "starts right at the end of the prompt")
+    assert engine.stats["max_used_blocks"] >= 3, (
+        f"max_used_blocks is {engine.stats['max_used_blocks']}: the request held at least 3 blocks of 4 at its peak")

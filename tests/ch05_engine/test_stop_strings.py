@@ -24,6 +24,7 @@ def expected_text(text: str, stops: list[str]) -> str:
 @example(text="a<b<<bb", stops=["<<b", "b<"], cuts=[1, 2, 3, 4])
 @example(text="xx\n\nyy", stops=["\n\n"], cuts=[3])
 @example(text="aaab", stops=["aab"], cuts=[1, 2, 3])
+@example(text="b<a", stops=["<a", "ba"], cuts=[])  # the text before the stop ends like another stop's start
 def test_released_text_is_the_text_cut_before_the_first_stop(text, stops, cuts):
     bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})
     deltas = [text[a:b] for a, b in zip(bounds, bounds[1:])]

@@ -102,13 +102,36 @@ def _tree_with(mutant: Mutant, tmp: Path) -> Path:
     return root
 
 
-def _ordered_tests(task: str, reference: list[TestResult]) -> list[str]:
-    """The task's own tests, then the rest of the chapter, then end-to-end tests; quickest first in each."""
+def _ordered_tests(task: str, reference: list[TestResult]) -> tuple[list[str], list[str]]:
+    """(the task's own tests, then the rest of the chapter and its end-to-end tests); quickest first in each.
+
+    A mutant is first run against its own task's tests alone (most die there, and a session that
+    collects a few test modules starts in a fraction of the time one that collects the whole
+    chapter takes); only a survivor meets the rest.
+    """
     quickest = sorted(reference, key=lambda r: r.duration)
     own = [r.nodeid for r in quickest if task in r.tasks]
     rest = [r.nodeid for r in quickest if task not in r.tasks and not r.end_to_end]
     end_to_end = [r.nodeid for r in quickest if task not in r.tasks and r.end_to_end]
-    return own + rest + end_to_end
+    return own, rest + end_to_end
+
+
+def _killer(results: list[TestResult] | None) -> str | None:
+    """The test that killed a mutant in one session (None: it survived it, or the session did not run)."""
+    if results is None:
+        return None
+    killer = next((r.nodeid for r in results if r.outcome in ("failed", "crashed")), None)
+    if killer is None and not any(r.outcome == "passed" for r in results):
+        killer = "(collection: the mutant breaks the import)"  # a SyntaxError, say: no test could run
+    return killer
+
+
+def _run_against(ch, trees: dict[Mutant, Path], tests: dict[Mutant, list[str]],
+                 limits: dict[str, float]) -> dict[Mutant, list[TestResult]]:
+    """One session per mutant that has tests here: its tree, those tests, stopping at the first failure."""
+    chosen = [m for m in trees if tests.get(m)]
+    sessions = [Session(f"{ch.package}={trees[m]}", [*tests[m], "-x"], limits) for m in chosen]
+    return dict(zip(chosen, run_sessions(sessions))) if sessions else {}
 
 
 def mutants(number: int, max_per_region: int | Mapping[int, int] = MAX_PER_REGION) -> int:
@@ -132,20 +155,18 @@ def mutants(number: int, max_per_region: int | Mapping[int, int] = MAX_PER_REGIO
     limits = {r.nodeid: max(30.0, round(10 * r.duration, 1)) for r in reference}
 
     with tempfile.TemporaryDirectory() as tmp:
-        sessions = [
-            Session(f"{ch.package}={_tree_with(m, Path(tmp) / str(i))}",
-                    [*_ordered_tests(m.region.task, reference), "-x"], limits)
-            for i, m in enumerate(to_run)
-        ]
-        outcomes = dict(zip(to_run, run_sessions(sessions))) if sessions else {}
+        trees = {m: _tree_with(m, Path(tmp) / str(i)) for i, m in enumerate(to_run)}
+        own, rest = {}, {}
+        for m in to_run:
+            own[m], rest[m] = _ordered_tests(m.region.task, reference)
+        first = _run_against(ch, trees, own, limits)
+        killers = {m: _killer(results) for m, results in first.items()}
+        survivors = {m: trees[m] for m in to_run if killers.get(m) is None}
+        killers |= {m: _killer(results) for m, results in _run_against(ch, survivors, rest, limits).items()}
 
     by_task: dict[str, list[tuple[Mutant, str | None]]] = defaultdict(list)
     for mutant in candidates:
-        results = outcomes.get(mutant, [])
-        killer = next((r.nodeid for r in results if r.outcome in ("failed", "crashed")), None)
-        if killer is None and mutant in outcomes and not any(r.outcome == "passed" for r in results):
-            killer = "(collection: the mutant breaks the import)"  # a SyntaxError, say: no test could run
-        by_task[mutant.region.task].append((mutant, killer))
+        by_task[mutant.region.task].append((mutant, killers.get(mutant)))
 
     rows, unexplained, explained = [], [], []
     for task in sorted(by_task, key=_task_key):
