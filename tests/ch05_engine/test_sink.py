@@ -127,7 +127,8 @@ def test_an_idle_reader_sleeps_instead_of_spinning(monkeypatch):
     monkeypatch.setattr(sink_module.queue, "SimpleQueue", CountingQueue)
     CountingQueue.looks = 0
     sink = Sink(lambda: True)
-    putter = put_later(sink, ["first", "second"], [0.0, 0.3])  # the reader is idle for 0.3 s between them
+    # the reader is already waiting when "first" comes (so the event is set once), then idle for 0.3 s
+    putter = put_later(sink, ["first", "second"], [0.1, 0.3])
     assert read_async(sink, 2, putter=putter) == ["first", "second"]
     assert CountingQueue.looks < 20, (
         f"the reader looked at the queue {CountingQueue.looks} times for 2 items: an idle reader spins "
