@@ -129,11 +129,18 @@ def test_an_abort_ends_its_request_and_returns_its_blocks(make_loop):
 
 
 @pytest.mark.task("5.14")
-def test_close_ends_the_thread_and_tells_every_caller(make_loop):
+def test_close_ends_the_thread_and_tells_every_caller(make_loop, monkeypatch):
     loop = make_loop()
     waiting = [request(loop, PROMPTS[i % 3], f"q{i}", max_tokens=100) for i in range(3)]
     loop.submit(waiting)
     assert loop.alive, "the loop thread stopped on its own"
+    end_all = loop._end_all
+
+    def slow_end_all(*args, **kwargs):  # the thread's last act takes a moment: close must wait for it
+        time.sleep(0.3)
+        end_all(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "_end_all", slow_end_all)
     closer = threading.Thread(target=loop.close, daemon=True)
     closer.start()
     closer.join(WAIT_S)
