@@ -41,6 +41,16 @@ def engine_for(model, **config) -> LLMEngine:
     return LLMEngine(model, EngineConfig(**{**settings, **config}))
 
 
+def events_until_idle(engine: LLMEngine, max_steps: int = 200) -> list:
+    """Every event of the engine's steps until it has nothing left (a step that never ends them fails here)."""
+    events = []
+    for _ in range(max_steps):
+        if not engine.has_unfinished():
+            return events
+        events += engine.step()
+    raise AssertionError(f"the requests did not finish in {max_steps} steps")
+
+
 def greedy_row(request: Request) -> SamplingRow:
     return SamplingRow(greedy(), request.prompt_token_ids, request.output_token_ids)
 
@@ -235,13 +245,10 @@ def test_a_completion_aborted_before_its_fork_is_never_forked_and_its_id_serves_
     assert engine.abort("g#1")  # before the first step: g#1 was never forked
     engine.add_request(PROMPTS[1], SamplingParams(max_tokens=4, ignore_eos=True), request_id="g#1")  # a new request
     finishes, tokens = {}, {}
-    for _ in range(200):
-        if not engine.has_unfinished():
-            break
-        for event in engine.step():
-            tokens.setdefault(event.request_id, []).append(event.token_id)
-            if event.finish_reason:
-                finishes[event.request_id] = event.finish_reason
+    for event in events_until_idle(engine):
+        tokens.setdefault(event.request_id, []).append(event.token_id)
+        if event.finish_reason:
+            finishes[event.request_id] = event.finish_reason
     assert finishes == {"g": "length", "g#2": "length", "g#1": "length"}
     assert len(tokens["g#1"]) == 4, (
         "the new g#1 also got tokens forked from g: the aborted completion g#1 was still listed among g's "
