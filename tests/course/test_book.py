@@ -104,7 +104,7 @@ def test_every_task_names_its_file_command_and_existing_tests(ch):
         if file_line.group(2):
             assert f"def {file_line.group(2)}(" in student_file.read_text()
         run_line = re.search(r"^- \*\*Run:\*\* (.+)$", body, re.M)
-        assert run_line and f"miniyaie grade {ch.number}" in run_line.group(1), f"Task {task}: missing Run line"
+        assert run_line and f"`miniyaie grade {task}`" in run_line.group(1), f"Task {task}: the Run line must give `miniyaie grade {task}`"
         tests_line = re.search(r"^- \*\*Tests:\*\* (.+)$", body, re.M)
         assert tests_line, f"Task {task}: missing '- **Tests:**' line"
         listed = set(re.findall(r"`([^`]+)`", tests_line.group(1)))

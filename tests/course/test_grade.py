@@ -73,3 +73,21 @@ def test_every_test_names_its_task_or_is_ungraded():
                 if not module_marked and not _marked([ast.unparse(d) for d in node.decorator_list]):
                     unmarked.append(f"{path.relative_to(REPO)}::{node.name}")
     assert not unmarked, "mark these with @pytest.mark.task('N.M') (the last task they need) or ungraded:\n" + "\n".join(unmarked)
+
+
+def test_grading_one_task_runs_exactly_the_tests_marked_with_it():
+    """`miniyaie grade 3.2` (pytest --task 3.2): that task's own tests, nothing else, and one row."""
+    from miniyaie.course.testrun import run_tests
+
+    results = run_tests(["tests/ch03_radix_tree"], "solutions", ["-m", "not ungraded", "--task", "3.2"])
+    assert results, "no test ran for Task 3.2"
+    assert all(r.tasks and "3.2" in r.tasks for r in results), [r.nodeid for r in results if "3.2" not in r.tasks]
+    rows, all_pass = task_table(3, results, only="3.2")
+    assert [row[0] for row in rows] == ["3.2"] and all_pass
+    marked = sorted(
+        f"{path.relative_to(REPO).as_posix()}::{node.name}"
+        for path in (REPO / "tests/ch03_radix_tree").glob("test_*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and any(ast.unparse(d) == "pytest.mark.task('3.2')" for d in node.decorator_list)
+    )
+    assert sorted({r.nodeid.split("[")[0] for r in results}) == marked

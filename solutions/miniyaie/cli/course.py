@@ -9,8 +9,8 @@ from miniyaie.cli.args import Parser, UsageError
 
 
 def add_parsers(sub) -> None:
-    grade = sub.add_parser("grade", help="run a chapter's tests on your code (chapters/)")
-    grade.add_argument("chapter", type=int)
+    grade = sub.add_parser("grade", help="run a chapter's (or one task's) tests on your code (chapters/)")
+    grade.add_argument("chapter", help="a chapter (5) or one of its tasks (5.1)")
     grade.add_argument("--impl", default=None, help="grade another selection, e.g. 'chapters' (see the book)")
     grade.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     grade.set_defaults(handler=cmd_grade)
@@ -42,8 +42,18 @@ def check_chapter(number: int) -> None:
 def cmd_grade(args: argparse.Namespace) -> int:
     from miniyaie.course.grade import grade
 
-    check_chapter(args.chapter)
-    return grade(args.chapter, impl=args.impl, verbose=args.verbose)
+    number, _, task = args.chapter.partition(".")
+    if not number.isdigit() or (task and not task.isdigit()):
+        raise UsageError(f"grade takes a chapter (5) or a task (5.1), got {args.chapter!r}")
+    check_chapter(int(number))
+    if task:
+        from miniyaie.course.registry import chapter
+        from miniyaie.course.sync import regions_of
+
+        tasks = sorted({r.task for r in regions_of(chapter(int(number)))}, key=lambda t: int(t.split(".")[1]))
+        if args.chapter not in tasks:
+            raise UsageError(f"chapter {number} has no Task {args.chapter}; its tasks are {', '.join(tasks)}")
+    return grade(int(number), impl=args.impl, verbose=args.verbose, task=args.chapter if task else None)
 
 
 def cmd_course(args: argparse.Namespace) -> int:

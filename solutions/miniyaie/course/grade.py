@@ -1,4 +1,4 @@
-"""`miniyaie grade N`: run chapter N's tests on your code and show each task's status."""
+"""`miniyaie grade N` / `miniyaie grade N.M`: run chapter N's (or one task's) tests on your code, show each task's status."""
 
 from __future__ import annotations
 
@@ -27,13 +27,13 @@ def heading_id(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" if c.isspace() else "" for c in text.lower())
 
 
-def task_table(number: int, results: list[TestResult]) -> tuple[list[list[str]], bool]:
+def task_table(number: int, results: list[TestResult], only: str | None = None) -> tuple[list[list[str]], bool]:
     """Rows of (task, what, tests passed, status, where to read, hint) and whether all pass.
 
     One row per task of the book (the tests marked with it), then one
     end-to-end row for the tests that need every task (module-level marks;
     a graded test with no mark at all counts there too, since nothing says
-    which task it needs).
+    which task it needs). `only` keeps one task's row.
     """
     ch = chapter(number)
     what = {r.task: r.what for r in regions_of(ch)}
@@ -44,6 +44,8 @@ def task_table(number: int, results: list[TestResult]) -> tuple[list[list[str]],
                 by_task.setdefault(task, []).append(result)
     if not by_task.get(END_TO_END, True):
         del by_task[END_TO_END]
+    if only is not None:
+        by_task = {only: by_task.get(only, [])}
     rows, all_pass = [], True
     for task, tests in by_task.items():
         passed = sum(t.outcome == "passed" for t in tests)
@@ -71,13 +73,16 @@ def format_table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
-def grade(number: int, impl: str | None = None, verbose: bool = False) -> int:
+def grade(number: int, impl: str | None = None, verbose: bool = False, task: str | None = None) -> int:
+    """Grade chapter `number`, or only its task `task` ("5.1": that task's own tests, quicker)."""
     ch = chapter(number)
     impl = impl or f"{CHAPTER_PACKAGES[number]}=chapters"
-    print(f"Grading chapter {number} ({ch.title}) with {impl} ...", flush=True)
+    what = f"Task {task}" if task else f"chapter {number}"
+    print(f"Grading {what} ({ch.title}) with {impl} ...", flush=True)
     os.environ.setdefault("HYPOTHESIS_PROFILE", "grading")  # one minimal failing example per test (tests/conftest.py)
-    results = run_tests([ch.tests], impl, ["-m", "not ungraded"], quiet=not verbose)
-    rows, all_pass = task_table(number, results)
+    only_task = ["--task", task] if task else []
+    results = run_tests([ch.tests], impl, ["-m", "not ungraded", *only_task], quiet=not verbose)
+    rows, all_pass = task_table(number, results, only=task)
     print(format_table(rows, ["task", "what", "tests", "status", "read", "stuck?"]))
     failing = [r for r in results if r.graded and r.outcome == "failed"]
     for r in failing[:10]:
@@ -90,11 +95,11 @@ def grade(number: int, impl: str | None = None, verbose: bool = False) -> int:
     tasks_ok = sum(row[3] == "pass" for row in tasks)
     graded = [r for r in results if r.graded and r.chapter == number]
     tests_ok = sum(r.outcome == "passed" for r in graded)
-    summary = f"Chapter {number}: {tasks_ok}/{len(tasks)} tasks pass"
+    summary = f"Task {task}: {tasks_ok}/1 passes" if task else f"Chapter {number}: {tasks_ok}/{len(tasks)} tasks pass"
     end_to_end = [row for row in rows if row[0] == END_TO_END]
     if end_to_end:
         summary += f", end to end {end_to_end[0][2]}"
-    verdict = "all tasks pass" if all_pass else "keep going"
+    verdict = ("on to the next task" if task else "all tasks pass") if all_pass else "keep going"
     print(f"{summary}; {tests_ok}/{len(graded)} tests pass: {verdict}.")
     stuck = [row[0] for row in tasks if row[3] != "pass"]
     if stuck:
