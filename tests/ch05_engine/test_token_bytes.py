@@ -145,3 +145,38 @@ def test_any_other_tokenizer_spells_a_token_as_its_decoded_text():
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]")
     for token_id in (1, 2, 3):
         assert token_bytes(fast, token_id) == fast.decode([token_id], skip_special_tokens=False).encode("utf-8")
+
+
+def nested(*steps, depth: int) -> dict:
+    """`steps` inside `depth` Sequence decoders, with a harmless step beside them at each level."""
+    decoder = {"type": "Sequence", "decoders": [{"type": "Strip", "content": " ", "start": 1, "stop": 0}, *steps]}
+    for _ in range(depth):
+        decoder = {"type": "Sequence", "decoders": [{"type": "Fuse"}, decoder]}
+    return decoder
+
+
+@pytest.mark.task("5.7")
+@settings(max_examples=40, deadline=None)
+@given(depth=st.integers(0, 4), marker=st.sampled_from(["ByteFallback", "Metaspace"]))
+@example(depth=0, marker="Metaspace")
+def test_the_decoders_family_is_found_at_any_depth(depth, marker):
+    from miniyaie.engine.token_text import decoder_kind
+
+    assert decoder_kind(nested({"type": "ByteLevel"}, depth=depth)) == "byte_level", f"a ByteLevel step {depth} Sequences deep"
+    assert decoder_kind(nested({"type": marker}, depth=depth)) == "sentencepiece", f"a {marker} step {depth} Sequences deep"
+    assert decoder_kind(nested({"type": marker}, {"type": "ByteLevel"}, depth=depth)) == "byte_level", (
+        "ByteLevel wins over the SentencePiece markers")
+    assert decoder_kind(nested({"type": "WordPiece", "prefix": "##"}, depth=depth)) == "other"
+    assert decoder_kind(None) == "other", "a tokenizer with no decoder"
+
+
+@pytest.mark.task("5.7")
+def test_a_metaspace_tokenizer_without_byte_fallback_reads_its_spaces():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.WordLevel({"<unk>": 0, "▁hello": 1, "▁world": 2}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    tokenizer.decoder = decoders.Metaspace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>")
+    assert [token_bytes(fast, i) for i in (1, 2)] == [b" hello", b" world"], "a Metaspace tokenizer's '▁' is a space"

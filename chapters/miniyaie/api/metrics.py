@@ -30,17 +30,21 @@ class EngineCollector:
     def collect(self):
         """The engine's state now, as Prometheus metric families (called by every scrape of /metrics).
 
-        One snapshot per scrape: engine.get_stats() is read once, so all the numbers of one
-        scrape agree, and read at scrape time, so none is stale. A level that goes up and down
-        is a gauge: miniyaie_requests_running and miniyaie_requests_waiting (stats["requests"]
-        ["running"], ["waiting"]), miniyaie_kv_blocks_used, miniyaie_kv_blocks_held_by_requests and
-        miniyaie_kv_blocks_total (stats["kv_blocks"]["used"], ["held_by_requests"], ["total"]) and
-        miniyaie_prefix_cache_hit_rate (stats["prefix_cache_hit_rate"]). A lifetime total that only
-        grows is a counter (Prometheus names its sample ..._total): miniyaie_preemptions
-        (stats["preemptions"]) and miniyaie_cached_prompt_tokens (stats["tokens"]["cached_prompt"]).
-        Every family has a one-line help text.
+        The numbers an operator watches, each from engine.get_stats() (call it `s`):
+            miniyaie_requests_running            s["requests"]["running"]
+            miniyaie_requests_waiting            s["requests"]["waiting"]
+            miniyaie_kv_blocks_used              s["kv_blocks"]["used"] (by requests or the prefix cache)
+            miniyaie_kv_blocks_held_by_requests  s["kv_blocks"]["held_by_requests"]
+            miniyaie_kv_blocks_total             s["kv_blocks"]["total"]
+            miniyaie_prefix_cache_hit_rate       s["prefix_cache_hit_rate"] (over the engine's life)
+            miniyaie_preemptions                 s["preemptions"] (requests preempted since the start)
+            miniyaie_cached_prompt_tokens        s["tokens"]["cached_prompt"] (since the start)
+        Each is the family Prometheus means for it: a gauge for a number that may go down, a
+        counter for one that can only grow (its sample is named ..._total), each with a one-line
+        help text. All the numbers of one scrape describe the same moment, and that moment is
+        the scrape.
         """
-        # Idea: read the engine once per scrape; the kind of each number decides its family.
+        # Idea: a collector keeps nothing; what a number can do over time decides its family.
         # Stuck? `miniyaie hint 6.1` prints hints, one level at a time.
         # TODO(Task 6.1): What an operator watches. Replace these lines with your code.
         raise NotImplementedError('Chapter 6, Task 1: What an operator watches — see book/src/ch06_api.md')
@@ -83,13 +87,13 @@ class RequestTimer:
     def on_token(self, index: int, now: float | None = None) -> None:
         """Completion `index` received a new token at `now` (perf_counter seconds; None: the clock now).
 
-        Observes the request's time to first token (`metrics.ttft`, now - started)
-        exactly once, at the first token of any completion, and one inter-token
-        gap (`metrics.itl`) for every later token of the same completion, since
-        that completion's previous token. A completion's own first token has no
-        gap; completions never measure gaps against each other (n > 1).
+        Two latencies come out of the stream of tokens. Time to first token (`metrics.ttft`) is
+        the request's: from `started` to the first token the client gets, observed once. The
+        inter-token latency (`metrics.itl`) is each completion's: one observation per gap
+        between two consecutive tokens of that completion. Tokens of a request's completions
+        (n > 1) arrive interleaved, in any order.
         """
-        # Idea: one clock for the request, one per completion.
+        # Idea: whose is each latency: the request's or a completion's?
         # Stuck? `miniyaie hint 6.1` prints hints, one level at a time.
         # TODO(Task 6.1): What an operator watches. Replace this line with your code.
         raise NotImplementedError('Chapter 6, Task 1: What an operator watches — see book/src/ch06_api.md')

@@ -61,12 +61,13 @@ class SamplingParams:
 
     # ANCHOR: validate
     def _validate(self) -> None:
-        """Refuse, with InvalidRequestError, the first field (in this order) of the wrong type or outside its range.
+        """Refuse, with InvalidRequestError, the first field (in this order) whose value is outside its domain.
 
-        n, max_tokens, min_tokens, top_k, seed and logprobs must be whole numbers (an int that is
-        not a bool); temperature, top_p, min_p and the three penalties finite numbers (an int or
-        a float, not a bool, not NaN, not ±inf); each field is checked whole, type then range,
-        before the next:
+        Values arrive from JSON bodies and keyword arguments, so any Python value can arrive in
+        any field. Two kinds of number: whole numbers (n, max_tokens, min_tokens, top_k, seed,
+        logprobs, each of stop_token_ids) are Python ints; real numbers (temperature, top_p,
+        min_p and the three penalties) are ints or floats on the real line (finite). JSON's
+        true and false are answers, not numbers, wherever Python stores them. The ranges:
             n                      1 .. MAX_N
             max_tokens             at least 1
             min_tokens             0 .. max_tokens
@@ -80,13 +81,14 @@ class SamplingParams:
             stop                   self._validate_stop() (below, yours too)
             stop_token_ids         whole numbers >= 0
             logprobs               None, or a whole number in 0 .. MAX_LOGPROBS
-        Every message starts with the field's name and says its rule and the value given
-        (bad(name, rule) builds it).
+        A field is judged whole (its kind, then its range) before the next one. Every message
+        starts with the field's name and says its rule and the value given (bad(name, rule)
+        builds it).
         """
         def bad(name: str, rule: str) -> InvalidRequestError:
             return InvalidRequestError(f"{name} {rule}, got {getattr(self, name)!r}")
 
-        # Idea: the type before the range; in Python a bool is an int, and NaN fails every comparison.
+        # Idea: anything can arrive; some of Python's numbers are not numbers in this table's sense.
         # Stuck? `miniyaie hint 5.1` prints hints, one level at a time.
         # TODO(Task 5.1): Parameters checked once. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 1: Parameters checked once — see book/src/ch05_engine.md')

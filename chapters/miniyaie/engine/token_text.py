@@ -31,12 +31,12 @@ _alphabets: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer
 def byte_level_table() -> dict[str, int]:
     """GPT-2's printable stand-in character for each byte, inverted: character -> byte (256 entries).
 
-    A byte whose Latin-1 character is printable stands for itself: "!" to "~" (0x21-0x7E),
-    "¡" to "¬" (0xA1-0xAC) and "®" to "ÿ" (0xAE-0xFF). Each of the other 68 bytes (space, the
-    control bytes, 0x7F-0xA0 and 0xAD) is written as a character from U+0100 up, in byte
-    order: byte 0 is "Ā" (U+0100), space (0x20) is "Ġ" (U+0120), newline (0x0A) is "Ċ" (U+010A).
+    Byte-level BPE wants every byte to be a visible character of its vocabulary file. A byte
+    whose Latin-1 character (chr(byte)) is visible, that is printable and not the space,
+    stands for itself. The others are moved, in byte order, to the characters from U+0100 up:
+    byte 0 is "Ā" (U+0100), space (0x20) is "Ġ" (U+0120), newline (0x0A) is "Ċ" (U+010A).
     """
-    # Idea: printable bytes are themselves; the rest are moved, in order, past U+00FF.
+    # Idea: which 188 bytes can stand for themselves, and where do the other 68 go?
     # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
     # TODO(Task 5.7): A token's text and its bytes. Replace this line with your code.
     raise NotImplementedError("Chapter 5, Task 7: A token's text and its bytes — see book/src/ch05_engine.md")
@@ -50,27 +50,36 @@ class Alphabet:
 
 
 def alphabet_of(tokenizer) -> Alphabet:
-    """How `tokenizer` spells bytes, read once from its decoder."""
+    """How `tokenizer` spells bytes, read once from its decoder (kept per tokenizer)."""
     try:
         return _alphabets[tokenizer]
     except KeyError:
         pass
     backend = getattr(tokenizer, "backend_tokenizer", None)
     decoder = json.loads(backend.to_str()).get("decoder") if backend is not None else None
-    steps, types = [decoder] if decoder else [], set()
-    while steps:  # a decoder may be a Sequence of decoders
-        step = steps.pop()
-        types.add(step.get("type"))
-        steps += step.get("decoders") or []
-    if "ByteLevel" in types:
-        kind = "byte_level"
-    elif types & {"ByteFallback", "Metaspace"} or hasattr(tokenizer, "sp_model"):
+    kind = decoder_kind(decoder)
+    if kind == "other" and hasattr(tokenizer, "sp_model"):  # a slow SentencePiece tokenizer has no decoder JSON
         kind = "sentencepiece"
-    else:
-        kind = "other"
     alphabet = Alphabet(kind, frozenset(getattr(tokenizer, "added_tokens_decoder", {})))
     _alphabets[tokenizer] = alphabet
     return alphabet
+
+
+# ANCHOR: decoder_kind
+def decoder_kind(decoder: dict | None) -> str:
+    """The family of a tokenizer's decoder, from its description in tokenizer.json ("decoder").
+
+    A decoder is a dict whose "type" names it; a decoder of type "Sequence" runs the list
+    of decoders under its "decoders", each of which may be a Sequence again, to any depth.
+    The family: "byte_level" when any step, at any depth, is a "ByteLevel" decoder; else
+    "sentencepiece" when any step is "ByteFallback" or "Metaspace"; else "other" (also for
+    None, a tokenizer with no decoder).
+    """
+    # Idea: a decoder is a tree; the family is decided by what is anywhere in it.
+    # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
+    # TODO(Task 5.7): A token's text and its bytes. Replace this line with your code.
+    raise NotImplementedError("Chapter 5, Task 7: A token's text and its bytes — see book/src/ch05_engine.md")
+# ANCHOR_END: decoder_kind
 
 
 # ANCHOR: token_bytes

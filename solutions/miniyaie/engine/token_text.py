@@ -31,18 +31,18 @@ _alphabets: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer
 def byte_level_table() -> dict[str, int]:
     """GPT-2's printable stand-in character for each byte, inverted: character -> byte (256 entries).
 
-    A byte whose Latin-1 character is printable stands for itself: "!" to "~" (0x21-0x7E),
-    "¡" to "¬" (0xA1-0xAC) and "®" to "ÿ" (0xAE-0xFF). Each of the other 68 bytes (space, the
-    control bytes, 0x7F-0xA0 and 0xAD) is written as a character from U+0100 up, in byte
-    order: byte 0 is "Ā" (U+0100), space (0x20) is "Ġ" (U+0120), newline (0x0A) is "Ċ" (U+010A).
+    Byte-level BPE wants every byte to be a visible character of its vocabulary file. A byte
+    whose Latin-1 character (chr(byte)) is visible, that is printable and not the space,
+    stands for itself. The others are moved, in byte order, to the characters from U+0100 up:
+    byte 0 is "Ā" (U+0100), space (0x20) is "Ġ" (U+0120), newline (0x0A) is "Ċ" (U+010A).
     """
-    # Nudge: printable bytes are themselves; the rest are moved, in order, past U+00FF.
+    # Nudge: which 188 bytes can stand for themselves, and where do the other 68 go?
     # Hint 1: Byte-level BPE wants every byte to be a visible character in its vocabulary file,
     #   so it keeps the bytes that already print as themselves in Latin-1 and moves the others
     #   out of the way, to the characters just past Latin-1, keeping their order. Inverting
     #   that map (character -> byte) is what reading a token back needs.
-    # Hint 2: List the printable bytes (three ranges of ord() values, ends included). The
-    #   shifted bytes are all of range(256) not in that list, in order; the i-th of them is
+    # Hint 2: List the bytes that stand for themselves (three ranges of ord() values, ends
+    #   included; or ask chr(b).isprintable(), which counts the space in). The shifted bytes are all of range(256) not in that list, in order; the i-th of them is
     #   written chr(256 + i). Build the dict from both.
     # Hint 3:
     #   printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
@@ -65,27 +65,55 @@ class Alphabet:
 
 
 def alphabet_of(tokenizer) -> Alphabet:
-    """How `tokenizer` spells bytes, read once from its decoder."""
+    """How `tokenizer` spells bytes, read once from its decoder (kept per tokenizer)."""
     try:
         return _alphabets[tokenizer]
     except KeyError:
         pass
     backend = getattr(tokenizer, "backend_tokenizer", None)
     decoder = json.loads(backend.to_str()).get("decoder") if backend is not None else None
+    kind = decoder_kind(decoder)
+    if kind == "other" and hasattr(tokenizer, "sp_model"):  # a slow SentencePiece tokenizer has no decoder JSON
+        kind = "sentencepiece"
+    alphabet = Alphabet(kind, frozenset(getattr(tokenizer, "added_tokens_decoder", {})))
+    _alphabets[tokenizer] = alphabet
+    return alphabet
+
+
+# ANCHOR: decoder_kind
+def decoder_kind(decoder: dict | None) -> str:
+    """The family of a tokenizer's decoder, from its description in tokenizer.json ("decoder").
+
+    A decoder is a dict whose "type" names it; a decoder of type "Sequence" runs the list
+    of decoders under its "decoders", each of which may be a Sequence again, to any depth.
+    The family: "byte_level" when any step, at any depth, is a "ByteLevel" decoder; else
+    "sentencepiece" when any step is "ByteFallback" or "Metaspace"; else "other" (also for
+    None, a tokenizer with no decoder).
+    """
+    # Nudge: a decoder is a tree; the family is decided by what is anywhere in it.
+    # Hint 1: tokenizer.json describes its decoder as nested dicts: a Sequence holds a list of
+    #   steps, and a step may be a Sequence again. Gather the type of every step, however deep,
+    #   then decide; ByteLevel wins over the SentencePiece markers (it changes every byte).
+    # Hint 2: Walk the tree with a stack (or recursion): start from [decoder] when there is one,
+    #   pop a step, record step["type"], push the steps under step.get("decoders"). Then test
+    #   the recorded types in the contract's order.
+    # Hint 3:
+    #   steps, types = ([decoder] if decoder else []), set()
+    #   while steps: step = steps.pop(); types.add(step.get("type")); steps += step.get("decoders") or []
+    #   "byte_level" if "ByteLevel" in types else "sentencepiece" if types & {"ByteFallback", "Metaspace"} else "other"
+    # BEGIN SOLUTION 5.7: A token's text and its bytes
     steps, types = [decoder] if decoder else [], set()
-    while steps:  # a decoder may be a Sequence of decoders
+    while steps:
         step = steps.pop()
         types.add(step.get("type"))
         steps += step.get("decoders") or []
     if "ByteLevel" in types:
-        kind = "byte_level"
-    elif types & {"ByteFallback", "Metaspace"} or hasattr(tokenizer, "sp_model"):
-        kind = "sentencepiece"
-    else:
-        kind = "other"
-    alphabet = Alphabet(kind, frozenset(getattr(tokenizer, "added_tokens_decoder", {})))
-    _alphabets[tokenizer] = alphabet
-    return alphabet
+        return "byte_level"
+    if types & {"ByteFallback", "Metaspace"}:
+        return "sentencepiece"
+    return "other"
+    # END SOLUTION
+# ANCHOR_END: decoder_kind
 
 
 # ANCHOR: token_bytes
