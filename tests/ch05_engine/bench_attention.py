@@ -1,17 +1,21 @@
-"""Timing, not a test: 30 layers of attention on SmolLM2's shapes, batched backend vs another, one process.
+"""Timing, not a test: 30 layers of attention on SmolLM2's shapes, one backend vs another, one process.
 
-    python tests/ch05_engine/bench_attention.py                  # against chapter 0's per-sequence reference
+    python tests/ch05_engine/bench_attention.py                  # batched torch vs chapter 0's per-sequence reference
+    python tests/ch05_engine/bench_attention.py --this cpu --against torch --threads 2   # C++ decode kernel vs batched torch
     git show 39ccc5b:solutions/miniyaie/model/batched_attention.py > /tmp/before.py
     python tests/ch05_engine/bench_attention.py --against /tmp/before.py   # against an earlier version
 
 Random block tables (blocks handed out shuffled), 9 query heads over 3 KV heads of 64,
-blocks of 16, one thread; each step is timed 7 times, the two backends interleaved,
+blocks of 16, one thread unless --threads; each step is timed 7 times, the two backends interleaved,
 and the medians are printed. Outputs are checked to agree first.
 """
 import argparse, copy, importlib.util, random, statistics, sys, time
 import torch
 from miniyaie.model import AttentionMetadata, TorchAttentionBackend
 from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
+from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
+
+BY_NAME = {"torch": BatchedTorchAttentionBackend, "cpu": PagedCpuAttentionBackend, "reference": TorchAttentionBackend}
 
 KV, D, BS, HEADS, LAYERS = 3, 64, 16, 9, 30
 STEPS = {  # name: (decode rows, context low, context high, prefill chunk tokens)
@@ -52,11 +56,16 @@ def run_step(backend, meta, cache, qkv):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--against", help="a batched_attention.py file to compare with (default: the reference backend)")
+    parser.add_argument("--this", choices=BY_NAME, default="torch", help="the backend timed (default: torch, batched)")
+    parser.add_argument("--against", default="reference",
+                        help="a backend name (reference, torch, cpu) or a batched_attention.py file to compare with")
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    other, other_name = TorchAttentionBackend, "reference"
-    if args.against:
+    torch.set_num_threads(args.threads)
+    this_backend = BY_NAME[args.this]
+    if args.against in BY_NAME:
+        other, other_name = BY_NAME[args.against], args.against
+    else:
         spec = importlib.util.spec_from_file_location("against", args.against)
         module = sys.modules["against"] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
         spec.loader.exec_module(module)
@@ -64,10 +73,10 @@ def main():
     rng = random.Random(0)
     for name, shape in STEPS.items():
         step = make_step(*shape, rng)
-        torch.testing.assert_close(run_step(BatchedTorchAttentionBackend(), *step), run_step(other(), *step), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(run_step(this_backend(), *step), run_step(other(), *step), rtol=1e-4, atol=1e-4)
         times = {"this": [], "other": []}
         for _ in range(7):
-            for key, backend in (("this", BatchedTorchAttentionBackend), ("other", other)):
+            for key, backend in (("this", this_backend), ("other", other)):
                 start = time.perf_counter()
                 run_step(backend(), *step)
                 times[key].append(time.perf_counter() - start)

@@ -18,12 +18,23 @@ from tiny_models import save_tiny_model, transformers_greedy
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import AttentionMetadata, SamplingParams, TorchAttentionBackend, load_model
 from miniyaie.model.batched_attention import CALL_COST_IN_SLOTS, MAX_GROUP_BYTES, BatchedTorchAttentionBackend, split_by_length
+from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
 from miniyaie.paged import BlockAllocator, grow_block_table, slot_mapping
 
 pytestmark = pytest.mark.ungraded
 NUM_LAYERS, HEAD_DIM = 2, 8
 
 
+def make_fast(kind: str, call_cost: int, group_bytes: int):
+    if kind == "torch":
+        return BatchedTorchAttentionBackend(call_cost, group_bytes)
+    fast = PagedCpuAttentionBackend()
+    assert fast.library is not None, "the C++ decode kernel did not build (is g++ installed?): see the log"
+    fast.call_cost_in_slots, fast.max_group_bytes = call_cost, group_bytes
+    return fast
+
+
+@pytest.mark.parametrize("kind", ["torch", "cpu"])
 @settings(max_examples=25)
 @given(
     block_size=st.sampled_from([1, 4, 16, 48]),  # 48: pieces of 16 slots, three per block
@@ -38,7 +49,7 @@ NUM_LAYERS, HEAD_DIM = 2, 8
 @example(block_size=16, heads=(4, 4), seq_lens=[40, 40, 40, 40, 40], call_cost=CALL_COST_IN_SLOTS, group_bytes=0, seed=5)
 @example(block_size=1, heads=(6, 2), seq_lens=[3, 40, 2, 39, 35, 17, 18, 1], call_cost=24, group_bytes=4096, seed=7)  # decode rows in length groups
 @example(block_size=48, heads=(3, 1), seq_lens=[40, 17, 33, 1], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=11)  # a piece smaller than a block
-def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads, seq_lens, call_cost, group_bytes, seed):
+def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, heads, seq_lens, call_cost, group_bytes, seed):
     num_heads, num_kv_heads = heads
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
@@ -51,7 +62,8 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads,
     shape = (NUM_LAYERS, num_blocks * block_size, num_kv_heads, HEAD_DIM)
     ref_k, ref_v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
     fast_k, fast_v = ref_k.clone(), ref_v.clone()
-    reference, fast, scale = TorchAttentionBackend(), BatchedTorchAttentionBackend(call_cost, group_bytes), HEAD_DIM**-0.5
+    reference, fast, scale = TorchAttentionBackend(), make_fast(kind, call_cost, group_bytes), HEAD_DIM**-0.5
+    decode_rows = 0
 
     tables, done, steps = [[] for _ in seq_lens], [0] * len(seq_lens), 0
     while any(d < n for d, n in zip(done, seq_lens)):
@@ -72,6 +84,7 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads,
             block_size=block_size,
         )
         num_new = sum(meta.query_lens)
+        decode_rows += meta.query_lens.count(1)
         for layer in range(NUM_LAYERS):
             q = torch.randn(num_new, num_heads, HEAD_DIM, generator=g)
             k = torch.randn(num_new, num_kv_heads, HEAD_DIM, generator=g)
@@ -84,6 +97,8 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(block_size, heads,
             done[s] = ends[s]
     assert torch.equal(fast_k, ref_k) and torch.equal(fast_v, ref_v)
     assert fast.num_plans == steps, "the step's plan is built once and shared by every layer"
+    if kind == "cpu":
+        assert fast.decode_rows_in_kernel == decode_rows, "every one-query row went through the C++ kernel"
 
 
 @given(
@@ -123,17 +138,33 @@ def tiny(request, tmp_path_factory):
     return load_model(path), hf_model
 
 
+@pytest.mark.parametrize("backend", ["auto", "torch"])
 @pytest.mark.parametrize("block_size", [1, 16])
-def test_engine_default_backend_is_batched_and_greedy_equals_transformers(tiny, block_size):
+def test_engine_cpu_backends_greedy_equal_transformers(tiny, block_size, backend):
+    """The default on CPU ("auto": the C++ decode kernel) and the batched torch one, through the engine."""
     model, hf_model = tiny
     prompts = [[(7 * i + 3 * j) % 50 + 1 for j in range(n)] for i, n in enumerate([5, 23, 1, 40, 9, 17])]
     params = SamplingParams(max_tokens=8, ignore_eos=True)
-    engine = LLMEngine(model, EngineConfig(block_size=block_size, max_num_batched_tokens=24))
-    assert isinstance(model.backend, BatchedTorchAttentionBackend)
+    engine = LLMEngine(model, EngineConfig(block_size=block_size, max_num_batched_tokens=24, attention_backend=backend))
+    expected_type = PagedCpuAttentionBackend if backend == "auto" else BatchedTorchAttentionBackend
+    assert type(model.backend) is expected_type
     outputs = engine.generate(prompts, params)
     for prompt, output in zip(prompts, outputs):
         assert output.token_ids == transformers_greedy(hf_model, prompt, params.max_tokens)
-    assert model.backend.num_plans == engine.counters["steps"], "every step went through the batched backend"
+    assert model.backend.num_plans == engine.counters["steps"], "every step went through the backend"
+    if backend == "auto":
+        decode_steps = len(prompts) * (params.max_tokens - 1)  # every token after the first is a decode row
+        assert model.backend.decode_rows_in_kernel >= decode_steps, (
+            f"the C++ kernel attended {model.backend.decode_rows_in_kernel} rows; the run had {decode_steps} decode rows")
+
+
+def test_loading_the_kernel_leaves_the_processs_floating_point_alone():
+    """Built with -ffast-math, the library must not switch the process to flush-to-zero (gcc's crtfastmath)."""
+    from miniyaie.model import cpu_kernels
+
+    assert cpu_kernels.load() is not None
+    tiny_value = torch.tensor([1e-38]) / 10  # a subnormal float32
+    assert tiny_value.item() != 0.0, "subnormal numbers are flushed to zero after loading the kernel library"
 
 
 def test_reference_backend_stays_selectable(tiny):

@@ -114,18 +114,19 @@ def _build_group(meta: AttentionMetadata, seqs: list[int], starts: list[int], pi
 
 def plan_step(
     meta: AttentionMetadata, device: torch.device | str, key_bytes: int, call_cost: int = CALL_COST_IN_SLOTS,
-    max_group_bytes: int = MAX_GROUP_BYTES,
+    max_group_bytes: int = MAX_GROUP_BYTES, with_decode: bool = True,
 ) -> StepPlan:
     """The layer-independent part of a step's attention (see the module docstring).
 
     `key_bytes`: the K and V of one key in one layer, which sets how many keys a decode group may hold.
+    `with_decode=False` leaves the decode rows out (a backend that attends them another way).
     """
     starts, row = [], 0
     for n in meta.query_lens:
         starts.append(row)
         row += n
     piece = math.gcd(meta.block_size, PIECE_SLOTS)
-    decode = sorted((s for s, n in enumerate(meta.query_lens) if n == 1), key=lambda s: meta.seq_lens[s])
+    decode = sorted((s for s, n in enumerate(meta.query_lens) if n == 1 and with_decode), key=lambda s: meta.seq_lens[s])
     extend = [s for s, n in enumerate(meta.query_lens) if n > 1]
     padded = [-(-meta.seq_lens[s] // piece) * piece for s in decode]
     runs = split_by_length(padded, call_cost, max(1, max_group_bytes // key_bytes))
