@@ -22,7 +22,7 @@ from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
 from miniyaie.paged import BlockAllocator, grow_block_table, slot_mapping
 
 pytestmark = pytest.mark.ungraded
-NUM_LAYERS, HEAD_DIM = 2, 8
+NUM_LAYERS = 2
 
 
 def make_fast(kind: str, call_cost: int, group_bytes: int):
@@ -38,18 +38,21 @@ def make_fast(kind: str, call_cost: int, group_bytes: int):
 @settings(max_examples=25)
 @given(
     block_size=st.sampled_from([1, 4, 16, 48]),  # 48: pieces of 16 slots, three per block
-    heads=st.sampled_from([(4, 4), (6, 2), (3, 1)]),
+    heads=st.sampled_from([(4, 4), (6, 2), (3, 1), (8, 1), (10, 1)]),  # 8: the kernel's largest fixed group; 10: its general loop
+    head_dim=st.sampled_from([8, 64]),  # 64: the kernel's compiled-in size; 8: its general loop
     seq_lens=st.lists(st.integers(1, 40), min_size=1, max_size=8),
     call_cost=st.sampled_from([CALL_COST_IN_SLOTS, 0, 24]),  # 0: a group per decode length
     group_bytes=st.sampled_from([MAX_GROUP_BYTES, 0, 4096]),  # 0: every decode row alone
     seed=st.integers(0, 2**16),
 )
-@example(block_size=1, heads=(6, 2), seq_lens=[1], call_cost=CALL_COST_IN_SLOTS, group_bytes=MAX_GROUP_BYTES, seed=0)  # one sequence of one token
-@example(block_size=16, heads=(6, 2), seq_lens=[33, 1, 16, 17], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=3)  # block boundaries, length 1
-@example(block_size=16, heads=(4, 4), seq_lens=[40, 40, 40, 40, 40], call_cost=CALL_COST_IN_SLOTS, group_bytes=0, seed=5)
-@example(block_size=1, heads=(6, 2), seq_lens=[3, 40, 2, 39, 35, 17, 18, 1], call_cost=24, group_bytes=4096, seed=7)  # decode rows in length groups
-@example(block_size=48, heads=(3, 1), seq_lens=[40, 17, 33, 1], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=11)  # a piece smaller than a block
-def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, heads, seq_lens, call_cost, group_bytes, seed):
+@example(block_size=1, heads=(6, 2), head_dim=64, seq_lens=[1], call_cost=CALL_COST_IN_SLOTS, group_bytes=MAX_GROUP_BYTES, seed=0)  # one sequence of one token
+@example(block_size=16, heads=(6, 2), head_dim=64, seq_lens=[33, 1, 16, 17], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=3)  # block boundaries, length 1
+@example(block_size=16, heads=(4, 4), head_dim=64, seq_lens=[40, 40, 40, 40, 40], call_cost=CALL_COST_IN_SLOTS, group_bytes=0, seed=5)
+@example(block_size=1, heads=(6, 2), head_dim=64, seq_lens=[3, 40, 2, 39, 35, 17, 18, 1], call_cost=24, group_bytes=4096, seed=7)  # decode rows in length groups
+@example(block_size=16, heads=(10, 1), head_dim=8, seq_lens=[20, 1, 37], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=13)  # the kernel's general loop
+@example(block_size=4, heads=(8, 1), head_dim=64, seq_lens=[9, 30, 1], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=17)  # its largest fixed group
+@example(block_size=48, heads=(3, 1), head_dim=64, seq_lens=[40, 17, 33, 1], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=11)  # a piece smaller than a block
+def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, heads, head_dim, seq_lens, call_cost, group_bytes, seed):
     num_heads, num_kv_heads = heads
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
@@ -59,10 +62,10 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, 
     rng.shuffle(scattered)
     for block in scattered:
         allocator.free(block)
-    shape = (NUM_LAYERS, num_blocks * block_size, num_kv_heads, HEAD_DIM)
+    shape = (NUM_LAYERS, num_blocks * block_size, num_kv_heads, head_dim)
     ref_k, ref_v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
     fast_k, fast_v = ref_k.clone(), ref_v.clone()
-    reference, fast, scale = TorchAttentionBackend(), make_fast(kind, call_cost, group_bytes), HEAD_DIM**-0.5
+    reference, fast, scale = TorchAttentionBackend(), make_fast(kind, call_cost, group_bytes), head_dim**-0.5
     decode_rows = 0
 
     tables, done, steps = [[] for _ in seq_lens], [0] * len(seq_lens), 0
@@ -86,9 +89,9 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, 
         num_new = sum(meta.query_lens)
         decode_rows += meta.query_lens.count(1)
         for layer in range(NUM_LAYERS):
-            q = torch.randn(num_new, num_heads, HEAD_DIM, generator=g)
-            k = torch.randn(num_new, num_kv_heads, HEAD_DIM, generator=g)
-            v = torch.randn(num_new, num_kv_heads, HEAD_DIM, generator=g)
+            q = torch.randn(num_new, num_heads, head_dim, generator=g)
+            k = torch.randn(num_new, num_kv_heads, head_dim, generator=g)
+            v = torch.randn(num_new, num_kv_heads, head_dim, generator=g)
             expected = reference.forward(q, k, v, ref_k[layer], ref_v[layer], meta, scale)
             got = fast.forward(q, k, v, fast_k[layer], fast_v[layer], meta, scale)
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -61,6 +61,13 @@ def make_layer_ops(name: str, device: torch.device | str) -> LayerOps:
 
 
 def use_backend(model, name: str, device: torch.device | str) -> None:
-    """Point `model` (a CausalLM) at backend `name`: its attention backend and its layer ops."""
+    """Point `model` (a CausalLM) at backend `name`: its attention backend, its layer ops and,
+    with the cpu backend, its linear layers on oneDNN with packed weights (model/cpu_linear.py)."""
+    from miniyaie.model.cpu_linear import pack_linears, packing_available, unpack_linears
+
     model.backend = make_attention_backend(name, device)
     model.ops = make_layer_ops(name, device)
+    if resolve_backend_name(name, device) == "cpu" and packing_available(device, next(model.parameters()).dtype):
+        pack_linears(model)
+    else:
+        unpack_linears(model)  # the other backends run the model as chapter 0 wrote it
