@@ -1,9 +1,11 @@
 """Choosing the attention backend by name: one place that every backend plugs into.
 
-    torch      the default on CPU: the whole step batched (miniyaie/model/batched_attention.py)
+    cpu        the default on CPU: decode rows through a C++ loop over the paged cache, chunks batched
+               (miniyaie/model/paged_cpu_attention.py; `torch` where the kernel cannot be built)
+    torch      the whole step batched with torch ops (miniyaie/model/batched_attention.py)
     reference  chapter 0's per-sequence TorchAttentionBackend: readable, the one others are tested against
     triton     chapter 4's kernels (attention and the fused layers; the default on CUDA)
-    auto       triton on CUDA, torch elsewhere (on CUDA by design: the kernels' GPU speed is not measured yet)
+    auto       triton on CUDA, cpu elsewhere (on CUDA by design: the kernels' GPU speed is not measured yet)
 """
 
 from __future__ import annotations
@@ -15,14 +17,14 @@ import torch
 from miniyaie.model import AttentionBackend, LayerOps, TorchAttentionBackend
 from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
 
-BACKENDS = ("auto", "torch", "reference", "triton")
+BACKENDS = ("auto", "cpu", "torch", "reference", "triton")
 
 
 def resolve_backend_name(name: str, device: torch.device | str) -> str:
     if name not in BACKENDS:
         raise ValueError(f"unknown attention_backend {name!r}; choose from {', '.join(BACKENDS)}")
     if name == "auto":
-        return "triton" if torch.device(device).type == "cuda" else "torch"
+        return "triton" if torch.device(device).type == "cuda" else "cpu"
     return name
 
 
@@ -36,6 +38,10 @@ def prepare_backend(name: str, device: torch.device | str) -> None:
 def make_attention_backend(name: str, device: torch.device | str) -> AttentionBackend:
     """An attention backend instance for `name` (see the module docstring)."""
     name = resolve_backend_name(name, device)
+    if name == "cpu":
+        from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
+
+        return PagedCpuAttentionBackend()
     if name == "torch":
         return BatchedTorchAttentionBackend()
     if name == "reference":
@@ -55,6 +61,13 @@ def make_layer_ops(name: str, device: torch.device | str) -> LayerOps:
 
 
 def use_backend(model, name: str, device: torch.device | str) -> None:
-    """Point `model` (a CausalLM) at backend `name`: its attention backend and its layer ops."""
+    """Point `model` (a CausalLM) at backend `name`: its attention backend, its layer ops and,
+    with the cpu backend, its linear layers on oneDNN with packed weights (model/cpu_linear.py)."""
+    from miniyaie.model.cpu_linear import pack_linears, packing_available, unpack_linears
+
     model.backend = make_attention_backend(name, device)
     model.ops = make_layer_ops(name, device)
+    if resolve_backend_name(name, device) == "cpu" and packing_available(device, next(model.parameters()).dtype):
+        pack_linears(model)
+    else:
+        unpack_linears(model)  # the other backends run the model as chapter 0 wrote it

@@ -23,8 +23,8 @@ Three things make it fast on a CPU, each measured (book/src/ch05_performance.md)
   groups where that saves more padded keys than another call costs (every
   row of a group is padded to the group's longest context), and small
   enough that the group's K and V stay in cache while SDPA reads them. Prefill/extend
-  chunks form one more group, so a 512-token chunk does not pad decode rows
-  to 512 queries.
+  chunks get groups of their own, one per chunk length, so a 512-token chunk
+  pads neither decode rows nor a 32-token chunk to 512 queries.
 - The mask is float and made once per step. A bool mask is converted to a
   float one inside every SDPA call, and for decode rows the mask broadcasts
   over the query heads instead of being repeated for them.
@@ -114,22 +114,28 @@ def _build_group(meta: AttentionMetadata, seqs: list[int], starts: list[int], pi
 
 def plan_step(
     meta: AttentionMetadata, device: torch.device | str, key_bytes: int, call_cost: int = CALL_COST_IN_SLOTS,
-    max_group_bytes: int = MAX_GROUP_BYTES,
+    max_group_bytes: int = MAX_GROUP_BYTES, with_decode: bool = True,
 ) -> StepPlan:
     """The layer-independent part of a step's attention (see the module docstring).
 
     `key_bytes`: the K and V of one key in one layer, which sets how many keys a decode group may hold.
+    `with_decode=False` leaves the decode rows out (a backend that attends them another way).
     """
     starts, row = [], 0
     for n in meta.query_lens:
         starts.append(row)
         row += n
     piece = math.gcd(meta.block_size, PIECE_SLOTS)
-    decode = sorted((s for s, n in enumerate(meta.query_lens) if n == 1), key=lambda s: meta.seq_lens[s])
-    extend = [s for s, n in enumerate(meta.query_lens) if n > 1]
+    decode = sorted((s for s, n in enumerate(meta.query_lens) if n == 1 and with_decode), key=lambda s: meta.seq_lens[s])
+    # Chunks of the same length share a call (a group of requests that extend one cached prefix);
+    # a chunk of another length gets its own: padding a 32-token chunk to a 512-token one's
+    # queries and keys made the shared-prefix workload's prefill steps ten times the work.
+    by_length: dict[int, list[int]] = {}
+    for s in sorted((s for s, n in enumerate(meta.query_lens) if n > 1), key=lambda s: meta.seq_lens[s]):
+        by_length.setdefault(meta.query_lens[s], []).append(s)
     padded = [-(-meta.seq_lens[s] // piece) * piece for s in decode]
     runs = split_by_length(padded, call_cost, max(1, max_group_bytes // key_bytes))
-    groups = [decode[a:b] for a, b in runs] + [extend]
+    groups = [decode[a:b] for a, b in runs] + list(by_length.values())
     return StepPlan(piece, [_build_group(meta, seqs, starts, piece, device) for seqs in groups if seqs])
 
 

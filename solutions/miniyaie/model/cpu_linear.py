@@ -56,6 +56,8 @@ class PackedLinear(nn.Module):
 def _swap(model: nn.Module, want, make) -> int:
     swapped = 0
     for module in list(model.modules()):
+        if isinstance(module, PackedLinear):
+            continue  # its own `linear` stays plain inside it
         for name, child in list(module.named_children()):
             if want(child):
                 setattr(module, name, make(child))

@@ -1,0 +1,70 @@
+"""The cpu backend's linear layers: oneDNN with packed weights, equal to F.linear up to rounding, on the hot path."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from tiny_models import save_tiny_model
+
+from miniyaie.engine import EngineConfig, LLMEngine
+from miniyaie.model import SamplingParams, load_model
+from miniyaie.model.cpu_linear import PackedLinear, pack_linears, packing_available, unpack_linears
+
+pytestmark = [
+    pytest.mark.ungraded,
+    pytest.mark.skipif(not packing_available("cpu", torch.float32), reason="torch was built without oneDNN"),
+]
+
+
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 300), sizes=st.sampled_from([(8, 8), (64, 24), (576, 192), (33, 97)]),
+       bias=st.booleans(), leading=st.sampled_from([(), (2,)]), seed=st.integers(0, 2**16))
+@example(rows=1, sizes=(576, 192), bias=False, leading=(), seed=0)  # one decode row
+@example(rows=300, sizes=(33, 97), bias=True, leading=(2,), seed=1)  # odd sizes, a batch dimension
+def test_a_packed_linear_computes_what_f_linear_computes(rows, sizes, bias, leading, seed):
+    g = torch.Generator().manual_seed(seed)
+    linear = torch.nn.Linear(*sizes, bias=bias)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(linear.weight.shape, generator=g))
+        if bias:
+            linear.bias.copy_(torch.randn(linear.bias.shape, generator=g))
+    x = torch.randn(*leading, rows, sizes[0], generator=g)
+    packed = PackedLinear(linear)
+    with torch.inference_mode():
+        got, expected = packed(x), F.linear(x, linear.weight, linear.bias)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4 * sizes[0] ** 0.5)
+    assert packed.weight is linear.weight and packed.calls == 1
+
+
+def test_packing_swaps_plain_linears_only_and_unpacking_restores_them():
+    class Sharded(torch.nn.Linear):  # a layer with its own forward (a tensor-parallel one) is left alone
+        pass
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), Sharded(4, 4), torch.nn.Sequential(torch.nn.Linear(4, 2)))
+    originals = [model[0], model[3][0]]
+    assert pack_linears(model) == 2
+    assert isinstance(model[0], PackedLinear) and isinstance(model[3][0], PackedLinear) and type(model[2]) is Sharded
+    assert pack_linears(model) == 0, "packing twice packs nothing more"
+    assert unpack_linears(model) == 2
+    assert [model[0], model[3][0]] == originals
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-llama")
+    save_tiny_model("llama", path)
+    return load_model(path)
+
+
+def test_the_cpu_backend_runs_every_linear_of_the_step_packed_and_the_others_unpack(tiny):
+    model = tiny
+    engine = LLMEngine(model, EngineConfig(attention_backend="cpu"))
+    packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
+    plain = [m for m in model.modules() if type(m) is torch.nn.Linear and not any(m is p.linear for p in packed)]
+    assert packed and not plain, "every nn.Linear of the model is packed"
+    engine.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=3, ignore_eos=True))
+    assert all(p.calls > 0 for p in packed), "each packed layer ran in the engine's steps"
+    LLMEngine(model, EngineConfig(attention_backend="torch"))
+    assert not any(isinstance(m, PackedLinear) for m in model.modules()), "the torch backend runs the model as written"
