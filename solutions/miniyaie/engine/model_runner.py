@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from miniyaie.engine.sampler import SampledToken, Sampler, SamplingRow
+from miniyaie.engine.step_threads import threads_for_step
 from miniyaie.model import AttentionMetadata, CausalLM, KVCache
 from miniyaie.paged import copy_blocks
 from miniyaie.scheduler import SchedulerOutput
@@ -99,8 +100,9 @@ class ModelRunner:
 
         The one call tensor parallelism (chapter 7) replays on every rank.
         """
-        hidden = self.model(input_ids, positions, self.pool, meta)
-        return self.model.compute_logits(hidden[logit_rows]) if logit_rows else None
+        with threads_for_step(input_ids.numel(), self.device):  # small steps off the main thread: one thread
+            hidden = self.model(input_ids, positions, self.pool, meta)
+            return self.model.compute_logits(hidden[logit_rows]) if logit_rows else None
 
     def check_health(self) -> None:
         """Raise if this runner can no longer run steps (one process cannot fail apart from itself)."""
