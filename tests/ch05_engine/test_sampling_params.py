@@ -125,3 +125,11 @@ def test_stop_lists_at_their_limits_are_accepted():
 def test_a_stop_list_with_two_faults_is_refused_for_the_first(stop, words):
     with pytest.raises(InvalidRequestError, match=words):
         SamplingParams(stop=stop)
+
+
+@pytest.mark.ungraded  # the given __post_init__, before Task 5.1's checks run
+@pytest.mark.parametrize("field, value", [("stop", 5), ("stop", {"a": 1}), ("stop_token_ids", 7), ("stop_token_ids", "ab"),
+                                          ("stop_token_ids", 0)])
+def test_a_stop_field_that_is_not_a_list_is_refused_naming_it(field, value):
+    with pytest.raises(InvalidRequestError, match=f"^{field} must be"):
+        SamplingParams(**{field: value})

@@ -118,6 +118,13 @@ def test_the_engine_state_is_read_once_per_scrape_and_never_stale():
     later = scrape(metrics)
     assert later["miniyaie_requests_running"] == ("gauge", 0) and later["miniyaie_preemptions_total"] == ("counter", 4), (
         "the numbers must be read at each scrape, not kept from an earlier one")
+    from prometheus_client.metrics_core import Metric
+
+    from miniyaie.api.metrics import EngineCollector
+
+    stray = [item for item in EngineCollector(engine).collect() if not isinstance(item, Metric)]
+    assert not stray, (f"EngineCollector.collect() yielded {stray!r}: every item must be a metric family "
+                       "(is the stub's `yield` still below your code?)")
 
 
 class Answer:

@@ -48,8 +48,8 @@ def task_table(number: int, results: list[TestResult], only: str | None = None) 
         by_task = {only: by_task.get(only, [])}
     rows, all_pass = [], True
     for task, tests in by_task.items():
-        passed = sum(t.outcome == "passed" for t in tests)
-        ok = bool(tests) and passed == len(tests)
+        passed, total = count_tests(tests)
+        ok = bool(tests) and passed == total
         all_pass &= ok
         status = "pass" if ok else ("no tests" if not tests else "FAIL")
         blockers = sorted({b for t in tests if t.outcome == "failed" and (b := stub_hit(t.message)) not in (None, task)},
@@ -63,8 +63,19 @@ def task_table(number: int, results: list[TestResult], only: str | None = None) 
             hint = f"miniyaie hint {task}"
         else:
             label, read, hint = "end to end: needs every task", ch.page, ""
-        rows.append([task, label, f"{passed}/{len(tests)}", status, "" if ok else read, "" if ok else hint])
+        cases = f" ({len(tests)} cases)" if len(tests) != total else ""
+        rows.append([task, label, f"{passed}/{total}{cases}", status, "" if ok else read, "" if ok else hint])
     return rows, all_pass
+
+
+def count_tests(results: list[TestResult]) -> tuple[int, int]:
+    """(tests passed, tests) counting test functions as the book lists them: a parametrised test
+    passes when every one of its cases does."""
+    outcomes: dict[str, bool] = {}
+    for r in results:
+        name = r.nodeid.split("[")[0]
+        outcomes[name] = outcomes.get(name, True) and r.outcome == "passed"
+    return sum(outcomes.values()), len(outcomes)
 
 
 def format_table(rows: list[list[str]], header: list[str]) -> str:
@@ -94,13 +105,13 @@ def grade(number: int, impl: str | None = None, verbose: bool = False, task: str
     tasks = [row for row in rows if row[0] != END_TO_END]
     tasks_ok = sum(row[3] == "pass" for row in tasks)
     graded = [r for r in results if r.graded and r.chapter == number]
-    tests_ok = sum(r.outcome == "passed" for r in graded)
+    tests_ok, num_tests = count_tests(graded)
     summary = f"Task {task}: {tasks_ok}/1 passes" if task else f"Chapter {number}: {tasks_ok}/{len(tasks)} tasks pass"
     end_to_end = [row for row in rows if row[0] == END_TO_END]
     if end_to_end:
         summary += f", end to end {end_to_end[0][2]}"
     verdict = ("on to the next task" if task else "all tasks pass") if all_pass else "keep going"
-    print(f"{summary}; {tests_ok}/{len(graded)} tests pass: {verdict}.")
+    print(f"{summary}; {tests_ok}/{num_tests} tests pass: {verdict}.")
     stuck = [row[0] for row in tasks if row[3] != "pass"]
     if stuck:
         print(f"Stuck on Task {stuck[0]}? `miniyaie hint {stuck[0]}` gives the idea; `--level 2` and `--level 3` say more.")

@@ -49,9 +49,9 @@ class SamplingParams:
 
     def __post_init__(self):
         # accept a single stop string and any sequences; store tuples so params stay hashable
-        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        stop = (self.stop,) if isinstance(self.stop, str) else _as_tuple("stop", self.stop, "a string or a list of strings")
         object.__setattr__(self, "stop", stop)
-        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
+        object.__setattr__(self, "stop_token_ids", _as_tuple("stop_token_ids", self.stop_token_ids, "a list of token ids"))
         if self.choice is not None and not isinstance(self.choice, str):
             object.__setattr__(self, "choice", tuple(self.choice))
         if isinstance(self.json_schema, dict):  # kept as text: SamplingParams stays hashable
@@ -221,6 +221,15 @@ class SamplingParams:
             )
         raise InvalidRequestError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
 
+
+
+def _as_tuple(name: str, value, what: str) -> tuple:
+    """A list-like field as a tuple; anything else (a number, a dict) is the client's mistake."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        raise InvalidRequestError(f"{name} must be {what}, got {type(value).__name__}")
+    return tuple(value)
 
 
 GENERATION_CONFIG_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")  # the ones vLLM reads
