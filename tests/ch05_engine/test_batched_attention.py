@@ -174,3 +174,15 @@ def test_reference_backend_stays_selectable(tiny):
     model, _ = tiny
     LLMEngine(model, EngineConfig(attention_backend="reference"))
     assert type(model.backend) is TorchAttentionBackend
+
+
+@pytest.mark.parametrize("kind", ["torch", "cpu"])
+def test_a_block_table_too_short_for_its_sequence_is_refused(kind):
+    """The C++ kernel trusts the table it is given: a short one must be refused before it reads past it."""
+    fast = make_fast(kind, CALL_COST_IN_SLOTS, MAX_GROUP_BYTES)
+    k_cache = torch.zeros(4 * 16, 1, 8)
+    meta = AttentionMetadata(query_lens=[1], seq_lens=[20], slot_mapping=torch.tensor([19]),
+                             block_tables=torch.tensor([[0]]), block_size=16)  # 20 tokens need 2 blocks
+    q, k = torch.randn(1, 2, 8), torch.randn(1, 1, 8)
+    with pytest.raises(ValueError, match="fewer blocks"):
+        fast.forward(q, k, k.clone(), k_cache, k_cache.clone(), meta, 8**-0.5)

@@ -56,6 +56,9 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
             self.num_plans += 1
             starts = torch.tensor([0, *meta.query_lens]).cumsum(0)[:-1]
             decode = torch.tensor([s for s, n in enumerate(meta.query_lens) if n == 1], dtype=torch.int64)
+            longest = max((meta.seq_lens[s] for s in decode.tolist()), default=0)
+            if -(-longest // meta.block_size) > meta.block_tables.shape[1]:  # the kernel would read past the table
+                raise ValueError("block_tables has fewer blocks than the longest sequence needs")
             self._decode = _DecodeRows(
                 starts[decode].contiguous(), torch.tensor(meta.seq_lens, dtype=torch.int64)[decode].contiguous(),
                 meta.block_tables.to(torch.int64)[decode].contiguous(),
