@@ -4,10 +4,10 @@ On a CPU the step is mostly matmuls (95% of a decode step of SmolLM2 with
 attention left out, torch.profiler). `F.linear` on a float32 CPU tensor
 calls MKL's sgemm, which repacks the weight into its blocked layout on
 every call and is tuned for Intel's processors (on the course's AMD one it
-ran at 140-220 GFLOP/s at 64-256 rows, oneDNN at 390-540).
+ran at 150-225 GFLOP/s at 64-256 rows, oneDNN at 345-520).
 oneDNN (also inside torch, as `torch.ops.mkldnn`) takes a weight reordered
 once into its own layout and picks its kernels from the CPU's features:
-2 to 3.6x faster here at the engine's batch shapes (book/src/ch05_performance.md).
+1.8 to 3.6x faster here at the engine's batch shapes (book/src/ch05_performance.md).
 vLLM's CPU backend runs its linears on oneDNN for the same reason.
 
 `pack_linears(model)` swaps every plain `nn.Linear` of a model for a
