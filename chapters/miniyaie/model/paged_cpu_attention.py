@@ -22,7 +22,7 @@ import torch
 
 from miniyaie.model import cpu_kernels
 from miniyaie.model.attention import AttentionMetadata
-from miniyaie.model.batched_attention import BatchedTorchAttentionBackend, StepPlan, _attend, plan_step
+from miniyaie.model.batched_attention import BatchedTorchAttentionBackend, StepPlan, _attend
 
 
 @dataclass
@@ -48,12 +48,10 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
                 and q.dtype == torch.float32 and k_cache.dtype == torch.float32)
 
     def _plan_with_kernel(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> StepPlan:
-        if meta is not self._meta:
-            key_bytes = 2 * k_cache[0].numel() * k_cache.element_size()
-            self._meta = meta
-            self._plan = plan_step(meta, k_cache.device, key_bytes, self.call_cost_in_slots, self.max_group_bytes,
-                                   with_decode=False)
-            self.num_plans += 1
+        """The batched plan of the step's chunks, and (once per step) its decode rows for the kernel."""
+        new_step = meta is not self._meta
+        plan = self.plan(meta, k_cache, with_decode=False)
+        if new_step:
             starts = torch.tensor([0, *meta.query_lens]).cumsum(0)[:-1]
             decode = torch.tensor([s for s, n in enumerate(meta.query_lens) if n == 1], dtype=torch.int64)
             longest = max((meta.seq_lens[s] for s in decode.tolist()), default=0)
@@ -64,7 +62,7 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
                 meta.block_tables.to(torch.int64)[decode].contiguous(),
             )
             self.decode_rows_in_kernel += decode.numel()
-        return self._plan
+        return plan
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         if not self._usable(q, k_cache):

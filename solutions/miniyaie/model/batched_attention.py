@@ -194,11 +194,13 @@ class BatchedTorchAttentionBackend:
         self._plan: StepPlan | None = None
         self.num_plans = 0  # steps planned: one per step, however many layers (a test checks it)
 
-    def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> StepPlan:
+    def plan(self, meta: AttentionMetadata, k_cache: torch.Tensor, with_decode: bool = True) -> StepPlan:
+        """The step's plan, built by its first layer (with_decode=False: see plan_step)."""
         if meta is not self._meta:
             key_bytes = 2 * k_cache[0].numel() * k_cache.element_size()  # K and V of one key in one layer
             self._meta = meta
-            self._plan = plan_step(meta, k_cache.device, key_bytes, self.call_cost_in_slots, self.max_group_bytes)
+            self._plan = plan_step(meta, k_cache.device, key_bytes, self.call_cost_in_slots, self.max_group_bytes,
+                                   with_decode)
             self.num_plans += 1
         return self._plan
 
