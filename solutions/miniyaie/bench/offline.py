@@ -76,7 +76,7 @@ def run(args) -> dict:
         if "hf-static" in args.peers:
             results.append(run_hf_static(hf_model, workload, progress=progress))
         if "hf-cb" in args.peers:
-            results.append(run_hf_continuous(hf_model, workload, progress=progress))
+            results.append(run_hf_continuous(hf_model, workload, EngineConfig().kv_cache_bytes, progress=progress))
     not_run = []  # peers asked for that gave no figure, and why
     if "vllm" in args.peers:
         if progress:

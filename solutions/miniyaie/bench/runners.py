@@ -126,12 +126,25 @@ def run_hf_static(hf_model, workload: Workload, batch_size: int = 16, progress: 
     return Result(f"hf generate (static {batch_size})", seconds, workload.num_output_tokens, workload.num_prompt_tokens)
 
 
-def run_hf_continuous(hf_model, workload: Workload, progress: bool = True) -> Result:
-    """transformers' continuous batching manager, each request with its own max_new_tokens, no EOS."""
+def run_hf_continuous(hf_model, workload: Workload, kv_cache_bytes: int, progress: bool = True) -> Result:
+    """transformers' continuous batching manager, each request with its own max_new_tokens, no EOS.
+
+    Its cache gets what the whole workload needs at once, capped at our engine's byte budget (left
+    to itself it sizes the cache from free memory, and its warm-up fills it: minutes of zeros on a
+    big-memory CPU). The warm-up runs before the clock starts, as our engine's start-up does."""
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
     name = "hf continuous batching"
+    page_size = ContinuousBatchingConfig.page_size
+    config = hf_model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    bytes_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * hf_model.dtype.itemsize
+    pages = sum(-(-(len(p) + n) // page_size) for p, n in zip(workload.prompts, workload.output_lens))
+    num_blocks = max(1, min(pages, kv_cache_bytes // (bytes_per_token * page_size)))
+    cb_config = ContinuousBatchingConfig(num_blocks=num_blocks)
     with _bar(name, workload.num_output_tokens, progress) as bar:
-        start = time.perf_counter()
-        with hf_model.continuous_batching_context_manager() as manager:
+        with hf_model.continuous_batching_context_manager(continuous_batching_config=cb_config) as manager:
+            start = time.perf_counter()
             wanted = {}
             for prompt, n in zip(workload.prompts, workload.output_lens):
                 wanted[manager.add_request(prompt, max_new_tokens=n, eos_token_id=-1)] = n
@@ -145,5 +158,5 @@ def run_hf_continuous(hf_model, workload: Workload, progress: bool = True) -> Re
                     if len(result.generated_tokens) != wanted[result.request_id]:
                         raise RuntimeError("transformers' continuous batching returned the wrong number of tokens")
                     bar.update(wanted.pop(result.request_id))
-        seconds = time.perf_counter() - start
+            seconds = time.perf_counter() - start
     return Result(name, seconds, workload.num_output_tokens, workload.num_prompt_tokens)
