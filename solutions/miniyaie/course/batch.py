@@ -35,7 +35,11 @@ from miniyaie._switch import ENV_VAR, REPO_ROOT, _is_chapter_module
 from miniyaie.course.pytest_plugin import RESULTS_ENV, TIMEOUTS_ENV
 from miniyaie.course.testrun import TestResult
 
-QUIET = ["-q", "--no-header", "-p", "no:warnings", "--tb=no"]
+# Outcomes only. Without the warnings plugin an unraisable exception can only warn, never fail a
+# test, so pytest's unraisableexception plugin has nothing to report here; it would still run a
+# full gc.collect() at the end of every session (0.3-0.4 s in a worker holding torch, on each of
+# hundreds of sessions).
+QUIET = ["-q", "--no-header", "-p", "no:warnings", "-p", "no:unraisableexception", "--tb=no"]
 CRASHED = "crashed"  # the outcome given to every test of a session whose worker died
 WORKERS = min(2, os.cpu_count() or 1)  # worker processes running sessions side by side
 KERNEL_TESTS_IN_PROCESS = "MINIYAIE_KERNEL_TESTS_IN_PROCESS"  # read by tests/ch04_triton_kernels/conftest.py
