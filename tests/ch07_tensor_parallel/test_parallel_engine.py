@@ -56,13 +56,19 @@ def test_greedy_tokens_on_n_ranks_equal_transformers(tiny_checkpoint, name, tp):
     path, hf_model = tiny_checkpoint(name)
     # 8-token steps (chunked prefill), a shared prefix (cache hits), 14 blocks of 4 (preemptions).
     config = EngineConfig(block_size=4, num_blocks=14, max_num_batched_tokens=8, max_num_seqs=4)
+    assert max(map(len, PROMPTS)) > config.max_num_batched_tokens, "the longest prompt must need several prefill chunks"
     results = run_engine(path, tp, config, PROMPTS)
     tokens, stats, held = results[0]
-    for prompt, got in zip(PROMPTS, tokens):
+    one_tokens, one_stats, _ = run_engine(path, 1, config, PROMPTS)[0]
+    for prompt, got, one in zip(PROMPTS, tokens, one_tokens):
         want = transformers_greedy(hf_model, prompt, MAX_TOKENS)
         assert got == want, f"{name} on {tp} ranks, prompt of {len(prompt)} tokens: got {got}, transformers {want}"
+        assert one == want, f"{name} on 1 rank, prompt of {len(prompt)} tokens: got {one}, transformers {want}"
     assert stats["cached_tokens"] > 0 and stats["num_preemptions"] > 0, (
         f"the workload should hit the prefix cache and preempt (stats {stats}): the test lost its teeth")
+    assert stats == one_stats, (
+        f"the scheduler is rank 0's alone and unchanged: {tp} ranks should schedule exactly as one does "
+        f"(steps, cache hits, preemptions, blocks), got {stats}, one rank {one_stats}")
     assert held == 0, f"{held} blocks still held by requests after they all finished"
     if tp > 1:
         steps = results[1:]
@@ -141,21 +147,27 @@ def test_a_worker_that_raises_fails_the_step_and_every_later_one(tiny_checkpoint
         attach_engine(engine, group, "auto")
         engine.add_request([1, 2, 3, 4], SamplingParams(max_tokens=10, ignore_eos=True))
         errors = []
-        for _ in range(4):
-            try:
-                engine.step()
-                errors.append(None)
-            except Exception as exc:  # noqa: BLE001 -- what each step raised is the result
-                errors.append(exc)
-            try:
-                engine.runner.check_health()
-                errors.append("healthy")
-            except Exception as exc:  # noqa: BLE001
-                errors.append(exc)
-        seen.append(errors)
+        try:
+            for _ in range(4):
+                try:
+                    engine.step()
+                    errors.append(None)
+                except Exception as exc:  # noqa: BLE001 -- what each step raised is the result
+                    errors.append(exc)
+                try:
+                    engine.runner.check_health()
+                    errors.append("healthy")
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(exc)
+        finally:
+            seen.append(errors)
+            group.broadcast_object(None)  # a worker still waiting for steps ends (a dead one broke the barrier: raises)
 
-    with pytest.raises(RuntimeError, match="planted"):  # run() re-raises the worker's error once all ranks ended
+    try:
         ThreadRanks(2, timeout_s=20).run(rank)
+        ended = None
+    except RuntimeError as exc:  # run() re-raises the worker's error once all ranks ended
+        ended = exc
     (errors,) = seen
     step_results, health = errors[0::2], errors[1::2]
     assert step_results[:2] == [None, None] and health[:2] == ["healthy", "healthy"], f"the first two steps should succeed: {errors}"
@@ -164,3 +176,5 @@ def test_a_worker_that_raises_fails_the_step_and_every_later_one(tiny_checkpoint
             f"step {i + 1} (the worker failed in step 3) should raise TensorParallelError, got {step_results[i]!r}")
         assert isinstance(health[i], TensorParallelError), (
             f"after the failure check_health should raise TensorParallelError, got {health[i]!r}")
+    assert ended is not None and "planted" in str(ended), (
+        f"the worker's own error should end the run once every rank stopped, got {ended!r}")

@@ -1,10 +1,12 @@
-"""Task 7.1: which slice of each weight a rank owns (pure functions of the config: no ranks needed)."""
+"""Task 7.1: which sizes a model allows and which slice of each weight a rank owns (pure functions: no ranks)."""
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from miniyaie.distributed import kv_head_range, local_config, weight_slice
+from miniyaie.distributed import (
+    TensorParallelSizeError, check_tensor_parallel_size, kv_head_range, local_config, weight_slice,
+)
 from miniyaie.model import ModelConfig
 
 
@@ -111,3 +113,31 @@ def test_the_local_config_matches_the_slices(split):
         _, m0, m1 = weight_slice("model.layers.0.mlp.up_proj.weight", c, rank, tp)
         assert (q1 - q0, k1 - k0, m1 - m0) == (
             local.num_heads * c.head_dim, local.num_kv_heads * c.head_dim, local.intermediate_size)
+
+
+@pytest.mark.task("7.1")
+@given(heads_per_kv=st.integers(1, 6), kv=st.integers(1, 12), tp=st.integers(1, 16))
+@example(heads_per_kv=3, kv=3, tp=3).via("SmolLM2 at TP=3: works")
+@example(heads_per_kv=3, kv=3, tp=2).via("SmolLM2 at TP=2: refused")
+@example(heads_per_kv=2, kv=2, tp=4).via("two KV heads, each on two of four ranks")
+@example(heads_per_kv=2, kv=4, tp=4).via("one KV head per rank")
+@example(heads_per_kv=2, kv=6, tp=4).via("12 query heads split in 4, 6 KV heads cannot be")
+def test_a_size_is_refused_exactly_when_it_does_not_split_the_heads(heads_per_kv, kv, tp):
+    heads = heads_per_kv * kv
+    query_ok = heads % tp == 0
+    kv_ok = kv % tp == 0 or tp % kv == 0  # an even share of KV heads, or whole copies of one
+    what = f"{heads} query heads, {kv} KV heads, tensor-parallel size {tp}"
+    try:
+        check_tensor_parallel_size(heads, kv, tp)
+        refused = None
+    except TensorParallelSizeError as exc:
+        refused = str(exc)
+    if query_ok and kv_ok:
+        assert refused is None, f"{what} splits evenly and must be accepted, got the refusal {refused!r}"
+    elif not query_ok:
+        assert refused == f"tensor-parallel size {tp} does not divide the model's {heads} query heads", (
+            f"{what}: the query heads do not split, so that is the one-line reason; got {refused!r}")
+    else:
+        assert refused is not None and "\n" not in refused and f"{kv} KV heads" in refused, (
+            f"{what}: the query heads split but the KV heads neither divide nor replicate evenly; "
+            f"refuse in one line naming the {kv} KV heads, got {refused!r}")

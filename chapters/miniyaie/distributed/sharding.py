@@ -25,24 +25,26 @@ class TensorParallelSizeError(EngineError, ValueError):
     """A tensor-parallel size the model's heads cannot be split into (refused before any rank starts)."""
 
 
+# ANCHOR: check_tensor_parallel_size
 def check_tensor_parallel_size(num_heads: int, num_kv_heads: int, tp_size: int) -> None:
     """Refuse, in one line, a size that does not split the heads evenly.
 
-    Query heads must divide evenly; KV heads either divide evenly or, when
-    there are fewer KV heads than ranks, each KV head is replicated on
-    tp_size / num_kv_heads ranks (so tp_size must be a multiple of them).
+    Query heads must divide evenly: otherwise raise TensorParallelSizeError
+    "tensor-parallel size {tp_size} does not divide the model's {num_heads}
+    query heads". KV heads either divide evenly or, when there are fewer KV
+    heads than ranks, each KV head is replicated on tp_size / num_kv_heads
+    ranks, so tp_size must then be a multiple of them; otherwise raise
+    "tensor-parallel size {tp_size} neither divides the model's
+    {num_kv_heads} KV heads nor is a multiple of them". Return None when
+    the size is fine.
     """
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise TensorParallelSizeError(f"tensor-parallel size must be a whole number >= 1, got {tp_size!r}")
-    if num_heads % tp_size:
-        raise TensorParallelSizeError(
-            f"tensor-parallel size {tp_size} does not divide the model's {num_heads} query heads")
-    if num_kv_heads >= tp_size and num_kv_heads % tp_size:
-        raise TensorParallelSizeError(
-            f"tensor-parallel size {tp_size} does not divide the model's {num_kv_heads} KV heads")
-    if num_kv_heads < tp_size and tp_size % num_kv_heads:
-        raise TensorParallelSizeError(
-            f"{num_kv_heads} KV heads cannot be replicated evenly over {tp_size} ranks")
+    # Idea: every rank must get the same number of query heads, and whole KV heads (or whole copies of one).
+    # Stuck? `miniyaie hint 7.1` prints hints, one level at a time.
+    # TODO(Task 7.1): Which slice of each weight a rank owns. Replace this line with your code.
+    raise NotImplementedError('Chapter 7, Task 1: Which slice of each weight a rank owns — see book/src/ch07_tensor_parallel.md')
+# ANCHOR_END: check_tensor_parallel_size
 
 
 def shard_range(size: int, rank: int, world_size: int) -> tuple[int, int]:

@@ -25,24 +25,41 @@ class TensorParallelSizeError(EngineError, ValueError):
     """A tensor-parallel size the model's heads cannot be split into (refused before any rank starts)."""
 
 
+# ANCHOR: check_tensor_parallel_size
 def check_tensor_parallel_size(num_heads: int, num_kv_heads: int, tp_size: int) -> None:
     """Refuse, in one line, a size that does not split the heads evenly.
 
-    Query heads must divide evenly; KV heads either divide evenly or, when
-    there are fewer KV heads than ranks, each KV head is replicated on
-    tp_size / num_kv_heads ranks (so tp_size must be a multiple of them).
+    Query heads must divide evenly: otherwise raise TensorParallelSizeError
+    "tensor-parallel size {tp_size} does not divide the model's {num_heads}
+    query heads". KV heads either divide evenly or, when there are fewer KV
+    heads than ranks, each KV head is replicated on tp_size / num_kv_heads
+    ranks, so tp_size must then be a multiple of them; otherwise raise
+    "tensor-parallel size {tp_size} neither divides the model's
+    {num_kv_heads} KV heads nor is a multiple of them". Return None when
+    the size is fine.
     """
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise TensorParallelSizeError(f"tensor-parallel size must be a whole number >= 1, got {tp_size!r}")
+    # Nudge: every rank must get the same number of query heads, and whole KV heads (or whole copies of one).
+    # Hint 1: Rank r runs query heads [r*H/N, (r+1)*H/N): only whole numbers work, so N must
+    #   divide H. A KV head cannot be cut in half either: with K >= N each rank takes K/N of
+    #   them; with K < N, N/K ranks share (replicate) each one. Check the query heads first:
+    #   SmolLM2 (9 query, 3 KV heads) at N = 2 must name its query heads.
+    # Hint 2: If H % N: raise the query-heads error. Then, if K % N and N % K are both
+    #   non-zero, raise the KV-heads error. The messages are in the docstring.
+    # Hint 3:
+    #   if num_heads % tp_size: raise TensorParallelSizeError(f"... {num_heads} query heads")
+    #   if num_kv_heads % tp_size and tp_size % num_kv_heads: raise TensorParallelSizeError(f"... KV heads ...")
+    # BEGIN SOLUTION 7.1: Which slice of each weight a rank owns
     if num_heads % tp_size:
         raise TensorParallelSizeError(
             f"tensor-parallel size {tp_size} does not divide the model's {num_heads} query heads")
-    if num_kv_heads >= tp_size and num_kv_heads % tp_size:
+    if num_kv_heads % tp_size and tp_size % num_kv_heads:
         raise TensorParallelSizeError(
-            f"tensor-parallel size {tp_size} does not divide the model's {num_kv_heads} KV heads")
-    if num_kv_heads < tp_size and tp_size % num_kv_heads:
-        raise TensorParallelSizeError(
-            f"{num_kv_heads} KV heads cannot be replicated evenly over {tp_size} ranks")
+            f"tensor-parallel size {tp_size} neither divides the model's {num_kv_heads} KV heads "
+            f"nor is a multiple of them")
+    # END SOLUTION
+# ANCHOR_END: check_tensor_parallel_size
 
 
 def shard_range(size: int, rank: int, world_size: int) -> tuple[int, int]:
