@@ -105,3 +105,22 @@ def test_forced_text_the_vocabulary_cannot_write_is_left_to_the_model():
     tokens = g.forced_tokens()
     assert tokens == [0, 1], f"'ab' and 'c' can be written, 'd' has no token: jump-forward stops before it, got {tokens}"
     assert text_of(g, tokens) == b"abc"
+
+
+@pytest.mark.ungraded
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_pattern_the_vocabulary_cannot_finish_fails_its_request_alone(tiny_model, temperature):
+    """"abc" with no token for "c": after "ab" nothing is allowed; that request fails, its neighbour finishes."""
+    from miniyaie.structured import Vocabulary
+
+    vocabulary = Vocabulary([b"a", b"b", b"x"] + [None] * 317, (256,))
+    engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=50, max_num_batched_tokens=32), vocabulary=vocabulary)
+    stuck = engine.add_request([1, 2, 3], SamplingParams(max_tokens=10, regex="abc", temperature=temperature), [256])
+    other = engine.add_request([4, 5], SamplingParams(max_tokens=5, temperature=temperature, ignore_eos=True), [256])
+    events = []
+    while engine.has_unfinished():
+        events += engine.step()
+    errors = [e.error for e in events if e.error is not None]
+    assert [e.request_id for e in events if e.error is not None] == [stuck] and "cannot be completed" in str(errors[0]), errors
+    assert [e.finish_reason for e in events if e.request_id == other][-1] == "length"
+    assert engine.num_request_blocks == 0, "the failed request's blocks come back"

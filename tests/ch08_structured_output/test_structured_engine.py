@@ -1,7 +1,8 @@
 """Structured output end to end: every output the engine finishes is valid, bad patterns are refused at the door.
 
 A tiny random model writes arbitrary text, so the constraint does all the
-work; SmolLM2 shows it on a real model. The server takes OpenAI's
+work; SmolLM2 shows it on a real model. Both get random schemas from
+hypothesis, greedy and sampled, and jsonschema referees every output. The server takes OpenAI's
 response_format and vLLM's structured_outputs / guided_* through the real
 `openai` client.
 """
@@ -55,23 +56,44 @@ def check_finished_outputs(results, schema):
     return len(finished)
 
 
-@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(schema=schemas, temperature=st.sampled_from([0.0, 1.0]), seed=st.integers(0, 100))
-def test_every_finished_output_validates_against_its_schema(engine, schema, temperature, seed):
+def wrapped(schema: dict) -> dict:
+    """A bare number (or a string pattern) as the whole output could run on forever: put it in an object."""
     if schema.get("type") in ("integer", "number") or "pattern" in json.dumps(schema):
-        schema = {"type": "object", "properties": {"v": schema}, "required": ["v"]}
-    results = engine.generate(["Write JSON:", "Data:"], max_tokens=120, json_schema=schema, temperature=temperature,
-                              seed=seed, top_p=0.9)
-    check_finished_outputs(results, schema)
+        return {"type": "object", "properties": {"v": schema}, "required": ["v"]}
+    return schema
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(schema=schemas.map(wrapped), temperature=st.sampled_from([0.0, 1.0]), seed=st.integers(0, 100))
+def test_every_finished_output_validates_against_its_schema(engine, schema, temperature, seed):
+    results = engine.generate(["Write JSON:", "Data:", "Answer in JSON."], max_tokens=110, json_schema=schema,
+                              temperature=temperature, seed=seed, top_p=0.9, top_k=50, repetition_penalty=1.1)
+    assert check_finished_outputs(results, schema) >= 1, f"no output finished its JSON in 110 tokens: {[r.text for r in results]}"
     assert engine.llm.num_request_blocks == 0
 
 
-def test_smollm2_writes_valid_json_for_a_four_field_schema():
+@pytest.fixture(scope="module")
+def smollm2():
     with InferenceEngine("smollm2") as e:
-        prompts = [f"Describe person number {i} as JSON with name, age, city and membership." for i in range(4)]
-        results = e.generate(prompts, max_tokens=80, json_schema=FOUR_FIELDS)
-        assert check_finished_outputs(results, FOUR_FIELDS) == 4, [r.text for r in results]
-        assert e.llm.counters["forced_tokens"] > 0
+        yield e
+
+
+@pytest.mark.bundled_model
+def test_smollm2_writes_valid_json_for_a_four_field_schema(smollm2):
+    prompts = [f"Describe person number {i} as JSON with name, age, city and membership." for i in range(4)]
+    results = smollm2.generate(prompts, max_tokens=80, json_schema=FOUR_FIELDS)
+    assert check_finished_outputs(results, FOUR_FIELDS) == 4, [r.text for r in results]
+    assert smollm2.llm.counters["forced_tokens"] > 0
+
+
+@pytest.mark.bundled_model
+@settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(schema=schemas.map(wrapped), temperature=st.sampled_from([0.0, 0.8]), seed=st.integers(0, 100))
+def test_smollm2_writes_valid_json_for_random_schemas(smollm2, schema, temperature, seed):
+    results = smollm2.generate([f"Fill in this JSON schema with an example: {json.dumps(schema)}", "Reply with JSON."],
+                               max_tokens=120, json_schema=schema, temperature=temperature, seed=seed)
+    assert check_finished_outputs(results, schema) >= 1, f"no output finished its JSON in 120 tokens: {[r.text for r in results]}"
+    assert smollm2.llm.num_request_blocks == 0
 
 
 def test_regex_and_choice(engine):
@@ -120,16 +142,21 @@ def test_the_openai_client_gets_json_that_follows_response_format(client):
     assert re.fullmatch("[0-9]{4}", reply.choices[0].text)
 
 
-def test_the_server_refuses_a_bad_schema_with_a_400_that_names_the_keyword(client):
+@pytest.mark.parametrize("body,message", [
+    (dict(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 1}}}),
+     "'minimum'"),
+    (dict(extra_body={"guided_regex": "(ab"}), "invalid regex"),
+    (dict(extra_body={"structured_outputs": {"regex": "a[^\\s\\S]"}}), "matches no string"),
+    (dict(extra_body={"guided_json": "{not json"}), "not valid JSON"),
+    (dict(extra_body={"guided_regex": "a", "guided_choice": ["a"]}), "one output format"),
+])
+def test_the_server_refuses_a_bad_schema_or_regex_with_a_400_that_says_why(client, body, message):
     import openai
 
-    with pytest.raises(openai.BadRequestError, match="minimum"):
-        client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
-            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 1}}})
-    with pytest.raises(openai.BadRequestError, match="one output format"):
-        client.completions.create(model="tiny", prompt="x", max_tokens=5,
-                                  extra_body={"guided_regex": "a", "guided_choice": ["a"]})
+    with pytest.raises(openai.BadRequestError, match=re.escape(message)):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5, **body)
+    reply = client.completions.create(model="tiny", prompt="still there?", max_tokens=3, extra_body={"ignore_eos": True})
+    assert reply.usage.completion_tokens == 3, "the server serves on after a refused request"
 
 
 def test_json_object_response_format_gives_a_json_object(client):

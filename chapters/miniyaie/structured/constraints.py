@@ -35,6 +35,11 @@ class Constraints:
             self._cache = IndexCache(vocabulary, self.model_vocab_size)
         return self._cache
 
+    def index(self, params):
+        """The TokenIndex of a request's pattern (compiled once, cached): its size and build time, for measuring."""
+        pattern = pattern_of(params)
+        return None if pattern is None else self._indexes().get(pattern)
+
     def check(self, params) -> None:
         """Compile the request's pattern (cached); PatternError if it cannot constrain anything."""
         pattern = pattern_of(params)

@@ -18,8 +18,8 @@ stay closer to what the model would write); the text is the same.
 
 from __future__ import annotations
 
-import json
 import re
+import time
 from collections import OrderedDict
 
 from miniyaie.structured.fsm import DEAD, PatternError, compile_regex
@@ -37,7 +37,7 @@ def pattern_of(params) -> str | None:
     if params.choice is not None:
         return "(" + "|".join(re.escape(c) for c in params.choice) + ")"
     if params.json_schema is not None:
-        return json_object_regex() if params.json_schema == JSON_OBJECT else schema_to_regex(json.loads(params.json_schema))
+        return json_object_regex() if params.json_schema == JSON_OBJECT else schema_to_regex(params.json_schema)
     return None
 
 
@@ -52,7 +52,10 @@ class IndexCache:
         if pattern in self._indexes:
             self._indexes.move_to_end(pattern)
             return self._indexes[pattern]
-        index = TokenIndex(compile_regex(pattern), self.vocabulary, self.model_vocab_size)
+        started = time.perf_counter()
+        dfa = compile_regex(pattern)
+        index = TokenIndex(dfa, self.vocabulary, self.model_vocab_size)
+        index.compile_seconds = time.perf_counter() - started
         if not index.allowed(index.dfa.initial).any():
             raise PatternError(f"no token of this vocabulary can start a match of {pattern!r}")
         self._indexes[pattern] = index
@@ -75,6 +78,9 @@ class Guide:
     def advance(self, token_id: int) -> None:
         state = self.index.next_state(self.state, token_id)
         if state == DEAD:
+            if not bool(self.allowed().any()):  # the sampler had nothing to choose from
+                raise PatternError("no token of this vocabulary continues the pattern here: the output so far "
+                                   "cannot be completed (the pattern needs text the vocabulary cannot write)")
             raise PatternError(f"token {token_id} does not continue the pattern (it was masked out)")
         self.state = state
 
