@@ -52,22 +52,32 @@ def make_attention_backend(name: str, device: torch.device | str) -> AttentionBa
 
 
 def make_layer_ops(name: str, device: torch.device | str) -> LayerOps:
-    """The model's RMSNorm / RoPE / SwiGLU: fused Triton kernels with the triton backend, torch otherwise."""
-    if resolve_backend_name(name, device) == "triton":
+    """The model's RMSNorm / RoPE / SwiGLU: fused Triton kernels with the triton backend, one-pass C++
+    loops with the cpu backend, chapter 0's torch functions otherwise."""
+    name = resolve_backend_name(name, device)
+    if name == "triton":
         from miniyaie.kernels import TritonLayerOps
 
         return TritonLayerOps()
+    if name == "cpu":
+        from miniyaie.model.cpu_layer_ops import CpuLayerOps
+
+        return CpuLayerOps()
     return LayerOps()
 
 
 def use_backend(model, name: str, device: torch.device | str) -> None:
     """Point `model` (a CausalLM) at backend `name`: its attention backend, its layer ops and,
-    with the cpu backend, its linear layers on oneDNN with packed weights (model/cpu_linear.py)."""
+    with the cpu backend, its linear layers on oneDNN with packed weights (model/cpu_linear.py)
+    and glibc told to keep freed memory (model/cpu_allocator.py)."""
     from miniyaie.model.cpu_linear import pack_linears, packing_available, unpack_linears
 
     model.backend = make_attention_backend(name, device)
     model.ops = make_layer_ops(name, device)
     if resolve_backend_name(name, device) == "cpu" and packing_available(device, next(model.parameters()).dtype):
+        from miniyaie.model.cpu_allocator import keep_freed_memory
+
         pack_linears(model)
+        keep_freed_memory()  # process-wide, once: activations reuse freed memory (model/cpu_allocator.py)
     else:
         unpack_linears(model)  # the other backends run the model as chapter 0 wrote it

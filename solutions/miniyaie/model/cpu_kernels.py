@@ -1,15 +1,20 @@
-"""The C++ decode-attention kernel for CPUs: built once with the machine's g++, loaded with ctypes.
+"""The C++ kernels of the CPU backend: built once with the machine's g++, loaded with ctypes.
+
+Two sources make one library: paged_decode_attention.cpp (decode attention
+over the paged cache) and cpu_layer_ops.cpp (RMSNorm with its residual add,
+RoPE, SiLU-times-up, each in one pass; used by cpu_layer_ops.py).
 
 Why C++ and not torch ops: on a CPU, attention over a paged cache written with
 torch ops must first gather each sequence's K/V into one tensor, then read it
 again in SDPA; at long contexts that copy is most of the step. A loop that
 follows the block table reads every K and V row once, where it lies
 (paged_decode_attention.cpp). It is plain C++ with no torch headers, so it
-compiles in about a second; the library is cached under
-~/.cache/miniyaie/kernels, keyed by the source, the flags and the CPU.
+compiles in about two seconds; the library is cached under
+~/.cache/miniyaie/kernels, keyed by the sources, the flags and the CPU.
 
 `load()` returns None, and says why once, where no compiler is found or the
-build fails: the engine then uses the batched torch backend for every row.
+build fails: the engine then uses the batched torch backend for every row,
+and torch ops for the element-wise layers.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("paged_decode_attention.cpp")
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "cpu_layer_ops.cpp"))
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
 # point to flush-to-zero when it loads (gcc's crtfastmath), and torch's results with it.
@@ -36,7 +41,15 @@ LINK_FLAGS = ("-shared", "-fopenmp")
 CACHE_ENV = "MINIYAIE_KERNEL_CACHE"  # where built libraries go (default ~/.cache/miniyaie/kernels)
 log = logging.getLogger(__name__)
 
-_i64, _f32p, _i64p = ctypes.c_int64, ctypes.POINTER(ctypes.c_float), ctypes.POINTER(ctypes.c_int64)
+# Pointers go in as plain addresses (tensor.data_ptr()): a ctypes.cast per argument costs more
+# than the element-wise kernels themselves at decode sizes.
+_i64, _ptr, _int, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+SIGNATURES = {
+    "paged_decode_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
+    "add_rms_norm": [_ptr, _ptr, _ptr, _f32, _i64, _i64, _ptr, _ptr, _int],
+    "rotary_in_place": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _int],
+    "silu_mul_in_place": [_ptr, _ptr, _i64, _int],
+}
 
 
 def _cpu_signature() -> str:
@@ -50,9 +63,10 @@ def _cpu_signature() -> str:
 
 def library_path(compiler: str) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), *COMPILE_FLAGS, *LINK_FLAGS, *version, _cpu_signature()]).encode())
+    texts = [source.read_text() for source in SOURCES]
+    key = hashlib.sha256("\n".join([*texts, *COMPILE_FLAGS, *LINK_FLAGS, *version, _cpu_signature()]).encode())
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "miniyaie" / "kernels")
-    return root / f"paged_decode_attention-{key.hexdigest()[:16]}.so"
+    return root / f"cpu_kernels-{key.hexdigest()[:16]}.so"
 
 
 @functools.cache
@@ -67,25 +81,22 @@ def load() -> ctypes.CDLL | None:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:  # built aside, then renamed: never half a file
-            built, obj = Path(tmp) / path.name, Path(tmp) / "kernel.o"
-            result = subprocess.run([compiler, *COMPILE_FLAGS, str(SOURCE), "-o", str(obj)], capture_output=True, text=True)
-            if result.returncode == 0:
-                result = subprocess.run([compiler, *LINK_FLAGS, str(obj), "-o", str(built)], capture_output=True, text=True)
+            built, objects = Path(tmp) / path.name, [Path(tmp) / f"{source.stem}.o" for source in SOURCES]
+            for source, obj in zip(SOURCES, objects):
+                result = subprocess.run([compiler, *COMPILE_FLAGS, str(source), "-o", str(obj)], capture_output=True, text=True)
+                if result.returncode != 0:
+                    break
+            else:
+                result = subprocess.run([compiler, *LINK_FLAGS, *map(str, objects), "-o", str(built)], capture_output=True, text=True)
             if result.returncode != 0:
-                log.warning("building %s failed, decode attention uses the torch backend:\n%s", SOURCE.name,
-                            result.stderr[-2000:])
+                log.warning("building the CPU kernels failed, the backend uses torch ops instead:\n%s", result.stderr[-2000:])
                 return None
             os.replace(built, path)
     library = ctypes.CDLL(str(path))
-    library.paged_decode_attention.restype = None
-    library.paged_decode_attention.argtypes = [
-        _f32p, _f32p, _f32p, _i64p, _i64, _i64p, _i64p, _i64, _i64, _i64, _i64, _i64, ctypes.c_float, _f32p, ctypes.c_int,
-    ]
+    for name, argtypes in SIGNATURES.items():
+        function = getattr(library, name)
+        function.restype, function.argtypes = None, argtypes
     return library
-
-
-def _ptr(tensor: torch.Tensor, kind):
-    return ctypes.cast(tensor.data_ptr(), kind)
 
 
 def paged_decode_attention(
@@ -95,7 +106,7 @@ def paged_decode_attention(
     """Fill out[rows] with each sequence's one-query attention over its cached keys (float32, contiguous)."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     library.paged_decode_attention(
-        _ptr(q, _f32p), _ptr(k_cache, _f32p), _ptr(v_cache, _f32p), _ptr(block_tables, _i64p), block_tables.shape[1],
-        _ptr(rows, _i64p), _ptr(seq_lens, _i64p), rows.numel(), num_heads, k_cache.shape[1], head_dim, block_size,
-        scale, _ptr(out, _f32p), torch.get_num_threads(),
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
+        rows.data_ptr(), seq_lens.data_ptr(), rows.numel(), num_heads, k_cache.shape[1], head_dim, block_size,
+        scale, out.data_ptr(), torch.get_num_threads(),
     )
