@@ -23,6 +23,9 @@ from miniyaie.model import cpu_kernels
 from miniyaie.model.layers import LayerOps
 
 
+SMALL_SWIGLU = 4096  # below this many elements torch's two ops beat a ctypes call (3 against 5 us at one row)
+
+
 def _plain(*tensors: torch.Tensor) -> bool:
     """Contiguous float32 CPU tensors, and no gradient to record (the loops are invisible to autograd)."""
     recording = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
@@ -62,7 +65,7 @@ class CpuLayerOps(LayerOps):
 
     def swiglu(self, x, gate_proj, up_proj, down_proj):
         gate, up = gate_proj(x), up_proj(x)
-        if self.library is None or not _plain(gate, up) or gate.shape != up.shape:
+        if self.library is None or not _plain(gate, up) or gate.shape != up.shape or gate.numel() < SMALL_SWIGLU:
             return down_proj(torch.nn.functional.silu(gate) * up)
         self.calls["swiglu"] += 1
         self.library.silu_mul_in_place(gate.data_ptr(), up.data_ptr(), gate.numel(), torch.get_num_threads())
