@@ -124,3 +124,24 @@ def test_a_pattern_the_vocabulary_cannot_finish_fails_its_request_alone(tiny_mod
     assert [e.request_id for e in events if e.error is not None] == [stuck] and "cannot be completed" in str(errors[0]), errors
     assert [e.finish_reason for e in events if e.request_id == other][-1] == "length"
     assert engine.num_request_blocks == 0, "the failed request's blocks come back"
+
+
+@pytest.mark.ungraded
+@pytest.mark.parametrize("jump_forward", [False, True])
+def test_a_pattern_that_must_end_before_min_tokens_fails_saying_so(tiny_model, jump_forward):
+    """regex "abc?" with no token for "c" and min_tokens=5: after "ab" the end is the only token allowed (the
+    pattern could go on, the vocabulary cannot) and min_tokens bans it; the error names both."""
+    from miniyaie.structured import Vocabulary
+
+    vocabulary = Vocabulary([None if i == ord("c") else bytes([i]) for i in range(256)] + [None] * 64, (256,))
+    engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=50, max_num_batched_tokens=32), vocabulary=vocabulary)
+    stuck = engine.add_request([1, 2, 3], SamplingParams(max_tokens=10, min_tokens=5, regex="abc?", jump_forward=jump_forward), [256])
+    other = engine.add_request([4, 5], SamplingParams(max_tokens=5, ignore_eos=True), [256])
+    events = []
+    while engine.has_unfinished():
+        events += engine.step()
+    errors = [e.error for e in events if e.error is not None]
+    assert [e.request_id for e in events if e.error is not None] == [stuck], errors
+    assert "min_tokens=5" in str(errors[0]) and "pattern is complete" in str(errors[0]), errors
+    assert [e.finish_reason for e in events if e.request_id == other][-1] == "length"
+    assert engine.num_request_blocks == 0, "the failed request's blocks come back"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from miniyaie.structured.fsm import PatternError
 from miniyaie.structured.guide import Guide, IndexCache, pattern_of
 from miniyaie.structured.vocabulary import Vocabulary
 
@@ -92,7 +93,8 @@ class Constraints:
         room = lambda rid: requests[rid].max_tokens - len(requests[rid].output_token_ids)  # noqa: E731
         forced, ended, failed = self.after_step(
             {rid: s.token_id for rid, s in sampled.items()}, finished, lambda rid: engine._params[rid].jump_forward, room)
-        for rid in failed:
+        for rid, exc in failed.items():
+            failed[rid] = self._explained(rid, exc, requests[rid], engine._params[rid].min_tokens, engine._stop_ids[rid])
             engine.scheduler.abort(rid)
         for rid, tokens in forced.items():
             requests[rid].output_token_ids.extend(tokens)
@@ -102,6 +104,18 @@ class Constraints:
         engine.counters["forced_tokens"] += sum(map(len, forced.values()))
         engine.counters["output_tokens"] += sum(map(len, forced.values()))
         return forced, failed
+
+    def _explained(self, rid: str, exc: Exception, request, min_tokens: int, stop_ids) -> Exception:
+        """The real reason when min_tokens banned the only tokens the pattern allowed (its end)."""
+        if not isinstance(exc, PatternError) or len(request.output_token_ids) >= min_tokens:
+            return exc
+        allowed = self.guides[rid].allowed().nonzero().flatten().tolist()
+        if allowed and set(allowed) <= set(stop_ids):
+            error = PatternError(f"the pattern is complete after {len(request.output_token_ids)} tokens and allows "
+                                 f"nothing more, but min_tokens={min_tokens} asks for more: the two cannot both hold")
+            error.__cause__ = exc
+            return error
+        return exc
 
     def forget(self, request_id: str) -> None:
         self.guides.pop(request_id, None)
