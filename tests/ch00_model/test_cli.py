@@ -1,4 +1,8 @@
-"""The `miniyaie chat` command answers with our own forward pass."""
+"""The `miniyaie chat` command answers with our own forward pass.
+
+`--attention-backend reference` runs chapter 0's code everywhere: the default on a CPU (`cpu`)
+swaps in fused C++ layers and attention (chapter 5's "How fast is it"), which would answer
+without the learner's RMSNorm, RoPE, SwiGLU and attention."""
 
 import os
 import subprocess
@@ -13,14 +17,14 @@ pytestmark = [pytest.mark.task("0.1"), pytest.mark.task("0.2"), pytest.mark.task
 
 
 def test_chat_answers_paris(smollm2_dir):
-    result = miniyaie("chat", "--message", "What is the capital of France?", "--max-tokens", "24")
+    result = miniyaie("chat", "--message", "What is the capital of France?", "--max-tokens", "24", "--attention-backend", "reference")
     assert result.returncode == 0, " | ".join(result.stderr.strip().splitlines()[-2:])
     assert "Paris" in result.stdout
 
 
 def test_interactive_chat_keeps_the_conversation(smollm2_dir):
     result = subprocess.run(
-        [sys.executable, "-m", "miniyaie", "chat", "--max-tokens", "12"],
+        [sys.executable, "-m", "miniyaie", "chat", "--max-tokens", "12", "--attention-backend", "reference"],
         input="What is the capital of France?\nAnd of Italy?\n", capture_output=True, text=True, timeout=300, env=os.environ.copy(),
     )
     assert result.returncode == 0, " | ".join(result.stderr.strip().splitlines()[-2:])
