@@ -3,24 +3,14 @@
     python tests/ch05_engine/bench_layer_ops.py [--threads 1]
 
 SmolLM2's shapes (hidden 576, 9 query and 3 KV heads of 64, MLP width 1536), at 1, 64 and
-512 rows: the median of 300 calls after 20 warm-ups, each way; outputs are checked to agree
+512 rows: the median of 300 calls after 5 warm-ups, each way; outputs are checked to agree
 first. The SwiGLU rows time only the element-wise part (the projections are the same both ways).
 """
-import argparse, statistics, time
+import argparse
 import torch
+from bench_linear import median_us  # this folder is on sys.path when the script runs
 from miniyaie.model import LayerOps
 from miniyaie.model.cpu_layer_ops import CpuLayerOps
-
-
-def median_us(fn, calls=300):
-    for _ in range(20):
-        fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
 
 
 def main():
@@ -52,7 +42,7 @@ def main():
             "SiLU * up": (silu_torch, silu_loop),
         }
         for name, (with_torch, with_loop) in cases.items():
-            a, b = median_us(with_torch), median_us(with_loop)
+            a, b = median_us(with_torch, calls=300), median_us(with_loop, calls=300)
             print(f"{rows:4d} rows  {name:14s}  torch {a:8.1f} us   one pass {b:8.1f} us   {b / a:.2f}x")
 
 
