@@ -43,9 +43,7 @@ class Constraints:
 
     def check(self, params) -> None:
         """Compile the request's pattern (cached); PatternError if it cannot constrain anything."""
-        pattern = pattern_of(params)
-        if pattern is not None:
-            self._indexes().get(pattern)
+        self.index(params)
 
     def start(self, ids: list[str], params) -> None:
         pattern = pattern_of(params)

@@ -74,7 +74,7 @@ def load() -> ctypes.CDLL | None:
     """The kernel library, built on first use; None (and one logged reason) when it cannot be."""
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if compiler is None:
-        log.warning("no C++ compiler found: decode attention uses the torch backend")
+        log.warning("no C++ compiler found: the cpu backend uses torch ops for attention and the element-wise layers")
         return None
     torch.get_num_threads()  # torch (and its OpenMP runtime, which the library shares) is loaded
     path = library_path(compiler)
