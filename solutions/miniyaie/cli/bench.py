@@ -73,6 +73,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="draw the output tok/s bars")
     p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(runs_engine=True)  # relaunched on the fast CPU runtime, as vLLM's peer runs (cli/main.py)
 
     from miniyaie.bench import vllm_env
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from miniyaie import cpu_runtime
 from miniyaie.cli.args import UsageError
 
 SAMPLING_FLAGS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop")
@@ -48,7 +49,10 @@ def build_engine(args, default_max_tokens: int):
                 raise UsageError(str(exc)) from None
         if getattr(args, "tensor_parallel_size", None):
             engine_config = dataclasses.replace(engine_config, tensor_parallel_size=args.tensor_parallel_size)
-        print(f"Loading {model or 'SmolLM2-135M-Instruct (bundled)'} on {device} ...", file=sys.stderr, flush=True)
+        runtime = cpu_runtime.loaded() if device == "cpu" else None
+        print(f"Loading {model or 'SmolLM2-135M-Instruct (bundled)'} on {device}"
+              + (f" (OpenMP: {runtime['openmp']}, malloc: {runtime['malloc']})" if runtime else "") + " ...",
+              file=sys.stderr, flush=True)
         return InferenceEngine(model, engine_config, sampling_defaults=sampling, device=device, dtype=dtype)
     except EngineError as exc:
         raise UsageError(str(exc)) from None

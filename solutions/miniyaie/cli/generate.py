@@ -13,12 +13,12 @@ def add_parsers(sub) -> None:
     gen = sub.add_parser("generate", help="continue prompts (no chat template); several prompts run as one batch")
     gen.add_argument("prompt", nargs="+")
     add_sampling_args(gen, max_tokens=64)
-    gen.set_defaults(handler=cmd_generate)
+    gen.set_defaults(handler=cmd_generate, runs_engine=True)
 
     chat = sub.add_parser("chat", help="chat with the model (chat template applied)")
     chat.add_argument("--message", default=None, help="send one message, print the reply, exit")
     add_sampling_args(chat, max_tokens=256)
-    chat.set_defaults(handler=cmd_chat)
+    chat.set_defaults(handler=cmd_chat, runs_engine=True)
 
 
 def _stream(engine, prompt: str, prompt_token_ids: list[int] | None = None) -> str:

@@ -7,6 +7,15 @@ import sys
 
 from miniyaie.cli import bench, course, generate, harness, hint, notebook, serve
 from miniyaie.cli.args import Parser, UsageError
+from miniyaie.cpu_runtime import relaunch
+
+
+def relaunch_with_cpu_runtime(argv: list[str]) -> None:
+    """Start the command again on Intel's OpenMP and tcmalloc (miniyaie/cpu_runtime.py says why)."""
+    try:
+        relaunch(argv)
+    except ValueError as exc:  # a bad MINIYAIE_CPU_RUNTIME
+        raise UsageError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if argv is None and getattr(args, "runs_engine", False) and not str(getattr(args, "device", None)).startswith("cuda"):
+            relaunch_with_cpu_runtime(sys.argv[1:])  # returns when there is nothing to preload, or it was done
         return args.handler(args)
     except UsageError as exc:
         print(f"miniyaie: error: {exc}", file=sys.stderr)

@@ -34,7 +34,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--tensor-parallel-size", type=positive_int, default=None, metavar="N",
                    help="split the model over N processes on this machine (chapter 7; default: the config's, else 1)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    p.set_defaults(handler=cmd_serve)
+    p.set_defaults(handler=cmd_serve, runs_engine=True)  # relaunched on the fast CPU runtime (cli/main.py)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -10,6 +10,10 @@ against 35 us. A decode step of a few rows opens about 250 such regions
 thread (InferenceEngine, the server) a small step runs faster on one thread:
 one client's inter-token latency went from 30.5 to 22.9 ms. A step with more
 rows needs every core (16 clients: 219 tok/s with two threads, 175 with one).
+
+Intel's OpenMP runtime, which the commands preload when they can
+(miniyaie/cpu_runtime.py), has no such cost: there every step keeps all
+threads (one client: 22.2 ms per token with two threads, 24.3 with one).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from contextlib import contextmanager
 
 import torch
 
+from miniyaie.cpu_runtime import intel_openmp_loaded
+
 SMALL_STEP_TOKENS = 8  # up to this many tokens, a step off the main thread runs on one thread
 
 
@@ -26,7 +32,8 @@ SMALL_STEP_TOKENS = 8  # up to this many tokens, a step off the main thread runs
 def threads_for_step(num_tokens: int, device: torch.device | str):
     """Run the block on one thread if it is a small CPU step off the main thread; otherwise as set."""
     small = num_tokens <= SMALL_STEP_TOKENS and torch.device(device).type == "cpu"
-    if not small or threading.current_thread() is threading.main_thread() or torch.get_num_threads() == 1:
+    if (not small or threading.current_thread() is threading.main_thread() or torch.get_num_threads() == 1
+            or intel_openmp_loaded()):
         yield
         return
     threads = torch.get_num_threads()
