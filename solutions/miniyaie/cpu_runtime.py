@@ -3,16 +3,19 @@
 Why: a decode step of a few rows opens about 250 OpenMP parallel regions
 (seven linear layers and attention in each of 30 layers), so the runtime's
 cost to start and join a team is paid 250 times a token. torch's wheel
-brings GNU libgomp. Its idle workers spin only briefly when it counts more
-threads than CPUs, and a team opened from a thread other than the process's
-first one (our engine thread, under the server) is counted that way on a
-2-core machine: its workers go to sleep after every region and are woken
-by the kernel for the next. Measured on the course machine (2026-11-25,
-2 threads, one-row linear layers of SmolLM2): 32 us from the main thread,
-73 us from another thread, 31 us on either with Intel's runtime
-(libiomp5, from the `intel-openmp` wheel). tcmalloc keeps each thread's
-freed blocks at hand. With both, one client's time per token under
-`miniyaie serve` went from 26.5 to 15.6 ms.
+brings GNU libgomp, which keeps a pool of worker threads for each thread
+that opens regions, and lets idle workers spin for the next region only
+while it manages no more threads than there are CPUs. Under the server the
+model is loaded on the main thread and run on the engine thread: two
+pools, three threads on a 2-core machine, so after every region the
+workers sleep and the kernel has to wake them for the next. Measured on
+the course machine (2026-11-25, 2 threads, one-row linear layers of
+SmolLM2): 31 us per layer when one thread opens all regions, 76 us on the
+engine thread once the main thread has opened some, 31 us on either with
+Intel's runtime (libiomp5, from the `intel-openmp` wheel), which also
+joins its teams faster. tcmalloc keeps each thread's freed blocks at hand.
+With both, one client's time per token under `miniyaie serve` went from
+26.5 to 15.8 ms (`vllm bench serve`, p50).
 
 Neither can be swapped in once the process runs (torch binds its OpenMP
 calls when it is imported; memory from one malloc cannot be freed by

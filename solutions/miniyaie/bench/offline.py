@@ -20,6 +20,7 @@ import json
 import os
 import platform
 
+from miniyaie import cpu_runtime
 from miniyaie.bench.workloads import Workload, random_workload, shared_prefix_workload
 
 PEERS = ("hf-static", "hf-cb", "vllm")
@@ -114,6 +115,7 @@ def run(args) -> dict:
         threads=threads,
         machine=f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs".strip(),
         torch=torch.__version__,
+        runtime=cpu_runtime.loaded(),  # OpenMP and malloc under our engine, the floor and transformers
         block_size=block_size,
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         rows=rows,
@@ -126,6 +128,8 @@ def format_table(report: dict) -> str:
     lines = [
         f"workload {report['workload']}: {report['num_requests']} requests, {report['prompt_tokens']} prompt tokens, "
         f"{report['output_tokens']} output tokens; {report['threads']} threads, torch {report['torch']}, {report['date']}",
+        *([f"runtime of our process: OpenMP {report['runtime']['openmp']}, malloc {report['runtime']['malloc']}"]
+          if "runtime" in report else []),
         f"{'system':34} {'seconds':>8} {'out tok/s':>10} {'ours/this':>10} {'hit rate':>9} {'preempt':>8}",
     ]
     for row in report["rows"]:

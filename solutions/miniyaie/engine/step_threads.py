@@ -1,8 +1,10 @@
 """How many CPU threads a model step gets when it runs off the process's main thread.
 
 torch's OpenMP runtime (libgomp) makes every parallel region opened from a
-thread other than the process's first one cost about 25 microseconds more.
-Measured on the 2-core course machine (2026-11-25): the same one-row oneDNN
+thread other than the process's first one cost about 25 microseconds more
+once the first one has opened regions too (it then manages more threads
+than there are CPUs, and its idle workers sleep instead of spinning:
+miniyaie/cpu_runtime.py). Measured on the 2-core course machine (2026-11-25): the same one-row oneDNN
 matmul took 33 us from the main thread with two threads, 78 us from another
 thread with two, 48 us from it with one; our own OpenMP decode kernel 10 us
 against 35 us. A decode step of a few rows opens about 250 such regions
