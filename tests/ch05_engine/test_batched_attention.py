@@ -39,7 +39,7 @@ def make_fast(kind: str, call_cost: int, group_bytes: int):
 @given(
     block_size=st.sampled_from([1, 4, 16, 48]),  # 48: pieces of 16 slots, three per block
     heads=st.sampled_from([(4, 4), (6, 2), (3, 1), (8, 1), (10, 1)]),  # 8: the kernel's largest fixed group; 10: its general loop
-    head_dim=st.sampled_from([8, 64]),  # 64: the kernel's compiled-in size; 8: its general loop
+    head_dim=st.sampled_from([8, 64, 128]),  # 64, 128: the kernels' compiled-in sizes; 8: the general loop, and chunks on torch
     seq_lens=st.lists(st.integers(1, 40), min_size=1, max_size=8),
     call_cost=st.sampled_from([CALL_COST_IN_SLOTS, 0, 24]),  # 0: a group per decode length
     group_bytes=st.sampled_from([MAX_GROUP_BYTES, 0, 4096]),  # 0: every decode row alone
@@ -66,7 +66,7 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, 
     ref_k, ref_v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
     fast_k, fast_v = ref_k.clone(), ref_v.clone()
     reference, fast, scale = TorchAttentionBackend(), make_fast(kind, call_cost, group_bytes), head_dim**-0.5
-    decode_rows = 0
+    decode_rows = chunk_rows = chunk_steps = 0
 
     tables, done, steps = [[] for _ in seq_lens], [0] * len(seq_lens), 0
     while any(d < n for d, n in zip(done, seq_lens)):
@@ -88,6 +88,8 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, 
         )
         num_new = sum(meta.query_lens)
         decode_rows += meta.query_lens.count(1)
+        chunk_rows += sum(n for n in meta.query_lens if n > 1)
+        chunk_steps += any(n > 1 for n in meta.query_lens)
         for layer in range(NUM_LAYERS):
             q = torch.randn(num_new, num_heads, head_dim, generator=g)
             k = torch.randn(num_new, num_kv_heads, head_dim, generator=g)
@@ -99,9 +101,13 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, 
         for s in step:
             done[s] = ends[s]
     assert torch.equal(fast_k, ref_k) and torch.equal(fast_v, ref_v)
-    assert fast.num_plans == steps, "the step's plan is built once and shared by every layer"
-    if kind == "cpu":
+    if kind == "torch":
+        assert fast.num_plans == steps, "the step's plan is built once and shared by every layer"
+    else:  # the kernels need no plan; chunks of other head sizes take the batched path, planned once a step
+        assert fast.num_plans == (0 if head_dim in (64, 128) else chunk_steps)
         assert fast.decode_rows_in_kernel == decode_rows, "every one-query row went through the C++ kernel"
+        in_kernel = chunk_rows if head_dim in (64, 128) else 0  # other head sizes: the batched torch path
+        assert fast.chunk_rows_in_kernel == in_kernel, "every chunk row went through the C++ chunk kernel"
 
 
 @given(
@@ -134,10 +140,14 @@ def test_split_by_length_finds_the_cheapest_cut(lengths, call_cost, max_keys):
     assert cost([b for _, b in runs[:-1]]) == min(c for c in every_cut if c is not None)
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3"])
+@pytest.fixture(scope="module", params=["llama", "qwen3", "llama-head-64"])
 def tiny(request, tmp_path_factory):
+    """Head sizes 16 and 24 (chunks on the batched torch path), and 64 (both C++ kernels, as SmolLM2)."""
     path = tmp_path_factory.mktemp(f"tiny-{request.param}")
-    hf_model = save_tiny_model(request.param, path)
+    if request.param == "llama-head-64":
+        hf_model = save_tiny_model("llama", path, hidden_size=256, num_attention_heads=4, num_key_value_heads=2)
+    else:
+        hf_model = save_tiny_model(request.param, path)
     return load_model(path), hf_model
 
 
@@ -154,11 +164,16 @@ def test_engine_cpu_backends_greedy_equal_transformers(tiny, block_size, backend
     outputs = engine.generate(prompts, params)
     for prompt, output in zip(prompts, outputs):
         assert output.token_ids == transformers_greedy(hf_model, prompt, params.max_tokens)
-    assert model.backend.num_plans == engine.counters["steps"], "every step went through the backend"
+    steps_seen = model.backend.num_steps if backend == "auto" else model.backend.num_plans
+    assert steps_seen == engine.counters["steps"], "every step went through the backend"
     if backend == "auto":
         decode_steps = len(prompts) * (params.max_tokens - 1)  # every token after the first is a decode row
         assert model.backend.decode_rows_in_kernel >= decode_steps, (
             f"the C++ kernel attended {model.backend.decode_rows_in_kernel} rows; the run had {decode_steps} decode rows")
+        if model.config.head_dim == 64:  # every row of every step went through one of the two kernels
+            rows = sum(len(p) for p in prompts) + decode_steps
+            in_kernels = model.backend.chunk_rows_in_kernel + model.backend.decode_rows_in_kernel
+            assert model.backend.chunk_rows_in_kernel > 0 and in_kernels >= rows, (in_kernels, rows)
 
 
 def test_loading_the_kernel_leaves_the_processs_floating_point_alone():

@@ -1,7 +1,8 @@
 """The C++ kernels of the CPU backend: built once with the machine's g++, loaded with ctypes.
 
-Two sources make one library: paged_decode_attention.cpp (decode attention
-over the paged cache) and cpu_layer_ops.cpp (RMSNorm with its residual add,
+Three sources make one library: paged_decode_attention.cpp (decode attention
+over the paged cache), paged_chunk_attention.cpp (prefill and extend chunks
+over it) and cpu_layer_ops.cpp (RMSNorm with its residual add,
 RoPE, SiLU-times-up, each in one pass; used by cpu_layer_ops.py).
 
 Why C++ and not torch ops: on a CPU, attention over a paged cache written with
@@ -32,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "cpu_layer_ops.cpp"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
+                                                                       "cpu_layer_ops.cpp"))
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
 # point to flush-to-zero when it loads (gcc's crtfastmath), and torch's results with it.
@@ -46,10 +48,13 @@ log = logging.getLogger(__name__)
 _i64, _ptr, _int, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 SIGNATURES = {
     "paged_decode_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
+    "paged_chunk_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
     "add_rms_norm": [_ptr, _ptr, _ptr, _f32, _i64, _i64, _ptr, _ptr, _int],
     "rotary_in_place": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _int],
     "silu_mul_in_place": [_ptr, _ptr, _i64, _int],
 }
+
+RESTYPES = {"paged_chunk_attention": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
 
 
 def _cpu_signature() -> str:
@@ -95,7 +100,7 @@ def load() -> ctypes.CDLL | None:
     library = ctypes.CDLL(str(path))
     for name, argtypes in SIGNATURES.items():
         function = getattr(library, name)
-        function.restype, function.argtypes = None, argtypes
+        function.restype, function.argtypes = RESTYPES.get(name), argtypes
     return library
 
 
@@ -110,3 +115,18 @@ def paged_decode_attention(
         rows.data_ptr(), seq_lens.data_ptr(), rows.numel(), num_heads, k_cache.shape[1], head_dim, block_size,
         scale, out.data_ptr(), torch.get_num_threads(),
     )
+
+
+def paged_chunk_attention(
+    library: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    first_rows: torch.Tensor, query_lens: torch.Tensor, seq_lens: torch.Tensor, block_size: int, scale: float,
+    out: torch.Tensor,
+) -> bool:
+    """Fill the rows of each chunk in `out` with its causal attention over its cached keys; False if the
+    kernel does not take this head size (64 and 128 only), and nothing was written."""
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    return library.paged_chunk_attention(
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
+        first_rows.data_ptr(), query_lens.data_ptr(), seq_lens.data_ptr(), first_rows.numel(), num_heads,
+        k_cache.shape[1], head_dim, block_size, scale, out.data_ptr(), torch.get_num_threads(),
+    ) == 0

@@ -1,4 +1,4 @@
-"""The default CPU attention backend: decode rows read the paged cache in place, chunks are batched.
+"""The default CPU attention backend: every row reads the paged cache in place, in C++.
 
 The batched torch backend (batched_attention.py) gathers every sequence's
 context K/V into one tensor per group and layer, then SDPA reads it again.
@@ -7,11 +7,15 @@ two multiply-adds per key and head, the gather moves the key's 1.5 KB.
 So here the decode rows go to a C++ loop that follows the block table and
 reads each K and V row once, where it lies (cpu_kernels.py,
 paged_decode_attention.cpp), all decode rows of the step in one call per
-layer. Prefill and extend chunks (many queries per key, where a matmul
-pays for the gather) keep the batched torch path.
+layer. Prefill and extend chunks go to a second loop
+(paged_chunk_attention.cpp) that copies each sequence's keys once into
+tiles of 16 and scores four query rows against a tile at a time, each
+query only up to its own position: a causal chunk does half the work of
+SDPA with a mask, which computes every key.
 
-Where the kernel cannot run (no compiler, a dtype other than float32, a
-GPU tensor) every row takes the batched torch path: same results.
+Where the kernels cannot run (no compiler, a dtype other than float32, a
+GPU tensor; for chunks, a head size other than 64 or 128) those rows take
+the batched torch path: same results.
 """
 
 from __future__ import annotations
@@ -22,7 +26,17 @@ import torch
 
 from miniyaie.model import cpu_kernels
 from miniyaie.model.attention import AttentionMetadata
-from miniyaie.model.batched_attention import BatchedTorchAttentionBackend, StepPlan, _attend
+from miniyaie.model.batched_attention import BatchedTorchAttentionBackend, _attend
+
+
+@dataclass
+class _Chunks:
+    """The step's chunks of more than one query, as the chunk kernel takes them."""
+
+    first_rows: torch.Tensor  # [m] where each chunk's queries start in the packed batch (int64)
+    query_lens: torch.Tensor  # [m] its queries
+    seq_lens: torch.Tensor  # [m] its keys, cached prefix and the chunk itself
+    block_tables: torch.Tensor  # [m, width] (contiguous int64)
 
 
 @dataclass
@@ -35,48 +49,62 @@ class _DecodeRows:
 
 
 class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
-    """Same results as `TorchAttentionBackend`; decode rows through the C++ kernel when it is available."""
+    """Same results as `TorchAttentionBackend`; decode rows and chunks through the C++ kernels when they are available."""
 
     def __init__(self, library=None):
         super().__init__()
         self.library = library if library is not None else cpu_kernels.load()
         self._decode: _DecodeRows | None = None
+        self._chunks: _Chunks | None = None
         self.decode_rows_in_kernel = 0  # rows the kernel attended, summed over steps (not layers): a test reads it
+        self.chunk_rows_in_kernel = 0  # the same for the chunk kernel
+        self.num_steps = 0  # steps seen (a test checks that every engine step came through here)
+        self._meta_seen: AttentionMetadata | None = None  # the step _decode and _chunks describe
+        self._chunks_in_kernel: bool | None = None  # did the chunk kernel take this step's chunks
 
     def _usable(self, q: torch.Tensor, k_cache: torch.Tensor) -> bool:
         return (self.library is not None and q.device.type == "cpu"
                 and q.dtype == torch.float32 and k_cache.dtype == torch.float32)
 
-    def _plan_with_kernel(self, meta: AttentionMetadata, k_cache: torch.Tensor) -> StepPlan:
-        """The batched plan of the step's chunks, and (once per step) its decode rows for the kernel."""
-        new_step = meta is not self._meta
-        plan = self.plan(meta, k_cache, with_decode=False)
-        if new_step:
-            starts = torch.tensor([0, *meta.query_lens]).cumsum(0)[:-1]
-            decode = torch.tensor([s for s, n in enumerate(meta.query_lens) if n == 1], dtype=torch.int64)
-            longest = max((meta.seq_lens[s] for s in decode.tolist()), default=0)
-            if -(-longest // meta.block_size) > meta.block_tables.shape[1]:  # the kernel would read past the table
-                raise ValueError("block_tables has fewer blocks than the longest sequence needs")
-            self._decode = _DecodeRows(
-                starts[decode].contiguous(), torch.tensor(meta.seq_lens, dtype=torch.int64)[decode].contiguous(),
-                meta.block_tables.to(torch.int64)[decode].contiguous(),
-            )
-            self.decode_rows_in_kernel += decode.numel()
-        return plan
+    def _new_step(self, meta: AttentionMetadata) -> None:
+        """Once per step: its decode rows and its chunks, as the kernels take them."""
+        starts = torch.tensor([0, *meta.query_lens]).cumsum(0)[:-1]
+        query_lens, seq_lens = torch.tensor(meta.query_lens), torch.tensor(meta.seq_lens, dtype=torch.int64)
+        decode, chunks = (query_lens == 1).nonzero().flatten(), (query_lens > 1).nonzero().flatten()
+        if -(-int(seq_lens.max()) // meta.block_size) > meta.block_tables.shape[1]:  # a kernel would read past the table
+            raise ValueError("block_tables has fewer blocks than the longest sequence needs")
+        tables = meta.block_tables.to(torch.int64)
+        self._decode = _DecodeRows(starts[decode].contiguous(), seq_lens[decode].contiguous(), tables[decode].contiguous())
+        self._chunks = _Chunks(starts[chunks].contiguous(), query_lens[chunks].to(torch.int64).contiguous(),
+                               seq_lens[chunks].contiguous(), tables[chunks].contiguous())
+        self._chunks_in_kernel = None  # known after the first layer's call
+        self._meta_seen = meta
+        self.num_steps += 1
+        self.decode_rows_in_kernel += decode.numel()
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         if not self._usable(q, k_cache):
             return super().forward(q, k, v, k_cache, v_cache, meta, scale)
         k_cache.index_copy_(0, meta.slot_mapping, k)
         v_cache.index_copy_(0, meta.slot_mapping, v)
-        plan = self._plan_with_kernel(meta, k_cache)
+        if meta is not self._meta_seen:
+            self._new_step(meta)
         q = q.contiguous()
         out = torch.empty_like(q)
-        decode = self._decode
+        decode, chunks = self._decode, self._chunks
         if decode.rows.numel():
             cpu_kernels.paged_decode_attention(self.library, q, k_cache, v_cache, decode.block_tables, decode.rows,
                                                decode.seq_lens, meta.block_size, scale, out)
-        for group in plan.groups:
-            result = _attend(group, plan.piece, q, k_cache, v_cache, scale)
-            out.index_copy_(0, group.out_rows, result.index_select(0, group.valid_rows))
+        if chunks.first_rows.numel():
+            done = cpu_kernels.paged_chunk_attention(self.library, q, k_cache, v_cache, chunks.block_tables,
+                                                     chunks.first_rows, chunks.query_lens, chunks.seq_lens,
+                                                     meta.block_size, scale, out)
+            if self._chunks_in_kernel is None:  # count the step's chunk rows once, not per layer
+                self._chunks_in_kernel = done
+                self.chunk_rows_in_kernel += int(chunks.query_lens.sum()) if done else 0
+            if not done:  # a head size the kernel was not built for: the batched torch path
+                plan = self.plan(meta, k_cache, with_decode=False)
+                for group in plan.groups:
+                    result = _attend(group, plan.piece, q, k_cache, v_cache, scale)
+                    out.index_copy_(0, group.out_rows, result.index_select(0, group.valid_rows))
         return out
