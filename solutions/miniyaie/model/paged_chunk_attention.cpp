@@ -16,13 +16,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 namespace {
 
 constexpr int T = 16;  // keys per tile: one vector of scores
-constexpr int R = 4;   // query rows walked together (each tile of K is loaded once for them)
+constexpr int R = 4;   // query rows scored together (each tile of K is loaded once for them)
+constexpr int B = 32;  // query rows of one work item (R-row groups sharing the K and V spans in cache)
 typedef float vec __attribute__((vector_size(T * sizeof(float))));
 
 struct Pair {
@@ -46,62 +46,85 @@ void pack(const Pair& p, int64_t head_dim, float* kt, float* vp) {
   }
 }
 
-// Rows 0..n of one pair (n <= R): each row's query, output and last visible key. Pass 1 scores
-// every visible tile of 16 keys against the R rows at once (a K tile is loaded once for all of
-// them); the softmax then runs over each row's whole score row; pass 2 loads each V row once and
-// adds it to all R rows' sums with their weights. `scores` holds R rows of `stride` floats.
+// Up to B rows of one pair, in groups of R: each row's query, output and last visible key.
+// Pass 1 scores the rows against the transposed K, tile by tile, R rows at a time (a tile is
+// loaded once for R rows); the softmax then runs over each row's whole score row; pass 2 adds
+// each V row, loaded once per R rows, to their sums. Both passes walk the keys in spans of
+// S keys and, within a span, all the rows: the span's 16 KB of K or V stay in the core's
+// first-level cache while every row uses them. `scores`: B rows of `stride` floats; `sums`:
+// B rows of D floats.
 template <int D>
 void attend_rows(const float* const* queries, float* const* outs, const int64_t* last, int n, const float* kt,
-                 const float* vp, float scale, float* scores, int64_t stride) {
-  constexpr int C = D / T;
+                 const float* vp, float scale, float* scores, int64_t stride, float* sums) {
+  constexpr int C = D / T, SPAN = 4096 / D;  // keys per span: 16 KB of K (or V)
   constexpr float hidden = -1e30f;  // not -inf: the library is built with -ffast-math, which assumes no infinities
+  const int groups = (n + R - 1) / R;
   int64_t until = 0;
   for (int r = 0; r < n; ++r) until = std::max(until, last[r] + 1);
-  const int64_t tiles = (until + T - 1) / T;
-  for (int64_t tile = 0; tile < tiles; ++tile) {
-    const float* kt_tile = kt + tile * D * T;
-    vec s[R] = {}, odd[R] = {};  // two sums per row: eight independent chains keep both FMA units busy
-    for (int d = 0; d < D; d += 2) {
-      vec k0, k1;
-      std::memcpy(&k0, kt_tile + d * T, sizeof k0);
-      std::memcpy(&k1, kt_tile + (d + 1) * T, sizeof k1);
-      for (int r = 0; r < R; ++r) {  // rows past n read row 0: never used
-        s[r] += queries[r][d] * k0;
-        odd[r] += queries[r][d + 1] * k1;
+  for (int64_t span = 0; span < until; span += SPAN) {
+    for (int gr = 0; gr < groups; ++gr) {
+      const float* const* q = queries + gr * R;
+      int64_t group_until = 0;
+      for (int r = 0; r < R; ++r) group_until = std::max(group_until, last[gr * R + r] + 1);
+      for (int64_t start = span; start < std::min(span + SPAN, group_until); start += T) {
+        const float* tile = kt + start * D;  // tile start / T begins at (start / T) * D * T
+        vec even[R] = {}, odd[R] = {};  // two sums per row: eight independent chains keep both FMA units busy
+        for (int d = 0; d < D; d += 2) {
+          vec k0, k1;
+          std::memcpy(&k0, tile + d * T, sizeof k0);
+          std::memcpy(&k1, tile + (d + 1) * T, sizeof k1);
+          for (int r = 0; r < R; ++r) {  // padding rows read row 0: never used
+            even[r] += q[r][d] * k0;
+            odd[r] += q[r][d + 1] * k1;
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          const vec x = (even[r] + odd[r]) * scale;
+          std::memcpy(scores + (gr * R + r) * stride + start, &x, sizeof x);
+        }
       }
     }
-    for (int r = 0; r < R; ++r) {
-      const vec x = (s[r] + odd[r]) * scale;
-      std::memcpy(scores + r * stride + tile * T, &x, sizeof x);
-    }
   }
-  float total[R];
-  for (int r = 0; r < R; ++r) {
+  float total[B];
+  for (int r = 0; r < groups * R; ++r) {
     float* row = scores + r * stride;
-    const int64_t visible = r < n ? last[r] + 1 : 0;
-    for (int64_t t = visible; t < tiles * T; ++t) row[t] = hidden;  // after the row's position: weight 0
+    const int64_t visible = r < n ? last[r] + 1 : 0, width = (until + T - 1) / T * T;
+    for (int64_t t = visible; t < width; ++t) row[t] = hidden;  // after the row's position: weight 0
     float top = hidden, sum = 0.f;
 #pragma omp simd reduction(max : top)
     for (int64_t t = 0; t < visible; ++t) top = std::max(top, row[t]);
 #pragma omp simd reduction(+ : sum)
-    for (int64_t t = 0; t < tiles * T; ++t) {
+    for (int64_t t = 0; t < width; ++t) {
       row[t] = std::exp(row[t] - top);
       sum += row[t];
     }
     total[r] = sum;
   }
-  vec acc[R][C] = {};
-  for (int64_t t = 0; t < until; ++t) {
-    vec v[C];
-    std::memcpy(v, vp + t * D, sizeof v);
-    for (int r = 0; r < R; ++r) {
-      const float weight = scores[r * stride + t];
-      for (int c = 0; c < C; ++c) acc[r][c] += weight * v[c];
+  std::memset(sums, 0, sizeof(float) * groups * R * D);
+  for (int64_t span = 0; span < until; span += SPAN) {
+    for (int gr = 0; gr < groups; ++gr) {
+      int64_t group_until = 0;
+      for (int r = 0; r < R; ++r) group_until = std::max(group_until, last[gr * R + r] + 1);
+      const int64_t stop = std::min(span + SPAN, group_until);
+      if (stop <= span) continue;
+      vec acc[R][C];
+      std::memcpy(acc, sums + gr * R * D, sizeof acc);
+      for (int64_t t = span; t < stop; ++t) {
+        vec v[C];
+        std::memcpy(v, vp + t * D, sizeof v);
+        for (int r = 0; r < R; ++r) {
+          const float weight = scores[(gr * R + r) * stride + t];
+          for (int c = 0; c < C; ++c) acc[r][c] += weight * v[c];
+        }
+      }
+      std::memcpy(sums + gr * R * D, acc, sizeof acc);
     }
   }
   for (int r = 0; r < n; ++r)
     for (int c = 0; c < C; ++c) {
-      const vec o = acc[r][c] / total[r];
+      vec o;
+      std::memcpy(&o, sums + r * D + c * T, sizeof o);
+      o /= total[r];
       std::memcpy(outs[r] + c * T, &o, sizeof o);
     }
 }
@@ -120,22 +143,27 @@ extern "C" int paged_chunk_attention(
     const int64_t s = pair / num_kv_heads, len = seq_lens[s];
     kt_at[pair + 1] = kt_at[pair] + (len + T - 1) / T * head_dim * T;
     vp_at[pair + 1] = vp_at[pair] + len * head_dim;
-    work_at[pair + 1] = work_at[pair] + (query_lens[s] * group + R - 1) / R;
+    work_at[pair + 1] = work_at[pair] + (query_lens[s] * group + B - 1) / B;
   }
-  // Not std::vector: its zero fill of a few MB would run on one thread before any work starts.
-  const std::unique_ptr<float[]> kt(new float[kt_at[pairs]]), vp(new float[vp_at[pairs]]);
+  // Kept from call to call (per calling thread): a few MB allocated afresh each layer would be
+  // new pages each time, which the kernel must fault in and zero.
+  thread_local std::vector<float> kt_buffer, vp_buffer;
+  if (kt_buffer.size() < size_t(kt_at[pairs])) kt_buffer.resize(kt_at[pairs]);
+  if (vp_buffer.size() < size_t(vp_at[pairs])) vp_buffer.resize(vp_at[pairs]);
+  float* const kt = kt_buffer.data();
+  float* const vp = vp_buffer.data();
   int64_t longest = 0;
   for (int64_t s = 0; s < num_seqs; ++s) longest = std::max(longest, seq_lens[s]);
   const int64_t stride = (longest + T - 1) / T * T;
 #pragma omp parallel num_threads(num_threads)
   {
-    std::vector<float> scores(R * stride);  // per thread
+    std::vector<float> scores(B * stride), sums(B * head_dim);  // per thread
 #pragma omp for schedule(dynamic, 1)
     for (int64_t pair = 0; pair < pairs; ++pair) {
       const int64_t s = pair / num_kv_heads, kv_head = pair % num_kv_heads;
       const Pair p{k_cache + kv_head * head_dim, v_cache + kv_head * head_dim, block_tables + s * table_width,
                    seq_lens[s], block_size, num_kv_heads * head_dim};
-      pack(p, head_dim, kt.get() + kt_at[pair], vp.get() + vp_at[pair]);
+      pack(p, head_dim, kt + kt_at[pair], vp + vp_at[pair]);
     }
     // Work item: R consecutive rows (query position major, head minor) of one pair. Later rows see
     // more keys, so items go out longest first.
@@ -143,22 +171,22 @@ extern "C" int paged_chunk_attention(
     for (int64_t item = work_at[pairs] - 1; item >= 0; --item) {
       const int64_t pair = std::upper_bound(work_at.begin(), work_at.end(), item) - work_at.begin() - 1;
       const int64_t s = pair / num_kv_heads, kv_head = pair % num_kv_heads;
-      const int64_t rows = query_lens[s] * group, first = (item - work_at[pair]) * R;
-      const float* queries[R] = {};
-      float* outs[R] = {};
-      int64_t last[R] = {};
+      const int64_t rows = query_lens[s] * group, first = (item - work_at[pair]) * B;
+      const float* queries[B] = {};
+      float* outs[B] = {};
+      int64_t last[B] = {};
       int n = 0;
-      for (int64_t row = first; row < std::min(rows, first + R); ++row, ++n) {
+      for (int64_t row = first; row < std::min(rows, first + B); ++row, ++n) {
         const int64_t i = row / group, head = kv_head * group + row % group;
         const int64_t at = ((first_rows[s] + i) * num_heads + head) * head_dim;
         queries[n] = q + at, outs[n] = out + at;
         last[n] = seq_lens[s] - query_lens[s] + i;
       }
-      for (int r = n; r < R; ++r) queries[r] = queries[0], outs[r] = outs[0], last[r] = -1;
-      const float* kt_pair = kt.get() + kt_at[pair];
-      const float* vp_pair = vp.get() + vp_at[pair];
-      if (head_dim == 64) attend_rows<64>(queries, outs, last, n, kt_pair, vp_pair, scale, scores.data(), stride);
-      else attend_rows<128>(queries, outs, last, n, kt_pair, vp_pair, scale, scores.data(), stride);
+      for (int r = n; r < B; ++r) queries[r] = queries[0], outs[r] = outs[0], last[r] = -1;
+      const float* kt_pair = kt + kt_at[pair];
+      const float* vp_pair = vp + vp_at[pair];
+      if (head_dim == 64) attend_rows<64>(queries, outs, last, n, kt_pair, vp_pair, scale, scores.data(), stride, sums.data());
+      else attend_rows<128>(queries, outs, last, n, kt_pair, vp_pair, scale, scores.data(), stride, sums.data());
     }
   }
   return 0;
