@@ -5,9 +5,10 @@
 // sees keys 0..p. For every (sequence, KV head) pair the keys are first copied once out of the
 // block table into a scratch tile layout: K transposed in tiles of 16 keys ([tile][dim][16]),
 // so that the 16 scores of a query against a tile are one vector per dimension step, and V
-// row by row. Then every query row of the pair (its `group` heads folded in, as in the batched
-// torch backend) walks the tiles with an online softmax, and only up to its own position: a
-// causal chunk does half the work of a masked one.
+// row by row. Then the pair's query rows (its `group` heads folded in, as in the batched torch
+// backend) are scored against the tiles, take a softmax over their whole score rows and sum
+// the values, each row only up to its own position: a causal chunk does half the work of
+// SDPA with a mask, which computes every key.
 //
 // Layouts (all contiguous): q, out [num_rows, num_heads, head_dim]; k_cache, v_cache
 // [num_slots, num_kv_heads, head_dim] with slot = block * block_size + offset; block_tables
@@ -165,8 +166,8 @@ extern "C" int paged_chunk_attention(
                    seq_lens[s], block_size, num_kv_heads * head_dim};
       pack(p, head_dim, kt + kt_at[pair], vp + vp_at[pair]);
     }
-    // Work item: R consecutive rows (query position major, head minor) of one pair. Later rows see
-    // more keys, so items go out longest first.
+    // Work item: B consecutive rows (query position major, head minor) of one pair. Later rows
+    // see more keys, so items go out longest first.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = work_at[pairs] - 1; item >= 0; --item) {
       const int64_t pair = std::upper_bound(work_at.begin(), work_at.end(), item) - work_at.begin() - 1;
