@@ -11,7 +11,7 @@ pools, three threads on a 2-core machine, so after every region the
 workers sleep and the kernel has to wake them for the next. Measured on
 the course machine (2026-11-25, 2 threads, one-row linear layers of
 SmolLM2): 31 us per layer when one thread opens all regions, 76 us on the
-engine thread once the main thread has opened some, 31 us on either with
+engine thread once the main thread has opened some, 31 to 38 us with
 Intel's runtime (libiomp5, from the `intel-openmp` wheel), which also
 joins its teams faster. tcmalloc keeps each thread's freed blocks at hand.
 With both, one client's time per token under `miniyaie serve` went from
