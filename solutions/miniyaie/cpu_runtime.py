@@ -64,7 +64,8 @@ def libraries_to_preload(choice: str) -> list[str]:
     openmp = intel_openmp_path()
     if openmp is None:  # tcmalloc alone was not measured to help: keep the defaults
         return []
-    return [openmp] + ([tcmalloc_path()] if choice == "auto" and tcmalloc_path() else [])
+    tcmalloc = tcmalloc_path() if choice == "auto" else None
+    return [openmp] + ([tcmalloc] if tcmalloc else [])
 
 
 def relaunch(argv: list[str]) -> None:

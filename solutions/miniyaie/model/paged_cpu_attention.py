@@ -60,7 +60,6 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
         self.chunk_rows_in_kernel = 0  # the same for the chunk kernel
         self.num_steps = 0  # steps seen (a test checks that every engine step came through here)
         self._meta_seen: AttentionMetadata | None = None  # the step _decode and _chunks describe
-        self._chunks_in_kernel: bool | None = None  # did the chunk kernel take this step's chunks
 
     def _usable(self, q: torch.Tensor, k_cache: torch.Tensor) -> bool:
         return (self.library is not None and q.device.type == "cpu"
@@ -69,15 +68,14 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
     def _new_step(self, meta: AttentionMetadata) -> None:
         """Once per step: its decode rows and its chunks, as the kernels take them."""
         starts = torch.tensor([0, *meta.query_lens]).cumsum(0)[:-1]
-        query_lens, seq_lens = torch.tensor(meta.query_lens), torch.tensor(meta.seq_lens, dtype=torch.int64)
+        query_lens, seq_lens = torch.tensor(meta.query_lens, dtype=torch.int64), torch.tensor(meta.seq_lens, dtype=torch.int64)
         decode, chunks = (query_lens == 1).nonzero().flatten(), (query_lens > 1).nonzero().flatten()
         if -(-int(seq_lens.max()) // meta.block_size) > meta.block_tables.shape[1]:  # a kernel would read past the table
             raise ValueError("block_tables has fewer blocks than the longest sequence needs")
         tables = meta.block_tables.to(torch.int64)
         self._decode = _DecodeRows(starts[decode].contiguous(), seq_lens[decode].contiguous(), tables[decode].contiguous())
-        self._chunks = _Chunks(starts[chunks].contiguous(), query_lens[chunks].to(torch.int64).contiguous(),
+        self._chunks = _Chunks(starts[chunks].contiguous(), query_lens[chunks].contiguous(),
                                seq_lens[chunks].contiguous(), tables[chunks].contiguous())
-        self._chunks_in_kernel = None  # known after the first layer's call
         self._meta_seen = meta
         self.num_steps += 1
         self.decode_rows_in_kernel += decode.numel()
@@ -87,7 +85,8 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
             return super().forward(q, k, v, k_cache, v_cache, meta, scale)
         k_cache.index_copy_(0, meta.slot_mapping, k)
         v_cache.index_copy_(0, meta.slot_mapping, v)
-        if meta is not self._meta_seen:
+        first_layer = meta is not self._meta_seen
+        if first_layer:
             self._new_step(meta)
         q = q.contiguous()
         out = torch.empty_like(q)
@@ -99,9 +98,8 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
             done = cpu_kernels.paged_chunk_attention(self.library, q, k_cache, v_cache, chunks.block_tables,
                                                      chunks.first_rows, chunks.query_lens, chunks.seq_lens,
                                                      meta.block_size, scale, out)
-            if self._chunks_in_kernel is None:  # count the step's chunk rows once, not per layer
-                self._chunks_in_kernel = done
-                self.chunk_rows_in_kernel += int(chunks.query_lens.sum()) if done else 0
+            if first_layer and done:  # count the step's chunk rows once, not per layer
+                self.chunk_rows_in_kernel += int(chunks.query_lens.sum())
             if not done:  # a head size the kernel was not built for: the batched torch path
                 plan = self.plan(meta, k_cache, with_decode=False)
                 for group in plan.groups:
