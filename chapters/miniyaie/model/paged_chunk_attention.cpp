@@ -47,17 +47,72 @@ void pack(const Pair& p, int64_t head_dim, float* kt, float* vp) {
   }
 }
 
+inline vec load(const float* p) {
+  vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
+
+inline float max_lane(vec v) {
+  float m = v[0];
+  for (int i = 1; i < T; ++i) m = std::max(m, v[i]);
+  return m;
+}
+
+// sums[r][c0*T .. (c0+CC)*T) = sum over keys t < until of weights[r][t] * V[t], for R rows: R x CC
+// accumulators in registers, each V vector loaded once for R rows.
+template <int D, int CC>
+inline void sum_values(const float* const* weights, const float* vp, int c0, int64_t until, float* sums) {
+  vec acc[R][CC] = {};
+  for (int64_t t = 0; t < until; ++t) {
+    vec v[CC];
+    for (int c = 0; c < CC; ++c) v[c] = load(vp + t * D + (c0 + c) * T);
+    for (int r = 0; r < R; ++r) {
+      const float w = weights[r][t];
+      for (int c = 0; c < CC; ++c) acc[r][c] += w * v[c];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < CC; ++c) store(sums + r * D + (c0 + c) * T, acc[r][c]);
+}
+
+// Scores of R rows against NT tiles of K (NT * 16 keys): R x NT accumulators, so each K
+// vector is loaded once for R rows and each query value once for NT tiles.
+template <int D, int NT>
+inline void score_block(const float* const* q, const float* tile, float scale, float* out, int64_t stride) {
+  vec acc[R][NT] = {};
+  for (int d = 0; d < D; ++d) {
+    vec k[NT];
+    for (int n = 0; n < NT; ++n) k[n] = load(tile + n * D * T + d * T);
+    for (int r = 0; r < R; ++r) {
+      const float x = q[r][d];
+      for (int n = 0; n < NT; ++n) acc[r][n] += x * k[n];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NT; ++n) store(out + r * stride + n * T, acc[r][n] * scale);
+}
+
+template <int D>
+inline void score_tiles(const float* const* q, const float* tile, int tiles, float scale, float* out, int64_t stride) {
+  for (; tiles >= 4; tiles -= 4, tile += 4 * D * T, out += 4 * T) score_block<D, 4>(q, tile, scale, out, stride);
+  if (tiles == 3) score_block<D, 3>(q, tile, scale, out, stride);
+  if (tiles == 2) score_block<D, 2>(q, tile, scale, out, stride);
+  if (tiles == 1) score_block<D, 1>(q, tile, scale, out, stride);
+}
+
 // Up to B rows of one pair, in groups of R: each row's query, output and last visible key.
-// Pass 1 scores the rows against the transposed K, tile by tile, R rows at a time (a tile is
-// loaded once for R rows); the softmax then runs over each row's whole score row; pass 2 adds
-// each V row, loaded once per R rows, to their sums. Both passes walk the keys in spans of
-// S keys and, within a span, all the rows: the span's 16 KB of K or V stay in the core's
-// first-level cache while every row uses them. `scores`: B rows of `stride` floats; `sums`:
-// B rows of D floats.
+// Pass 1 scores R rows against 4 tiles of the transposed K at a time (score_block), walking
+// the keys in spans of 64 whose K (16 or 32 KB) stays in the core's first-level cache while
+// every group of rows uses it. The softmax then runs over each row's whole score row, with
+// vector loads for its maximum. Pass 2 (sum_values) adds each V row, loaded once per R rows,
+// to R sums held in registers. `scores`: B rows of `stride` floats; `sums`: B rows of D floats.
 template <int D>
 void attend_rows(const float* const* queries, float* const* outs, const int64_t* last, int n, const float* kt,
                  const float* vp, float scale, float* scores, int64_t stride, float* sums) {
-  constexpr int C = D / T, SPAN = 4096 / D;  // keys per span: 16 KB of K (or V)
+  constexpr int C = D / T, SPAN = 64;  // keys per span of pass 1: 4 tiles
   constexpr float hidden = -1e30f;  // not -inf: the library is built with -ffast-math, which assumes no infinities
   const int groups = (n + R - 1) / R;
   int64_t until = 0;
@@ -67,67 +122,40 @@ void attend_rows(const float* const* queries, float* const* outs, const int64_t*
       const float* const* q = queries + gr * R;
       int64_t group_until = 0;
       for (int r = 0; r < R; ++r) group_until = std::max(group_until, last[gr * R + r] + 1);
-      for (int64_t start = span; start < std::min(span + SPAN, group_until); start += T) {
-        const float* tile = kt + start * D;  // tile start / T begins at (start / T) * D * T
-        vec even[R] = {}, odd[R] = {};  // two sums per row: eight independent chains keep both FMA units busy
-        for (int d = 0; d < D; d += 2) {
-          vec k0, k1;
-          std::memcpy(&k0, tile + d * T, sizeof k0);
-          std::memcpy(&k1, tile + (d + 1) * T, sizeof k1);
-          for (int r = 0; r < R; ++r) {  // padding rows read row 0: never used
-            even[r] += q[r][d] * k0;
-            odd[r] += q[r][d + 1] * k1;
-          }
-        }
-        for (int r = 0; r < R; ++r) {
-          const vec x = (even[r] + odd[r]) * scale;
-          std::memcpy(scores + (gr * R + r) * stride + start, &x, sizeof x);
-        }
-      }
+      const int64_t stop = std::min(span + SPAN, group_until);
+      if (stop > span) score_tiles<D>(q, kt + span * D, int((stop - span + T - 1) / T), scale, scores + gr * R * stride + span, stride);
     }
   }
   float total[B];
+  const int64_t width = (until + T - 1) / T * T;
   for (int r = 0; r < groups * R; ++r) {
     float* row = scores + r * stride;
-    const int64_t visible = r < n ? last[r] + 1 : 0, width = (until + T - 1) / T * T;
+    const int64_t visible = r < n ? last[r] + 1 : 0;
     for (int64_t t = visible; t < width; ++t) row[t] = hidden;  // after the row's position: weight 0
-    float top = hidden, sum = 0.f;
-#pragma omp simd reduction(max : top)
-    for (int64_t t = 0; t < visible; ++t) top = std::max(top, row[t]);
+    vec top = load(row);
+    for (int64_t t = T; t < width; t += T) {
+      const vec x = load(row + t);
+      top = x > top ? x : top;
+    }
+    const float row_max = max_lane(top);
+    float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t t = 0; t < width; ++t) {
-      row[t] = std::exp(row[t] - top);
+    for (int64_t t = 0; t < visible; ++t) {
+      row[t] = std::exp(row[t] - row_max);
       sum += row[t];
     }
+    for (int64_t t = visible; t < width; ++t) row[t] = 0.f;  // exp of `hidden` would take expf's slow path
     total[r] = sum;
   }
-  std::memset(sums, 0, sizeof(float) * groups * R * D);
-  for (int64_t span = 0; span < until; span += SPAN) {
-    for (int gr = 0; gr < groups; ++gr) {
-      int64_t group_until = 0;
-      for (int r = 0; r < R; ++r) group_until = std::max(group_until, last[gr * R + r] + 1);
-      const int64_t stop = std::min(span + SPAN, group_until);
-      if (stop <= span) continue;
-      vec acc[R][C];
-      std::memcpy(acc, sums + gr * R * D, sizeof acc);
-      for (int64_t t = span; t < stop; ++t) {
-        vec v[C];
-        std::memcpy(v, vp + t * D, sizeof v);
-        for (int r = 0; r < R; ++r) {
-          const float weight = scores[(gr * R + r) * stride + t];
-          for (int c = 0; c < C; ++c) acc[r][c] += weight * v[c];
-        }
-      }
-      std::memcpy(sums + gr * R * D, acc, sizeof acc);
-    }
+  for (int gr = 0; gr < groups; ++gr) {
+    int64_t group_until = 0;
+    for (int r = 0; r < R; ++r) group_until = std::max(group_until, last[gr * R + r] + 1);
+    const float* weights[R];
+    for (int r = 0; r < R; ++r) weights[r] = scores + (gr * R + r) * stride;
+    for (int c0 = 0; c0 < C; c0 += 4) sum_values<D, (C < 4 ? C : 4)>(weights, vp, c0, group_until, sums + gr * R * D);
   }
   for (int r = 0; r < n; ++r)
-    for (int c = 0; c < C; ++c) {
-      vec o;
-      std::memcpy(&o, sums + r * D + c * T, sizeof o);
-      o /= total[r];
-      std::memcpy(outs[r] + c * T, &o, sizeof o);
-    }
+    for (int c = 0; c < C; ++c) store(outs[r] + c * T, load(sums + r * D + c * T) / total[r]);
 }
 
 }  // namespace
