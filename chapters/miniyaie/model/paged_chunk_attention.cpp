@@ -33,20 +33,6 @@ struct Pair {
   int64_t len, block_size, slot_stride;
 };
 
-// Kt[tile][d][j] = K[tile * T + j][d] (zero past len); Vp[t][d] = V[t][d].
-void pack(const Pair& p, int64_t head_dim, float* kt, float* vp) {
-  const int64_t tiles = (p.len + T - 1) / T;
-  float* last_tile = kt + (tiles - 1) * head_dim * T;
-  std::memset(last_tile, 0, sizeof(float) * head_dim * T);  // its keys past len: finite, and hidden later
-  for (int64_t t = 0; t < p.len; ++t) {
-    const int64_t slot = p.table[t / p.block_size] * p.block_size + t % p.block_size;
-    const float* k = p.k_head + slot * p.slot_stride;
-    float* column = kt + (t / T) * head_dim * T + t % T;
-    for (int64_t d = 0; d < head_dim; ++d) column[d * T] = k[d];
-    std::memcpy(vp + t * head_dim, p.v_head + slot * p.slot_stride, sizeof(float) * head_dim);
-  }
-}
-
 inline vec load(const float* p) {
   vec v;
   std::memcpy(&v, p, sizeof v);
@@ -54,6 +40,55 @@ inline vec load(const float* p) {
 }
 
 inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
+
+typedef int ivec __attribute__((vector_size(T * sizeof(int))));
+
+// One step of a 16 x 16 transpose: the off-diagonal blocks of size h of rows i and i + h swap.
+// After the steps h = 8, 4, 2, 1, row d holds what column d held.
+template <int H>
+inline void swap_blocks(vec* rows) {
+  constexpr ivec first = {0 < H ? 0 : 0, (1 & H) ? 16 + 1 - H : 1, (2 & H) ? 16 + 2 - H : 2, (3 & H) ? 16 + 3 - H : 3,
+                          (4 & H) ? 16 + 4 - H : 4, (5 & H) ? 16 + 5 - H : 5, (6 & H) ? 16 + 6 - H : 6,
+                          (7 & H) ? 16 + 7 - H : 7, (8 & H) ? 16 + 8 - H : 8, (9 & H) ? 16 + 9 - H : 9,
+                          (10 & H) ? 16 + 10 - H : 10, (11 & H) ? 16 + 11 - H : 11, (12 & H) ? 16 + 12 - H : 12,
+                          (13 & H) ? 16 + 13 - H : 13, (14 & H) ? 16 + 14 - H : 14, (15 & H) ? 16 + 15 - H : 15};
+  constexpr ivec second = first + H;  // lanes l with l & H clear take a[l + H], the others b[l]
+  for (int i = 0; i < T; ++i)
+    if (!(i & H)) {
+      const vec a = rows[i], b = rows[i + H];
+      rows[i] = __builtin_shuffle(a, b, first);
+      rows[i + H] = __builtin_shuffle(a, b, second);
+    }
+}
+
+// Kt[tile][d][j] = K[tile * T + j][d] (zero past len), 16 keys by 16 dimensions at a time through
+// registers; Vp[t][d] = V[t][d].
+void pack(const Pair& p, int64_t head_dim, float* kt, float* vp) {
+  const vec zero = {};
+  for (int64_t start = 0; start < p.len; start += T) {
+    const float* k[T];
+    for (int j = 0; j < T; ++j) {
+      const int64_t t = start + j;
+      if (t >= p.len) {
+        k[j] = nullptr;
+        continue;
+      }
+      const int64_t slot = p.table[t / p.block_size] * p.block_size + t % p.block_size;
+      k[j] = p.k_head + slot * p.slot_stride;
+      std::memcpy(vp + t * head_dim, p.v_head + slot * p.slot_stride, sizeof(float) * head_dim);
+    }
+    float* tile = kt + start * head_dim;
+    for (int64_t d = 0; d < head_dim; d += T) {
+      vec rows[T];
+      for (int j = 0; j < T; ++j) rows[j] = k[j] ? load(k[j] + d) : zero;
+      swap_blocks<8>(rows);
+      swap_blocks<4>(rows);
+      swap_blocks<2>(rows);
+      swap_blocks<1>(rows);
+      for (int i = 0; i < T; ++i) store(tile + (d + i) * T, rows[i]);
+    }
+  }
+}
 
 inline float max_lane(vec v) {
   float m = v[0];
