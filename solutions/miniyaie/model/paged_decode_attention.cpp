@@ -1,11 +1,13 @@
 // Decode attention that reads K and V where they lie in the paged cache (CPU, float32).
 //
-// One query token per sequence. For every (sequence, KV head) pair, the `group` query heads
-// that share that KV head are scored against the sequence's keys in one pass over its blocks,
-// then the softmax weights sum its values in a second pass. Nothing is gathered or copied: a
-// key's row is found through the block table, and each K or V row is read once per pair and
-// used for all `group` heads. Pairs run in parallel on OpenMP threads (torch's own runtime:
-// the library links libgomp, which torch has already loaded).
+// One query token per sequence. For every KV head, the `group` query heads that share it are
+// scored against the sequence's keys in one pass over its blocks, then the softmax weights sum
+// its values in a second pass. Nothing is gathered or copied: a key's row is found through the
+// block table, and each K or V row is read once and used for all `group` heads. A work unit is
+// a whole sequence (all its KV heads, so that each block of 16 slots is one contiguous stretch
+// of the pool, read front to back) or, when there are too few sequences to keep every thread
+// busy, one (sequence, KV head) pair. Units run in parallel on OpenMP threads (torch's own
+// runtime, which the library shares).
 //
 // Layouts (all contiguous):
 //   q, out        [num_rows, num_heads, head_dim]   the step's packed queries / outputs
@@ -15,7 +17,7 @@
 //   seq_lens      [num_seqs]  keys to attend, the query's own included
 //
 // The common shapes (head_dim 64 or 128, up to 8 query heads per KV head) are compiled with
-// both sizes known, so a pair's queries and running sums stay in vector registers; `vec` is
+// both sizes known, so a head's queries and running sums stay in vector registers; `vec` is
 // 16 floats (one AVX-512 register, or two AVX2 ones: the compiler splits it).
 #include <algorithm>
 #include <cmath>
@@ -40,117 +42,147 @@ inline float sum_lanes(vec v) {
   return s;
 }
 
-struct Pair {
-  const float* query;     // the group's first query head
-  const float* k_head;    // k_cache + kv_head * head_dim: add slot * slot_stride for a key
-  const float* v_head;
-  const int64_t* table;   // the sequence's block table
-  int64_t len, block_size, slot_stride, head_dim;
+// One work unit: a sequence's KV heads [h0, h1), each with the `group` query heads that share it.
+struct Unit {
+  const float* query;      // the row's first query head
+  const float* k_cache;    // the pool: key t of head h is at (slot(t) * num_kv_heads + h) * head_dim
+  const float* v_cache;
+  const int64_t* table;    // the sequence's block table
+  int64_t len, block_size, slot_stride, head_dim, group, h0, h1;
   float scale;
-  float* out;             // the group's first output head
+  float* out;              // the row's first output head
 };
 
-// Asks the memory for the rows of the sequence's block `b` (one head's row of each slot): the
-// blocks of a sequence lie anywhere in the pool, where no hardware prefetcher can guess them.
-// Fetching the next block while this one is used made the kernel a quarter faster.
-inline void prefetch_block(const Pair& p, const float* head, int64_t b, int64_t start) {
-  const int64_t n = std::min(p.block_size, p.len - start);
-  const char* row = reinterpret_cast<const char*>(head + p.table[b] * p.block_size * p.slot_stride);
-  for (int64_t i = 0; i < n; ++i, row += p.slot_stride * sizeof(float))
-    for (int64_t byte = 0; byte < p.head_dim * int64_t(sizeof(float)); byte += 64) __builtin_prefetch(row + byte);
+// Asks the memory for block b's rows of heads [h0, h1) (all heads: the block's whole stretch of
+// the pool): a sequence's blocks lie anywhere in the pool, where no prefetcher can guess them.
+inline void prefetch_block(const Unit& u, const float* pool, int64_t b, int64_t start) {
+  const int64_t n = std::min(u.block_size, u.len - start), bytes = (u.h1 - u.h0) * u.head_dim * sizeof(float);
+  const char* row = reinterpret_cast<const char*>(pool + (u.table[b] * u.block_size * u.slot_stride + u.h0 * u.head_dim));
+  for (int64_t i = 0; i < n; ++i, row += u.slot_stride * sizeof(float))
+    for (int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(row + byte);
 }
 
-// Calls visit(t, row) for the sequence's keys t = 0 .. len-1 in order, `row` being key t's
-// row of `head` (k or v), block by block (no division per key).
+// Calls visit(start, n, rows) for each block of the sequence, in order: keys start .. start+n-1,
+// `rows` pointing at the block's first slot in `pool` (k or v). Fetches the next block meanwhile.
 template <typename Visit>
-inline void for_each_key(const Pair& p, const float* head, Visit visit) {
-  for (int64_t start = 0, b = 0; start < p.len; start += p.block_size, ++b) {
-    if (start + p.block_size < p.len) prefetch_block(p, head, b + 1, start + p.block_size);
-    const float* row = head + p.table[b] * p.block_size * p.slot_stride;
-    const int64_t n = std::min(p.block_size, p.len - start);
-    for (int64_t i = 0; i < n; ++i, row += p.slot_stride) visit(start + i, row);
+inline void for_each_block(const Unit& u, const float* pool, Visit visit) {
+  for (int64_t start = 0, b = 0; start < u.len; start += u.block_size, ++b) {
+    if (start + u.block_size < u.len) prefetch_block(u, pool, b + 1, start + u.block_size);
+    visit(start, std::min(u.block_size, u.len - start), pool + u.table[b] * u.block_size * u.slot_stride);
   }
 }
 
-// exp(s - max) of each head's scores, in place; returns nothing, fills total[h] with their sums.
-void softmax_unnormalised(float* scores, int64_t len, int group, float* total) {
-  for (int h = 0; h < group; ++h) {
-    float* s = scores + h * len;
-    float top = s[0], sum = 0.f;
-#pragma omp simd reduction(max : top)
-    for (int64_t t = 0; t < len; ++t) top = std::max(top, s[t]);
+// exp(s - max) of each of `rows` score rows, in place; fills total[r] with their sums.
+void softmax_unnormalised(float* scores, int64_t len, int64_t rows, float* total) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* s = scores + r * len;
+    vec most = {};
+    most += s[0];
+    int64_t t = 0;
+    for (; t + W <= len; t += W) {  // in vectors: `omp simd reduction(max)` compiled to a scalar chain
+      const vec x = load(s + t);
+      most = x > most ? x : most;
+    }
+    float top = most[0], sum = 0.f;
+    for (int i = 1; i < W; ++i) top = std::max(top, most[i]);
+    for (; t < len; ++t) top = std::max(top, s[t]);
 #pragma omp simd reduction(+ : sum)
     for (int64_t t = 0; t < len; ++t) {
       s[t] = std::exp(s[t] - top);
       sum += s[t];
     }
-    total[h] = sum;
+    total[r] = sum;
   }
 }
 
+// Both passes walk the blocks in order and, within a block, the unit's heads: with all heads in
+// one unit, each block's K (then V) is one contiguous stretch of memory read front to back.
+// scores: [(h1 - h0) * G][len]; sums: [(h1 - h0) * G][D].
 template <int D, int G>
-void attend(const Pair& p, float* scores) {
+void attend(const Unit& u, float* scores, float* sums, float* total) {
   constexpr int C = D / W;
-  vec q[G][C];
-  for (int h = 0; h < G; ++h)
-    for (int c = 0; c < C; ++c) q[h][c] = load(p.query + h * D + c * W);
-  for_each_key(p, p.k_head, [&](int64_t t, const float* key) {  // pass 1: scores[h][t] = scale * q_h . k_t
-    vec k[C];
-    for (int c = 0; c < C; ++c) k[c] = load(key + c * W);
-    for (int h = 0; h < G; ++h) {
-      vec acc = q[h][0] * k[0];
-      for (int c = 1; c < C; ++c) acc += q[h][c] * k[c];
-      scores[h * p.len + t] = sum_lanes(acc) * p.scale;
+  const int64_t heads = u.h1 - u.h0;
+  for_each_block(u, u.k_cache, [&](int64_t start, int64_t n, const float* block) {  // scores = scale * q . k
+    for (int64_t h = u.h0; h < u.h1; ++h) {
+      vec q[G][C];
+      for (int g = 0; g < G; ++g)
+        for (int c = 0; c < C; ++c) q[g][c] = load(u.query + (h * G + g) * D + c * W);
+      float* s = scores + (h - u.h0) * G * u.len + start;
+      const float* key = block + h * D;
+      for (int64_t i = 0; i < n; ++i, key += u.slot_stride) {
+        vec k[C];
+        for (int c = 0; c < C; ++c) k[c] = load(key + c * W);
+        for (int g = 0; g < G; ++g) {
+          vec acc = q[g][0] * k[0];
+          for (int c = 1; c < C; ++c) acc += q[g][c] * k[c];
+          s[g * u.len + i] = sum_lanes(acc) * u.scale;
+        }
+      }
     }
   });
-  float total[G];
-  softmax_unnormalised(scores, p.len, G, total);
-  vec acc[G][C] = {};
-  for_each_key(p, p.v_head, [&](int64_t t, const float* value) {  // pass 2: acc[h] = sum_t weight[h][t] * v_t
-    vec v[C];
-    for (int c = 0; c < C; ++c) v[c] = load(value + c * W);
-    for (int h = 0; h < G; ++h) {
-      const float w = scores[h * p.len + t];
-      for (int c = 0; c < C; ++c) acc[h][c] += w * v[c];
+  softmax_unnormalised(scores, u.len, heads * G, total);
+  std::memset(sums, 0, sizeof(float) * heads * G * D);
+  for_each_block(u, u.v_cache, [&](int64_t start, int64_t n, const float* block) {  // sums += weight * v
+    for (int64_t h = u.h0; h < u.h1; ++h) {
+      float* sum = sums + (h - u.h0) * G * D;
+      const float* w = scores + (h - u.h0) * G * u.len + start;
+      vec acc[G][C];
+      for (int g = 0; g < G; ++g)
+        for (int c = 0; c < C; ++c) acc[g][c] = load(sum + g * D + c * W);
+      const float* value = block + h * D;
+      for (int64_t i = 0; i < n; ++i, value += u.slot_stride) {
+        vec v[C];
+        for (int c = 0; c < C; ++c) v[c] = load(value + c * W);
+        for (int g = 0; g < G; ++g)
+          for (int c = 0; c < C; ++c) acc[g][c] += w[g * u.len + i] * v[c];
+      }
+      for (int g = 0; g < G; ++g)
+        for (int c = 0; c < C; ++c) std::memcpy(sum + g * D + c * W, &acc[g][c], sizeof(vec));
     }
   });
-  for (int h = 0; h < G; ++h)
+  for (int64_t r = 0; r < heads * G; ++r)
     for (int c = 0; c < C; ++c) {
-      const vec o = acc[h][c] / total[h];
-      std::memcpy(p.out + h * D + c * W, &o, sizeof o);
+      const vec o = load(sums + r * D + c * W) / total[r];
+      std::memcpy(u.out + (u.h0 * G + r) * D + c * W, &o, sizeof o);
     }
 }
 
 // Any other shape: the same two passes with the sizes only known at run time.
-void attend_any(const Pair& p, int64_t group, int64_t head_dim, float* scores) {
-  for_each_key(p, p.k_head, [&](int64_t t, const float* key) {
-    for (int64_t h = 0; h < group; ++h) {
-      float dot = 0.f;
-      for (int64_t d = 0; d < head_dim; ++d) dot += p.query[h * head_dim + d] * key[d];
-      scores[h * p.len + t] = dot * p.scale;
-    }
+void attend_any(const Unit& u, float* scores, float* sums, float* total) {
+  const int64_t G = u.group, D = u.head_dim, heads = u.h1 - u.h0;
+  for_each_block(u, u.k_cache, [&](int64_t start, int64_t n, const float* block) {
+    for (int64_t h = u.h0; h < u.h1; ++h)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t g = 0; g < G; ++g) {
+          float dot = 0.f;
+          for (int64_t d = 0; d < D; ++d) dot += u.query[(h * G + g) * D + d] * block[i * u.slot_stride + h * D + d];
+          scores[((h - u.h0) * G + g) * u.len + start + i] = dot * u.scale;
+        }
   });
-  std::vector<float> total(group), acc(group * head_dim, 0.f);
-  softmax_unnormalised(scores, p.len, int(group), total.data());
-  for_each_key(p, p.v_head, [&](int64_t t, const float* value) {
-    for (int64_t h = 0; h < group; ++h)
-      for (int64_t d = 0; d < head_dim; ++d) acc[h * head_dim + d] += scores[h * p.len + t] * value[d];
+  softmax_unnormalised(scores, u.len, heads * G, total);
+  std::fill(sums, sums + heads * G * D, 0.f);
+  for_each_block(u, u.v_cache, [&](int64_t start, int64_t n, const float* block) {
+    for (int64_t h = u.h0; h < u.h1; ++h)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t g = 0; g < G; ++g)
+          for (int64_t d = 0; d < D; ++d)
+            sums[((h - u.h0) * G + g) * D + d] += scores[((h - u.h0) * G + g) * u.len + start + i] * block[i * u.slot_stride + h * D + d];
   });
-  for (int64_t h = 0; h < group; ++h)
-    for (int64_t d = 0; d < head_dim; ++d) p.out[h * head_dim + d] = acc[h * head_dim + d] / total[h];
+  for (int64_t r = 0; r < heads * G; ++r)
+    for (int64_t d = 0; d < D; ++d) u.out[(u.h0 * G + r) * D + d] = sums[r * D + d] / total[r];
 }
 
 template <int D>
-bool attend_fixed_dim(const Pair& p, int64_t group, float* scores) {
-  switch (group) {
-    case 1: attend<D, 1>(p, scores); return true;
-    case 2: attend<D, 2>(p, scores); return true;
-    case 3: attend<D, 3>(p, scores); return true;
-    case 4: attend<D, 4>(p, scores); return true;
-    case 5: attend<D, 5>(p, scores); return true;
-    case 6: attend<D, 6>(p, scores); return true;
-    case 7: attend<D, 7>(p, scores); return true;
-    case 8: attend<D, 8>(p, scores); return true;
+bool attend_fixed_dim(const Unit& u, float* scores, float* sums, float* total) {
+  switch (u.group) {
+    case 1: attend<D, 1>(u, scores, sums, total); return true;
+    case 2: attend<D, 2>(u, scores, sums, total); return true;
+    case 3: attend<D, 3>(u, scores, sums, total); return true;
+    case 4: attend<D, 4>(u, scores, sums, total); return true;
+    case 5: attend<D, 5>(u, scores, sums, total); return true;
+    case 6: attend<D, 6>(u, scores, sums, total); return true;
+    case 7: attend<D, 7>(u, scores, sums, total); return true;
+    case 8: attend<D, 8>(u, scores, sums, total); return true;
   }
   return false;
 }
@@ -163,21 +195,25 @@ extern "C" void paged_decode_attention(
     int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size, float scale,
     float* out, int num_threads) {
   const int64_t group = num_heads / num_kv_heads;
+  // A unit per sequence when there are enough to share out; with few, a unit per (sequence, KV
+  // head), so that every thread has work.
+  const int64_t heads_per_unit = num_seqs >= 2 * num_threads ? num_kv_heads : 1;
+  const int64_t units_per_seq = (num_kv_heads + heads_per_unit - 1) / heads_per_unit;
 #pragma omp parallel num_threads(num_threads)
   {
-    std::vector<float> scores;  // per thread, reused across pairs
+    std::vector<float> scores, sums(heads_per_unit * group * head_dim), total(heads_per_unit * group);  // per thread
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t pair = 0; pair < num_seqs * num_kv_heads; ++pair) {
-      const int64_t seq = pair / num_kv_heads, kv_head = pair % num_kv_heads;
-      const int64_t first_head = (rows[seq] * num_heads + kv_head * group) * head_dim;
-      const Pair p{q + first_head, k_cache + kv_head * head_dim, v_cache + kv_head * head_dim,
-                   block_tables + seq * table_width, seq_lens[seq], block_size, num_kv_heads * head_dim,
-                   head_dim, scale, out + first_head};
-      scores.resize(group * p.len);
-      const bool done = head_dim == 64    ? attend_fixed_dim<64>(p, group, scores.data())
-                        : head_dim == 128 ? attend_fixed_dim<128>(p, group, scores.data())
+    for (int64_t unit = 0; unit < num_seqs * units_per_seq; ++unit) {
+      const int64_t seq = unit / units_per_seq, h0 = unit % units_per_seq * heads_per_unit;
+      const int64_t row = rows[seq] * num_heads * head_dim;
+      const Unit u{q + row, k_cache, v_cache, block_tables + seq * table_width, seq_lens[seq], block_size,
+                   num_kv_heads * head_dim, head_dim, group, h0, std::min(num_kv_heads, h0 + heads_per_unit),
+                   scale, out + row};
+      scores.resize(heads_per_unit * group * u.len);
+      const bool done = head_dim == 64    ? attend_fixed_dim<64>(u, scores.data(), sums.data(), total.data())
+                        : head_dim == 128 ? attend_fixed_dim<128>(u, scores.data(), sums.data(), total.data())
                                           : false;
-      if (!done) attend_any(p, group, head_dim, scores.data());
+      if (!done) attend_any(u, scores.data(), sums.data(), total.data());
     }
   }
 }
