@@ -43,16 +43,13 @@ inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
 
 typedef int ivec __attribute__((vector_size(T * sizeof(int))));
 
-// One step of a 16 x 16 transpose: the off-diagonal blocks of size h of rows i and i + h swap.
-// After the steps h = 8, 4, 2, 1, row d holds what column d held.
+// One step of a 16 x 16 transpose: the off-diagonal blocks of size H of rows i and i + H swap.
+// After the steps H = 8, 4, 2, 1, row d holds what column d held.
 template <int H>
 inline void swap_blocks(vec* rows) {
-  constexpr ivec first = {0 < H ? 0 : 0, (1 & H) ? 16 + 1 - H : 1, (2 & H) ? 16 + 2 - H : 2, (3 & H) ? 16 + 3 - H : 3,
-                          (4 & H) ? 16 + 4 - H : 4, (5 & H) ? 16 + 5 - H : 5, (6 & H) ? 16 + 6 - H : 6,
-                          (7 & H) ? 16 + 7 - H : 7, (8 & H) ? 16 + 8 - H : 8, (9 & H) ? 16 + 9 - H : 9,
-                          (10 & H) ? 16 + 10 - H : 10, (11 & H) ? 16 + 11 - H : 11, (12 & H) ? 16 + 12 - H : 12,
-                          (13 & H) ? 16 + 13 - H : 13, (14 & H) ? 16 + 14 - H : 14, (15 & H) ? 16 + 15 - H : 15};
-  constexpr ivec second = first + H;  // lanes l with l & H clear take a[l + H], the others b[l]
+  constexpr ivec lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};  // of a; T + l is b's lane l
+  constexpr ivec first = (lanes & H) ? lanes + (T - H) : lanes;  // a[l], or b[l - H] where l & H is set
+  constexpr ivec second = (lanes & H) ? lanes + T : lanes + H;   // a[l + H], or b[l]
   for (int i = 0; i < T; ++i)
     if (!(i & H)) {
       const vec a = rows[i], b = rows[i + H];
