@@ -185,6 +185,21 @@ def test_loading_the_kernel_leaves_the_processs_floating_point_alone():
     assert tiny_value.item() != 0.0, "subnormal numbers are flushed to zero after loading the kernel library"
 
 
+def test_a_failed_build_is_reported_and_leaves_no_library(tmp_path, monkeypatch, caplog):
+    """A compiler that fails: load() says so once and returns None (the engine then uses torch ops), caching nothing."""
+    from miniyaie.model import cpu_kernels
+
+    compiler = tmp_path / "failing-compiler"
+    compiler.write_text("#!/bin/sh\necho 'no such flag' >&2\nexit 1\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    monkeypatch.setenv(cpu_kernels.CACHE_ENV, str(tmp_path / "kernels"))
+    with caplog.at_level("WARNING"):
+        assert cpu_kernels.load.__wrapped__() is None
+    assert "building the CPU kernels failed" in caplog.text and "no such flag" in caplog.text
+    assert not list((tmp_path / "kernels").glob("*.so")), "a failed build must not leave a library in the cache"
+
+
 def test_reference_backend_stays_selectable(tiny):
     model, _ = tiny
     LLMEngine(model, EngineConfig(attention_backend="reference"))

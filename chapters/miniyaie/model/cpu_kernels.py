@@ -10,8 +10,9 @@ torch ops must first gather each sequence's K/V into one tensor, then read it
 again in SDPA; at long contexts that copy is most of the step. A loop that
 follows the block table reads every K and V row once, where it lies
 (paged_decode_attention.cpp). It is plain C++ with no torch headers, so it
-compiles in about two seconds; the library is cached under
-~/.cache/miniyaie/kernels, keyed by the sources, the flags and the CPU.
+compiles in about two seconds (the three files side by side); the library
+is cached under ~/.cache/miniyaie/kernels, keyed by the sources, the flags
+and the CPU.
 
 `load()` returns None, and says why once, where no compiler is found or the
 build fails: the engine then uses the batched torch backend for every row,
@@ -87,14 +88,16 @@ def load() -> ctypes.CDLL | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:  # built aside, then renamed: never half a file
             built, objects = Path(tmp) / path.name, [Path(tmp) / f"{source.stem}.o" for source in SOURCES]
-            for source, obj in zip(SOURCES, objects):
-                result = subprocess.run([compiler, *COMPILE_FLAGS, str(source), "-o", str(obj)], capture_output=True, text=True)
-                if result.returncode != 0:
-                    break
-            else:
+            compiles = [subprocess.Popen([compiler, *COMPILE_FLAGS, str(source), "-o", str(obj)], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+                        for source, obj in zip(SOURCES, objects)]  # side by side: one per core, not one after another
+            errors = [compile_.communicate()[1] for compile_ in compiles]  # waits for each
+            failed = [error for compile_, error in zip(compiles, errors) if compile_.returncode != 0]
+            if not failed:
                 result = subprocess.run([compiler, *LINK_FLAGS, *map(str, objects), "-o", str(built)], capture_output=True, text=True)
-            if result.returncode != 0:
-                log.warning("building the CPU kernels failed, the backend uses torch ops instead:\n%s", result.stderr[-2000:])
+                failed = [result.stderr] if result.returncode != 0 else []
+            if failed:
+                log.warning("building the CPU kernels failed, the backend uses torch ops instead:\n%s", failed[0][-2000:])
                 return None
             os.replace(built, path)
     library = ctypes.CDLL(str(path))
