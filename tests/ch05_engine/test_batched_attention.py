@@ -4,7 +4,9 @@ Random steps mix decode rows (one new token) and prefill/extend chunks of
 several sequences, over blocks handed out in a shuffled order (so block
 tables are random), with GQA and MHA, block sizes 1 and 16. Both backends
 run the same steps on their own copy of a pool full of garbage: outputs must
-be close and the pools identical (same K/V written to the same slots).
+be close and the pools identical (same K/V written to the same slots). The
+C++ kernels are also built with each vector width another machine would
+give them (4, 8 and 16 floats) and checked the same way.
 """
 
 import random
@@ -25,16 +27,23 @@ pytestmark = pytest.mark.ungraded
 NUM_LAYERS = 2
 
 
+VECTOR_WIDTHS = {"cpu": (), **{f"cpu-{w}-lanes": (f"-DMINIYAIE_VECTOR_FLOATS={w}",) for w in (4, 8, 16)}}
+
+
 def make_fast(kind: str, call_cost: int, group_bytes: int):
+    """kind: torch, cpu (the kernels as this machine builds them), or cpu-N-lanes (built with N-float vectors,
+    the width of another machine's registers: cpu_vector.h)."""
     if kind == "torch":
         return BatchedTorchAttentionBackend(call_cost, group_bytes)
-    fast = PagedCpuAttentionBackend()
+    from miniyaie.model import cpu_kernels
+
+    fast = PagedCpuAttentionBackend(cpu_kernels.build(VECTOR_WIDTHS[kind]) if VECTOR_WIDTHS[kind] else None)
     assert fast.library is not None, "the C++ decode kernel did not build (is g++ installed?): see the log"
     fast.call_cost_in_slots, fast.max_group_bytes = call_cost, group_bytes
     return fast
 
 
-@pytest.mark.parametrize("kind", ["torch", "cpu"])
+@pytest.mark.parametrize("kind", ["torch", *VECTOR_WIDTHS])
 @settings(max_examples=25)
 @given(
     block_size=st.sampled_from([1, 4, 16, 48]),  # 48: pieces of 16 slots, three per block

@@ -3,7 +3,9 @@
 Three sources make one library: paged_decode_attention.cpp (decode attention
 over the paged cache), paged_chunk_attention.cpp (prefill and extend chunks
 over it) and cpu_layer_ops.cpp (RMSNorm with its residual add,
-RoPE, SiLU-times-up, each in one pass; used by cpu_layer_ops.py).
+RoPE, SiLU-times-up, each in one pass; used by cpu_layer_ops.py). The two
+attention kernels take their vector width from cpu_vector.h: the width of
+the machine's own registers (16 floats with AVX-512, 8 with AVX2).
 
 Why C++ and not torch ops: on a CPU, attention over a paged cache written with
 torch ops must first gather each sequence's K/V into one tensor, then read it
@@ -36,6 +38,7 @@ import torch
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
                                                                        "cpu_layer_ops.cpp"))
+HEADERS = (Path(__file__).with_name("cpu_vector.h"),)  # included by the sources: part of the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
 # point to flush-to-zero when it loads (gcc's crtfastmath), and torch's results with it.
@@ -67,10 +70,10 @@ def _cpu_signature() -> str:
     return f"{platform.machine()} {flags}"
 
 
-def library_path(compiler: str) -> Path:
+def library_path(compiler: str, defines: tuple[str, ...] = ()) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
-    texts = [source.read_text() for source in SOURCES]
-    key = hashlib.sha256("\n".join([*texts, *COMPILE_FLAGS, *LINK_FLAGS, *version, _cpu_signature()]).encode())
+    texts = [source.read_text() for source in SOURCES + HEADERS]
+    key = hashlib.sha256("\n".join([*texts, *COMPILE_FLAGS, *defines, *LINK_FLAGS, *version, _cpu_signature()]).encode())
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "miniyaie" / "kernels")
     return root / f"cpu_kernels-{key.hexdigest()[:16]}.so"
 
@@ -78,17 +81,23 @@ def library_path(compiler: str) -> Path:
 @functools.cache
 def load() -> ctypes.CDLL | None:
     """The kernel library, built on first use; None (and one logged reason) when it cannot be."""
+    return build()
+
+
+def build(defines: tuple[str, ...] = ()) -> ctypes.CDLL | None:
+    """Build (or find in the cache) and load the library; `defines` are extra -D flags, e.g.
+    ("-DMINIYAIE_VECTOR_FLOATS=8",) for another vector width than the machine's (cpu_vector.h)."""
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         log.warning("no C++ compiler found: the cpu backend uses torch ops for attention and the element-wise layers")
         return None
     torch.get_num_threads()  # torch (and its OpenMP runtime, which the library shares) is loaded
-    path = library_path(compiler)
+    path = library_path(compiler, defines)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:  # built aside, then renamed: never half a file
             built, objects = Path(tmp) / path.name, [Path(tmp) / f"{source.stem}.o" for source in SOURCES]
-            compiles = [subprocess.Popen([compiler, *COMPILE_FLAGS, str(source), "-o", str(obj)], stdout=subprocess.PIPE,
+            compiles = [subprocess.Popen([compiler, *COMPILE_FLAGS, *defines, str(source), "-o", str(obj)], stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True)
                         for source, obj in zip(SOURCES, objects)]  # side by side: one per core, not one after another
             errors = [compile_.communicate()[1] for compile_ in compiles]  # waits for each

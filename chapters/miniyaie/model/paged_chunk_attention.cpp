@@ -3,8 +3,9 @@
 // A chunk is `query_len` new tokens of one sequence whose K/V (cached prefix and the chunk
 // itself) are already in the cache: query i sits at position p = seq_len - query_len + i and
 // sees keys 0..p. For every (sequence, KV head) pair the keys are first copied once out of the
-// block table into a scratch tile layout: K transposed in tiles of 16 keys ([tile][dim][16]),
-// so that the 16 scores of a query against a tile are one vector per dimension step, and V
+// block table into a scratch tile layout: K transposed in tiles of T keys ([tile][dim][T], T the
+// floats of one vector register, cpu_vector.h), so that the T scores of a query against a tile
+// are one vector per dimension step, and V
 // row by row. Then the pair's query rows (its `group` heads folded in, as in the batched torch
 // backend) are scored against the tiles, take a softmax over their whole score rows and sum
 // the values, each row only up to its own position: a causal chunk does half the work of
@@ -19,12 +20,19 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_vector.h"
+
 namespace {
 
-constexpr int T = 16;  // keys per tile: one vector of scores
+using cpu_vector::load;
+using cpu_vector::max_lane;
+using cpu_vector::store;
+using cpu_vector::vec;
+
+constexpr int T = cpu_vector::W;  // keys per tile: one vector of scores (16 with AVX-512, 8 with AVX2)
 constexpr int R = 4;   // query rows scored together (each tile of K is loaded once for them)
 constexpr int B = 32;  // query rows of one work item (R-row groups sharing the K and V spans in cache)
-typedef float vec __attribute__((vector_size(T * sizeof(float))));
+constexpr int NT = cpu_vector::fit(R, 4);  // tiles scored together: R x NT accumulators in registers
 
 struct Pair {
   const float* k_head;  // k_cache + kv_head * head_dim: add slot * slot_stride for a key
@@ -33,21 +41,12 @@ struct Pair {
   int64_t len, block_size, slot_stride;
 };
 
-inline vec load(const float* p) {
-  vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
-
-typedef int ivec __attribute__((vector_size(T * sizeof(int))));
-
-// One step of a 16 x 16 transpose: the off-diagonal blocks of size H of rows i and i + H swap.
-// After the steps H = 8, 4, 2, 1, row d holds what column d held.
+// One step of a T x T transpose: the off-diagonal blocks of size H of rows i and i + H swap.
+// After the steps H = T/2, ..., 2, 1, row d holds what column d held.
 template <int H>
 inline void swap_blocks(vec* rows) {
-  constexpr ivec lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};  // of a; T + l is b's lane l
+  using cpu_vector::ivec;
+  constexpr ivec lanes = cpu_vector::LANES;  // of a; T + l is b's lane l
   constexpr ivec first = (lanes & H) ? lanes + (T - H) : lanes;  // a[l], or b[l - H] where l & H is set
   constexpr ivec second = (lanes & H) ? lanes + T : lanes + H;   // a[l + H], or b[l]
   for (int i = 0; i < T; ++i)
@@ -58,7 +57,7 @@ inline void swap_blocks(vec* rows) {
     }
 }
 
-// Kt[tile][d][j] = K[tile * T + j][d] (zero past len), 16 keys by 16 dimensions at a time through
+// Kt[tile][d][j] = K[tile * T + j][d] (zero past len), T keys by T dimensions at a time through
 // registers; Vp[t][d] = V[t][d].
 void pack(const Pair& p, int64_t head_dim, float* kt, float* vp) {
   const vec zero = {};
@@ -78,19 +77,13 @@ void pack(const Pair& p, int64_t head_dim, float* kt, float* vp) {
     for (int64_t d = 0; d < head_dim; d += T) {
       vec rows[T];
       for (int j = 0; j < T; ++j) rows[j] = k[j] ? load(k[j] + d) : zero;
-      swap_blocks<8>(rows);
-      swap_blocks<4>(rows);
+      if constexpr (T > 8) swap_blocks<8>(rows);
+      if constexpr (T > 4) swap_blocks<4>(rows);
       swap_blocks<2>(rows);
       swap_blocks<1>(rows);
       for (int i = 0; i < T; ++i) store(tile + (d + i) * T, rows[i]);
     }
   }
-}
-
-inline float max_lane(vec v) {
-  float m = v[0];
-  for (int i = 1; i < T; ++i) m = std::max(m, v[i]);
-  return m;
 }
 
 // sums[r][c0*T .. (c0+CC)*T) = sum over keys t < until of weights[r][t] * V[t], for R rows: R x CC
@@ -110,41 +103,41 @@ inline void sum_values(const float* const* weights, const float* vp, int c0, int
     for (int c = 0; c < CC; ++c) store(sums + r * D + (c0 + c) * T, acc[r][c]);
 }
 
-// Scores of R rows against NT tiles of K (NT * 16 keys): R x NT accumulators, so each K
-// vector is loaded once for R rows and each query value once for NT tiles.
-template <int D, int NT>
+// Scores of R rows against N tiles of K (N * T keys): R x N accumulators, so each K
+// vector is loaded once for R rows and each query value once for N tiles.
+template <int D, int N>
 inline void score_block(const float* const* q, const float* tile, float scale, float* out, int64_t stride) {
-  vec acc[R][NT] = {};
+  vec acc[R][N] = {};
   for (int d = 0; d < D; ++d) {
-    vec k[NT];
-    for (int n = 0; n < NT; ++n) k[n] = load(tile + n * D * T + d * T);
+    vec k[N];
+    for (int n = 0; n < N; ++n) k[n] = load(tile + n * D * T + d * T);
     for (int r = 0; r < R; ++r) {
       const float x = q[r][d];
-      for (int n = 0; n < NT; ++n) acc[r][n] += x * k[n];
+      for (int n = 0; n < N; ++n) acc[r][n] += x * k[n];
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NT; ++n) store(out + r * stride + n * T, acc[r][n] * scale);
+    for (int n = 0; n < N; ++n) store(out + r * stride + n * T, acc[r][n] * scale);
 }
 
 template <int D>
 inline void score_tiles(const float* const* q, const float* tile, int tiles, float scale, float* out, int64_t stride) {
-  for (; tiles >= 4; tiles -= 4, tile += 4 * D * T, out += 4 * T) score_block<D, 4>(q, tile, scale, out, stride);
-  if (tiles == 3) score_block<D, 3>(q, tile, scale, out, stride);
-  if (tiles == 2) score_block<D, 2>(q, tile, scale, out, stride);
-  if (tiles == 1) score_block<D, 1>(q, tile, scale, out, stride);
+  for (; tiles >= NT; tiles -= NT, tile += NT * D * T, out += NT * T) score_block<D, NT>(q, tile, scale, out, stride);
+  if (NT > 3 && tiles == 3) score_block<D, 3>(q, tile, scale, out, stride);
+  if (NT > 2 && tiles == 2) score_block<D, 2>(q, tile, scale, out, stride);
+  if (NT > 1 && tiles == 1) score_block<D, 1>(q, tile, scale, out, stride);
 }
 
 // Up to B rows of one pair, in groups of R: each row's query, output and last visible key.
-// Pass 1 scores R rows against 4 tiles of the transposed K at a time (score_block), walking
+// Pass 1 scores R rows against NT tiles of the transposed K at a time (score_block), walking
 // the keys in spans of 64 whose K (16 or 32 KB) stays in the core's first-level cache while
 // every group of rows uses it. The softmax then runs over each row's whole score row, with
 // vector loads for its maximum. Pass 2 (sum_values) adds each V row, loaded once per R rows,
-// to R sums held in registers. `scores`: B rows of `stride` floats; `sums`: B rows of D floats.
+// to R x CC sums held in registers. `scores`: B rows of `stride` floats; `sums`: B rows of D floats.
 template <int D>
 void attend_rows(const float* const* queries, float* const* outs, const int64_t* last, int n, const float* kt,
                  const float* vp, float scale, float* scores, int64_t stride, float* sums) {
-  constexpr int C = D / T, SPAN = 64;  // keys per span of pass 1: 4 tiles
+  constexpr int C = D / T, SPAN = 64;  // keys per span of pass 1
   constexpr float hidden = -1e30f;  // not -inf: the library is built with -ffast-math, which assumes no infinities
   const int groups = (n + R - 1) / R;
   int64_t until = 0;
@@ -184,7 +177,8 @@ void attend_rows(const float* const* queries, float* const* outs, const int64_t*
     for (int r = 0; r < R; ++r) group_until = std::max(group_until, last[gr * R + r] + 1);
     const float* weights[R];
     for (int r = 0; r < R; ++r) weights[r] = scores + (gr * R + r) * stride;
-    for (int c0 = 0; c0 < C; c0 += 4) sum_values<D, (C < 4 ? C : 4)>(weights, vp, c0, group_until, sums + gr * R * D);
+    constexpr int CC = cpu_vector::fit(R, C < 4 ? C : 4);  // R x CC sums in registers
+    for (int c0 = 0; c0 < C; c0 += CC) sum_values<D, CC>(weights, vp, c0, group_until, sums + gr * R * D);
   }
   for (int r = 0; r < n; ++r)
     for (int c = 0; c < C; ++c) store(outs[r] + c * T, load(sums + r * D + c * T) / total[r]);

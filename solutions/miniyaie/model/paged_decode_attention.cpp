@@ -17,30 +17,22 @@
 //   seq_lens      [num_seqs]  keys to attend, the query's own included
 //
 // The common shapes (head_dim 64 or 128, up to 8 query heads per KV head) are compiled with
-// both sizes known, so a head's queries and running sums stay in vector registers; `vec` is
-// 16 floats (one AVX-512 register, or two AVX2 ones: the compiler splits it).
+// both sizes known, so a head's queries and running sums stay in vector registers; `vec` is one
+// register of the machine (cpu_vector.h: 16 floats with AVX-512, 8 with AVX2).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "cpu_vector.h"
+
 namespace {
 
-constexpr int W = 16;
-typedef float vec __attribute__((vector_size(W * sizeof(float))));
-
-inline vec load(const float* p) {
-  vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-inline float sum_lanes(vec v) {
-  float s = 0.f;
-  for (int i = 0; i < W; ++i) s += v[i];
-  return s;
-}
+using cpu_vector::load;
+using cpu_vector::sum_lanes;
+using cpu_vector::vec;
+using cpu_vector::W;
 
 // One work unit: a sequence's KV heads [h0, h1), each with the `group` query heads that share it.
 struct Unit {
@@ -122,28 +114,32 @@ void attend(const Unit& u, float* scores, float* sums, float* total) {
   });
   softmax_unnormalised(scores, u.len, heads * G, total);
   std::memset(sums, 0, sizeof(float) * heads * G * D);
+  // Pass 2 holds G x CB sums in registers: the head's G rows times CB of its C vectors, and
+  // walks the block's values once per CB columns (the block is in the first-level cache by then).
+  constexpr int CB = cpu_vector::fit(G, C);
   for_each_block(u, u.v_cache, [&](int64_t start, int64_t n, const float* block) {  // sums += weight * v
     for (int64_t h = u.h0; h < u.h1; ++h) {
-      float* sum = sums + (h - u.h0) * G * D;
       const float* w = scores + (h - u.h0) * G * u.len + start;
-      vec acc[G][C];
-      for (int g = 0; g < G; ++g)
-        for (int c = 0; c < C; ++c) acc[g][c] = load(sum + g * D + c * W);
-      const float* value = block + h * D;
-      for (int64_t i = 0; i < n; ++i, value += u.slot_stride) {
-        vec v[C];
-        for (int c = 0; c < C; ++c) v[c] = load(value + c * W);
+      for (int c0 = 0; c0 < C; c0 += CB) {
+        float* sum = sums + (h - u.h0) * G * D + c0 * W;
+        vec acc[G][CB];
         for (int g = 0; g < G; ++g)
-          for (int c = 0; c < C; ++c) acc[g][c] += w[g * u.len + i] * v[c];
+          for (int c = 0; c < CB; ++c) acc[g][c] = load(sum + g * D + c * W);
+        const float* value = block + h * D + c0 * W;
+        for (int64_t i = 0; i < n; ++i, value += u.slot_stride) {
+          vec v[CB];
+          for (int c = 0; c < CB; ++c) v[c] = load(value + c * W);
+          for (int g = 0; g < G; ++g)
+            for (int c = 0; c < CB; ++c) acc[g][c] += w[g * u.len + i] * v[c];
+        }
+        for (int g = 0; g < G; ++g)
+          for (int c = 0; c < CB; ++c) cpu_vector::store(sum + g * D + c * W, acc[g][c]);
       }
-      for (int g = 0; g < G; ++g)
-        for (int c = 0; c < C; ++c) std::memcpy(sum + g * D + c * W, &acc[g][c], sizeof(vec));
     }
   });
   for (int64_t r = 0; r < heads * G; ++r)
     for (int c = 0; c < C; ++c) {
-      const vec o = load(sums + r * D + c * W) / total[r];
-      std::memcpy(u.out + (u.h0 * G + r) * D + c * W, &o, sizeof o);
+      cpu_vector::store(u.out + (u.h0 * G + r) * D + c * W, load(sums + r * D + c * W) / total[r]);
     }
 }
 

@@ -1,0 +1,76 @@
+// One vector register of the machine the kernels are built for (g++ -march=native), as the
+// attention kernels use it: `vec` holds W floats, and REGISTERS of them fit in the register file.
+//
+// Why it is not one fixed size: GCC's vector extensions take any width and split a vector
+// wider than the machine's registers into pieces, but that splitting is poor. A 16-float
+// vector on an AVX2 processor (two 8-float registers) came out as 128-bit moves through the
+// stack for every multiply-add, and the decode kernel ran 20 times slower than on an AVX-512
+// processor with the same source (book/src/ch05_performance.md, round seven). So the width is
+// the machine's own, and the kernels size their blocks of accumulators from REGISTERS, so that
+// they stay in registers on either.
+//
+// MINIYAIE_VECTOR_FLOATS (a -D flag) forces a width: the tests build both and compare them.
+#pragma once
+
+#include <cstring>
+#include <utility>
+
+namespace cpu_vector {
+
+#if defined(MINIYAIE_VECTOR_FLOATS)
+constexpr int W = MINIYAIE_VECTOR_FLOATS;
+#elif defined(__AVX512F__)
+constexpr int W = 16;  // one zmm register
+#elif defined(__AVX__)
+constexpr int W = 8;  // one ymm register
+#else
+constexpr int W = 4;  // SSE or NEON: 128 bits
+#endif
+
+#if defined(__AVX512F__) || defined(__aarch64__)
+constexpr int REGISTERS = 32;
+#else
+constexpr int REGISTERS = 16;
+#endif
+
+static_assert(W == 4 || W == 8 || W == 16, "a vector of 4, 8 or 16 floats");
+
+typedef float vec __attribute__((vector_size(W * sizeof(float))));
+typedef int ivec __attribute__((vector_size(W * sizeof(int))));
+
+inline vec load(const float* p) {
+  vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
+
+inline float sum_lanes(vec v) {
+  float s = 0.f;
+  for (int i = 0; i < W; ++i) s += v[i];
+  return s;
+}
+
+inline float max_lane(vec v) {
+  float m = v[0];
+  for (int i = 1; i < W; ++i) m = m > v[i] ? m : v[i];
+  return m;
+}
+
+// 0, 1, ..., W - 1.
+template <int... I>
+constexpr ivec lane_numbers(std::integer_sequence<int, I...>) {
+  return ivec{I...};
+}
+constexpr ivec LANES = lane_numbers(std::make_integer_sequence<int, W>{});
+
+// How many accumulator vectors a loop can keep, at most `cap` and a power of two, when each
+// `per` of them needs one more register for its operand (plus one for a broadcast value).
+constexpr int fit(int per, int cap) {
+  int n = 1;
+  while (2 * n <= cap && 2 * n * (per + 1) + 1 <= REGISTERS) n *= 2;
+  return n;
+}
+
+}  // namespace cpu_vector
