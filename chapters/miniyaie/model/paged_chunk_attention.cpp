@@ -5,11 +5,10 @@
 // sees keys 0..p. For every (sequence, KV head) pair the keys are first copied once out of the
 // block table into a scratch tile layout: K transposed in tiles of T keys ([tile][dim][T], T the
 // floats of one vector register, cpu_vector.h), so that the T scores of a query against a tile
-// are one vector per dimension step, and V
-// row by row. Then the pair's query rows (its `group` heads folded in, as in the batched torch
-// backend) are scored against the tiles, take a softmax over their whole score rows and sum
-// the values, each row only up to its own position: a causal chunk does half the work of
-// SDPA with a mask, which computes every key.
+// are one vector per dimension step, and V row by row. Then the pair's query rows (its `group`
+// heads folded in, as in the batched torch backend) are scored against the tiles, take a
+// softmax over their whole score rows and sum the values, each row only up to its own
+// position: a causal chunk does half the work of SDPA with a mask, which computes every key.
 //
 // Layouts (all contiguous): q, out [num_rows, num_heads, head_dim]; k_cache, v_cache
 // [num_slots, num_kv_heads, head_dim] with slot = block * block_size + offset; block_tables

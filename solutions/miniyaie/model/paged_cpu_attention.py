@@ -9,7 +9,8 @@ reads each K and V row once, where it lies (cpu_kernels.py,
 paged_decode_attention.cpp), all decode rows of the step in one call per
 layer. Prefill and extend chunks go to a second loop
 (paged_chunk_attention.cpp) that copies each sequence's keys once into
-tiles of 16 and scores four query rows against a tile at a time, each
+tiles of one vector register (16 keys with AVX-512, 8 with AVX2) and
+scores four query rows against a few tiles at a time, each
 query only up to its own position: a causal chunk does half the work of
 SDPA with a mask, which computes every key.
 
