@@ -17,8 +17,9 @@
 //   seq_lens      [num_seqs]  keys to attend, the query's own included
 //
 // The common shapes (head_dim 64 or 128, up to 8 query heads per KV head) are compiled with
-// both sizes known, so a head's queries and running sums stay in vector registers; `vec` is one
-// register of the machine (cpu_vector.h: 16 floats with AVX-512, 8 with AVX2).
+// both sizes known, so a head's running sums stay in vector registers (and its queries too,
+// where the register file holds them: on AVX2 they are read from the first-level cache); `vec`
+// is one register of the machine (cpu_vector.h: 16 floats with AVX-512, 8 with AVX2).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
