@@ -10,25 +10,14 @@ which it reads K and V, to set beside the machine's rate for reading one large a
 """
 import argparse
 import dataclasses
-import time
 
 import torch
 from bench_chunk_attention import HEAD_DIM, KV_HEADS, step  # this folder is on sys.path when the script runs
+from bench_linear import median_us
 
 from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
 
 ROWS, KEYS = 32, 560
-
-
-def median_us(run, calls: int = 300) -> float:
-    for _ in range(10):
-        run()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[calls // 2] * 1e6
 
 
 def main():
@@ -42,10 +31,10 @@ def main():
     same = dataclasses.replace(own, block_tables=own.block_tables[:1].repeat(ROWS, 1))  # a new step for the backend
     kv_bytes = ROWS * KEYS * KV_HEADS * HEAD_DIM * 4 * 2
     big = torch.randn(64 << 20)  # 256 MB
-    stream_us = median_us(lambda: big.sum(), calls=20)
+    stream_us = median_us(lambda: big.sum(), calls=20, warmups=10)
     print(f"reading one 256 MB array: {big.numel() * 4 / stream_us / 1e3:.1f} GB/s")
     for label, meta in (("from memory", own), ("in cache", same)):
-        us = median_us(lambda: backend.forward(q, nothing, nothing, k_cache, v_cache, meta, scale))
+        us = median_us(lambda: backend.forward(q, nothing, nothing, k_cache, v_cache, meta, scale), calls=300, warmups=10)
         rate = f", {kv_bytes / us / 1e3:.0f} GB/s of K and V" if meta is own else ""
         print(f"{ROWS} rows x {KEYS} keys, {label}: {us:.0f} us{rate}")
 

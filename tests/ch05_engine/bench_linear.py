@@ -15,8 +15,8 @@ SHAPES = {"q_proj / o_proj": (576, 576), "k_proj, v_proj": (192, 576), "gate_pro
           "down_proj": (576, 1536), "lm_head": (49152, 576)}
 
 
-def median_us(fn, calls=30):
-    for _ in range(5):
+def median_us(fn, calls=30, warmups=5):
+    for _ in range(warmups):
         fn()
     times = []
     for _ in range(calls):
