@@ -5,7 +5,7 @@
 30 layers of packed linears (cpu_linear.PackedLinear) with SmolLM2's shapes and random
 weights: q 576x576, k and v 576x192, gate and up 576x1536, against qkv 576x960 and
 gate_up 576x3072. Best of 7 passes over all layers, each way twice in turn, at 1, 8
-and 64 rows: at one row (a single client's decode step) each call's fixed cost shows.
+64 and 512 rows: at one row (a single client's decode step) each call's fixed cost shows.
 """
 import argparse
 import time
@@ -37,7 +37,7 @@ def main():
     packed = lambda outputs: [PackedLinear(nn.Linear(HIDDEN, n, bias=False)) for n in outputs]  # noqa: E731
     ways = {"five calls a layer": [packed(SEPARATE) for _ in range(LAYERS)],
             "two calls a layer": [packed(MERGED) for _ in range(LAYERS)]}
-    for rows in (1, 8, 64):
+    for rows in (1, 8, 64, 512):
         x = torch.randn(rows, HIDDEN)
         for name, layers in list(ways.items()) * 2:
             print(f"{rows:3d} rows, {name}: {best_ms(layers, x):.2f} ms")

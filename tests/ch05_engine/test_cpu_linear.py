@@ -9,7 +9,7 @@ from tiny_models import save_tiny_model
 
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import SamplingParams, load_model
-from miniyaie.model.cpu_linear import PackedLinear, pack_linears, packing_available, unpack_linears
+from miniyaie.model.cpu_linear import MergedLinears, PackedLinear, pack_linears, packing_available, unpack_linears
 
 pytestmark = [
     pytest.mark.ungraded,
@@ -51,6 +51,35 @@ def test_packing_swaps_plain_linears_only_and_unpacking_restores_them():
     assert [model[0], model[3][0]] == originals
 
 
+def test_projections_of_one_input_are_merged_and_compute_what_they_did():
+    class Block(torch.nn.Module):
+        def __init__(self, bias_on_v: bool):
+            super().__init__()
+            self.q_proj, self.k_proj = torch.nn.Linear(16, 8), torch.nn.Linear(16, 4)
+            self.v_proj = torch.nn.Linear(16, 4, bias=bias_on_v)
+            self.gate_proj, self.up_proj = torch.nn.Linear(16, 24, bias=False), torch.nn.Linear(16, 24, bias=False)
+
+    model = torch.nn.ModuleList([Block(True), Block(False)])
+    originals = [dict(block.named_children()) for block in model]
+    x = torch.randn(3, 16)
+    with torch.inference_mode():
+        expected = [[layer(x) for layer in block.values()] for block in originals]
+    assert pack_linears(model) == 10 and pack_linears(model) == 0
+    first, second = model
+    assert first.q_proj.merged is first.k_proj.merged is first.v_proj.merged is not None
+    assert first.gate_proj.merged is first.up_proj.merged is not first.q_proj.merged
+    assert second.q_proj.merged is None and second.gate_proj.merged is not None, "q/k/v with and without bias: not merged"
+    with torch.inference_mode():
+        for block, want in zip(model, expected):
+            for name, out in zip(["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"], want):
+                layer = getattr(block, name)
+                got = layer.merged(x)[layer.merged.members.index(layer)] if layer.merged else layer(x)
+                torch.testing.assert_close(got, out, rtol=1e-4, atol=1e-4, msg=name)
+                torch.testing.assert_close(layer(x), out, rtol=1e-4, atol=1e-4, msg=f"{name} called alone")
+    assert unpack_linears(model) == 10
+    assert [dict(block.named_children()) for block in model] == originals
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-llama")
@@ -64,7 +93,13 @@ def test_the_cpu_backend_runs_every_linear_of_the_step_packed_and_the_others_unp
     packed = [m for m in model.modules() if isinstance(m, PackedLinear)]
     plain = [m for m in model.modules() if type(m) is torch.nn.Linear and not any(m is p.linear for p in packed)]
     assert packed and not plain, "every nn.Linear of the model is packed"
+    merged = {id(p.merged): p.merged for p in packed if p.merged is not None}.values()
+    assert len(merged) == 2 * model.config.num_layers, "q/k/v and gate/up merged in every layer"
+    assert all(isinstance(group, MergedLinears) and group.packed is not None for group in merged)
+    assert all(p.packed is None for p in packed if p.merged), "a merged layer keeps no second packed copy"
     engine.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=3, ignore_eos=True))
-    assert all(p.calls > 0 for p in packed), "each packed layer ran in the engine's steps"
+    assert all(p.calls > 0 for p in packed if p.merged is None), "each packed layer ran in the engine's steps"
+    assert all(group.calls > 0 for group in merged), "each merged group ran in the engine's steps"
+    assert not any(p.calls for p in packed if p.merged), "merged layers ran in their group, not one by one"
     LLMEngine(model, EngineConfig(attention_backend="torch"))
     assert not any(isinstance(m, PackedLinear) for m in model.modules()), "the torch backend runs the model as written"

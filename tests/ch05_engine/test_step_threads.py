@@ -5,6 +5,7 @@ import threading
 import pytest
 import torch
 
+from miniyaie.cpu_runtime import intel_openmp_loaded
 from miniyaie.engine.step_threads import SMALL_STEP_TOKENS, threads_for_step
 
 pytestmark = pytest.mark.ungraded
@@ -15,6 +16,7 @@ def threads_inside(num_tokens: int, device: str = "cpu") -> int:
         return torch.get_num_threads()
 
 
+@pytest.mark.skipif(intel_openmp_loaded(), reason="Intel's OpenMP runtime is loaded: every step keeps its threads there")
 def test_only_small_cpu_steps_off_the_main_thread_get_one_thread():
     before = torch.get_num_threads()
     torch.set_num_threads(2)

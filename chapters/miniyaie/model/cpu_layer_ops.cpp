@@ -41,15 +41,16 @@ extern "C" void add_rms_norm(const float* x, const float* residual, const float*
 
 // Rotates, in place, every head of every row of x [rows, heads, head_dim] by its row's angles:
 // dimension i pairs with i + head_dim/2 ("rotate half"); cos and sin are [rows, head_dim].
+// Row r starts at x + r * row_stride: q and k may be slices of one merged q/k/v projection.
 extern "C" void rotary_in_place(float* x, const float* cos, const float* sin, int64_t rows, int64_t heads,
-                                int64_t head_dim, int threads) {
+                                int64_t head_dim, int64_t row_stride, int threads) {
   const int64_t half = head_dim / 2;
 #pragma omp parallel for num_threads(threads) if (rows * heads * head_dim >= PARALLEL_ELEMENTS)
   for (int64_t r = 0; r < rows; ++r) {
     const float* c = cos + r * head_dim;
     const float* s = sin + r * head_dim;
     for (int64_t h = 0; h < heads; ++h) {
-      float* a = x + (r * heads + h) * head_dim;
+      float* a = x + r * row_stride + h * head_dim;
       float* b = a + half;
 #pragma omp simd
       for (int64_t i = 0; i < half; ++i) {
@@ -67,5 +68,18 @@ extern "C" void silu_mul_in_place(float* gate, const float* up, int64_t n, int t
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.f + std::exp(-g)) * up[i];
+  }
+}
+
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, width + i]: one row of the merged gate/up projection
+// holds the gate's `width` features, then the up projection's.
+extern "C" void silu_mul_rows(const float* gate_up, int64_t rows, int64_t width, float* out, int threads) {
+#pragma omp parallel for num_threads(threads) if (rows * width >= PARALLEL_ELEMENTS)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up + r * 2 * width;
+    const float* u = g + width;
+    float* o = out + r * width;
+#pragma omp simd
+    for (int64_t i = 0; i < width; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
   }
 }

@@ -111,7 +111,12 @@ class LayerOps:
     The model calls these, never the functions above directly; chapter 4's
     TritonLayerOps overrides them. rms_norm also adds a residual when given
     one and returns (normalised sum, sum), so the add can be fused into the norm.
+    `project` runs several projections of the same input (q, k and v), so that
+    a backend can do them as one matmul (the cpu backend's CpuLayerOps does).
     """
+
+    def project(self, x, *projections) -> tuple[torch.Tensor, ...]:
+        return tuple(projection(x) for projection in projections)
 
     def rms_norm(self, x, weight, eps: float, residual=None) -> tuple[torch.Tensor, torch.Tensor]:
         summed = x if residual is None else x + residual

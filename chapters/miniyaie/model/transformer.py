@@ -43,9 +43,10 @@ class Attention(nn.Module):
     # ANCHOR: attention_forward
     def forward(self, x, cos, sin, kv_cache: KVCache, meta: AttentionMetadata, backend: AttentionBackend, ops: LayerOps):
         c = self.config
-        q = self.q_proj(x).view(-1, c.num_heads, c.head_dim)
-        k = self.k_proj(x).view(-1, c.num_kv_heads, c.head_dim)
-        v = self.v_proj(x).view(-1, c.num_kv_heads, c.head_dim)
+        q, k, v = ops.project(x, self.q_proj, self.k_proj, self.v_proj)
+        q = q.view(-1, c.num_heads, c.head_dim)  # ops.project may return slices of one merged matmul: view, not copy
+        k = k.view(-1, c.num_kv_heads, c.head_dim)
+        v = v.view(-1, c.num_kv_heads, c.head_dim)
         if c.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = ops.rotary(q, k, cos, sin)

@@ -54,8 +54,9 @@ SIGNATURES = {
     "paged_decode_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
     "paged_chunk_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
     "add_rms_norm": [_ptr, _ptr, _ptr, _f32, _i64, _i64, _ptr, _ptr, _int],
-    "rotary_in_place": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _int],
+    "rotary_in_place": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _int],
     "silu_mul_in_place": [_ptr, _ptr, _i64, _int],
+    "silu_mul_rows": [_ptr, _i64, _i64, _ptr, _int],
 }
 
 RESTYPES = {"paged_chunk_attention": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
