@@ -1,0 +1,43 @@
+"""Timing, not a test: one request alone in the engine (one client), milliseconds per decoded token.
+
+    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python tests/ch05_engine/bench_one_client.py
+    PYTHONPATH=<another checkout>/solutions python tests/ch05_engine/bench_one_client.py   # its code instead
+
+A 192-token prompt, then 32 tokens more: each step is one row, where the fixed cost of every
+call in the model shows. Best of six generations, after a warm-up; the prompt is in the prefix
+cache after the first, so the prefill (timed alone first) is subtracted. Alternate two checkouts'
+runs and compare: the machine's noise is larger than one run's spread.
+"""
+import argparse
+import time
+
+import torch
+
+import miniyaie
+from miniyaie.engine import EngineConfig, LLMEngine
+from miniyaie.model import SamplingParams, load_model, resolve_model_path
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=32)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    engine = LLMEngine(load_model(resolve_model_path(None)), EngineConfig())
+    prompt = [(17 * i) % 30000 + 100 for i in range(192)]
+    run = lambda n: engine.generate([prompt], SamplingParams(max_tokens=n, ignore_eos=True))  # noqa: E731
+    run(4)
+    best = float("inf")
+    for _ in range(6):
+        start = time.perf_counter()
+        run(1)
+        prefill = time.perf_counter() - start
+        start = time.perf_counter()
+        run(args.tokens + 1)
+        best = min(best, (time.perf_counter() - start - prefill) / args.tokens)
+    print(f"{miniyaie.__file__}: {best * 1e3:.1f} ms per decoded token (best of 6)")
+
+
+if __name__ == "__main__":
+    main()
