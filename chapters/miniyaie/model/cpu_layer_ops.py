@@ -97,7 +97,7 @@ class CpuLayerOps(LayerOps):
 
     def swiglu(self, x, gate_proj, up_proj, down_proj):
         group = _merged_group((gate_proj, up_proj))
-        if group is not None and group.usable(x):
+        if group is not None and group.usable(x) and group.sizes[0] == group.sizes[1]:  # SwiGLU's gate and up match
             return down_proj(self._silu_mul_halves(group.stacked(x)))
         gate, up = gate_proj(x), up_proj(x)
         if self.library is None or not _plain(gate, up) or gate.shape != up.shape or gate.numel() < SMALL_SWIGLU:
