@@ -45,6 +45,11 @@ def _reorder(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), BATCH_HINT)
 
 
+def _onednn_takes(x: torch.Tensor) -> bool:
+    """A float32 CPU input with no gradient to carry: what the packed matmul computes (it is invisible to autograd)."""
+    return x.dtype == torch.float32 and x.device.type == "cpu" and not x.requires_grad
+
+
 class PackedLinear(nn.Module):
     """`linear` with its weight in oneDNN's layout; `linear` itself is kept (and shares the weight).
 
@@ -62,7 +67,7 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        if self.packed is None or x.dtype != torch.float32 or x.device.type != "cpu" or x.requires_grad:
+        if self.packed is None or not _onednn_takes(x):
             return F.linear(x, self.linear.weight, self.linear.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.linear.bias, "none", [], "")
 
@@ -95,7 +100,7 @@ class MergedLinears:
         return len(projections) == len(self.members) and all(p is m for p, m in zip(projections, self.members))
 
     def usable(self, x: torch.Tensor) -> bool:
-        return x.dtype == torch.float32 and x.device.type == "cpu" and not (torch.is_grad_enabled() and x.requires_grad)
+        return _onednn_takes(x)
 
     def stacked(self, x: torch.Tensor) -> torch.Tensor:
         """All members' outputs side by side in one tensor [..., sum(sizes)]."""

@@ -50,6 +50,13 @@ def _rows_of_heads(x: torch.Tensor) -> bool:
     return x.dim() == 3 and x.stride(2) == 1 and x.stride(1) == x.shape[2] and x.stride(0) >= x.shape[1] * x.shape[2]
 
 
+def _rotary_takes(q, k, cos, sin) -> bool:
+    """What the in-place loop turns: float32 heads laid out row by row, one cos/sin row per token."""
+    return (_plain(cos, sin) and _no_autograd(q, k) and _float32_cpu(q) and _float32_cpu(k)
+            and _rows_of_heads(q) and _rows_of_heads(k) and cos.shape == (q.shape[0], q.shape[2])
+            and sin.shape == cos.shape and k.shape[0] == q.shape[0] and k.shape[2] == q.shape[2])
+
+
 def _merged_group(projections: tuple) -> MergedLinears | None:
     group = getattr(projections[0], "merged", None)
     return group if isinstance(group, MergedLinears) and group.matches(projections) else None
@@ -83,10 +90,7 @@ class CpuLayerOps(LayerOps):
         return out, summed
 
     def rotary(self, q, k, cos, sin):
-        if self.library is None or not (_plain(cos, sin) and _no_autograd(q, k) and _float32_cpu(q) and _float32_cpu(k)) \
-                or not (_rows_of_heads(q) and _rows_of_heads(k)) \
-                or cos.shape != (q.shape[0], q.shape[2]) or sin.shape != cos.shape \
-                or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+        if self.library is None or not _rotary_takes(q, k, cos, sin):
             return super().rotary(q, k, cos, sin)
         self.calls["rotary"] += 1
         threads = torch.get_num_threads()
