@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from _pytest.reports import TestReport
 
 from miniyaie.course.batch import KERNEL_TESTS_IN_PROCESS
@@ -34,6 +35,11 @@ CHILD_TIMEOUT_S = 900  # a backstop for the whole module: each test in the child
 CH00 = str(Path(__file__).resolve().parents[1] / "ch00_model")
 if CH00 not in sys.path:
     sys.path.insert(0, CH00)
+
+from kernel_cases import DEVICE  # noqa: E402 - the folder is on sys.path (pytest's rootdir-relative import)
+
+if DEVICE != "cpu":  # on a GPU the same tests run the compiled kernels: their tensors are made there
+    torch.set_default_device(DEVICE)
 
 _in_child = CHILD_RESULTS in os.environ
 _isolate = not _in_child and KERNEL_TESTS_IN_PROCESS not in os.environ  # the batch worker isolates

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 from hypothesis import strategies as st
 
@@ -13,6 +15,19 @@ HEAD_DIMS = st.sampled_from([64, 80, 96])
 GQA = st.sampled_from([1, 3, 4])  # query heads per KV head
 PAGE_SIZES = st.sampled_from([1, 16])
 dtypes = st.sampled_from(list(DTYPES.values()))
+# Where the tests' tensors live: a GPU runs the kernels compiled, on CUDA tensors (conftest.py makes it
+# torch's default device); without one, tests/conftest.py chose Triton's interpreter, which reads CPU tensors.
+DEVICE = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+
+
+# For tests that compare float32 with float32 and need more than TOLERANCES: exact-ish in the interpreter;
+# on a GPU, tl.dot rounds float32 inputs to TF32 (10-bit mantissa), a few thousandths on attention outputs.
+FP32_CLOSE = dict(atol=1e-5, rtol=1e-5) if DEVICE == "cpu" else dict(atol=1e-2, rtol=1e-2)
+
+
+def generator(seed: int) -> torch.Generator:
+    """A seeded generator on the tests' device (torch draws on the device of its generator)."""
+    return torch.Generator(device=DEVICE).manual_seed(seed)
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
@@ -25,7 +40,7 @@ def paged_pool(seq_lens: list[int], num_kv_heads: int, head_dim: int, page_size:
     Slots no sequence owns hold NaN: a kernel that reads outside its block
     table (or forgets a mask) turns its output into NaN.
     """
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     pages_per_seq = [-(-n // page_size) for n in seq_lens]
     num_pages = sum(pages_per_seq) + spare_pages
     order = torch.randperm(num_pages, generator=gen)

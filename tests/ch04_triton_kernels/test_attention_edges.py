@@ -8,7 +8,7 @@ values so that a GPU's TF32/bf16 products are exact too.
 
 import pytest
 import torch
-from kernel_cases import assert_close, paged_pool
+from kernel_cases import assert_close, generator, paged_pool
 
 from miniyaie.kernels import decode_attention, decode_attention_reference, extend_attention, extend_attention_reference
 from miniyaie.kernels.decode_attention_kernel import decode_partials, merge_splits
@@ -41,7 +41,7 @@ def split_reference(q, k_cache, v_cache, block_tables, lens, page_size, scale, f
 
 def random_case(lens, group, page_size, dtype, seed=0, num_kv_heads=2):
     k_cache, v_cache, block_tables = paged_pool(lens, num_kv_heads, HEAD_DIM, page_size, dtype, seed)
-    q = torch.randn(len(lens), num_kv_heads * group, HEAD_DIM, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+    q = torch.randn(len(lens), num_kv_heads * group, HEAD_DIM, generator=generator(seed + 1)).to(dtype)
     return q, k_cache, v_cache, block_tables, torch.tensor(lens), page_size, HEAD_DIM**-0.5
 
 
@@ -132,7 +132,7 @@ def test_merge_weighs_each_split_by_its_log_sum_exp():
     first head_dim columns of its (sequence, head) and nothing else.
     """
     num_seqs, num_heads, num_splits, dim_pad, head_dim = 2, 3, 3, 64, 48
-    gen = torch.Generator().manual_seed(0)
+    gen = generator(0)
     buffer = torch.full((num_seqs * num_heads * num_splits + 1, dim_pad), float("nan"))
     buffer[:-1] = torch.randn(num_seqs * num_heads * num_splits, dim_pad, generator=gen)
     part_out = buffer[:-1].view(num_seqs, num_heads, num_splits, dim_pad)

@@ -6,7 +6,7 @@ the outputs must match and so must the pools after the step.
 
 import pytest
 import torch
-from kernel_cases import assert_close, paged_pool
+from kernel_cases import assert_close, generator, paged_pool
 
 from miniyaie.kernels import TritonAttentionBackend
 from miniyaie.model import AttentionMetadata, TorchAttentionBackend
@@ -22,7 +22,7 @@ def step(prefixes: list[int], query_lens: list[int], seed: int):
     for s, (prefix, length) in enumerate(zip(prefixes, seq_lens)):
         positions = torch.arange(prefix, length)
         slots.append(block_tables[s, positions // PAGE] * PAGE + positions % PAGE)
-    gen = torch.Generator().manual_seed(seed + 1)
+    gen = generator(seed + 1)
     num_tokens = sum(query_lens)
     q = torch.randn(num_tokens, NUM_HEADS, HEAD_DIM, generator=gen)
     k = torch.randn(num_tokens, NUM_KV_HEADS, HEAD_DIM, generator=gen)

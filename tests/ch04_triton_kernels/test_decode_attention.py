@@ -4,7 +4,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from kernel_cases import GQA, HEAD_DIMS, PAGE_SIZES, assert_close, dtypes, paged_pool
+from kernel_cases import FP32_CLOSE, GQA, HEAD_DIMS, PAGE_SIZES, assert_close, dtypes, generator, paged_pool
 
 from miniyaie.kernels import decode_attention, decode_attention_reference
 
@@ -13,7 +13,7 @@ seq_lens = st.lists(st.integers(1, 96), min_size=1, max_size=4)
 
 def check(lens, group, head_dim, page_size, dtype, num_splits, seed=0, num_kv_heads=2):
     k_cache, v_cache, block_tables = paged_pool(lens, num_kv_heads, head_dim, page_size, dtype, seed)
-    q = torch.randn(len(lens), num_kv_heads * group, head_dim, generator=torch.Generator().manual_seed(seed + 1)).to(dtype)
+    q = torch.randn(len(lens), num_kv_heads * group, head_dim, generator=generator(seed + 1)).to(dtype)
     lens_t = torch.tensor(lens)
     args = (q, k_cache, v_cache, block_tables, lens_t, page_size, head_dim**-0.5)
     out = decode_attention(*args, num_splits=num_splits)
@@ -54,4 +54,6 @@ def test_each_query_head_reads_its_own_kv_head():
     v_cache[:, 0], v_cache[:, 1] = 1.0, -1.0
     q = torch.randn(1, 6, 64)
     out = decode_attention(q, k_cache, v_cache, block_tables, torch.tensor(lens), 1, 0.125, num_splits=1)
-    assert torch.allclose(out[0, :group], torch.ones(group, 64)) and torch.allclose(out[0, group:], -torch.ones(group, 64))
+    ones = torch.ones(group, 64)
+    torch.testing.assert_close(out[0, :group], ones, **FP32_CLOSE, msg=lambda m: f"query heads 0-2 must read KV head 0 (V = +1): {m}")
+    torch.testing.assert_close(out[0, group:], -ones, **FP32_CLOSE, msg=lambda m: f"query heads 3-5 must read KV head 1 (V = -1): {m}")

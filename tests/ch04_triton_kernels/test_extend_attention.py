@@ -4,7 +4,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from kernel_cases import GQA, HEAD_DIMS, PAGE_SIZES, assert_close, dtypes, paged_pool
+from kernel_cases import FP32_CLOSE, GQA, HEAD_DIMS, PAGE_SIZES, assert_close, dtypes, generator, paged_pool
 
 from miniyaie.kernels import extend_attention, extend_attention_reference
 from miniyaie.model import causal_attention
@@ -18,7 +18,7 @@ def run(chunks, group, head_dim, page_size, dtype, seed=0, num_kv_heads=2):
     k_cache, v_cache, block_tables = paged_pool(lens, num_kv_heads, head_dim, page_size, dtype, seed)
     query_lens = torch.tensor([new for _, new in chunks])
     query_start = torch.nn.functional.pad(query_lens.cumsum(0), (1, 0))
-    gen = torch.Generator().manual_seed(seed + 1)
+    gen = generator(seed + 1)
     q = torch.randn(int(query_lens.sum()), num_kv_heads * group, head_dim, generator=gen).to(dtype)
     args = (q, k_cache, v_cache, block_tables, query_start, torch.tensor(lens), page_size, head_dim**-0.5)
     return extend_attention(*args), extend_attention_reference(*args), (q, k_cache, v_cache, block_tables, lens)
@@ -42,4 +42,4 @@ def test_the_mask_is_offset_by_the_prefix():
     out, _, (q, k_cache, v_cache, block_tables, lens) = run([(7, 9), (0, 5)], 2, 64, 16, torch.float32, seed=4)
     slots = block_tables[0, :1] * 16 + torch.arange(16)
     expected = causal_attention(q[:9], k_cache[slots[: lens[0]]], v_cache[slots[: lens[0]]], 64**-0.5)
-    torch.testing.assert_close(out[:9], expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[:9], expected, **FP32_CLOSE)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from kernel_cases import assert_close, dtypes
+from kernel_cases import assert_close, dtypes, generator
 
 from miniyaie.kernels import rms_norm, rms_norm_reference
 from miniyaie.model import rms_norm as chapter0_rms_norm
@@ -16,7 +16,7 @@ from miniyaie.model import rms_norm as chapter0_rms_norm
        with_residual=st.booleans(), seed=st.integers(0, 2**16))
 @example(rows=1, hidden=80, dtype=torch.bfloat16, with_residual=True, seed=0)
 def test_rms_norm_matches_reference(rows, hidden, dtype, with_residual, seed):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     x, weight = (torch.randn(rows, hidden, generator=gen) * 3).to(dtype), torch.randn(hidden, generator=gen).to(dtype)
     residual = torch.randn(rows, hidden, generator=gen).to(dtype) if with_residual else None
     out, summed = rms_norm(x, weight, 1e-6, residual)

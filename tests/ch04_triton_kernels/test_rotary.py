@@ -4,7 +4,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from kernel_cases import assert_close, dtypes
+from kernel_cases import assert_close, dtypes, generator
 
 from miniyaie.kernels import rotary, rotary_reference
 from miniyaie.model import ModelConfig, apply_rotary, rope_cos_sin, rope_inverse_frequencies
@@ -16,7 +16,7 @@ def cos_sin(head_dim: int, positions: torch.Tensor):
         num_kv_heads=1, head_dim=head_dim, rms_norm_eps=1e-6, rope_theta=10000.0, rope_scaling={},
         max_position_embeddings=4096, tie_word_embeddings=False,
     )
-    return rope_cos_sin(config, positions, rope_inverse_frequencies(config))
+    return rope_cos_sin(config, positions, rope_inverse_frequencies(config).to(positions.device))
 
 
 @pytest.mark.task("4.6")
@@ -25,7 +25,7 @@ def cos_sin(head_dim: int, positions: torch.Tensor):
        head_dim=st.sampled_from([24, 64, 80, 96]), dtype=dtypes, seed=st.integers(0, 2**16))
 @example(num_tokens=1, heads=(1, 1), head_dim=64, dtype=torch.float32, seed=0)
 def test_rotary_in_place_matches_reference(num_tokens, heads, head_dim, dtype, seed):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     positions = torch.randint(0, 4000, (num_tokens,), generator=gen)
     cos, sin = cos_sin(head_dim, positions)
     q = torch.randn(num_tokens, heads[0], head_dim, generator=gen).to(dtype)

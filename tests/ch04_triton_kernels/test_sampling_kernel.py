@@ -4,6 +4,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from kernel_cases import generator
 
 from miniyaie.kernels import sample, sample_reference
 
@@ -20,7 +21,7 @@ rows = st.lists(
 
 
 def batch(params, vocab, seed):
-    logits = torch.randn(len(params), vocab, generator=torch.Generator().manual_seed(seed)) * 3
+    logits = torch.randn(len(params), vocab, generator=generator(seed)) * 3
     columns = list(zip(*params))
     temperature, min_p, top_p, uniforms = (torch.tensor(columns[i], dtype=torch.float32) for i in (0, 3, 2, 4))
     return logits, temperature, torch.tensor(columns[1]), top_p, min_p, uniforms

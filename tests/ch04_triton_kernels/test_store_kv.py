@@ -4,7 +4,7 @@ import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from kernel_cases import dtypes
+from kernel_cases import dtypes, generator
 
 from miniyaie.kernels import store_kv, store_kv_reference
 
@@ -15,7 +15,7 @@ from miniyaie.kernels import store_kv, store_kv_reference
        dtype=dtypes, seed=st.integers(0, 2**16))
 @example(num_tokens=1, num_kv_heads=1, head_dim=64, dtype=torch.float32, seed=0)
 def test_store_writes_each_token_to_its_slot_and_nothing_else(num_tokens, num_kv_heads, head_dim, dtype, seed):
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     num_slots = 48
     slots = torch.randperm(num_slots, generator=gen)[:num_tokens]  # scattered, like a real slot mapping
     k = torch.randn(num_tokens, num_kv_heads, head_dim, generator=gen).to(dtype)

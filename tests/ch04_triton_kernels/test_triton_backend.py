@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from kernel_cases import DEVICE
 from tiny_models import save_tiny_model, transformers_greedy
 
 from miniyaie.engine import EngineConfig, LLMEngine
@@ -28,7 +29,7 @@ def tiny(tmp_path_factory):
 
 
 def run_engine(path, backend: str, block_size: int):
-    model = load_model(path)
+    model = load_model(path, device=DEVICE)
     config = EngineConfig(block_size=block_size, num_blocks=512 // block_size, max_num_batched_tokens=24,
                           enable_prefix_caching=False, attention_backend=backend)
     engine = LLMEngine(model, config)
@@ -77,6 +78,7 @@ print(tokens)
 """
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="the CPU machine's path; with a GPU the backend runs compiled (the test above)")
 def test_triton_backend_on_cpu_without_triton_interpret_in_the_environment(tiny):
     """The CLI's path: nothing set TRITON_INTERPRET, and loading a model imports triton (transformers does)."""
     path, oracle = tiny

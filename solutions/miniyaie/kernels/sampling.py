@@ -47,11 +47,11 @@ def sample_reference(
         if float(top_p[row]) < 1:
             mass_above = ranked.cumsum(0) - ranked  # the first of equal values has the strict mass
             threshold = torch.maximum(threshold, ranked[mass_above < float(top_p[row]) * ranked.sum()].min())
-        threshold = torch.maximum(threshold, torch.tensor(float(min_p[row])))
+        threshold = torch.maximum(threshold, min_p[row].float())
         kept = torch.where(p >= threshold, p, 0.0)
         running = kept.cumsum(0)
         target = float(uniforms[row]) * float(kept.sum())
-        chosen = int(torch.searchsorted(running, torch.tensor([target]), right=True))
+        chosen = int(torch.searchsorted(running, running.new_tensor([target]), right=True))
         out[row] = min(chosen, int(kept.nonzero().max()))
     return out
 # ANCHOR_END: sampling_reference
