@@ -34,3 +34,16 @@ def test_harness_reports_a_wrong_kernel_and_fails(tmp_path):
     assert proc.returncode == 1
     assert [r["correct"] for r in report["results"]] == [False]
     assert "NotImplementedError" in report["results"][0]["error"]
+
+
+def test_a_stub_that_a_gpu_refuses_to_compile_is_still_named_a_stub():
+    """On a GPU, a kernel body that raises NotImplementedError is a compile error, not the raise itself."""
+    from miniyaie.bench.kernel_harness import describe_failure
+
+    class UnsupportedLanguageConstruct(Exception):  # the shape of Triton's compile error: position, then source
+        pass
+
+    compiled = describe_failure(UnsupportedLanguageConstruct('at 13:4:\n    raise NotImplementedError("Task 4.7")\n    ^'))
+    assert compiled.startswith("UnsupportedLanguageConstruct: at 13:4:") and "the task's stub" in compiled
+    assert describe_failure(NotImplementedError("Task 4.7: write the kernel")) == "NotImplementedError: Task 4.7: write the kernel"
+    assert describe_failure(ValueError("bad grid\nmore")) == "ValueError: bad grid"
