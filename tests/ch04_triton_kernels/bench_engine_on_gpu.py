@@ -13,11 +13,13 @@ SmolLM2-135M-Instruct (bundled; or --model DIR), bfloat16, engine defaults but t
 On a CPU it runs with TRITON_INTERPRET=1 on a tiny shape only to check the script itself.
 """
 import argparse
+import dataclasses
 import json
 import time
 
 import torch
 
+from miniyaie.bench.runners import run_engine
 from miniyaie.bench.workloads import random_workload, shared_prefix_workload
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import SamplingParams, load_model, resolve_model_path
@@ -31,19 +33,12 @@ def _sync() -> None:
 
 
 def timed_run(model, workload, config) -> dict:
-    """Output tok/s of one engine run (prefill included); start-up is not timed."""
-    engine = LLMEngine(model, config)
-    for prompt, n in zip(workload.prompts, workload.output_lens):
-        engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
-    tokens = 0
-    _sync()
-    start = time.perf_counter()
-    while engine.has_unfinished():
-        tokens += len(engine.step())
-    _sync()
-    seconds = time.perf_counter() - start
-    return dict(seconds=round(seconds, 3), output_tokens=tokens, output_tok_s=round(tokens / seconds, 1),
-                steps=engine.stats["steps"], hit_rate=round(engine.stats["cached_tokens"] / workload.num_prompt_tokens, 3))
+    """Output tok/s of one engine run (prefill included); start-up is not timed. Each step ends
+    by copying its sampled tokens to the host, so the clock stops after the GPU's last kernel."""
+    result = run_engine(model, workload, config, config.attention_backend, progress=False)
+    return dict(seconds=round(result.seconds, 3), output_tokens=result.output_tokens,
+                output_tok_s=round(result.tokens_per_second, 1), steps=result.stats["steps"],
+                hit_rate=round(result.stats["hit_rate"], 3))
 
 
 def greedy_tokens(model, backend: str, prompts, n: int) -> list[list[int]]:
@@ -128,7 +123,7 @@ def main():
     for backend in backends:
         row = report["backends"][backend] = {}
         for name, (workload, config) in workloads.items():
-            config = EngineConfig(**{**config.__dict__, "attention_backend": backend})
+            config = dataclasses.replace(config, attention_backend=backend)
             timed_run(bf16, workload, config)  # warm-up: compiles
             row[name] = timed_run(bf16, workload, config)
             print(backend, name, row[name], flush=True)
@@ -138,8 +133,8 @@ def main():
             print(profile_row["table"], flush=True)
             row[f"decode_batch_{batch}"] = profile_row
     prompts = random_workload(args.greedy_requests, vocab, seed=1).prompts
+    torch.backends.cuda.matmul.allow_tf32 = False  # transformers' float32 matmuls in full float32, as ours
     for label, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
-        torch.backends.cuda.matmul.allow_tf32 = False
         model = bf16 if dtype is torch.bfloat16 else load_model(path, dtype=dtype, device=device)
         reference = hf_tokens(path, dtype, prompts, args.greedy_tokens, device)
         report[f"greedy_{label}"] = {b: agreement(greedy_tokens(model, b, prompts, args.greedy_tokens), reference) for b in backends}
