@@ -17,9 +17,9 @@
 //   seq_lens      [num_seqs]  keys to attend, the query's own included
 //
 // The common shapes (head_dim 64 or 128, up to 8 query heads per KV head) are compiled with
-// both sizes known, so a head's running sums stay in vector registers (and its queries too,
-// where the register file holds them: on AVX2 they are read from the first-level cache); `vec`
-// is one register of the machine (cpu_vector.h: 16 floats with AVX-512, 8 with AVX2).
+// both sizes known, so running sums stay in vector registers: four keys against up to three
+// heads at once in the first pass, a head's rows times a slice of its width in the second.
+// `vec` is one register of the machine (cpu_vector.h: 16 floats with AVX-512, 8 with AVX2).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -88,6 +88,32 @@ void softmax_unnormalised(float* scores, int64_t len, int64_t rows, float* total
   }
 }
 
+// Scores four keys (rows `stride` floats apart) against NG query heads: out[g * len + j] =
+// scale * q_g . k_j. The 4 x NG running products stay in registers, and each vector of a key or
+// a query is loaded once and used NG or 4 times: loads, not multiply-adds, are what bounded the
+// one-key-at-a-time loop on AVX2.
+template <int D, int NG>
+inline void score_four(const float* query, const float* key, int64_t stride, float* out, int64_t len, float scale) {
+  constexpr int C = D / W;
+  vec acc[NG][4] = {};
+  for (int c = 0; c < C; ++c) {
+    vec q[NG];
+    for (int g = 0; g < NG; ++g) {
+      q[g] = load(query + g * D + c * W);
+      cpu_vector::keep_in_register(q[g]);
+    }
+    for (int j = 0; j < 4; ++j) {
+      vec k = load(key + j * stride + c * W);
+      cpu_vector::keep_in_register(k);
+      for (int g = 0; g < NG; ++g) acc[g][j] += q[g] * k;
+    }
+  }
+  for (int g = 0; g < NG; ++g) {
+    const vec sums = cpu_vector::sum_four(acc[g][0], acc[g][1], acc[g][2], acc[g][3]) * scale;
+    std::memcpy(out + g * len, &sums, 4 * sizeof(float));
+  }
+}
+
 // Both passes walk the blocks in order and, within a block, the unit's heads: with all heads in
 // one unit, each block's K (then V) is one contiguous stretch of memory read front to back.
 // scores: [(h1 - h0) * G][len]; sums: [(h1 - h0) * G][D].
@@ -95,29 +121,31 @@ template <int D, int G>
 void attend(const Unit& u, float* scores, float* sums, float* total) {
   constexpr int C = D / W;
   const int64_t heads = u.h1 - u.h0;
+  constexpr int GB = std::min(G, (cpu_vector::REGISTERS - 1) / 5);  // heads per score_four call
   for_each_block(u, u.k_cache, [&](int64_t start, int64_t n, const float* block) {  // scores = scale * q . k
     for (int64_t h = u.h0; h < u.h1; ++h) {
-      vec q[G][C];
-      for (int g = 0; g < G; ++g)
-        for (int c = 0; c < C; ++c) q[g][c] = load(u.query + (h * G + g) * D + c * W);
+      const float* query = u.query + h * G * D;
       float* s = scores + (h - u.h0) * G * u.len + start;
-      const float* key = block + h * D;
-      for (int64_t i = 0; i < n; ++i, key += u.slot_stride) {
-        vec k[C];
-        for (int c = 0; c < C; ++c) k[c] = load(key + c * W);
+      const float* keys = block + h * D;
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4) {
+        int g = 0;
+        for (; g + GB <= G; g += GB) score_four<D, GB>(query + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * u.len + i, u.len, u.scale);
+        if constexpr (G % GB != 0) score_four<D, G % GB>(query + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * u.len + i, u.len, u.scale);
+      }
+      for (; i < n; ++i)  // the sequence's last keys, one at a time
         for (int g = 0; g < G; ++g) {
-          vec acc = q[g][0] * k[0];
-          for (int c = 1; c < C; ++c) acc += q[g][c] * k[c];
+          vec acc = load(query + g * D) * load(keys + i * u.slot_stride);
+          for (int c = 1; c < C; ++c) acc += load(query + g * D + c * W) * load(keys + i * u.slot_stride + c * W);
           s[g * u.len + i] = sum_lanes(acc) * u.scale;
         }
-      }
     }
   });
   softmax_unnormalised(scores, u.len, heads * G, total);
   std::memset(sums, 0, sizeof(float) * heads * G * D);
-  // Pass 2 holds G x CB sums in registers: the head's G rows times CB of its C vectors, and
-  // walks the block's values once per CB columns (the block is in the first-level cache by then).
-  constexpr int CB = cpu_vector::fit(G, C);
+  // Pass 2 holds G x CB sums in registers (the head's G rows times CB of its C vectors) and a
+  // key's G weights, and walks the block's values once per CB columns, each vector loaded once.
+  constexpr int CB = cpu_vector::fit_rows(G, C);
   for_each_block(u, u.v_cache, [&](int64_t start, int64_t n, const float* block) {  // sums += weight * v
     for (int64_t h = u.h0; h < u.h1; ++h) {
       const float* w = scores + (h - u.h0) * G * u.len + start;
@@ -128,10 +156,13 @@ void attend(const Unit& u, float* scores, float* sums, float* total) {
           for (int c = 0; c < CB; ++c) acc[g][c] = load(sum + g * D + c * W);
         const float* value = block + h * D + c0 * W;
         for (int64_t i = 0; i < n; ++i, value += u.slot_stride) {
-          vec v[CB];
-          for (int c = 0; c < CB; ++c) v[c] = load(value + c * W);
-          for (int g = 0; g < G; ++g)
-            for (int c = 0; c < CB; ++c) acc[g][c] += w[g * u.len + i] * v[c];
+          vec weight[G];
+          for (int g = 0; g < G; ++g) weight[g] = vec{} + w[g * u.len + i];
+          for (int c = 0; c < CB; ++c) {
+            vec v = load(value + c * W);
+            cpu_vector::keep_in_register(v);
+            for (int g = 0; g < G; ++g) acc[g][c] += weight[g] * v;
+          }
         }
         for (int g = 0; g < G; ++g)
           for (int c = 0; c < CB; ++c) cpu_vector::store(sum + g * D + c * W, acc[g][c]);

@@ -65,11 +65,56 @@ constexpr ivec lane_numbers(std::integer_sequence<int, I...>) {
 }
 constexpr ivec LANES = lane_numbers(std::make_integer_sequence<int, W>{});
 
+// Keeps `v` in a register for the code that uses it. GCC otherwise folds a load used several
+// times into each instruction that uses it (a multiply-add with a memory operand), and on the
+// AVX2 machine of round nine loads, not multiply-adds, then bounded the loop: the decode
+// kernel's value pass ran at 3 multiply-adds per ns that way, 4.9 with each value loaded once.
+inline void keep_in_register(vec& v) {
+#if defined(__AVX512F__)
+  asm("" : "+v"(v));
+#elif defined(__x86_64__) || defined(__i386__)
+  if constexpr (sizeof(vec) <= 32) asm("" : "+x"(v));  // a wider (forced) vector is not one register
+#elif defined(__aarch64__)
+  if constexpr (sizeof(vec) <= 16) asm("" : "+w"(v));
+#endif
+}
+
+// The lanes of `a` and `b` in units of U lanes within each block of P lanes: the even units of
+// `a`, then those of `b` (odd = false), or the odd ones (odd = true).
+template <int U, int P, bool odd, int... L>
+constexpr ivec halves_mask(std::integer_sequence<int, L...>) {
+  constexpr int half = P / U / 2;
+  return ivec{(L / P * P + ((L % P / U) % half * 2 + odd) * U + L % U + (L % P / U >= half ? W : 0))...};
+}
+
+// Within each 4 lanes: the sums of a's neighbouring lanes, then b's ([a0+a1, a2+a3, b0+b1,
+// b2+b3]). Two shuffles (one shufps each) and an add.
+inline vec add_pairs(vec a, vec b) {
+  constexpr auto lanes = std::make_integer_sequence<int, W>{};
+  return __builtin_shuffle(a, b, halves_mask<1, 4, false>(lanes)) + __builtin_shuffle(a, b, halves_mask<1, 4, true>(lanes));
+}
+
+// The lane sums of four vectors, in lanes 0 to 3 (the other lanes hold nothing useful): a tree
+// of shuffles and adds, where four separate sums would each take log2(W) dependent steps.
+inline vec sum_four(vec a, vec b, vec c, vec d) {
+  vec r = add_pairs(add_pairs(a, b), add_pairs(c, d));  // each 4 lanes: parts of the four sums
+  for (int half = W / 2; half >= 4; half /= 2) r += __builtin_shuffle(r, LANES ^ half);  // fold them
+  return r;
+}
+
 // How many accumulator vectors a loop can keep, at most `cap` and a power of two, when each
 // `per` of them needs one more register for its operand (plus one for a broadcast value).
 constexpr int fit(int per, int cap) {
   int n = 1;
   while (2 * n <= cap && 2 * n * (per + 1) + 1 <= REGISTERS) n *= 2;
+  return n;
+}
+
+// How many of its C vectors a loop over G rows can keep at once (a power of two, at most C),
+// when it also holds one weight per row and one operand: G * n + G + 1 registers.
+constexpr int fit_rows(int G, int C) {
+  int n = 1;
+  while (2 * n <= C && G * 2 * n + G + 1 <= REGISTERS) n *= 2;
   return n;
 }
 
