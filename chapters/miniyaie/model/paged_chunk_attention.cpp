@@ -92,7 +92,10 @@ inline void sum_values(const float* const* weights, const float* vp, int c0, int
   vec acc[R][CC] = {};
   for (int64_t t = 0; t < until; ++t) {
     vec v[CC];
-    for (int c = 0; c < CC; ++c) v[c] = load(vp + t * D + (c0 + c) * T);
+    for (int c = 0; c < CC; ++c) {
+      v[c] = load(vp + t * D + (c0 + c) * T);
+      cpu_vector::keep_in_register(v[c]);  // loaded once, not once per row (cpu_vector.h)
+    }
     for (int r = 0; r < R; ++r) {
       const float w = weights[r][t];
       for (int c = 0; c < CC; ++c) acc[r][c] += w * v[c];
@@ -109,7 +112,10 @@ inline void score_block(const float* const* q, const float* tile, float scale, f
   vec acc[R][N] = {};
   for (int d = 0; d < D; ++d) {
     vec k[N];
-    for (int n = 0; n < N; ++n) k[n] = load(tile + n * D * T + d * T);
+    for (int n = 0; n < N; ++n) {
+      k[n] = load(tile + n * D * T + d * T);
+      cpu_vector::keep_in_register(k[n]);  // loaded once, not once per row (cpu_vector.h)
+    }
     for (int r = 0; r < R; ++r) {
       const float x = q[r][d];
       for (int n = 0; n < N; ++n) acc[r][n] += x * k[n];
