@@ -17,14 +17,18 @@
 
 namespace cpu_vector {
 
+#if defined(__AVX512F__)
+#define MINIYAIE_NATIVE_FLOATS 16  // one zmm register
+#elif defined(__AVX__)
+#define MINIYAIE_NATIVE_FLOATS 8  // one ymm register
+#else
+#define MINIYAIE_NATIVE_FLOATS 4  // SSE or NEON: 128 bits
+#endif
+
 #if defined(MINIYAIE_VECTOR_FLOATS)
 constexpr int W = MINIYAIE_VECTOR_FLOATS;
-#elif defined(__AVX512F__)
-constexpr int W = 16;  // one zmm register
-#elif defined(__AVX__)
-constexpr int W = 8;  // one ymm register
 #else
-constexpr int W = 4;  // SSE or NEON: 128 bits
+constexpr int W = MINIYAIE_NATIVE_FLOATS;
 #endif
 
 #if defined(__AVX512F__) || defined(__aarch64__)
@@ -69,13 +73,16 @@ constexpr ivec LANES = lane_numbers(std::make_integer_sequence<int, W>{});
 // times into each instruction that uses it (a multiply-add with a memory operand), and on the
 // AVX2 machine of round nine loads, not multiply-adds, then bounded the loop: the decode
 // kernel's value pass ran at 3 multiply-adds per ns that way, 4.9 with each value loaded once.
-inline void keep_in_register(vec& v) {
+// A vector wider than the machine's (a forced MINIYAIE_VECTOR_FLOATS) is not one register: left as is.
+inline void keep_in_register([[maybe_unused]] vec& v) {
+#if !defined(MINIYAIE_VECTOR_FLOATS) || MINIYAIE_VECTOR_FLOATS <= MINIYAIE_NATIVE_FLOATS
 #if defined(__AVX512F__)
   asm("" : "+v"(v));
 #elif defined(__x86_64__) || defined(__i386__)
-  if constexpr (sizeof(vec) <= 32) asm("" : "+x"(v));  // a wider (forced) vector is not one register
+  asm("" : "+x"(v));
 #elif defined(__aarch64__)
-  if constexpr (sizeof(vec) <= 16) asm("" : "+w"(v));
+  asm("" : "+w"(v));
+#endif
 #endif
 }
 
