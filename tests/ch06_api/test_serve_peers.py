@@ -45,6 +45,15 @@ def test_an_unknown_peer_is_refused(tmp_path):
     assert exc.value.code == 2
 
 
+def test_vllm_bench_without_vllms_environment_is_refused_before_any_server_starts(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(VLLM_ENV_VAR, raising=False)
+    with pytest.raises(SystemExit) as exc:
+        serve_peers.main(["--out", str(tmp_path), "--peers", "miniyaie", "--vllm-bench"])
+    assert exc.value.code == 2
+    assert "--vllm-bench runs vLLM's client" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "nothing was started, so nothing was written"
+
+
 def test_vllm_bench_results_become_a_table_and_a_missing_one_is_named(tmp_path):
     result = {"completed": 12, "num_prompts": 12, "output_throughput": 6.68, "median_ttft_ms": 734.1,
               "median_tpot_ms": 112.07, "median_itl_ms": 82.36}  # the fields `vllm bench serve --save-result` writes

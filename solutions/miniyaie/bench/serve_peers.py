@@ -252,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     peers = [x for x in args.peers.split(",") if x]
     if unknown := [x for x in peers if x not in PEERS]:
         p.error(f"unknown peer {unknown[0]!r}; choose from {', '.join(PEERS)}")
+    if args.vllm_bench:  # said now, not after the first server has run its whole measurement
+        try:
+            _venv_python(args.vllm_python, vllm_env.ENV_VAR, "vLLM")
+        except Skipped as exc:
+            p.error(f"--vllm-bench runs vLLM's client: {exc}")
     if args.model is None:
         from miniyaie.model import resolve_model_path
 

@@ -86,19 +86,17 @@ inline void keep_in_register([[maybe_unused]] vec& v) {
 #endif
 }
 
-// The lanes of `a` and `b` in units of U lanes within each block of P lanes: the even units of
-// `a`, then those of `b` (odd = false), or the odd ones (odd = true).
-template <int U, int P, bool odd, int... L>
-constexpr ivec halves_mask(std::integer_sequence<int, L...>) {
-  constexpr int half = P / U / 2;
-  return ivec{(L / P * P + ((L % P / U) % half * 2 + odd) * U + L % U + (L % P / U >= half ? W : 0))...};
+// add_pairs' two shuffles: in each 4 lanes, lanes 0 and 2 (or 1 and 3, `odd`) of `a`, then of `b`.
+template <bool odd, int... L>
+constexpr ivec pairs_mask(std::integer_sequence<int, L...>) {
+  return ivec{(L / 4 * 4 + L % 2 * 2 + odd + (L % 4 >= 2 ? W : 0))...};
 }
 
 // Within each 4 lanes: the sums of a's neighbouring lanes, then b's ([a0+a1, a2+a3, b0+b1,
-// b2+b3]). Two shuffles (one shufps each) and an add.
+// b2+b3]). Two shuffles (one shufps each on AVX2) and an add.
 inline vec add_pairs(vec a, vec b) {
   constexpr auto lanes = std::make_integer_sequence<int, W>{};
-  return __builtin_shuffle(a, b, halves_mask<1, 4, false>(lanes)) + __builtin_shuffle(a, b, halves_mask<1, 4, true>(lanes));
+  return __builtin_shuffle(a, b, pairs_mask<false>(lanes)) + __builtin_shuffle(a, b, pairs_mask<true>(lanes));
 }
 
 // The lane sums of four vectors, in lanes 0 to 3 (the other lanes hold nothing useful): a tree
