@@ -121,7 +121,8 @@ template <int D, int G>
 void attend(const Unit& u, float* scores, float* sums, float* total) {
   constexpr int C = D / W;
   const int64_t heads = u.h1 - u.h0;
-  constexpr int GB = std::min(G, (cpu_vector::REGISTERS - 1) / 5);  // heads per score_four call
+  // Heads per score_four call: each holds 4 sums and 1 query vector in registers, beside 1 key vector.
+  constexpr int GB = std::min(G, (cpu_vector::REGISTERS - 1) / 5);
   for_each_block(u, u.k_cache, [&](int64_t start, int64_t n, const float* block) {  // scores = scale * q . k
     for (int64_t h = u.h0; h < u.h1; ++h) {
       const float* query = u.query + h * G * D;
@@ -133,7 +134,7 @@ void attend(const Unit& u, float* scores, float* sums, float* total) {
         for (; g + GB <= G; g += GB) score_four<D, GB>(query + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * u.len + i, u.len, u.scale);
         if constexpr (G % GB != 0) score_four<D, G % GB>(query + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * u.len + i, u.len, u.scale);
       }
-      for (; i < n; ++i)  // the sequence's last keys, one at a time
+      for (; i < n; ++i)  // the block's last keys (fewer than 4), one at a time
         for (int g = 0; g < G; ++g) {
           vec acc = load(query + g * D) * load(keys + i * u.slot_stride);
           for (int c = 1; c < C; ++c) acc += load(query + g * D + c * W) * load(keys + i * u.slot_stride + c * W);
