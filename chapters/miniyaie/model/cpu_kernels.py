@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 # than the element-wise kernels themselves at decode sizes.
 _i64, _ptr, _int, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 SIGNATURES = {
-    "paged_decode_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
+    "paged_decode_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
     "paged_chunk_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
     "add_rms_norm": [_ptr, _ptr, _ptr, _f32, _i64, _i64, _ptr, _ptr, _int],
     "rotary_in_place": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _int],
@@ -119,14 +119,17 @@ def build(defines: tuple[str, ...] = ()) -> ctypes.CDLL | None:
 
 def paged_decode_attention(
     library: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-    rows: torch.Tensor, seq_lens: torch.Tensor, block_size: int, scale: float, out: torch.Tensor,
+    rows: torch.Tensor, seq_lens: torch.Tensor, group_starts: torch.Tensor, block_size: int, scale: float,
+    out: torch.Tensor,
 ) -> None:
-    """Fill out[rows] with each sequence's one-query attention over its cached keys (float32, contiguous)."""
+    """Fill out[rows] with each sequence's one-query attention over its cached keys (float32, contiguous).
+    Sequences group_starts[i] .. group_starts[i+1]-1 are attended together, block by block, so that
+    the blocks they share are read from memory once (int64, from 0 to rows.numel())."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     library.paged_decode_attention(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
-        rows.data_ptr(), seq_lens.data_ptr(), rows.numel(), num_heads, k_cache.shape[1], head_dim, block_size,
-        scale, out.data_ptr(), torch.get_num_threads(),
+        rows.data_ptr(), seq_lens.data_ptr(), rows.numel(), group_starts.data_ptr(), group_starts.numel() - 1,
+        num_heads, k_cache.shape[1], head_dim, block_size, scale, out.data_ptr(), torch.get_num_threads(),
     )
 
 

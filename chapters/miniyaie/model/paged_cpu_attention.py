@@ -7,7 +7,10 @@ two multiply-adds per key and head, the gather moves the key's 1.5 KB.
 So here the decode rows go to a C++ loop that follows the block table and
 reads each K and V row once, where it lies (cpu_kernels.py,
 paged_decode_attention.cpp), all decode rows of the step in one call per
-layer. Prefill and extend chunks go to a second loop
+layer. Rows whose tables begin with the same block (questions after one
+cached system prompt) go to the kernel side by side, and it walks them
+block by block: a block they share is read from memory once per group,
+not once per row. Prefill and extend chunks go to a second loop
 (paged_chunk_attention.cpp) that copies each sequence's keys once into
 tiles of one vector register (16 keys with AVX-512, 8 with AVX2) and
 scores four query rows against a few tiles at a time, each
@@ -42,11 +45,44 @@ class _Chunks:
 
 @dataclass
 class _DecodeRows:
-    """The step's one-query rows, as the kernel takes them."""
+    """The step's one-query rows, as the kernel takes them: rows that begin with the same block side by side."""
 
     rows: torch.Tensor  # [n] each row's place in the packed batch (int64)
     seq_lens: torch.Tensor  # [n] keys each row attends, its own included
     block_tables: torch.Tensor  # [n, width] their block tables (contiguous int64)
+    group_starts: torch.Tensor  # [groups + 1] rows group_starts[i] .. group_starts[i+1]-1 are attended together
+
+
+MAX_ROWS_PER_GROUP = 8  # more rows share a block's reads, fewer groups share out the threads' work
+
+
+# ANCHOR: group_by_first_block
+def group_by_first_block(block_tables: torch.Tensor, max_rows: int = MAX_ROWS_PER_GROUP) -> tuple[torch.Tensor, list[int]]:
+    """The order that puts rows beginning with the same block side by side, and where each group of at
+    most `max_rows` of them starts (then the end). Rows that share a first block share a cached prefix:
+    the decode kernel attends a group block by block, so a block they share is read from memory once."""
+    firsts = block_tables[:, 0].tolist()
+    order = sorted(range(len(firsts)), key=firsts.__getitem__)
+    starts = [0] if order else []
+    for i in range(1, len(order)):
+        if firsts[order[i]] != firsts[order[i - 1]] or i - starts[-1] == max_rows:
+            starts.append(i)
+    return torch.tensor(order, dtype=torch.int64), starts + [len(order)]
+# ANCHOR_END: group_by_first_block
+
+
+def shared_block_reads(block_tables: torch.Tensor, seq_lens: torch.Tensor, starts: list[int], block_size: int) -> int:
+    """Blocks a row has in common with the row before it in its group (same place in both tables, inside both
+    sequences): the reads the grouped decode kernel finds in the core's cache instead of memory."""
+    if block_tables.shape[0] < 2:
+        return 0
+    same = block_tables[1:] == block_tables[:-1]
+    blocks = (torch.minimum(seq_lens[1:], seq_lens[:-1]) + block_size - 1) // block_size
+    inside = torch.arange(block_tables.shape[1]) < blocks[:, None]
+    first_of_group = torch.tensor(starts[1:-1], dtype=torch.int64) - 1  # pairs that straddle two groups
+    together = torch.ones(len(same), dtype=torch.bool)
+    together[first_of_group] = False
+    return int((same & inside & together[:, None]).sum())
 
 
 class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
@@ -58,6 +94,7 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
         self._decode: _DecodeRows | None = None
         self._chunks: _Chunks | None = None
         self.decode_rows_in_kernel = 0  # rows the kernel attended, summed over steps (not layers): a test reads it
+        self.decode_blocks_shared = 0  # block reads a decode row shared with the row before it, summed over steps
         self.chunk_rows_in_kernel = 0  # the same for the chunk kernel
         self.num_steps = 0  # steps seen (a test checks that every engine step came through here)
         self._meta_seen: AttentionMetadata | None = None  # the step _decode and _chunks describe
@@ -74,7 +111,12 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
         if -(-int(seq_lens.max()) // meta.block_size) > meta.block_tables.shape[1]:  # a kernel would read past the table
             raise ValueError("block_tables has fewer blocks than the longest sequence needs")
         tables = meta.block_tables.to(torch.int64)
-        self._decode = _DecodeRows(starts[decode].contiguous(), seq_lens[decode].contiguous(), tables[decode].contiguous())
+        order, group_starts = group_by_first_block(tables[decode])
+        decode = decode[order]
+        self._decode = _DecodeRows(starts[decode].contiguous(), seq_lens[decode].contiguous(), tables[decode].contiguous(),
+                                   torch.tensor(group_starts, dtype=torch.int64))
+        self.decode_blocks_shared += shared_block_reads(self._decode.block_tables, self._decode.seq_lens, group_starts,
+                                                        meta.block_size)
         self._chunks = _Chunks(starts[chunks].contiguous(), query_lens[chunks].contiguous(),
                                seq_lens[chunks].contiguous(), tables[chunks].contiguous())
         self._meta_seen = meta
@@ -94,7 +136,7 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
         decode, chunks = self._decode, self._chunks
         if decode.rows.numel():
             cpu_kernels.paged_decode_attention(self.library, q, k_cache, v_cache, decode.block_tables, decode.rows,
-                                               decode.seq_lens, meta.block_size, scale, out)
+                                               decode.seq_lens, decode.group_starts, meta.block_size, scale, out)
         if chunks.first_rows.numel():
             done = cpu_kernels.paged_chunk_attention(self.library, q, k_cache, v_cache, chunks.block_tables,
                                                      chunks.first_rows, chunks.query_lens, chunks.seq_lens,

@@ -4,10 +4,12 @@
 // scored against the sequence's keys in one pass over its blocks, then the softmax weights sum
 // its values in a second pass. Nothing is gathered or copied: a key's row is found through the
 // block table, and each K or V row is read once and used for all `group` heads. A work unit is
-// a whole sequence (all its KV heads, so that each block of 16 slots is one contiguous stretch
-// of the pool, read front to back) or, when there are too few sequences to keep every thread
-// busy, one (sequence, KV head) pair. Units run in parallel on OpenMP threads (torch's own
-// runtime, which the library shares).
+// a group of sequences that begin with the same blocks (a prefix they share in the cache; the
+// caller makes the groups), walked block by block: a shared block is read from memory by the
+// group's first sequence and found in the core's cache by the others. With all its KV heads in
+// one unit, each block of 16 slots is one contiguous stretch of the pool, read front to back;
+// when there are too few groups to keep every thread busy, a unit is one (group, KV head) pair.
+// Units run in parallel on OpenMP threads (torch's own runtime, which the library shares).
 //
 // Layouts (all contiguous):
 //   q, out        [num_rows, num_heads, head_dim]   the step's packed queries / outputs
@@ -15,6 +17,7 @@
 //   block_tables  [num_seqs, table_width]            int64
 //   rows          [num_seqs]  the row of q (and out) holding each sequence's query
 //   seq_lens      [num_seqs]  keys to attend, the query's own included
+//   group_starts  [num_groups + 1]  sequences group_starts[i] .. group_starts[i+1]-1 make group i
 //
 // The common shapes (head_dim 64 or 128, up to 8 query heads per KV head) are compiled with
 // both sizes known, so running sums stay in vector registers: four keys against up to three
@@ -35,33 +38,57 @@ using cpu_vector::sum_lanes;
 using cpu_vector::vec;
 using cpu_vector::W;
 
-// One work unit: a sequence's KV heads [h0, h1), each with the `group` query heads that share it.
-struct Unit {
-  const float* query;      // the row's first query head
-  const float* k_cache;    // the pool: key t of head h is at (slot(t) * num_kv_heads + h) * head_dim
-  const float* v_cache;
-  const int64_t* table;    // the sequence's block table
-  int64_t len, block_size, slot_stride, head_dim, group, h0, h1;
-  float scale;
-  float* out;              // the row's first output head
+// One sequence of a work unit: its query and output rows, block table, length and scratch.
+struct Seq {
+  const float* query;    // the row's first query head
+  float* out;            // the row's first output head
+  const int64_t* table;  // its block table
+  int64_t len;           // keys to attend
+  float* scores;         // [(h1 - h0) * G][len]
+  float* sums;           // [(h1 - h0) * G][D]
+  float* total;          // [(h1 - h0) * G]
 };
 
-// Asks the memory for block b's rows of heads [h0, h1) (all heads: the block's whole stretch of
-// the pool): a sequence's blocks lie anywhere in the pool, where no prefetcher can guess them.
-inline void prefetch_block(const Unit& u, const float* pool, int64_t b, int64_t start) {
-  const int64_t n = std::min(u.block_size, u.len - start), bytes = (u.h1 - u.h0) * u.head_dim * sizeof(float);
-  const char* row = reinterpret_cast<const char*>(pool + (u.table[b] * u.block_size * u.slot_stride + u.h0 * u.head_dim));
+// One work unit: KV heads [h0, h1) of a few sequences, each KV head with the `group` query heads
+// that share it. The sequences of a unit usually begin with the same blocks (a prefix they share
+// in the cache, paged_cpu_attention.py groups them): the unit walks its sequences block by block,
+// so a shared block is read from memory by the first sequence and found in the core's cache by
+// the others.
+struct Unit {
+  const float* k_cache;  // the pool: key t of head h is at (slot(t) * num_kv_heads + h) * head_dim
+  const float* v_cache;
+  const Seq* seqs;
+  int64_t num_seqs, block_size, slot_stride, head_dim, group, h0, h1;
+  float scale;
+};
+
+// Asks the memory for block b's rows of heads [h0, h1) of `seq` (all heads: the block's whole
+// stretch of the pool): a sequence's blocks lie anywhere in the pool, where no prefetcher can guess them.
+inline void prefetch_block(const Unit& u, const Seq& seq, const float* pool, int64_t b, int64_t start) {
+  const int64_t n = std::min(u.block_size, seq.len - start), bytes = (u.h1 - u.h0) * u.head_dim * sizeof(float);
+  const char* row = reinterpret_cast<const char*>(pool + (seq.table[b] * u.block_size * u.slot_stride + u.h0 * u.head_dim));
   for (int64_t i = 0; i < n; ++i, row += u.slot_stride * sizeof(float))
     for (int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(row + byte);
 }
 
-// Calls visit(start, n, rows) for each block of the sequence, in order: keys start .. start+n-1,
-// `rows` pointing at the block's first slot in `pool` (k or v). Fetches the next block meanwhile.
+// Calls visit(seq, start, n, rows) for each block of each sequence of the unit: block 0 of every
+// sequence, then block 1, ...; keys start .. start+n-1, `rows` pointing at the block's first slot
+// in `pool` (k or v). Fetches the next blocks meanwhile, a block the sequence before also has once.
 template <typename Visit>
 inline void for_each_block(const Unit& u, const float* pool, Visit visit) {
-  for (int64_t start = 0, b = 0; start < u.len; start += u.block_size, ++b) {
-    if (start + u.block_size < u.len) prefetch_block(u, pool, b + 1, start + u.block_size);
-    visit(start, std::min(u.block_size, u.len - start), pool + u.table[b] * u.block_size * u.slot_stride);
+  int64_t longest = 0;
+  for (int64_t i = 0; i < u.num_seqs; ++i) longest = std::max(longest, u.seqs[i].len);
+  for (int64_t start = 0, b = 0; start < longest; start += u.block_size, ++b) {
+    const int64_t next = start + u.block_size;
+    for (int64_t i = 0; i < u.num_seqs; ++i) {
+      const Seq& seq = u.seqs[i];
+      const bool shared = i > 0 && u.seqs[i - 1].len > next && u.seqs[i - 1].table[b + 1] == seq.table[b + 1];
+      if (next < seq.len && !shared) prefetch_block(u, seq, pool, b + 1, next);
+    }
+    for (int64_t i = 0; i < u.num_seqs; ++i) {
+      const Seq& seq = u.seqs[i];
+      if (start < seq.len) visit(seq, start, std::min(u.block_size, seq.len - start), pool + seq.table[b] * u.block_size * u.slot_stride);
+    }
   }
 }
 
@@ -116,49 +143,51 @@ inline void score_four(const float* query, const float* key, int64_t stride, flo
 
 // Both passes walk the blocks in order and, within a block, the unit's heads: with all heads in
 // one unit, each block's K (then V) is one contiguous stretch of memory read front to back.
-// scores: [(h1 - h0) * G][len]; sums: [(h1 - h0) * G][D].
 template <int D, int G>
-void attend(const Unit& u, float* scores, float* sums, float* total) {
+void attend(const Unit& u) {
   constexpr int C = D / W;
   const int64_t heads = u.h1 - u.h0;
   // Heads per score_four call: each holds 4 sums and 1 query vector in registers, beside 1 key vector.
   constexpr int GB = std::min(G, (cpu_vector::REGISTERS - 1) / 5);
-  for_each_block(u, u.k_cache, [&](int64_t start, int64_t n, const float* block) {  // scores = scale * q . k
+  for_each_block(u, u.k_cache, [&](const Seq& seq, int64_t start, int64_t n, const float* block) {  // scores = scale * q . k
     for (int64_t h = u.h0; h < u.h1; ++h) {
-      const float* query = u.query + h * G * D;
-      float* s = scores + (h - u.h0) * G * u.len + start;
+      const float* query = seq.query + h * G * D;
+      float* s = seq.scores + (h - u.h0) * G * seq.len + start;
       const float* keys = block + h * D;
       int64_t i = 0;
       for (; i + 4 <= n; i += 4) {
         int g = 0;
-        for (; g + GB <= G; g += GB) score_four<D, GB>(query + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * u.len + i, u.len, u.scale);
-        if constexpr (G % GB != 0) score_four<D, G % GB>(query + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * u.len + i, u.len, u.scale);
+        for (; g + GB <= G; g += GB) score_four<D, GB>(query + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * seq.len + i, seq.len, u.scale);
+        if constexpr (G % GB != 0) score_four<D, G % GB>(query + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * seq.len + i, seq.len, u.scale);
       }
       for (; i < n; ++i)  // the block's last keys (fewer than 4), one at a time
         for (int g = 0; g < G; ++g) {
           vec acc = load(query + g * D) * load(keys + i * u.slot_stride);
           for (int c = 1; c < C; ++c) acc += load(query + g * D + c * W) * load(keys + i * u.slot_stride + c * W);
-          s[g * u.len + i] = sum_lanes(acc) * u.scale;
+          s[g * seq.len + i] = sum_lanes(acc) * u.scale;
         }
     }
   });
-  softmax_unnormalised(scores, u.len, heads * G, total);
-  std::memset(sums, 0, sizeof(float) * heads * G * D);
+  for (int64_t i = 0; i < u.num_seqs; ++i) {
+    const Seq& seq = u.seqs[i];
+    softmax_unnormalised(seq.scores, seq.len, heads * G, seq.total);
+    std::memset(seq.sums, 0, sizeof(float) * heads * G * D);
+  }
   // Pass 2 holds G x CB sums in registers (the head's G rows times CB of its C vectors) and a
   // key's G weights, and walks the block's values once per CB columns, each vector loaded once.
   constexpr int CB = cpu_vector::fit_rows(G, C);
-  for_each_block(u, u.v_cache, [&](int64_t start, int64_t n, const float* block) {  // sums += weight * v
+  for_each_block(u, u.v_cache, [&](const Seq& seq, int64_t start, int64_t n, const float* block) {  // sums += weight * v
     for (int64_t h = u.h0; h < u.h1; ++h) {
-      const float* w = scores + (h - u.h0) * G * u.len + start;
+      const float* w = seq.scores + (h - u.h0) * G * seq.len + start;
       for (int c0 = 0; c0 < C; c0 += CB) {
-        float* sum = sums + (h - u.h0) * G * D + c0 * W;
+        float* sum = seq.sums + (h - u.h0) * G * D + c0 * W;
         vec acc[G][CB];
         for (int g = 0; g < G; ++g)
           for (int c = 0; c < CB; ++c) acc[g][c] = load(sum + g * D + c * W);
         const float* value = block + h * D + c0 * W;
         for (int64_t i = 0; i < n; ++i, value += u.slot_stride) {
           vec weight[G];
-          for (int g = 0; g < G; ++g) weight[g] = vec{} + w[g * u.len + i];
+          for (int g = 0; g < G; ++g) weight[g] = vec{} + w[g * seq.len + i];
           for (int c = 0; c < CB; ++c) {
             vec v = load(value + c * W);
             cpu_vector::keep_in_register(v);
@@ -170,48 +199,55 @@ void attend(const Unit& u, float* scores, float* sums, float* total) {
       }
     }
   });
-  for (int64_t r = 0; r < heads * G; ++r)
-    for (int c = 0; c < C; ++c) {
-      cpu_vector::store(u.out + (u.h0 * G + r) * D + c * W, load(sums + r * D + c * W) / total[r]);
-    }
+  for (int64_t i = 0; i < u.num_seqs; ++i) {
+    const Seq& seq = u.seqs[i];
+    for (int64_t r = 0; r < heads * G; ++r)
+      for (int c = 0; c < C; ++c)
+        cpu_vector::store(seq.out + (u.h0 * G + r) * D + c * W, load(seq.sums + r * D + c * W) / seq.total[r]);
+  }
 }
 
 // Any other shape: the same two passes with the sizes only known at run time.
-void attend_any(const Unit& u, float* scores, float* sums, float* total) {
+void attend_any(const Unit& u) {
   const int64_t G = u.group, D = u.head_dim, heads = u.h1 - u.h0;
-  for_each_block(u, u.k_cache, [&](int64_t start, int64_t n, const float* block) {
+  for_each_block(u, u.k_cache, [&](const Seq& seq, int64_t start, int64_t n, const float* block) {
     for (int64_t h = u.h0; h < u.h1; ++h)
       for (int64_t i = 0; i < n; ++i)
         for (int64_t g = 0; g < G; ++g) {
           float dot = 0.f;
-          for (int64_t d = 0; d < D; ++d) dot += u.query[(h * G + g) * D + d] * block[i * u.slot_stride + h * D + d];
-          scores[((h - u.h0) * G + g) * u.len + start + i] = dot * u.scale;
+          for (int64_t d = 0; d < D; ++d) dot += seq.query[(h * G + g) * D + d] * block[i * u.slot_stride + h * D + d];
+          seq.scores[((h - u.h0) * G + g) * seq.len + start + i] = dot * u.scale;
         }
   });
-  softmax_unnormalised(scores, u.len, heads * G, total);
-  std::fill(sums, sums + heads * G * D, 0.f);
-  for_each_block(u, u.v_cache, [&](int64_t start, int64_t n, const float* block) {
+  for (int64_t i = 0; i < u.num_seqs; ++i) {
+    softmax_unnormalised(u.seqs[i].scores, u.seqs[i].len, heads * G, u.seqs[i].total);
+    std::fill(u.seqs[i].sums, u.seqs[i].sums + heads * G * D, 0.f);
+  }
+  for_each_block(u, u.v_cache, [&](const Seq& seq, int64_t start, int64_t n, const float* block) {
     for (int64_t h = u.h0; h < u.h1; ++h)
       for (int64_t i = 0; i < n; ++i)
         for (int64_t g = 0; g < G; ++g)
           for (int64_t d = 0; d < D; ++d)
-            sums[((h - u.h0) * G + g) * D + d] += scores[((h - u.h0) * G + g) * u.len + start + i] * block[i * u.slot_stride + h * D + d];
+            seq.sums[((h - u.h0) * G + g) * D + d] += seq.scores[((h - u.h0) * G + g) * seq.len + start + i] * block[i * u.slot_stride + h * D + d];
   });
-  for (int64_t r = 0; r < heads * G; ++r)
-    for (int64_t d = 0; d < D; ++d) u.out[(u.h0 * G + r) * D + d] = sums[r * D + d] / total[r];
+  for (int64_t i = 0; i < u.num_seqs; ++i) {
+    const Seq& seq = u.seqs[i];
+    for (int64_t r = 0; r < heads * G; ++r)
+      for (int64_t d = 0; d < D; ++d) seq.out[(u.h0 * G + r) * D + d] = seq.sums[r * D + d] / seq.total[r];
+  }
 }
 
 template <int D>
-bool attend_fixed_dim(const Unit& u, float* scores, float* sums, float* total) {
+bool attend_fixed_dim(const Unit& u) {
   switch (u.group) {
-    case 1: attend<D, 1>(u, scores, sums, total); return true;
-    case 2: attend<D, 2>(u, scores, sums, total); return true;
-    case 3: attend<D, 3>(u, scores, sums, total); return true;
-    case 4: attend<D, 4>(u, scores, sums, total); return true;
-    case 5: attend<D, 5>(u, scores, sums, total); return true;
-    case 6: attend<D, 6>(u, scores, sums, total); return true;
-    case 7: attend<D, 7>(u, scores, sums, total); return true;
-    case 8: attend<D, 8>(u, scores, sums, total); return true;
+    case 1: attend<D, 1>(u); return true;
+    case 2: attend<D, 2>(u); return true;
+    case 3: attend<D, 3>(u); return true;
+    case 4: attend<D, 4>(u); return true;
+    case 5: attend<D, 5>(u); return true;
+    case 6: attend<D, 6>(u); return true;
+    case 7: attend<D, 7>(u); return true;
+    case 8: attend<D, 8>(u); return true;
   }
   return false;
 }
@@ -221,28 +257,34 @@ bool attend_fixed_dim(const Unit& u, float* scores, float* sums, float* total) {
 extern "C" void paged_decode_attention(
     const float* q, const float* k_cache, const float* v_cache, const int64_t* block_tables,
     int64_t table_width, const int64_t* rows, const int64_t* seq_lens, int64_t num_seqs,
-    int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size, float scale,
-    float* out, int num_threads) {
+    const int64_t* group_starts, int64_t num_groups, int64_t num_heads, int64_t num_kv_heads,
+    int64_t head_dim, int64_t block_size, float scale, float* out, int num_threads) {
   const int64_t group = num_heads / num_kv_heads;
-  // A unit per sequence when there are enough to share out; with few, a unit per (sequence, KV
-  // head), so that every thread has work.
-  const int64_t heads_per_unit = num_seqs >= 2 * num_threads ? num_kv_heads : 1;
-  const int64_t units_per_seq = (num_kv_heads + heads_per_unit - 1) / heads_per_unit;
+  // A unit per group of sequences when there are enough to share out; with few, a unit per
+  // (group, KV head), so that every thread has work.
+  const int64_t heads_per_unit = num_groups >= 2 * num_threads ? num_kv_heads : 1;
+  const int64_t units_per_group = (num_kv_heads + heads_per_unit - 1) / heads_per_unit;
 #pragma omp parallel num_threads(num_threads)
   {
-    std::vector<float> scores, sums(heads_per_unit * group * head_dim), total(heads_per_unit * group);  // per thread
+    std::vector<float> scores, sums, total;  // per thread
+    std::vector<Seq> seqs;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t unit = 0; unit < num_seqs * units_per_seq; ++unit) {
-      const int64_t seq = unit / units_per_seq, h0 = unit % units_per_seq * heads_per_unit;
-      const int64_t row = rows[seq] * num_heads * head_dim;
-      const Unit u{q + row, k_cache, v_cache, block_tables + seq * table_width, seq_lens[seq], block_size,
-                   num_kv_heads * head_dim, head_dim, group, h0, std::min(num_kv_heads, h0 + heads_per_unit),
-                   scale, out + row};
-      scores.resize(heads_per_unit * group * u.len);
-      const bool done = head_dim == 64    ? attend_fixed_dim<64>(u, scores.data(), sums.data(), total.data())
-                        : head_dim == 128 ? attend_fixed_dim<128>(u, scores.data(), sums.data(), total.data())
-                                          : false;
-      if (!done) attend_any(u, scores.data(), sums.data(), total.data());
+    for (int64_t unit = 0; unit < num_groups * units_per_group; ++unit) {
+      const int64_t first = group_starts[unit / units_per_group], last = group_starts[unit / units_per_group + 1];
+      const int64_t h0 = unit % units_per_group * heads_per_unit, h1 = std::min(num_kv_heads, h0 + heads_per_unit);
+      const int64_t rows_per_seq = (h1 - h0) * group;
+      int64_t keys = 0;
+      for (int64_t s = first; s < last; ++s) keys += seq_lens[s];
+      scores.resize(rows_per_seq * keys), sums.resize((last - first) * rows_per_seq * head_dim), total.resize((last - first) * rows_per_seq);
+      seqs.clear();
+      for (int64_t s = first, at = 0; s < last; at += rows_per_seq * seq_lens[s], ++s) {
+        const int64_t row = rows[s] * num_heads * head_dim, i = s - first;
+        seqs.push_back(Seq{q + row, out + row, block_tables + s * table_width, seq_lens[s], scores.data() + at,
+                           sums.data() + i * rows_per_seq * head_dim, total.data() + i * rows_per_seq});
+      }
+      const Unit u{k_cache, v_cache, seqs.data(), last - first, block_size, num_kv_heads * head_dim, head_dim, group, h0, h1, scale};
+      const bool done = head_dim == 64 ? attend_fixed_dim<64>(u) : head_dim == 128 ? attend_fixed_dim<128>(u) : false;
+      if (!done) attend_any(u);
     }
   }
 }

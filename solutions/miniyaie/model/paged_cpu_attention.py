@@ -56,6 +56,7 @@ class _DecodeRows:
 MAX_ROWS_PER_GROUP = 8  # more rows share a block's reads, fewer groups share out the threads' work
 
 
+# ANCHOR: group_by_first_block
 def group_by_first_block(block_tables: torch.Tensor, max_rows: int = MAX_ROWS_PER_GROUP) -> tuple[torch.Tensor, list[int]]:
     """The order that puts rows beginning with the same block side by side, and where each group of at
     most `max_rows` of them starts (then the end). Rows that share a first block share a cached prefix:
@@ -67,6 +68,7 @@ def group_by_first_block(block_tables: torch.Tensor, max_rows: int = MAX_ROWS_PE
         if firsts[order[i]] != firsts[order[i - 1]] or i - starts[-1] == max_rows:
             starts.append(i)
     return torch.tensor(order, dtype=torch.int64), starts + [len(order)]
+# ANCHOR_END: group_by_first_block
 
 
 def shared_block_reads(block_tables: torch.Tensor, seq_lens: torch.Tensor, starts: list[int], block_size: int) -> int:
