@@ -37,7 +37,7 @@ def main():
     outputs = {}
     for _ in range(args.rounds):
         for label, max_rows in (("one by one", 1), ("together", paged.MAX_ROWS_PER_GROUP)):
-            paged.group_by_first_block = lambda tables, _=None, max_rows=max_rows: grouping(tables, max_rows)
+            paged.group_by_first_block = lambda tables, max_rows=max_rows: grouping(tables, max_rows)
             backend, step_meta = paged.PagedCpuAttentionBackend(), dataclasses.replace(meta)  # a new step for it
 
             def call():

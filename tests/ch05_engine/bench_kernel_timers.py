@@ -44,7 +44,7 @@ def main():
     else:
         workload, config = random_workload(64, model.config.vocab_size), EngineConfig()
     grouping, kernels = paged.group_by_first_block, (cpu_kernels.paged_decode_attention, cpu_kernels.paged_chunk_attention)
-    modes = [("grouped", grouping), ("one by one", lambda tables, _=None: grouping(tables, 1))]
+    modes = [("grouped", grouping), ("one by one", lambda tables: grouping(tables, 1))]
     for _ in range(args.rounds):
         for label, group in modes if args.compare_grouping else modes[:1]:
             totals: dict = {}

@@ -53,7 +53,7 @@ def forked_step(block_size, prefixes, seed, num_kv_heads, head_dim):
     return meta, pool
 
 
-@pytest.mark.parametrize("kind", [k for k in VECTOR_WIDTHS])
+@pytest.mark.parametrize("kind", list(VECTOR_WIDTHS))
 @settings(max_examples=20, deadline=None)
 @given(
     block_size=st.sampled_from([1, 4, 16]),
