@@ -1,12 +1,17 @@
 """Timing, not a test: the engine on a workload, with a timer around each call of the two attention kernels.
 
     LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python tests/ch05_engine/bench_kernel_timers.py \
-        [--workload shared-prefix|random] [--rounds 3] [--compare-grouping]
+        [--workload shared-prefix|random] [--rounds 3] [--compare-grouping | --floor]
 
 Prints, per run, the engine's seconds and each kernel's seconds and calls: how much of a run is
 attention, and which kernel. With --compare-grouping, runs alternate between the engine as it is
 and decode rows attended one by one (every row a group of its own, round nine's kernel), in one
-process, so that a noisy machine slows both alike.
+process, so that a noisy machine slows both alike. With --floor, each run also times the whole
+attention backend (kernels, writing K/V, its per-step bookkeeping) and the engine outside the
+model's forward (scheduling, batching, sampling), then runs the compute floor of `miniyaie bench
+offline` on the same steps, and prints ours / floor two ways: against that floor run, and against
+the floor estimated inside the engine's own run (its seconds less those two parts), which a machine
+whose speed moves between one minute and the next does not disturb.
 """
 import argparse
 import time
@@ -14,9 +19,10 @@ import time
 import torch
 
 import miniyaie.model.paged_cpu_attention as paged
-from miniyaie.bench.runners import run_engine
+from miniyaie.bench.runners import run_engine, run_floor
 from miniyaie.bench.workloads import random_workload, shared_prefix_workload
 from miniyaie.engine import EngineConfig
+from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.model import cpu_kernels, load_model, resolve_model_path
 
 
@@ -30,11 +36,25 @@ def timed(function, totals: dict, name: str):
     return call
 
 
+def floor_line(model, result, totals: dict) -> str:
+    """ours / floor against a floor run, and against the floor inside this run (its seconds less attention
+    and the engine outside the forward)."""
+    floor = run_floor(model, result, progress=False)
+    attention, forward = totals["attention backend"][0], totals["model forward"][0]
+    outside = result.seconds - forward
+    inside = result.seconds - attention - outside
+    return (f"attention backend {attention:.2f} s, engine outside the forward {outside:.2f} s; floor run {floor.seconds:.2f} s "
+            f"(ours / floor {floor.seconds / result.seconds:.0%}), floor inside this run {inside:.2f} s "
+            f"(ours / floor {inside / result.seconds:.0%})")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", choices=["shared-prefix", "random"], default="shared-prefix")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--compare-grouping", action="store_true")
+    modes_wanted = parser.add_mutually_exclusive_group()
+    modes_wanted.add_argument("--compare-grouping", action="store_true")
+    modes_wanted.add_argument("--floor", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(2)
     model = load_model(resolve_model_path(None))
@@ -44,6 +64,7 @@ def main():
     else:
         workload, config = random_workload(64, model.config.vocab_size), EngineConfig()
     grouping, kernels = paged.group_by_first_block, (cpu_kernels.paged_decode_attention, cpu_kernels.paged_chunk_attention)
+    parts = (paged.PagedCpuAttentionBackend.forward, ModelRunner.forward)
     modes = [("grouped", grouping), ("one by one", lambda tables: grouping(tables, 1))]
     for _ in range(args.rounds):
         for label, group in modes if args.compare_grouping else modes[:1]:
@@ -51,13 +72,18 @@ def main():
             paged.group_by_first_block = group
             cpu_kernels.paged_decode_attention = timed(kernels[0], totals, "decode")
             cpu_kernels.paged_chunk_attention = timed(kernels[1], totals, "chunk")
+            paged.PagedCpuAttentionBackend.forward = timed(parts[0], totals, "attention backend")
+            ModelRunner.forward = timed(parts[1], totals, "model forward")
             try:
                 result = run_engine(model, workload, config, "miniyaie", progress=False)
             finally:
                 paged.group_by_first_block = grouping
                 cpu_kernels.paged_decode_attention, cpu_kernels.paged_chunk_attention = kernels
-            parts = "; ".join(f"{name} kernel {s:.3f} s in {n} calls ({1e3 * s / n:.2f} ms)" for name, (s, n) in totals.items())
-            print(f"{args.workload}, {label}: engine {result.seconds:.2f} s; {parts}", flush=True)
+                paged.PagedCpuAttentionBackend.forward, ModelRunner.forward = parts
+            kernel_parts = "; ".join(f"{name} kernel {s:.3f} s in {n} calls ({1e3 * s / n:.2f} ms)"
+                                     for name, (s, n) in totals.items() if name in ("decode", "chunk"))
+            line = f"{args.workload}, {label}: engine {result.seconds:.2f} s; {kernel_parts}"
+            print(line + (f"; {floor_line(model, result, totals)}" if args.floor else ""), flush=True)
 
 
 if __name__ == "__main__":
