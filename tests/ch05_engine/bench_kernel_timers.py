@@ -6,12 +6,15 @@
 Prints, per run, the engine's seconds and each kernel's seconds and calls: how much of a run is
 attention, and which kernel. With --compare-grouping, runs alternate between the engine as it is
 and decode rows attended one by one (every row a group of its own, round nine's kernel), in one
-process, so that a noisy machine slows both alike. With --floor, each run also times the whole
+process, so that a noisy machine slows both alike. With --floor, each run also counts the arithmetic
+of attention from the steps' shapes (and the kernels' rate of it), times the whole
 attention backend (kernels, writing K/V, its per-step bookkeeping) and the engine outside the
 model's forward (scheduling, batching, sampling), then runs the compute floor of `miniyaie bench
 offline` on the same steps, and prints ours / floor two ways: against that floor run, and against
 the floor estimated inside the engine's own run (its seconds less those two parts), which a machine
-whose speed moves between one minute and the next does not disturb.
+whose speed moves between one minute and the next does not disturb. The floor run also takes the
+argmax of each step's logits, which the estimate leaves out with the sampler: it is that much lower
+(about 0.3 s of the random workload, 0.06 s of the shared prefix), so its ratio errs on our side's cost.
 """
 import argparse
 import time
@@ -34,6 +37,26 @@ def timed(function, totals: dict, name: str):
         totals[name] = (seconds + time.perf_counter() - start, calls + 1)
         return result
     return call
+
+
+def count_pairs(new_step, pairs: dict):
+    """The backend's once-a-step hook, also counting the step's query-key pairs (a chunk's query i sees
+    the keys up to its own position), for the arithmetic of attention."""
+    def hook(self, meta):
+        for queries, keys in zip(meta.query_lens, meta.seq_lens):
+            kind = "decode" if queries == 1 else "chunk"
+            pairs[kind] = pairs.get(kind, 0) + queries * (keys - queries) + queries * (queries + 1) // 2
+        return new_step(self, meta)
+    return hook
+
+
+def arithmetic_line(model, pairs: dict, totals: dict) -> str:
+    """GFLOP of attention (two products of head_dim multiply-adds per pair, head and layer) and the kernels' rate."""
+    c = model.config
+    flops = {kind: n * 4 * c.head_dim * c.num_heads * c.num_layers for kind, n in pairs.items()}
+    kernel_seconds = sum(totals[kind][0] for kind in flops if kind in totals)
+    parts = ", ".join(f"{kind} {f / 1e9:.1f}" for kind, f in flops.items())
+    return f"attention {sum(flops.values()) / 1e9:.1f} GFLOP ({parts}), kernels at {sum(flops.values()) / 1e9 / kernel_seconds:.0f} GFLOP/s"
 
 
 def floor_line(model, result, totals: dict) -> str:
@@ -64,7 +87,7 @@ def main():
     else:
         workload, config = random_workload(64, model.config.vocab_size), EngineConfig()
     grouping, kernels = paged.group_by_first_block, (cpu_kernels.paged_decode_attention, cpu_kernels.paged_chunk_attention)
-    parts = (paged.PagedCpuAttentionBackend.forward, ModelRunner.forward)
+    parts = (paged.PagedCpuAttentionBackend.forward, ModelRunner.forward, paged.PagedCpuAttentionBackend._new_step)
     modes = [("grouped", grouping), ("one by one", lambda tables: grouping(tables, 1))]
     for _ in range(args.rounds):
         for label, group in modes if args.compare_grouping else modes[:1]:
@@ -74,16 +97,20 @@ def main():
             cpu_kernels.paged_chunk_attention = timed(kernels[1], totals, "chunk")
             paged.PagedCpuAttentionBackend.forward = timed(parts[0], totals, "attention backend")
             ModelRunner.forward = timed(parts[1], totals, "model forward")
+            pairs: dict = {}
+            paged.PagedCpuAttentionBackend._new_step = count_pairs(parts[2], pairs)
             try:
                 result = run_engine(model, workload, config, "miniyaie", progress=False)
             finally:
                 paged.group_by_first_block = grouping
                 cpu_kernels.paged_decode_attention, cpu_kernels.paged_chunk_attention = kernels
-                paged.PagedCpuAttentionBackend.forward, ModelRunner.forward = parts
+                paged.PagedCpuAttentionBackend.forward, ModelRunner.forward, paged.PagedCpuAttentionBackend._new_step = parts
             kernel_parts = "; ".join(f"{name} kernel {s:.3f} s in {n} calls ({1e3 * s / n:.2f} ms)"
                                      for name, (s, n) in totals.items() if name in ("decode", "chunk"))
             line = f"{args.workload}, {label}: engine {result.seconds:.2f} s; {kernel_parts}"
-            print(line + (f"; {floor_line(model, result, totals)}" if args.floor else ""), flush=True)
+            if args.floor:
+                line += f"; {arithmetic_line(model, pairs, totals)}; {floor_line(model, result, totals)}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":
