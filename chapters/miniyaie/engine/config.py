@@ -24,12 +24,17 @@ class EngineConfig:
     decode_reserve: float = 0.3
     # Ranks the model is split over (chapter 7); 1 runs it whole in this process.
     tensor_parallel_size: int = 1
+    # True: never replay decode steps as CUDA graphs (engine/cuda_graphs.py; they are used only on a CUDA
+    # device with the triton backend), every step runs the model from Python.
+    enforce_eager: bool = False
 
     def __post_init__(self):
         for name in ("block_size", "kv_cache_bytes", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not isinstance(self.enforce_eager, bool):
+            raise ValueError(f"enforce_eager must be true or false, got {self.enforce_eager!r}")
         if not isinstance(self.enable_prefix_caching, bool):
             raise ValueError(f"enable_prefix_caching must be true or false, got {self.enable_prefix_caching!r}")
         from miniyaie.scheduler import POLICIES

@@ -16,6 +16,7 @@ class ModelRunner:
         self.model, self.pool, self.memory = model, pool, memory
         self.device = model.lm_head.weight.device
         self.sampler = Sampler()
+        self.decode_graphs = None  # a DecodeGraphRunner (engine/cuda_graphs.py) when decode steps replay graphs
 
     # ANCHOR: prepare
     def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
@@ -56,10 +57,13 @@ class ModelRunner:
                 logit_rows: list[int]) -> torch.Tensor | None:
         """The model over the packed batch; float32 logits of the hidden rows `logit_rows` (None if none).
 
-        The one call tensor parallelism (chapter 7) replays on every rank.
+        The one call tensor parallelism (chapter 7) replays on every rank. A decode step that
+        self.decode_graphs accepts replays its recorded graph; any other step runs the model.
         """
         with threads_for_step(input_ids.numel(), self.device):  # small steps off the main thread: one thread
-            hidden = self.model(input_ids, positions, self.pool, meta)
+            hidden = self.decode_graphs.run(input_ids, positions, meta) if self.decode_graphs is not None else None
+            if hidden is None:
+                hidden = self.model(input_ids, positions, self.pool, meta)
             return self.model.compute_logits(hidden[logit_rows]) if logit_rows else None
 
     def check_health(self) -> None:

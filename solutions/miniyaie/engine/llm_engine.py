@@ -27,6 +27,7 @@ import torch
 from miniyaie.engine.admission import Admission
 from miniyaie.engine.backends import use_backend
 from miniyaie.engine.config import EngineConfig
+from miniyaie.engine.cuda_graphs import decode_graphs_mode, kv_budget_bytes, make_decode_graphs
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.outputs import RequestEvent, StepRecord
 from miniyaie.engine.sampler import SampledToken, SamplingRow
@@ -40,16 +41,18 @@ from miniyaie.scheduler import Request, ScheduledChunk, Scheduler, SchedulerConf
 
 
 class LLMEngine(Admission, StepAccounting):
-    def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None):
+    def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None, decode_graphs="auto"):
         """`vocabulary`: the tokenizer's tokens as bytes (a miniyaie.structured.Vocabulary, or a function
-        that makes one on first use), needed only by requests with structured output (chapter 8)."""
+        that makes one on first use), needed only by requests with structured output (chapter 8).
+        `decode_graphs`: auto, off, or eager (CPU tests): see engine/cuda_graphs.py's decode_graphs_mode."""
         self.model, self.config = model, config
         self._vocabulary, self._constraints = vocabulary, None
         dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device
-        num_blocks = config.num_blocks or num_blocks_for_budget(model.config, config.kv_cache_bytes, config.block_size, dtype)
+        graphs = decode_graphs_mode(decode_graphs, config, device)  # the graphs' memory comes off the KV budget
+        num_blocks = config.num_blocks or num_blocks_for_budget(model.config, kv_budget_bytes(config, graphs), config.block_size, dtype)
         memory_class = RadixMemory if config.enable_prefix_caching else PagedMemory
         self.memory = memory_class(num_blocks, config.block_size)
-        self.pool = make_pool(model.config, num_blocks, config.block_size, dtype, device)
+        self.pool = make_pool(model.config, num_blocks + (graphs != "off"), config.block_size, dtype, device)  # + scratch
         scheduler_config = SchedulerConfig(
             config.max_num_batched_tokens, config.max_num_seqs, config.policy,
             decode_reserve=config.decode_reserve, hold_shared_prefix=config.enable_prefix_caching,
@@ -57,6 +60,7 @@ class LLMEngine(Admission, StepAccounting):
         self.scheduler = Scheduler(scheduler_config, self.memory)
         use_backend(model, config.attention_backend, device)
         self.runner = ModelRunner(model, self.pool, self.memory)
+        self.runner.decode_graphs = make_decode_graphs(graphs, model, self.pool, num_blocks, config)
         self._params: dict[str, SamplingParams] = {}
         self._generators: dict[str, torch.Generator | None] = {}
         self._stop_ids: dict[str, tuple[int, ...]] = {}  # end-of-sequence + stop_token_ids
