@@ -4,11 +4,12 @@ from miniyaie.structured.constraints import Constraints
 from miniyaie.structured.fsm import DEAD, ByteDFA, PatternError, compile_regex
 from miniyaie.structured.guide import JSON_OBJECT, Guide, IndexCache, pattern_of
 from miniyaie.structured.json_schema import json_object_regex, object_regex, schema_to_regex
+from miniyaie.structured.limits import CompileCancelled, Limits
 from miniyaie.structured.token_index import TokenIndex, walk_vocabulary
 from miniyaie.structured.vocabulary import Vocabulary
 
 __all__ = [
     "Constraints", "DEAD", "ByteDFA", "PatternError", "compile_regex", "JSON_OBJECT", "Guide", "IndexCache",
     "pattern_of", "json_object_regex", "object_regex", "schema_to_regex", "TokenIndex", "walk_vocabulary",
-    "Vocabulary",
+    "Vocabulary", "CompileCancelled", "Limits",
 ]

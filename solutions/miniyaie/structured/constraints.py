@@ -1,5 +1,6 @@
 """Structured output inside the engine: a guide per constrained completion, used at three points of a step.
 
+    a worker     ── prepare(params) ──> the pattern compiled within the budgets, held for its start
     add_request  ── start(ids, params) ──> a Guide per completion (the pattern compiled once, cached)
     sampling row ── mask(id) ──> the allowed tokens, applied by chapter 5's sampler
     after update ── after_step(...) ──> advance each guide; finish what the pattern ended;
@@ -11,45 +12,95 @@ receives token ids, like any other tokens of a request.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from collections.abc import Callable
 
 from miniyaie.structured.fsm import PatternError
-from miniyaie.structured.guide import Guide, IndexCache, pattern_of
+from miniyaie.structured.guide import Guide, IndexCache, keyword_of, pattern_of
+from miniyaie.structured.limits import Budget, Limits
 from miniyaie.structured.vocabulary import Vocabulary
 
 
 class Constraints:
-    def __init__(self, vocabulary: Vocabulary | Callable[[], Vocabulary] | None, model_vocab_size: int):
+    def __init__(self, vocabulary: Vocabulary | Callable[[], Vocabulary] | None, model_vocab_size: int,
+                 limits: Limits | None = None):
         self._vocabulary, self.model_vocab_size = vocabulary, model_vocab_size
+        self.limits = limits or Limits()
         self._cache: IndexCache | None = None
+        self._lock = threading.Lock()
+        self._held: Counter[str] = Counter()  # pattern -> indexes prepared for a start still to come
+        self._patterns: dict[str, str] = {}  # request id -> its guide's pattern (its index is in use)
         self.guides: dict[str, Guide] = {}
         self.forced_tokens = 0  # appended by jump-forward, without a model step
 
     def _indexes(self) -> IndexCache:
-        if self._cache is None:
-            from miniyaie.engine.errors import InvalidRequestError
+        with self._lock:
+            if self._cache is None:
+                from miniyaie.engine.errors import InvalidRequestError
 
-            if self._vocabulary is None:
-                raise InvalidRequestError("structured output needs the tokenizer's vocabulary (use InferenceEngine, "
-                                          "or give LLMEngine a vocabulary)")
-            vocabulary = self._vocabulary() if callable(self._vocabulary) else self._vocabulary
-            self._cache = IndexCache(vocabulary, self.model_vocab_size)
-        return self._cache
+                if self._vocabulary is None:
+                    raise InvalidRequestError("structured output needs the tokenizer's vocabulary (use "
+                                              "InferenceEngine, or give LLMEngine a vocabulary)")
+                vocabulary = self._vocabulary() if callable(self._vocabulary) else self._vocabulary
+                self._cache = IndexCache(vocabulary, self.model_vocab_size, self.limits)
+            return self._cache
 
     def index(self, params):
         """The TokenIndex of a request's pattern (compiled once, cached): its size and build time, for measuring."""
-        pattern = pattern_of(params)
-        return None if pattern is None else self._indexes().get(pattern)
+        pattern = pattern_of(params, self.limits)
+        return None if pattern is None else self._indexes().get(pattern, Budget(self.limits), keyword_of(params))
 
     def check(self, params) -> None:
         """Compile the request's pattern (cached); PatternError if it cannot constrain anything."""
         self.index(params)
 
+    def prepare(self, params, cancel: threading.Event | None = None) -> None:
+        """Compile the request's pattern within the budgets and hold its index for one start(..., params).
+
+        From any thread. PatternError (an HTTP 400 naming the keyword and the limit) for a bad or too
+        costly pattern; CompileCancelled soon after `cancel` is set. Unconstrained params: nothing to do.
+        """
+        pattern = pattern_of(params, self.limits)
+        if pattern is None:
+            return
+        self._indexes().take(pattern, Budget(self.limits, cancel), keyword_of(params))
+        with self._lock:
+            self._held[pattern] += 1
+
+    def release(self, params) -> None:
+        """Drop a hold taken by prepare(params) that no start will consume (the request went away)."""
+        pattern = pattern_of(params, self.limits)
+        if pattern is not None and self._unhold(pattern):
+            self._indexes().give_back(pattern)
+
+    def _unhold(self, pattern: str) -> bool:
+        with self._lock:
+            if self._held[pattern] == 0:
+                return False
+            self._held[pattern] -= 1
+            if self._held[pattern] == 0:
+                del self._held[pattern]
+            return True
+
+    def stats(self) -> dict:
+        """The index cache's bytes and budget (for the engine's /stats); empty before the first pattern."""
+        return self._cache.stats() if self._cache is not None else {}
+
     def start(self, ids: list[str], params) -> None:
-        pattern = pattern_of(params)
-        if pattern is not None:
-            index = self._indexes().get(pattern)
-            self.guides.update((rid, Guide(index)) for rid in ids)
+        """A guide per completion; the index prepared for these params if there is one, else compiled now."""
+        pattern = pattern_of(params, self.limits)
+        if pattern is None:
+            return
+        cache, held = self._indexes(), self._unhold(pattern)
+        try:
+            for rid in ids:
+                self.forget(rid)  # a guide it may still have (its index back)
+                self.guides[rid] = Guide(cache.take(pattern, Budget(self.limits), keyword_of(params)))
+                self._patterns[rid] = pattern
+        finally:
+            if held:
+                cache.give_back(pattern)
 
     def mask(self, request_id: str):
         guide = self.guides.get(request_id)
@@ -117,3 +168,6 @@ class Constraints:
 
     def forget(self, request_id: str) -> None:
         self.guides.pop(request_id, None)
+        pattern = self._patterns.pop(request_id, None)
+        if pattern is not None:
+            self._indexes().give_back(pattern)

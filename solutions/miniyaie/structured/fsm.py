@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from miniyaie.engine.errors import InvalidRequestError
+from miniyaie.structured.limits import Budget, CompileCancelled, Limits, PatternError, current_budget, running_under
+from miniyaie.structured.regex_check import check_regex
 
 DEAD = -1
 # UTF-8 lead bytes of 2-, 3- and 4-byte characters, and the continuation bytes.
@@ -23,10 +24,6 @@ _LEADS = {2: range(0xC2, 0xE0), 3: range(0xE0, 0xF0), 4: range(0xF0, 0xF5)}
 _CONTINUATION = range(0x80, 0xC0)
 # Leads whose second byte is narrower (no overlong encodings, no surrogates, nothing past U+10FFFF).
 _SECOND = {0xE0: range(0xA0, 0xC0), 0xED: range(0x80, 0xA0), 0xF0: range(0x90, 0xC0), 0xF4: range(0x80, 0x90)}
-
-
-class PatternError(InvalidRequestError):
-    """A regex or schema that cannot constrain output: invalid, unsupported, or matching nothing."""
 
 
 @dataclass
@@ -44,21 +41,95 @@ class ByteDFA:
         return int(live[0]) if len(live) == 1 and not bool(self.accepting[state]) else None
 
 
-def compile_regex(pattern: str) -> ByteDFA:
-    """The byte-level DFA of `pattern` (the whole output must match it). PatternError says what is wrong."""
+def compile_regex(pattern: str, budget: Budget | None = None, keyword: str = "regex") -> ByteDFA:
+    """The byte-level DFA of `pattern` (the whole output must match it), built within `budget`.
+
+    PatternError (naming `keyword`) says what is wrong or which limit it is over; CompileCancelled
+    if the budget's cancel event is set while it runs."""
     import interegular
 
-    try:
-        fsm = interegular.parse_pattern(pattern).to_fsm().reduce()
-    except Exception as exc:  # interegular's errors are of several types, some without a message
-        raise PatternError(f"invalid regex {pattern!r}: {type(exc).__name__} {exc}".rstrip()) from None
-    live = {s for s in fsm.states if fsm.islive(s)}
+    budget = budget or Budget(Limits())
+    check_regex(pattern, budget.limits, keyword)
+    _install_budgeted_crawl()
+    with running_under(budget):
+        try:
+            fsm = interegular.parse_pattern(pattern).to_fsm().reduce()
+        except (PatternError, CompileCancelled):
+            raise
+        except Exception as exc:  # interegular's errors are of several types, some without a message
+            raise PatternError(f"invalid regex in {keyword} {pattern[:80]!r}: {type(exc).__name__} {exc}".rstrip()) from None
+    live = _live_states(fsm)
     if fsm.initial not in live:
-        raise PatternError(f"the regex {pattern!r} matches no string")
-    return _spell_in_utf8(fsm, live)
+        raise PatternError(f"the regex in {keyword} {pattern[:80]!r} matches no string")
+    return _spell_in_utf8(fsm, live, budget)
 
 
-def _spell_in_utf8(fsm, live: set) -> ByteDFA:
+def _live_states(fsm) -> set:
+    """The states from which a final state can be reached (one backward search, not one search per state)."""
+    sources: dict = {}
+    for state, moves in fsm.map.items():
+        for target in moves.values():
+            sources.setdefault(target, set()).add(state)
+    live, todo = set(fsm.finals), list(fsm.finals)
+    while todo:
+        for source in sources.get(todo.pop(), ()):
+            if source not in live:
+                live.add(source)
+                todo.append(source)
+    return live
+
+
+def _install_budgeted_crawl() -> None:
+    """Give interegular a crawl (its one loop that builds automata) that checks this thread's budget.
+
+    interegular's own crawl finds a state with a list search (quadratic in the states); this one uses
+    a dict, and stops the compile when the budget says so (deadline, state cap, cancellation)."""
+    import interegular.fsm
+
+    if interegular.fsm.crawl is not _budgeted_crawl:
+        interegular.fsm.crawl = _budgeted_crawl
+
+
+def _hashable(state):
+    """interegular's crawl states are dicts, sets and tuples of them: a key equal exactly when they are."""
+    if isinstance(state, dict):
+        return ("dict", frozenset((k, _hashable(v)) for k, v in state.items()))
+    if isinstance(state, (set, frozenset)):
+        return frozenset(_hashable(s) for s in state)
+    if isinstance(state, tuple):
+        return tuple(_hashable(s) for s in state)
+    return state
+
+
+def _budgeted_crawl(alphabet, initial, final, follow):
+    from interegular.fsm import FSM, OblivionError
+
+    budget = current_budget()
+    states, number, finals, transitions = [initial], {_hashable(initial): 0}, set(), {}
+    i = 0
+    while i < len(states):
+        if budget is not None:
+            budget.check(len(states))
+        state = states[i]
+        if final(state):
+            finals.add(i)
+        transitions[i] = {}
+        for transition in alphabet.by_transition:
+            try:
+                following = follow(state, transition)
+            except OblivionError:
+                continue
+            key = _hashable(following)
+            if key not in number:
+                number[key] = len(states)
+                states.append(following)
+            transitions[i][transition] = number[key]
+        i += 1
+    return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=transitions,
+               __no_validation__=True)
+
+
+def _spell_in_utf8(fsm, live: set, budget: Budget) -> ByteDFA:
     from interegular.fsm import anything_else
 
     order = sorted(live, key=lambda s: (s != fsm.initial, s))
@@ -103,6 +174,7 @@ def _spell_in_utf8(fsm, live: set) -> ByteDFA:
     named = {c for chars in classes.values() for c in chars}
     shared = set()
     for state in order:
+        budget.check(len(rows))
         here = number[state]
         targets = {symbol: number[t] for symbol, t in fsm.map.get(state, {}).items() if t in live}
         if other is not None and other in targets:  # every character the pattern does not name
@@ -116,6 +188,8 @@ def _spell_in_utf8(fsm, live: set) -> ByteDFA:
         for symbol, chars in classes.items():  # the characters it names, byte by byte
             if symbol in targets:
                 for char in chars:
+                    if 0xD800 <= ord(char) <= 0xDFFF:
+                        continue  # a lone surrogate: no UTF-8 spelling, never in a valid output
                     _add_path(rows, new_state, shared, here, char.encode(), targets[symbol])
     return ByteDFA(torch.tensor(rows, dtype=torch.int64), torch.tensor(accepting), 0, len(order))
 

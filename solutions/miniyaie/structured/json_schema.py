@@ -8,29 +8,37 @@ between tokens. That keeps the automaton small and lets jump-forward
 Supported: `type` (object, array, string, integer, number, boolean, null,
 or a list of them), `properties` (in the schema's order) with `required`,
 `enum`, `const`, `anyOf`; strings with `minLength`, `maxLength`, `pattern`
-(a regex over the unescaped text, without quotes or backslashes); arrays
-with `items`, `minItems`, `maxItems`; objects nested up to MAX_DEPTH. An
-object allows only its listed properties. Anything else is refused with a
-PatternError naming the keyword: better a clear 400 than an output that
-does not validate.
+(a complete regex on its own, over the string's text, which must need no
+escaping: regex_check.py); arrays with `items`, `minItems`, `maxItems`;
+objects nested up to MAX_DEPTH. An object allows only its listed
+properties; `enum` and `const` values that the schema's other keywords
+refuse are left out. Anything else, any value of the wrong type, any size
+over the limits (limits.py) and any schema no value can satisfy is refused
+with a PatternError naming the keyword: better a clear 400 than an output
+that does not validate.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 
-from miniyaie.structured.fsm import PatternError
+from miniyaie.structured.limits import Limits, PatternError, over
+from miniyaie.structured.regex_check import json_string_regex
 
 MAX_DEPTH = 5
 MAX_OPTIONAL = 8  # optional properties per object (the regex doubles with each)
 IGNORED = {"title", "description", "$schema", "$id", "examples", "default", "$comment"}
 KNOWN = {"type", "properties", "required", "enum", "const", "anyOf", "minLength", "maxLength", "pattern", "items",
          "minItems", "maxItems", "additionalProperties"} | IGNORED
+TYPES = {"object", "array", "string", "integer", "number", "boolean", "null"}
 
 INTEGER = r"-?(0|[1-9][0-9]*)"
 NUMBER = INTEGER + r"(\.[0-9]+)?([eE][+-]?[0-9]+)?"
-STRING_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+# A character of a JSON string: not a quote, backslash or control character; or an escape (never a
+# \u escape of a lone surrogate half, which would make one character count as two).
+STRING_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'
 SCALARS = {"integer": INTEGER, "number": NUMBER, "boolean": "(true|false)", "null": "null"}
 
 
@@ -39,48 +47,134 @@ def literal(value) -> str:
     return re.escape(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
-def schema_to_regex(schema: dict | str, depth: int = 0) -> str:
+def schema_to_regex(schema: dict | str, depth: int = 0, limits: Limits | None = None) -> str:
     """The regex of the compact JSON texts valid under `schema` (a dict, or its JSON text)."""
+    limits = limits or Limits()
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError, ValueError) as exc:
             raise PatternError(f"json_schema is not valid JSON: {exc}") from None
     if not isinstance(schema, dict):
         raise PatternError(f"a JSON schema must be an object, got {type(schema).__name__}")
     if depth > MAX_DEPTH:
         raise PatternError(f"the schema nests deeper than {MAX_DEPTH} levels")
-    unknown = sorted(set(schema) - KNOWN)
+    unknown = sorted(set(schema) - KNOWN, key=str)
     if unknown:
         raise PatternError(f"unsupported JSON schema keyword {unknown[0]!r}")
-    if "const" in schema:
-        return literal(schema["const"])
-    if "enum" in schema:
-        return "(" + "|".join(literal(v) for v in schema["enum"]) + ")"
+    regex = _regex(schema, depth, limits)
+    if len(regex) > limits.max_regex_length:
+        raise over("json_schema: the regex's length", len(regex), limits.max_regex_length, "max_regex_length")
+    return regex
+
+
+def _regex(schema: dict, depth: int, limits: Limits) -> str:
+    rest = {k: v for k, v in schema.items() if k not in IGNORED | {"enum", "const"}}
+    if "const" in schema or "enum" in schema:
+        values = [schema["const"]] if "const" in schema else _list(schema, "enum", "a list of values")
+        if len(values) > limits.max_enum:
+            raise over("enum: entries", len(values), limits.max_enum, "max_enum")
+        texts = [_value_text(v, "const" if "const" in schema else "enum") for v in values]
+        if rest:  # keep the values the schema's other keywords allow (by their own regex)
+            allowed = re.compile(schema_to_regex(rest, depth, limits))
+            texts = [t for t in texts if allowed.fullmatch(t)]
+        if not texts:
+            raise PatternError(f"{'const' if 'const' in schema else 'enum'}: no value is allowed (empty, or none "
+                               "satisfies the schema's other keywords): nothing could be written")
+        return "(" + "|".join(map(re.escape, dict.fromkeys(texts))) + ")"
     if "anyOf" in schema:
-        return "(" + "|".join(schema_to_regex(s, depth + 1) for s in schema["anyOf"]) + ")"
+        branches = _list(schema, "anyOf", "a list of schemas")
+        if not branches:
+            raise PatternError("anyOf is empty: no value can match it")
+        if len(branches) > limits.max_enum:
+            raise over("anyOf: entries", len(branches), limits.max_enum, "max_enum")
+        if set(rest) - {"anyOf"}:
+            raise PatternError(f"anyOf with other keywords ({sorted(set(rest) - {'anyOf'})[0]!r}) is not supported: "
+                               "put them inside each anyOf branch")
+        return "(" + "|".join(schema_to_regex(s, depth + 1, limits) for s in branches) + ")"
     kind = schema.get("type")
     if isinstance(kind, list):
-        return "(" + "|".join(schema_to_regex({**schema, "type": k}, depth) for k in kind) + ")"
+        if not kind:
+            raise PatternError("type is an empty list: no value can match it")
+        for k in kind:
+            if not isinstance(k, str) or k not in TYPES:
+                raise PatternError(f"type: each entry must be one of {', '.join(sorted(TYPES))}, got {k!r}"[:200])
+        return "(" + "|".join(_regex({**schema, "type": k}, depth, limits) for k in dict.fromkeys(kind)) + ")"
+    if kind is not None and (not isinstance(kind, str) or kind not in TYPES):
+        raise PatternError(f"type must be one of {', '.join(sorted(TYPES))} or a list of them, got {kind!r}"[:200])
     if kind in SCALARS:
         return SCALARS[kind]
     if kind == "string":
-        return _string(schema)
+        return _string(schema, limits)
     if kind == "array":
-        return _array(schema, depth)
+        return _array(schema, depth, limits)
     if kind == "object" or "properties" in schema:
-        if schema.get("additionalProperties", False) not in (False,):
-            raise PatternError("unsupported JSON schema keyword 'additionalProperties' (only false: listed properties only)")
-        properties = schema.get("properties", {})
-        required = set(schema.get("required", []))
-        missing = sorted(required - set(properties))
-        if missing:
-            raise PatternError(f"required property {missing[0]!r} is not in properties")
-        if sum(name not in required for name in properties) > MAX_OPTIONAL:
-            raise PatternError(f"at most {MAX_OPTIONAL} optional properties per object")
-        members = [(literal(name) + ":" + schema_to_regex(sub, depth + 1), name in required) for name, sub in properties.items()]
-        return object_regex(members)
+        return _object(schema, depth, limits)
     raise PatternError(f"unsupported or missing JSON schema type {kind!r}")
+
+
+def _list(schema: dict, keyword: str, what: str) -> list:
+    if not isinstance(schema[keyword], list):
+        raise PatternError(f"{keyword} must be {what}, got {type(schema[keyword]).__name__}")
+    return schema[keyword]
+
+
+def _value_text(value, keyword: str, depth: int = 0) -> str:
+    """The compact JSON of an enum/const value, refused if JSON cannot carry it (checked all the way down)."""
+    _check_value(value, keyword, 0)
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise PatternError(f"{keyword}: a value JSON cannot write ({exc})") from None
+
+
+def _check_value(value, keyword: str, depth: int) -> None:
+    if depth > 32:
+        raise PatternError(f"{keyword}: a value nests deeper than 32 levels")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PatternError(f"{keyword}: {value} is not a finite number (JSON has no NaN or Infinity)")
+    if isinstance(value, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise PatternError(f"{keyword}: a string holds a lone surrogate (not a character UTF-8 can write)")
+    if isinstance(value, list):
+        for item in value:
+            _check_value(item, keyword, depth + 1)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_value(key, keyword, depth + 1)
+            _check_value(item, keyword, depth + 1)
+
+
+def _count(schema: dict, keyword: str, default, cap: int, name: str):
+    """A whole-number size keyword: its value, checked (type, sign, the operator's cap)."""
+    value = schema.get(keyword, default)
+    if value is None and default is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PatternError(f"{keyword} must be a whole number >= 0, got {value!r}"[:200])
+    if value > cap:
+        raise over(keyword, value, cap, name)
+    return value
+
+
+def _object(schema: dict, depth: int, limits: Limits) -> str:
+    if schema.get("additionalProperties", False) is not False:
+        raise PatternError("unsupported JSON schema keyword 'additionalProperties' (only false: listed properties only)")
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        raise PatternError(f"properties must be an object of schemas, got {type(properties).__name__}")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+        raise PatternError(f"required must be a list of property names (strings), got {required!r}"[:200])
+    for name in properties:
+        _check_value(name, "properties", 0)
+    missing = sorted(set(required) - set(properties))
+    if missing:
+        raise PatternError(f"required property {missing[0]!r} is not in properties")
+    if sum(name not in required for name in properties) > MAX_OPTIONAL:
+        raise PatternError(f"at most {MAX_OPTIONAL} optional properties per object")
+    members = [(literal(name) + ":" + schema_to_regex(sub, depth + 1, limits), name in required)
+               for name, sub in properties.items()]
+    return object_regex(members)
 
 
 # ANCHOR: object_regex
@@ -120,22 +214,27 @@ def object_regex(members: list[tuple[str, bool]]) -> str:
 # ANCHOR_END: object_regex
 
 
-def _string(schema: dict) -> str:
+def _string(schema: dict, limits: Limits) -> str:
     if "pattern" in schema:
         if schema.get("minLength") is not None or schema.get("maxLength") is not None:
             raise PatternError("a string schema with 'pattern' cannot also have 'minLength' or 'maxLength'")
-        return '"(' + schema["pattern"].removeprefix("^").removesuffix("$") + ')"'
-    low, high = schema.get("minLength", 0), schema.get("maxLength")
-    if not isinstance(low, int) or (high is not None and (not isinstance(high, int) or high < low)):
-        raise PatternError(f"bad minLength/maxLength: {low!r}, {high!r}")
+        return '"(' + json_string_regex(schema["pattern"], limits, "pattern") + ')"'
+    low = _count(schema, "minLength", 0, limits.max_string_length, "max_string_length")
+    high = _count(schema, "maxLength", None, limits.max_string_length, "max_string_length")
+    if high is not None and high < low:
+        raise PatternError(f"maxLength {high} is below minLength {low}: no string can match")
     return f'"{STRING_CHAR}{{{low},{"" if high is None else high}}}"'
 
 
-def _array(schema: dict, depth: int) -> str:
-    item = schema_to_regex(schema.get("items", {"type": ["string", "number", "boolean", "null"]}), depth + 1)
-    low, high = schema.get("minItems", 0), schema.get("maxItems")
-    if not isinstance(low, int) or low < 0 or (high is not None and (not isinstance(high, int) or high < low)):
-        raise PatternError(f"bad minItems/maxItems: {low!r}, {high!r}")
+def _array(schema: dict, depth: int, limits: Limits) -> str:
+    low = _count(schema, "minItems", 0, limits.max_items, "max_items")
+    high = _count(schema, "maxItems", None, limits.max_items, "max_items")
+    if high is not None and high < low:
+        raise PatternError(f"maxItems {high} is below minItems {low}: no array can match")
+    items = schema.get("items", {"type": ["string", "number", "boolean", "null"]})
+    if not isinstance(items, dict):
+        raise PatternError(f"items must be a schema (an object), got {type(items).__name__}")
+    item = schema_to_regex(items, depth + 1, limits)
     if high == 0:
         return r"\[\]"
     more = f"(,{item}){{{max(low - 1, 0)},{'' if high is None else high - 1}}}"

@@ -6,10 +6,16 @@ model can only ever write text the pattern can still complete, and nothing
 the pattern allows is taken away. It is cheap once built: a step costs one
 mask per constrained row. The build is the cost (tokens x states walks);
 we walk the whole vocabulary at once, one byte position at a time, and
-only for the states decoding actually reaches, each cached once per pattern.
+only for the states decoding actually reaches. What is kept per state is
+the mask alone, one bit per token (6 KB for SmolLM2's 49,152 tokens, not a
+393 KB row of next states): the state after the token the model chose is
+found by reading that one token's bytes through the DFA.
 """
 
 from __future__ import annotations
+
+import threading
+import time
 
 import torch
 
@@ -68,7 +74,8 @@ class TokenIndex:
         self.dfa, self.vocabulary = dfa, vocabulary
         self.size = max(model_vocab_size or 0, len(vocabulary))
         self.token_bytes, self.lengths = vocabulary.byte_matrix()
-        self._ends: dict[int, torch.Tensor] = {}
+        self._masks: dict[int, torch.Tensor] = {}  # state -> its allowed tokens, packed 8 to a byte
+        self._lock = threading.Lock()  # masks are built from the engine thread and from request workers
         self.build_seconds = 0.0  # time spent walking the vocabulary, over all states built so far
         self.compile_seconds = 0.0  # regex -> byte DFA (set by IndexCache, which compiles it)
 
@@ -85,8 +92,8 @@ class TokenIndex:
         # Hint 1: The walk of Task 8.1 gives each token's end state; alive means not DEAD. The
         #   mask must cover the model's whole vocabulary (self.size), which may be longer than
         #   the tokenizer's. End-of-sequence tokens have no bytes: their rule is the DFA's
-        #   accepting flag for this state. Walks are costly: remember each state's.
-        # Hint 2: ends = self.ends(state) (cached walk); mask = zeros(self.size, bool);
+        #   accepting flag for this state. (The caller, `mask`, keeps each state's result.)
+        # Hint 2: ends = self.ends(state) (the walk); mask = zeros(self.size, bool);
         #   mask[:len(ends)] = ends != DEAD; for every id in self.vocabulary.eos_token_ids,
         #   mask[id] = self.dfa.accepting[state].
         # Hint 3:
@@ -105,32 +112,50 @@ class TokenIndex:
     # ANCHOR_END: allowed
 
     def ends(self, state: int) -> torch.Tensor:
-        """Every token's state after it from `state` (the walk, once per state)."""
-        if state not in self._ends:
-            import time
-
-            started = time.perf_counter()
-            previous = torch.get_num_threads()
-            torch.set_num_threads(1)  # dozens of small ops: one thread is as fast, and far faster on busy cores
-            try:
-                self._ends[state] = walk_vocabulary(self.dfa.next_state, state, self.token_bytes, self.lengths)
-            finally:
-                torch.set_num_threads(previous)
+        """Every token's state after it from `state` (the walk; timed in build_seconds, not kept)."""
+        started = time.perf_counter()
+        previous = torch.get_num_threads()
+        torch.set_num_threads(1)  # dozens of small ops: one thread is as fast, and far faster on busy cores
+        try:
+            return walk_vocabulary(self.dfa.next_state, state, self.token_bytes, self.lengths)
+        finally:
+            torch.set_num_threads(previous)
             self.build_seconds += time.perf_counter() - started
-        return self._ends[state]
+
+    def mask(self, state: int) -> torch.Tensor:
+        """allowed(state), built once per state and kept packed (one bit per token): what decoding reads."""
+        packed = self._masks.get(state)
+        if packed is None:
+            packed = _pack(self.allowed(state))
+            with self._lock:
+                self._masks.setdefault(state, packed)
+        return _unpack(packed, self.size)
 
     @property
     def built_states(self) -> int:
-        """How many states' rows exist so far (decoding builds a row when it first reaches a state)."""
-        return len(self._ends)
+        """How many states' masks exist so far (decoding builds one when it first reaches a state)."""
+        return len(self._masks)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this index holds: the DFA's table and the masks built so far (the vocabulary is shared)."""
+        with self._lock:
+            masks = sum(m.numel() for m in self._masks.values())
+        return masks + self.dfa.next_state.nbytes + self.dfa.accepting.nbytes
 
     def next_state(self, state: int, token_id: int) -> int:
         """The state after `token_id` (DEAD if it was not allowed; an end-of-sequence token keeps the state)."""
         if token_id in self.vocabulary.eos_token_ids:
             return state if bool(self.dfa.accepting[state]) else DEAD
-        if token_id >= len(self.vocabulary):
+        data = self.vocabulary.token_bytes[token_id] if 0 <= token_id < len(self.vocabulary) else None
+        if not data:
             return DEAD
-        return int(self.ends(state)[token_id])
+        table = self.dfa.next_state
+        for byte in data:
+            state = int(table[state, byte])
+            if state == DEAD:
+                return DEAD
+        return state
 
     def build_all(self) -> int:
         """Walk every reachable state now (to measure the whole index); returns the number of states."""
@@ -142,3 +167,17 @@ class TokenIndex:
             seen.add(state)
             todo.extend(set(self.ends(state).unique().tolist()) - {DEAD} - seen)
         return len(seen)
+
+
+_BIT = 2 ** torch.arange(8, dtype=torch.uint8)
+
+
+def _pack(mask: torch.Tensor) -> torch.Tensor:
+    """[size] bool -> [ceil(size / 8)] uint8, token i in bit i % 8 of byte i // 8."""
+    padded = torch.zeros((len(mask) + 7) // 8 * 8, dtype=torch.uint8)
+    padded[: len(mask)] = mask
+    return (padded.view(-1, 8) * _BIT).sum(dim=1, dtype=torch.uint8)
+
+
+def _unpack(packed: torch.Tensor, size: int) -> torch.Tensor:
+    return (packed.unsqueeze(1) & _BIT).ne(0).view(-1)[:size]
