@@ -27,6 +27,9 @@ class EngineConfig:
     # True: never replay decode steps as CUDA graphs (engine/cuda_graphs.py; they are used only on a CUDA
     # device with the triton backend), every step runs the model from Python.
     enforce_eager: bool = False
+    # Chapter 8's caps on what one structured request may ask (structured/limits.py: name -> value, e.g.
+    # {"max_items": 1000}; the CLI's --structured-limit NAME=VALUE); unnamed ones keep their defaults.
+    structured_limits: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
         for name in ("block_size", "kv_cache_bytes", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size"):
@@ -49,3 +52,9 @@ class EngineConfig:
 
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"unknown attention_backend {self.attention_backend!r}; choose from {', '.join(BACKENDS)}")
+        if self.structured_limits:
+            from miniyaie.structured.limits import Limits
+
+            limits = dict(self.structured_limits.items() if isinstance(self.structured_limits, dict) else self.structured_limits)
+            Limits.parse(limits)  # a ValueError naming an unknown limit or a bad value
+            object.__setattr__(self, "structured_limits", tuple(sorted(limits.items())))

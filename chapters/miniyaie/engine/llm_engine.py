@@ -91,7 +91,10 @@ class LLMEngine(Admission, StepAccounting):
         if self._constraints is None:
             from miniyaie.structured.constraints import Constraints
 
-            self._constraints = Constraints(self._vocabulary, self.model.config.vocab_size)
+            from miniyaie.structured.limits import Limits
+
+            limits = Limits.parse(dict(self.config.structured_limits))
+            self._constraints = Constraints(self._vocabulary, self.model.config.vocab_size, limits)
         return self._constraints
 
     # ------------------------------------------------------------ one step

@@ -47,6 +47,13 @@ def build_engine(args, default_max_tokens: int):
                 engine_config = dataclasses.replace(engine_config, attention_backend=args.attention_backend)
             except ValueError as exc:  # EngineConfig names the backends it knows
                 raise UsageError(str(exc)) from None
+        if getattr(args, "structured_limit", None):  # NAME=VALUE pairs over the --config file's
+            pairs = dict(item.partition("=")[::2] for item in args.structured_limit)
+            try:
+                engine_config = dataclasses.replace(
+                    engine_config, structured_limits={**dict(engine_config.structured_limits), **pairs})
+            except ValueError as exc:  # names the unknown limit or the bad value
+                raise UsageError(str(exc)) from None
         if getattr(args, "tensor_parallel_size", None):
             engine_config = dataclasses.replace(engine_config, tensor_parallel_size=args.tensor_parallel_size)
         runtime = cpu_runtime.loaded() if device == "cpu" else None

@@ -33,6 +33,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--impl", default=None, help="serve your chapters, e.g. 'chapters' (see the book)")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=None, metavar="N",
                    help="split the model over N processes on this machine (chapter 7; default: the config's, else 1)")
+    p.add_argument("--structured-limit", action="append", default=None, metavar="NAME=VALUE",
+                   help="a cap on structured output requests, e.g. max_items=1000 (repeatable; the book, chapter 8, "
+                        "lists them and their defaults)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(handler=cmd_serve, runs_engine=True)  # relaunched on the fast CPU runtime (cli/main.py)
 
