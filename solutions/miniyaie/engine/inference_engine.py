@@ -199,7 +199,7 @@ class InferenceEngine(Submission, ChatMixin):
     # ---------------------------------------------------------------- stats and lifetime
     def get_stats(self) -> dict:
         """Counters of the whole engine life (see the book, chapter 5, for each one)."""
-        return self._loop.stats()
+        return {**self._loop.stats(), "structured_output": self.llm.constraints.stats()}  # chapter 8's index cache
 
     def check_health(self) -> None:
         """Raise EngineError, saying why, if the engine can no longer serve (closed, or its loop stopped)."""
