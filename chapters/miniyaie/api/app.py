@@ -8,18 +8,24 @@
     GET  /metrics               Prometheus text format
 
 Every request is checked in full (types, ranges, the model name, the
-context, the KV pool) before anything is submitted, so a bad request gets
-a 4xx and an accepted one streams to its end. A client that hangs up
-before its answer is complete, streamed or not, has its request aborted.
-Fields a request leaves out take the server's defaults (params.server_defaults).
+context, the KV pool, its pattern) before anything is submitted, so a bad
+request gets a 4xx and an accepted one streams to its end. That checking
+(template, tokenizer, pattern compile) runs on worker threads
+(preparation.py), never on the event loop that serves everyone. A client
+that hangs up before its answer is complete, streamed or not, has its
+request aborted, its preparation cancelled. Fields a request leaves out
+take the server's defaults (params.server_defaults).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
@@ -31,10 +37,12 @@ from miniyaie.api.errors import APIError, error_response, install_error_handlers
 from miniyaie.api.metrics import ServerMetrics
 from miniyaie.api.middleware import ApiKeyGuard, BodyGuard, InternalErrorGuard, RequestCounter
 from miniyaie.api.params import sampling_params_for, server_defaults
+from miniyaie.api.preparation import Preparation
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest, prompts_of
-from miniyaie.api.response_format import with_structured_output
+from miniyaie.api.response_format import structured_fields, with_structured_output
 from miniyaie.api.streaming import collect, count_unfinished, event_stream, unless_disconnected
 from miniyaie.engine import EngineError, InferenceEngine, openai_format
+from miniyaie.engine.prepared import PreparedRequest, RequestStream
 from miniyaie.engine.sampling_params import generation_config_defaults
 
 ENDPOINTS = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/stats", "/metrics"}
@@ -50,8 +58,24 @@ class ServerSettings:
     sampling_defaults: Mapping[str, object] = field(default_factory=dict)
 
 
-def sse_response(events, timer) -> StreamingResponse:
-    return StreamingResponse(count_unfinished(events, timer), media_type="text/event-stream", headers=SSE_HEADERS)
+class EventStreamResponse(StreamingResponse):
+    """SSE over engine streams that are closed however the response ends, even if it never began
+    (a client that left before the first byte): closing one aborts its request if still running."""
+
+    def __init__(self, events, streams: Sequence[RequestStream]):
+        super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.streams = streams
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            for stream in self.streams:
+                await stream.aclose()
+
+
+def sse_response(events, timer, streams: Sequence[RequestStream]) -> StreamingResponse:
+    return EventStreamResponse(count_unfinished(events, timer), streams)
 
 
 def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) -> FastAPI:
@@ -60,9 +84,17 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     defaults = server_defaults(engine.sampling_defaults, generation_config_defaults(engine.loaded.path),
                                settings.sampling_defaults)
     metrics = ServerMetrics(engine)
-    app = FastAPI(title="Mini-YAIE", version=getattr(miniyaie, "__version__", "0.1.0"),
+    preparation = Preparation(engine)
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        yield
+        preparation.close()  # its worker threads end
+
+    app = FastAPI(title="Mini-YAIE", version=getattr(miniyaie, "__version__", "0.1.0"), lifespan=lifespan,
                   description="An OpenAI-compatible API served by the Mini-YAIE engine.")
-    app.state.engine, app.state.metrics = engine, metrics
+    app.state.engine, app.state.metrics, app.state.preparation = engine, metrics, preparation
+    app.state.stopping = preparation.stop  # the server calls it as its shutdown begins (server.py)
     install_error_handlers(app)
 
     def check_model(name: str) -> None:
@@ -105,13 +137,18 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         timer = metrics.timer()
         check_model(body.model)
-        prompt, ids = render_chat(body)
-        params = engine.check_request(ids, with_structured_output(body, sampling_params_for(body, len(ids), engine.context_length, defaults)))
+
+        def prepare(cancel: threading.Event) -> PreparedRequest:  # on a worker thread: template, tokens, checks, pattern
+            prompt, ids = render_chat(body)
+            params = with_structured_output(body, sampling_params_for(body, len(ids), engine.context_length, defaults))
+            return engine.prepare(prompt, params, prompt_token_ids=ids, cancel=cancel)
+
+        [prepared] = await preparation.prepare(request, [prepare], constrained=bool(structured_fields(body)))
         request_id = openai_format.completion_id()
-        items = engine.stream_async(prompt, params, request_id=request_id, prompt_token_ids=ids)
+        [items] = engine.submit_prepared([prepared], [request_id])
         if body.stream:
-            chunker = openai_format.ChatChunker(request_id, body.model, params.n, include_usage(body))
-            return sse_response(event_stream(items, chunker, timer), timer)
+            chunker = openai_format.ChatChunker(request_id, body.model, prepared.params.n, include_usage(body))
+            return sse_response(event_stream(items, chunker, timer), timer, [items])
         result = await unless_disconnected(request, collect(items, timer))  # a client that hangs up aborts it
         return openai_format.chat_completion(result, body.model)
     # ANCHOR_END: chat_route
@@ -119,13 +156,17 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     # ANCHOR: completions_route
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        """One prompt or a batch: every prompt checked before any is submitted, then all run at once.
+        """One prompt or a batch: every prompt prepared before any is submitted, then all run at once.
 
-        A prompt is text (encoded with engine.encode) or token ids (decoded for its text). Each
-        gets its own SamplingParams (sampling_params_for: its room in the context depends on its
-        length, with_structured_output, then engine.check_request). If any prompt is refused, the
-        request fails with that error and no prompt runs. Prompt i runs as engine request
-        f"{request_id}-{i}"; all of them run concurrently (they share the engine's batches), under
+        A prompt is text (encoded with engine.encode) or token ids (their text decoded by
+        engine.prepare once they are checked). Each gets its own SamplingParams
+        (sampling_params_for: its room in the context depends on its length, then
+        with_structured_output) and is prepared by engine.prepare (checked in full, its pattern
+        compiled). Preparing is slow work, so it runs off the event loop: preparation.prepare
+        takes one job per prompt (a function of the cancel event) and returns every
+        PreparedRequest, or raises the first refusal with no prompt submitted. Then
+        engine.submit_prepared puts them all in flight at once, prompt i as engine request
+        f"{request_id}-{i}", and they run concurrently (they share the engine's batches), under
         unless_disconnected (a hang-up aborts them all). The answer lists each prompt's n
         choices in prompt order (openai_format.text_completion). With stream (one prompt: checked
         above) the answer is SSE, as in the chat route, chunked by openai_format.CompletionChunker.
@@ -135,7 +176,8 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         prompts = prompts_of(body)
         if body.stream and len(prompts) > 1:
             raise APIError(400, "stream one prompt at a time", param="prompt", code="invalid_value")
-        # Idea: all or nothing: check every prompt before the first one starts, then let them run together.
+        constrained = bool(structured_fields(body))  # its preparation compiles a pattern
+        # Idea: all or nothing: prepare every prompt before the first one starts, then let them run together.
         # Stuck? `miniyaie hint 6.6` prints hints, one level at a time.
         # TODO(Task 6.6): A batch of prompts, all or nothing. Replace this line with your code.
         raise NotImplementedError('Chapter 6, Task 6: A batch of prompts, all or nothing — see book/src/ch06_api.md')

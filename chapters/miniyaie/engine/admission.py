@@ -8,6 +8,7 @@ again, so that a finished or aborted id leaves no trace and can be reused.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import torch
@@ -16,6 +17,8 @@ from miniyaie.engine.errors import InvalidRequestError, PromptTooLongRequestErro
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.model import SamplingParams as BasicSamplingParams
 from miniyaie.scheduler import Request
+
+_FIRST_USE = threading.Lock()  # LLMEngine.constraints is made on first use, maybe from a server's worker thread
 
 
 def child_request_id(request_id: str, index: int) -> str:
@@ -65,7 +68,7 @@ class Admission:
         """max_tokens, capped so that prompt + output fit the model's context."""
         return min(params.max_tokens, self.model.config.max_position_embeddings - len(prompt))
 
-    def check_request(self, prompt: Sequence[int], params: SamplingParams) -> None:
+    def check_request(self, prompt: Sequence[int], params: SamplingParams, *, pattern: bool = True) -> None:
         """Refuse a request that can never run here; reads the configuration only, changes nothing.
 
         In this order: an empty prompt (InvalidRequestError); a prompt of at least the model's
@@ -73,7 +76,8 @@ class Admission:
         whole number in [0, vocab_size), bools included (InvalidRequestError); and a request whose
         worst case, len(prompt) + n * max_tokens_for(prompt, params), exceeds the pool's capacity in
         tokens (ResourceExhaustedError, naming what it needs and what the pool holds). A bad
-        structured pattern is refused after these, by chapter 8's code (given).
+        structured pattern is refused after these, by chapter 8's code (given; pattern=False leaves it to
+        prepare_request).
         """
         context = self.model.config.max_position_embeddings
         vocab = self.model.config.vocab_size
@@ -81,8 +85,27 @@ class Admission:
         # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
         # TODO(Task 5.10): At the door. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine.md')
-        if params.structured:  # chapter 8 compiles the pattern (cached): a bad one is refused here (given)
+        if params.structured and pattern:  # chapter 8 compiles the pattern (cached): a bad one is refused here (given)
             self.constraints.check(params)
+
+    def prepare_request(self, prompt: Sequence[int], params: SamplingParams,
+                        cancel: threading.Event | None = None) -> None:
+        """check_request for a thread other than the engine's: the pattern is compiled there and held for this
+        request's add_request, so the engine's step never waits for a compile (Constraints.prepare); setting
+        `cancel` stops the compile soon (CompileCancelled). A request prepared and then not added must be
+        released (release_request)."""
+        params = SamplingParams.coerce(params)
+        self.check_request(list(prompt), params, pattern=False)
+        if params.structured:
+            with _FIRST_USE:  # the first structured request makes the Constraints: once, whichever thread comes
+                constraints = self.constraints
+            constraints.prepare(params, cancel)
+
+    def release_request(self, params: SamplingParams) -> None:
+        """Drop what prepare_request holds for a request that will not be added after all (any thread)."""
+        params = SamplingParams.coerce(params)
+        if params.structured:
+            self.constraints.release(params)
 
     def abort(self, request_id: str) -> bool:
         """End a request and all its completions now, freeing their blocks; True if any of them was

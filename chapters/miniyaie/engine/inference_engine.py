@@ -10,6 +10,7 @@ through the two readers of submission.py:
     generate, generate_async         the GenerationOutput alone
     generate_text, generate_stream*  just the text
     chat_completion*                 OpenAI-shaped dicts (chat.py)
+    prepare / submit_prepared        the slow half on a worker thread, then a quick submit (prepared.py; servers)
 
 Closing a stream before its end aborts its request.
 """
@@ -29,12 +30,13 @@ from miniyaie.engine.engine_loop import EngineLoop
 from miniyaie.engine.llm_engine import LLMEngine
 from miniyaie.engine.loading import display_name, load_model, start_tensor_parallel
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput
+from miniyaie.engine.prepared import Preparation
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.submission import Submission
 from miniyaie.model import LoadedModel
 
 
-class InferenceEngine(Submission, ChatMixin):
+class InferenceEngine(Submission, Preparation, ChatMixin):
     """The public engine. See `miniyaie.engine`'s docstring for the API at a glance."""
 
     def __init__(
@@ -167,8 +169,9 @@ class InferenceEngine(Submission, ChatMixin):
     def check_request(self, prompt_token_ids: Sequence[int], sampling_params: SamplingParams | None = None, **kwargs) -> SamplingParams:
         """Raise what submitting this request would raise, changing nothing; its SamplingParams.
 
-        A server calls it before it answers "200 OK" and starts streaming, so
-        that a bad or impossible request still gets a 4xx.
+        A structured request's pattern is compiled here (up to its time budget): call it off any
+        event loop. A server uses prepare (prepared.py) instead, which also holds the compiled
+        pattern for the submission and can be cancelled.
         """
         params = self._params(sampling_params, kwargs)
         self.llm.check_request(list(prompt_token_ids), params)

@@ -20,9 +20,25 @@ def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
+GRACE_SECONDS = 2.0  # on SIGTERM or Ctrl-C, answers still streaming get this long to end, then they are cut
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server that tells the app the moment it starts to shut down (`app.state.stopping()`, if the
+    app has one: the API cancels every request still being prepared), so that no request can hold up
+    the exit; answers still streaming get GRACE_SECONDS."""
+
+    async def shutdown(self, sockets=None) -> None:
+        stopping = getattr(getattr(self.config.app, "state", None), "stopping", None)
+        if stopping is not None:
+            stopping()
+        await super().shutdown(sockets)
+
+
 def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve until interrupted (Ctrl-C)."""
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    """Serve until interrupted (Ctrl-C, SIGTERM)."""
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_SECONDS)
+    Server(config).run()
 
 
 class BackgroundServer:
@@ -32,7 +48,7 @@ class BackgroundServer:
         self.sock = bind(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
         self.url = f"http://{self.host}:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=2))
+        self.server = Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=GRACE_SECONDS))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> BackgroundServer:
