@@ -1,15 +1,17 @@
 """The course's planted-bug tooling: mutants, the batch worker, time limits (not graded itself)."""
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from miniyaie.course.batch import Session, run_sessions
 from miniyaie.course.grade import stub_hit, task_table
-from miniyaie.course.mutants import load_equivalent, mutants_of
+from miniyaie.course.mutants import chapter_mutants, load_equivalent, mutants_of
 from miniyaie.course.regions import find_regions
 from miniyaie.course.registry import CHAPTERS, chapter
+from miniyaie.course.rotation import SLICES, commit_turn, in_turn, slices_of
 from miniyaie.course.sync import regions_of
 from miniyaie.course.testrun import TestResult, run_tests
 
@@ -119,3 +121,39 @@ def test_batch_workers_run_kernel_tests_in_process_contain_a_crash_and_keep_the_
     assert [{r.outcome for r in results if r.nodeid == test or r.outcome == "crashed"} for results in outcomes] == [
         {"passed"}, {"failed"}, {"crashed"}, {"passed"}, {"failed"}
     ]
+
+
+def test_any_run_of_successive_turns_tries_every_mutant_once():
+    """The CI slice changes with each commit; as many successive turns as there are slices try each mutant once."""
+    number = 3
+    every, slices = chapter_mutants(number), slices_of(number)
+    assert 1 < slices <= max(SLICES.values()) and len(every) > slices
+    for first in (0, 307):
+        tried = [[m for m in every if in_turn(m.key, number, turn)] for turn in range(first, first + slices)]
+        assert sorted(m.text for part in tried for m in part) == sorted(m.text for m in every)
+        assert all(tried)  # no turn is empty
+    chosen = chapter_mutants(number, turn=5)
+    assert [m.text for m in chosen] == [m.text for m in every if in_turn(m.key, number, 5 + slices)]
+    assert 0 < len(chosen) < len(every)
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True, capture_output=True)
+
+
+def test_each_new_commit_takes_the_next_turn_and_a_tree_outside_git_turn_zero(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    turns = []
+    for i in range(3):
+        (repo / "f.txt").write_text(str(i))
+        _git(repo, "add", "f.txt")
+        _git(repo, "commit", "-q", "-m", str(i))
+        turn, source = commit_turn(repo)
+        turns.append(turn)
+        assert f"number {turn}" in source
+    assert turns == [turns[0], turns[0] + 1, turns[0] + 2]
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    assert commit_turn(outside)[0] == 0

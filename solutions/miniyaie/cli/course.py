@@ -29,7 +29,10 @@ def add_parsers(sub) -> None:
     holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     mutants = course_sub.add_parser("mutants", help="check that the tests catch planted bugs in every region")
     mutants.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
-    mutants.add_argument("--all", action="store_true", help="try every mutant, not a fixed sample of the larger regions")
+    which = mutants.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="try every mutant (default: this commit's slice of them)")
+    which.add_argument("--turn", type=int, default=None,
+                       help="try the slice of turn T (default: this commit's number on its branch)")
 
 
 def check_chapter(number: int) -> None:
@@ -86,15 +89,26 @@ def cmd_course(args: argparse.Namespace) -> int:
         print(format_shares(numbers))
         return 0
     if args.course_command == "mutants":
-        from miniyaie.course.mutants import MAX_PER_REGION, mutants
-
-        cap, started = (10**9 if args.all else MAX_PER_REGION), time.perf_counter()
-        status = max([mutants(number, max_per_region=cap) for number in numbers])
-        print(f"course mutants {' '.join(map(str, numbers))}: {time.perf_counter() - started:.0f} s in all")
-        return status
+        return _mutants(numbers, args)
     status = 0
     for number in numbers:
         status |= holes.holes(number)
+    return status
+
+
+def _mutants(numbers: list[int], args: argparse.Namespace) -> int:
+    from miniyaie.course.mutants import mutants
+    from miniyaie.course.rotation import SLICES, commit_turn
+
+    started, chosen = time.perf_counter(), " ".join(map(str, numbers))
+    turn = None
+    if not args.all:
+        turn, source = (args.turn, "given by --turn") if args.turn is not None else commit_turn()
+        print(f"Trying one slice of each chapter's mutants: turn {turn}, {source}. Any {max(SLICES.values())} "
+              f"successive turns try every mutant; `miniyaie course mutants {chosen} --all` tries them all now, "
+              f"`--turn {turn}` repeats this run.", flush=True)
+    status = max([mutants(number, turn) for number in numbers])
+    print(f"course mutants {chosen}: {time.perf_counter() - started:.0f} s in all")
     return status
 
 

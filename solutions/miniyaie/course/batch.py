@@ -15,7 +15,8 @@ The sessions are shared out between WORKERS workers that run side by side
 (the CI machines have 2 cores and a session is mostly single-threaded
 Python), each with one torch thread, whether it runs alone or not, so that a
 test's time (which `course mutants` turns into a time limit) is measured the
-same way in every run.
+same way in every run. $MINIYAIE_COURSE_WORKERS sets another number (a
+machine with more cores trying every mutant).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from miniyaie.course.testrun import TestResult
 # hundreds of sessions).
 QUIET = ["-q", "--no-header", "-p", "no:warnings", "-p", "no:unraisableexception", "--tb=no"]
 CRASHED = "crashed"  # the outcome given to every test of a session whose worker died
-WORKERS = min(2, os.cpu_count() or 1)  # worker processes running sessions side by side
+WORKERS_ENV = "MINIYAIE_COURSE_WORKERS"  # more workers on a machine with more cores (`--all` runs)
+WORKERS = int(os.environ.get(WORKERS_ENV) or min(2, os.cpu_count() or 1))  # sessions run side by side
 KERNEL_TESTS_IN_PROCESS = "MINIYAIE_KERNEL_TESTS_IN_PROCESS"  # read by tests/ch04_triton_kernels/conftest.py
 
 

@@ -10,6 +10,10 @@ listed, each with its reason, in course/equivalent_mutants.txt. Any other
 survivor fails the check. A mutant on that list is not run (it would survive
 by definition, and each survivor costs a run of the whole chapter's tests).
 
+Each commit tries one slice of the chapter's mutants, a different slice each
+commit, so that successive commits try them all (course/rotation.py); `turn`
+picks another slice, and `turn=None` (`--all`) tries every mutant.
+
 Tests that load the bundled SmolLM2 (marked bundled_model) are left out:
 each would cost minutes per mutant, and the tiny random models run the
 same code. A test past its time limit counts as failed: the limit is generous (ten
@@ -21,30 +25,21 @@ false survivor).
 
 from __future__ import annotations
 
-import random
 import shutil
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Mapping
 from pathlib import Path
 
 from miniyaie.course.batch import Session, run_sessions
 from miniyaie.course.grade import _task_key, format_table
 from miniyaie.course.mutate import Mutant, mutants_of
 from miniyaie.course.registry import chapter
+from miniyaie.course.rotation import in_turn, slices_of
 from miniyaie.course.sync import regions_of
 from miniyaie.course.testrun import TestResult
 
 EQUIVALENT_FILE = Path(__file__).with_name("equivalent_mutants.txt")
-# Above this many mutants in a region, a fixed-seed sample of this size is tried (CI time); --all tries
-# every one. Per chapter: chapter 4's tests run Triton's interpreter, seconds per mutant; chapter 5 has
-# about forty-five regions whose sessions each build tiny models and engines (about 1.8 s a session).
-MAX_PER_REGION: dict[int, int] = {0: 15, 1: 15, 2: 15, 3: 15, 4: 6, 5: 3, 6: 10, 7: 10, 8: 10}
-DEFAULT_PER_REGION = 15
-# A smaller sample for a task whose tests are much slower than its chapter's (none at present).
-MAX_PER_TASK_REGION: dict[str, int] = {}
-SEED = 0
 
 
 def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str, str], str]:
@@ -73,26 +68,11 @@ def load_equivalent(path: Path = EQUIVALENT_FILE) -> dict[tuple[str, str, str, s
     return entries
 
 
-def sample_size(number: int, max_per_region: int | Mapping[int, int]) -> int:
-    """The per-region sample size for chapter `number`: one size for all, or a table by chapter."""
-    if isinstance(max_per_region, Mapping):
-        return max_per_region.get(number, DEFAULT_PER_REGION)
-    return max_per_region
-
-
-def chapter_mutants(number: int, max_per_region: int | Mapping[int, int] = MAX_PER_REGION) -> list[Mutant]:
-    per_task = MAX_PER_TASK_REGION if isinstance(max_per_region, Mapping) else {}  # the CI table, not --all
-    max_per_region = sample_size(number, max_per_region)
+def chapter_mutants(number: int, turn: int | None = None) -> list[Mutant]:
+    """Chapter `number`'s mutants in source order: all of them (turn None), or the slice tried at `turn`."""
     ch = chapter(number)
-    chosen: list[Mutant] = []
-    for region in regions_of(ch):
-        found = mutants_of(region, (ch.solution_dir.parent / region.path).read_text())
-        cap = min(max_per_region, per_task.get(region.task, max_per_region))
-        if len(found) > cap:
-            found = sorted(random.Random(f"{SEED}:{region.path}:{region.begin}").sample(found, cap),
-                           key=lambda m: (m.line, m.mutated))
-        chosen += found
-    return chosen
+    found = [m for region in regions_of(ch) for m in mutants_of(region, (ch.solution_dir.parent / region.path).read_text())]
+    return found if turn is None else [m for m in found if in_turn(m.key, number, turn)]
 
 
 def _tree_with(mutant: Mutant, tmp: Path) -> Path:
@@ -135,17 +115,23 @@ def _run_against(ch, trees: dict[Mutant, Path], tests: dict[Mutant, list[str]],
     return dict(zip(chosen, run_sessions(sessions))) if sessions else {}
 
 
-def mutants(number: int, max_per_region: int | Mapping[int, int] = MAX_PER_REGION) -> int:
+def mutants(number: int, turn: int | None = None) -> int:
+    """Try chapter `number`'s mutants of slice `turn` (every mutant when None); 1 if one survives unexplained."""
     started = time.perf_counter()
     ch = chapter(number)
-    candidates = chapter_mutants(number, max_per_region)
-    if not candidates:
+    if not regions_of(ch):
         print(f"Chapter {number} has no solution regions yet.")
         return 0
+    every, candidates = chapter_mutants(number), chapter_mutants(number, turn)
     equivalent = load_equivalent()
     to_run = [m for m in candidates if m.key not in equivalent]  # a listed one would survive by definition: not run
-    print(f"Chapter {number} ({ch.title}): {len(candidates)} mutants (at most {sample_size(number, max_per_region)} "
-          f"per region), {len(candidates) - len(to_run)} of them listed as equivalent", flush=True)
+    if turn is None:
+        which = f"all {len(every)} mutants"
+    else:
+        which = (f"slice {turn % slices_of(number) + 1} of {slices_of(number)} (turn {turn}): {len(candidates)} of "
+                 f"{len(every)} mutants")
+    print(f"Chapter {number} ({ch.title}): {which}, {len(candidates) - len(to_run)} of them listed as equivalent",
+          flush=True)
     (reference,) = run_sessions([Session("solutions", [ch.tests, "-m", "not ungraded and not bundled_model"])])
     reference = [r for r in reference if r.graded and r.chapter == number]
     broken = [r for r in reference if r.outcome not in ("passed", "skipped")]
