@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from tiny_models import save_tiny_model, transformers_greedy
 
 from miniyaie.engine import EngineConfig, LLMEngine
+from miniyaie.engine.cuda_graphs import decode_graphs_mode
 from miniyaie.engine.merged_projections import MergedProjectionOps, merge_projections
 from miniyaie.engine.static_inputs import StaticDecodeInputs, batch_ladder, padded_size
 from miniyaie.model import AttentionMetadata, SamplingParams, load_model
@@ -144,12 +145,21 @@ def test_merged_projections_equal_the_separate_ones(tmp_path, kind):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)  # the layers' own weights: views, same values
 
 
-def test_enforce_eager_must_be_a_bool():
+def test_enforce_eager_must_be_a_bool_and_graphs_need_cuda():
     with pytest.raises(ValueError, match="enforce_eager"):
         EngineConfig(enforce_eager="yes")
     with pytest.raises(ValueError, match="decode_graphs"):
-        from miniyaie.engine.cuda_graphs import decode_graphs_mode
-
         decode_graphs_mode("sometimes", EngineConfig(), "cpu")
-    assert __import__("miniyaie.engine.cuda_graphs", fromlist=["x"]).decode_graphs_mode("auto", EngineConfig(), "cpu") == "off"
+    assert decode_graphs_mode("auto", EngineConfig(attention_backend="triton"), "cpu") == "off", "graphs need CUDA"
 
+
+
+def test_a_config_file_can_turn_graphs_off(tmp_path):
+    from miniyaie.engine.config_file import ConfigError, load_settings
+
+    good, bad = tmp_path / "eager.yaml", tmp_path / "bad.yaml"
+    good.write_text("engine:\n  enforce_eager: true\n")
+    bad.write_text("engine:\n  enforce_eager: maybe\n")
+    assert load_settings(good).engine.enforce_eager is True
+    with pytest.raises(ConfigError, match="enforce_eager"):
+        load_settings(bad)

@@ -5,6 +5,7 @@
       max_num_batched_tokens: 512
       max_num_seqs: 64
       enable_prefix_caching: true
+      enforce_eager: false       # true: no CUDA graphs for decode steps
     sampling:                    # default SamplingParams of every request
       temperature: 0.7
       top_p: 0.95
@@ -30,7 +31,8 @@ from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.errors import InvalidRequestError
 from miniyaie.engine.sampling_params import SamplingParams
 
-ENGINE_KEYS = {"model", "max_num_batched_tokens", "max_num_seqs", "policy", "enable_prefix_caching", "attention_backend"}
+ENGINE_KEYS = {"model", "max_num_batched_tokens", "max_num_seqs", "policy", "enable_prefix_caching", "attention_backend",
+               "enforce_eager"}
 RESOURCE_KEYS = {"device", "dtype", "kv_cache_bytes", "num_blocks", "block_size"}
 DTYPES = ("float32", "bfloat16", "float16")
 
