@@ -165,3 +165,18 @@ def test_stopping_the_server_cancels_a_compile_in_flight(gated):
     slow.join(WAIT)
     assert isinstance(reply[0], httpx.HTTPError) or reply[0].status_code == 503, reply
     assert gate.holds == 0
+
+
+def test_a_job_that_never_ends_does_not_keep_the_process_alive():
+    """A worker still busy (a tokenizer or compile that ignores its cancel) when the program ends: it exits anyway."""
+    import subprocess
+    import sys
+
+    script = ("import threading\n"
+              "from miniyaie.api.preparation import WorkerPool\n"
+              "started = threading.Event()\n"
+              "WorkerPool(1, 'stuck').submit(lambda: (started.set(), threading.Event().wait()))\n"
+              "assert started.wait(30)\n"
+              "print('main is done', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=2 * WAIT)
+    assert done.returncode == 0 and "main is done" in done.stdout, done.stderr

@@ -5,7 +5,7 @@
     structured_outputs {"regex" | "json" | "choice": ...}, guided_regex / guided_json / guided_choice (vLLM)
 
 More than one of them is a 400, as is a schema or regex the engine cannot
-compile (the engine's check_request says which keyword or why).
+compile (engine.prepare, on a worker thread, says which keyword or why).
 """
 
 from __future__ import annotations

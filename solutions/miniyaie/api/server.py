@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 
@@ -35,8 +36,17 @@ class Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
+SWITCH_INTERVAL = 0.0005  # seconds; Python's default is 0.005
+
+
 def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve until interrupted (Ctrl-C, SIGTERM)."""
+    """Serve until interrupted (Ctrl-C, SIGTERM).
+
+    A pattern compiling on a worker thread is pure Python and holds the GIL; the engine thread gives
+    the GIL up around every tensor operation and must wait for it back each time. A shorter switch
+    interval bounds that wait, so a compile slows the running requests less.
+    """
+    sys.setswitchinterval(SWITCH_INTERVAL)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_SECONDS)
     Server(config).run()
 
