@@ -180,3 +180,33 @@ def test_a_job_that_never_ends_does_not_keep_the_process_alive():
               "print('main is done', flush=True)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=2 * WAIT)
     assert done.returncode == 0 and "main is done" in done.stdout, done.stderr
+
+
+def test_a_stream_response_that_never_began_still_ends_its_request(served):
+    """A client gone before the first byte: the response's body never starts, and its request is aborted anyway."""
+    import asyncio
+
+    from miniyaie.api.app import EventStreamResponse
+
+    engine, _ = served
+    wait_until_idle(engine)
+    before = engine.get_stats()["tokens"]["output"]
+
+    async def never_read():
+        yield "data: nothing\n\n"  # pragma: no cover - the client is gone before the first chunk
+
+    async def receive():
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        raise OSError("the client is gone")
+
+    async def respond():
+        [stream] = engine.submit_prepared([engine.prepare("Once upon a time", max_tokens=100, ignore_eos=True)], [None])
+        with pytest.raises(Exception):  # noqa: B017 - whichever way the ASGI layer reports the dead client
+            await EventStreamResponse(never_read(), [stream])({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
+
+    asyncio.run(respond())
+    after = wait_until_idle(engine)
+    assert after["tokens"]["output"] - before < 100, "the request decoded to its end for nobody"
+    assert after["kv_blocks"]["held_by_requests"] == 0

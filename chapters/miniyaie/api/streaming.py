@@ -1,6 +1,6 @@
 """Driving one request through the engine: collected into a result, or streamed as SSE.
 
-Both paths read the same engine stream (`InferenceEngine.stream_async`), so
+Both paths read the same engine stream (`InferenceEngine.submit_prepared`'s), so
 both feed the latency metrics, and both abort the request when the client
 goes away, so that its KV blocks return to the pool at once:
 

@@ -24,6 +24,9 @@ Public API (stable; chapter 6's server uses exactly this):
     engine.render_chat(messages)                              -> (prompt text, token ids)
     engine.encode(prompt) / engine.context_length             -> token ids (adapters applied) / context in tokens
     engine.check_request(prompt_token_ids, ...)               -> SamplingParams, or raises what submitting would
+    engine.prepare(prompt, ..., prompt_token_ids=None, cancel=None) -> PreparedRequest (any thread: the slow half)
+    engine.submit_prepared([prepared], [request_id])          -> [RequestStream] (quick: an event loop may call it)
+    engine.release(prepared)                                  -> None (a prepared request that will not be submitted)
     engine.get_stats()                                        -> dict of counters (loop_alive, loop_error too)
     engine.check_health()                                     -> None, or EngineError if it can no longer serve
     engine.close() / with InferenceEngine(...) as engine: ...
