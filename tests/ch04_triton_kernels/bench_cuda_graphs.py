@@ -144,7 +144,7 @@ def step_profile(model, args, graphs: bool, batch: int, steps: int) -> dict:
     g = eng.runner.decode_graphs
     return dict(batch=batch, wall_ms=round(wall_ms, 3), gpu_busy_ms=round(gpu_us / 1e3, 3),
                 kernel_launches_per_step=count(("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")),
-                graph_launches_per_step=count(("cudaGraphLaunch",)),
+                graph_launches_per_step=sum(e.count for e in events if "GraphLaunch" in e.key) / steps,
                 syncs_per_step=count(("cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::_local_scalar_dense")),
                 graph_counters=None if g is None else g.counters)
 
@@ -168,7 +168,7 @@ def random_workload_run(model, args) -> dict:
     for graphs in (False, True, False, True):  # alternated: eager, graphs, eager, graphs; the first of each warms up
         label = "graphs" if graphs else "eager"
         config = EngineConfig(attention_backend="triton", enforce_eager=not graphs)
-        eng = engine(model, args, graphs)
+        eng = engine(model, args, graphs, **({} if args.device == "cuda" else dict(max_num_seqs=4)))
         result = run_engine(model, workload, config, label, progress=False, engine=eng)
         out[label] = dict(output_tok_s=round(result.tokens_per_second, 1), seconds=round(result.seconds, 3),
                           output_tokens=result.output_tokens, steps=result.stats["steps"],
@@ -197,7 +197,7 @@ def greedy_float32(path, args) -> dict:
 def run_pytest(args) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "solutions"), os.environ.get("PYTHONPATH", "")]))
     out = {}
-    for target in ("tests/ch05_engine/test_static_inputs.py", "tests/ch04_triton_kernels"):
+    for target in ("tests/ch05_engine/test_static_inputs.py", "tests/ch04_triton_kernels"):  # fast one first
         try:
             done = subprocess.run([sys.executable, "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider"],
                                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.pytest_timeout)
@@ -218,8 +218,10 @@ def main():
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--greedy-requests", type=int, default=8)
     parser.add_argument("--greedy-tokens", type=int, default=32)
+    parser.add_argument("--parts", default="capture_replay,decode_step,random_workload,greedy_float32,pytest",
+                        help="comma-separated parts to run (to rerun the ones that failed)")
     parser.add_argument("--skip-pytest", action="store_true")
-    parser.add_argument("--pytest-timeout", type=int, default=240)
+    parser.add_argument("--pytest-timeout", type=int, default=200, help="seconds per pytest target")
     args = parser.parse_args()
     if args.device != "cuda":
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -235,9 +237,11 @@ def main():
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1, default=str))
 
-    part(report, "capture_replay", capture_replay, args)
-    save()
-    if not args.quick:
+    parts = set(args.parts.split(",")) - ({"pytest"} if args.skip_pytest else set())
+    if "capture_replay" in parts:
+        part(report, "capture_replay", capture_replay, args)
+        save()
+    if not args.quick and parts & {"decode_step", "random_workload", "greedy_float32"}:
         from miniyaie.model import load_model
 
         try:
@@ -247,15 +251,18 @@ def main():
             report.setdefault("errors", {})["load_model"] = traceback.format_exc()
             path = bf16 = None
         if bf16 is not None:
-            part(report, "decode_step", decode_step, bf16, args)
-            save()
-            part(report, "random_workload", random_workload_run, bf16, args)
-            save()
+            if "decode_step" in parts:
+                part(report, "decode_step", decode_step, bf16, args)
+                save()
+            if "random_workload" in parts:
+                part(report, "random_workload", random_workload_run, bf16, args)
+                save()
             del bf16
-            part(report, "greedy_float32", greedy_float32, path, args)
-            save()
-        if not args.skip_pytest:
-            part(report, "pytest", run_pytest, args)
+            if "greedy_float32" in parts:
+                part(report, "greedy_float32", greedy_float32, path, args)
+                save()
+    if not args.quick and "pytest" in parts:
+        part(report, "pytest", run_pytest, args)
     save()
     print("errors:", sorted(report.get("errors", {})) or "none", "| wrote", args.json, flush=True)
 

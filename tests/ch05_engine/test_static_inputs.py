@@ -119,7 +119,7 @@ def test_padded_rows_never_touch_live_kv(tiny):
     assert static.runner.decode_graphs.counters["padded_rows"] > 0
 
 
-def test_mixed_and_oversized_steps_run_eagerly(tiny):
+def test_prefill_and_mixed_steps_run_eagerly(tiny):
     path, oracle = tiny
     engine = engine_for(path, "eager", max_num_batched_tokens=20, max_num_seqs=4)  # ladder 1, 2, 4
     assert generate(engine, PROMPTS) == oracle
@@ -163,3 +163,18 @@ def test_a_config_file_can_turn_graphs_off(tmp_path):
     assert load_settings(good).engine.enforce_eager is True
     with pytest.raises(ConfigError, match="enforce_eager"):
         load_settings(bad)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="recording CUDA graphs needs a GPU")
+def test_recorded_cuda_graphs_give_the_eager_tokens(tiny):
+    """On a GPU with the triton backend the engine records graphs by default and replays decode steps."""
+    path, oracle = tiny
+    settings_ = dict(block_size=16, num_blocks=32, enable_prefix_caching=False, attention_backend="triton", max_num_seqs=8)
+    model = load_model(path, device="cuda")
+    graphed = LLMEngine(model, EngineConfig(**settings_))
+    tokens = generate(graphed, PROMPTS)
+    eager = generate(LLMEngine(model, EngineConfig(**settings_, enforce_eager=True)), PROMPTS)
+    assert tokens == eager == oracle
+    graphs = graphed.runner.decode_graphs
+    assert graphs.replay_kind == "cuda" and graphs.counters["replays"] >= MAX_TOKENS - 1 and graphs.memory_bytes > 0
+    assert graphed.memory.num_free_blocks == graphed.memory.num_blocks
