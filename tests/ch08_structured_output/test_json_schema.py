@@ -64,6 +64,19 @@ def test_misplaced_commas_missing_required_and_reordered_members_do_not_match(ca
             assert not re.fullmatch(regex, text), f"members {required} (True: required): {what} must not match: {text}"
 
 
+@pytest.mark.task("8.3")
+@pytest.mark.parametrize("required", [[False] * 12, [True] * 12, [i % 3 == 0 for i in range(12)]],
+                         ids=["all optional", "all required", "mixed"])
+def test_the_object_regex_grows_with_the_square_of_its_members_not_with_their_choices(required):
+    """12 optional members have 4,096 subsets: the regex must not spell each (the compiler's time follows it)."""
+    members = [(re.escape(member_text(i)), r) for i, r in enumerate(required)]
+    regex = object_regex(members)
+    longest = max(len(m) for m, _ in members)
+    assert len(regex) <= len(members) ** 2 * (longest + 8) + 16, (
+        f"{len(regex)} characters for {len(members)} members of at most {longest}: at most about n^2 copies of a member")
+    assert re.fullmatch(regex, "{" + ",".join(member_text(i) for i in range(12) if i % 2 or required[i]) + "}")
+
+
 # ---------------------------------------------------------------- the conversion around Task 8.3 (provided code)
 leaves = st.sampled_from([
     {"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},

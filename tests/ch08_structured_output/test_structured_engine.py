@@ -149,6 +149,12 @@ def test_the_openai_client_gets_json_that_follows_response_format(client):
     (dict(extra_body={"structured_outputs": {"regex": "a[^\\s\\S]"}}), "matches no string"),
     (dict(extra_body={"guided_json": "{not json"}), "not valid JSON"),
     (dict(extra_body={"guided_regex": "a", "guided_choice": ["a"]}), "one output format"),
+    (dict(extra_body={"guided_regex": "a{1000000}"}), "repetition count 1000000 is over the limit of 1000"),
+    (dict(extra_body={"guided_json": {"type": "array", "items": {"type": "integer"}, "maxItems": 10**29}}),
+     "maxItems 100000000000000000000000000000 is over the limit of 256"),
+    (dict(extra_body={"guided_json": {"type": "object", "properties": {"a": {"type": "string"}}, "required": 5}}),
+     "required must be a list"),
+    (dict(extra_body={"guided_json": {"type": "string", "pattern": "x)|(.*"}}), "invalid regex in pattern"),
 ])
 def test_the_server_refuses_a_bad_schema_or_regex_with_a_400_that_says_why(client, body, message):
     import openai

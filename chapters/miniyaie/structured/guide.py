@@ -18,7 +18,6 @@ stay closer to what the model would write); the text is the same.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -27,6 +26,7 @@ from miniyaie.structured.fsm import DEAD, PatternError, compile_regex
 from miniyaie.structured.json_schema import json_object_regex, schema_to_regex
 from miniyaie.structured.limits import Budget, Limits, over
 from miniyaie.structured.token_index import TokenIndex
+from miniyaie.structured.trie_regex import alternation
 from miniyaie.structured.vocabulary import Vocabulary
 
 JSON_OBJECT = "json_object"  # json_schema value for OpenAI's {"type": "json_object"}
@@ -44,7 +44,10 @@ def pattern_of(params, limits: Limits | None = None) -> str | None:
             raise over("guided_choice: entries", len(params.choice), limits.max_enum, "max_enum")
         if not params.choice:
             raise PatternError("guided_choice is empty: it allows no output")
-        return "(" + "|".join(re.escape(c) for c in params.choice) + ")"
+        for choice in params.choice:
+            if any(0xD800 <= ord(c) <= 0xDFFF for c in choice):
+                raise PatternError("guided_choice: an entry holds a lone surrogate (not a character UTF-8 can write)")
+        return alternation(list(params.choice))
     if params.json_schema is not None:
         if params.json_schema == JSON_OBJECT:
             return json_object_regex()
@@ -71,6 +74,7 @@ class IndexCache:
         self._users: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.evictions = 0
+        self.compiles = 0  # patterns compiled (a prepared request's start compiles nothing)
 
     def get(self, pattern: str, budget: Budget | None = None, keyword: str = "regex") -> TokenIndex:
         """The pattern's index, compiled within `budget` if it is not cached (not marked in use)."""
@@ -107,6 +111,8 @@ class IndexCache:
 
     def _compile(self, pattern: str, budget: Budget, keyword: str) -> TokenIndex:
         started = time.perf_counter()
+        with self._lock:
+            self.compiles += 1
         dfa = compile_regex(pattern, budget, keyword)
         index = TokenIndex(dfa, self.vocabulary, self.model_vocab_size)
         budget.check()
@@ -135,7 +141,7 @@ class IndexCache:
         with self._lock:
             return {"index_cache_bytes": sum(index.nbytes for index in self._indexes.values()),
                     "index_cache_budget_bytes": self.limits.cache_bytes, "indexes": len(self._indexes),
-                    "indexes_in_use": len(self._users), "evictions": self.evictions}
+                    "indexes_in_use": len(self._users), "evictions": self.evictions, "compiles": self.compiles}
 
 
 class Guide:

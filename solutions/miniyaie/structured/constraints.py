@@ -12,12 +12,14 @@ receives token ids, like any other tokens of a request.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 from collections import Counter
 from collections.abc import Callable
 
 from miniyaie.structured.fsm import PatternError
-from miniyaie.structured.guide import Guide, IndexCache, keyword_of, pattern_of
+from miniyaie.structured.guide import JSON_OBJECT, Guide, IndexCache, keyword_of, pattern_of
 from miniyaie.structured.limits import Budget, Limits
 from miniyaie.structured.vocabulary import Vocabulary
 
@@ -49,7 +51,14 @@ class Constraints:
     def index(self, params):
         """The TokenIndex of a request's pattern (compiled once, cached): its size and build time, for measuring."""
         pattern = pattern_of(params, self.limits)
-        return None if pattern is None else self._indexes().get(pattern, Budget(self.limits), keyword_of(params))
+        return None if pattern is None else self._indexes().get(pattern, self._budget(params), keyword_of(params))
+
+    def _budget(self, params, cancel: threading.Event | None = None) -> Budget:
+        """The compile's budget: the limits' deadline for a client's pattern; none for json_object, the server's
+        own fixed pattern (seconds, once: its cost is known and bounded), which a cancel still stops."""
+        if params.json_schema == JSON_OBJECT:
+            return Budget(dataclasses.replace(self.limits, compile_seconds=math.inf), cancel)
+        return Budget(self.limits, cancel)
 
     def check(self, params) -> None:
         """Compile the request's pattern (cached); PatternError if it cannot constrain anything."""
@@ -64,7 +73,7 @@ class Constraints:
         pattern = pattern_of(params, self.limits)
         if pattern is None:
             return
-        self._indexes().take(pattern, Budget(self.limits, cancel), keyword_of(params))
+        self._indexes().take(pattern, self._budget(params, cancel), keyword_of(params))
         with self._lock:
             self._held[pattern] += 1
 
@@ -84,8 +93,11 @@ class Constraints:
             return True
 
     def stats(self) -> dict:
-        """The index cache's bytes and budget (for the engine's /stats); empty before the first pattern."""
-        return self._cache.stats() if self._cache is not None else {}
+        """The index cache's bytes against its budget, indexes kept and in use (for the engine's /stats)."""
+        if self._cache is None:
+            return {"index_cache_bytes": 0, "index_cache_budget_bytes": self.limits.cache_bytes, "indexes": 0,
+                    "indexes_in_use": 0, "evictions": 0, "compiles": 0}
+        return self._cache.stats()
 
     def start(self, ids: list[str], params) -> None:
         """A guide per completion; the index prepared for these params if there is one, else compiled now."""
@@ -96,7 +108,7 @@ class Constraints:
         try:
             for rid in ids:
                 self.forget(rid)  # a guide it may still have (its index back)
-                self.guides[rid] = Guide(cache.take(pattern, Budget(self.limits), keyword_of(params)))
+                self.guides[rid] = Guide(cache.take(pattern, self._budget(params), keyword_of(params)))
                 self._patterns[rid] = pattern
         finally:
             if held:

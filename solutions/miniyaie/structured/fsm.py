@@ -1,7 +1,8 @@
 """A regex as a byte-level DFA: interegular parses it into a DFA over characters; we spell the characters in UTF-8.
 
-interegular (the parser Outlines uses) gives a minimal DFA whose
-transitions read *characters*, grouped into classes (its alphabet; one class,
+interegular (the parser Outlines uses) gives a DFA (not minimised: its
+minimisation cost seconds on a 200-character string, and it saves only
+states that decoding may never reach) whose transitions read *characters*, grouped into classes (its alphabet; one class,
 "anything else", stands for every character the pattern does not name). A
 token is bytes, so each character transition becomes a short chain of byte
 transitions: one byte for ASCII, two to four through intermediate states
@@ -53,7 +54,7 @@ def compile_regex(pattern: str, budget: Budget | None = None, keyword: str = "re
     _install_budgeted_crawl()
     with running_under(budget):
         try:
-            fsm = interegular.parse_pattern(pattern).to_fsm().reduce()
+            fsm = interegular.parse_pattern(pattern).to_fsm()  # not .reduce(): minimising cost more than it saved
         except (PatternError, CompileCancelled):
             raise
         except Exception as exc:  # interegular's errors are of several types, some without a message
@@ -101,14 +102,23 @@ def _hashable(state):
     return state
 
 
+def _key(state):
+    """The state itself where it can be hashed (frozensets, the common case), else its _hashable copy."""
+    try:
+        hash(state)
+        return state
+    except TypeError:
+        return _hashable(state)
+
+
 def _budgeted_crawl(alphabet, initial, final, follow):
     from interegular.fsm import FSM, OblivionError
 
     budget = current_budget()
-    states, number, finals, transitions = [initial], {_hashable(initial): 0}, set(), {}
+    states, number, finals, transitions = [initial], {_key(initial): 0}, set(), {}
     i = 0
     while i < len(states):
-        if budget is not None:
+        if budget is not None and i % 16 == 0:  # a clock read per state would cost more than the states
             budget.check(len(states))
         state = states[i]
         if final(state):
@@ -119,7 +129,7 @@ def _budgeted_crawl(alphabet, initial, final, follow):
                 following = follow(state, transition)
             except OblivionError:
                 continue
-            key = _hashable(following)
+            key = _key(following)
             if key not in number:
                 number[key] = len(states)
                 states.append(following)

@@ -26,6 +26,7 @@ import re
 
 from miniyaie.structured.limits import Limits, PatternError, over
 from miniyaie.structured.regex_check import json_string_regex
+from miniyaie.structured.trie_regex import alternation
 
 MAX_DEPTH = 5
 MAX_OPTIONAL = 8  # optional properties per object (the regex doubles with each)
@@ -47,8 +48,10 @@ def literal(value) -> str:
     return re.escape(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
-def schema_to_regex(schema: dict | str, depth: int = 0, limits: Limits | None = None) -> str:
-    """The regex of the compact JSON texts valid under `schema` (a dict, or its JSON text)."""
+def schema_to_regex(schema: dict | str, depth: int = 0, limits: Limits | None = None, where: str = "json_schema") -> str:
+    """The regex of the compact JSON texts valid under `schema` (a dict, or its JSON text).
+
+    `where`: the keyword this (sub)schema sits under, named by the refusals that concern it as a whole."""
     limits = limits or Limits()
     if isinstance(schema, str):
         try:
@@ -56,12 +59,13 @@ def schema_to_regex(schema: dict | str, depth: int = 0, limits: Limits | None = 
         except (json.JSONDecodeError, RecursionError, ValueError) as exc:
             raise PatternError(f"json_schema is not valid JSON: {exc}") from None
     if not isinstance(schema, dict):
-        raise PatternError(f"a JSON schema must be an object, got {type(schema).__name__}")
+        raise PatternError(f"{where}: a JSON schema must be an object, got {type(schema).__name__}")
     if depth > MAX_DEPTH:
-        raise PatternError(f"the schema nests deeper than {MAX_DEPTH} levels")
+        raise PatternError(f"{where}: the schema nests deeper than {MAX_DEPTH} levels")
     unknown = sorted(set(schema) - KNOWN, key=str)
     if unknown:
         raise PatternError(f"unsupported JSON schema keyword {unknown[0]!r}")
+    _check_keywords(schema, depth, limits)
     regex = _regex(schema, depth, limits)
     if len(regex) > limits.max_regex_length:
         raise over("json_schema: the regex's length", len(regex), limits.max_regex_length, "max_regex_length")
@@ -81,7 +85,7 @@ def _regex(schema: dict, depth: int, limits: Limits) -> str:
         if not texts:
             raise PatternError(f"{'const' if 'const' in schema else 'enum'}: no value is allowed (empty, or none "
                                "satisfies the schema's other keywords): nothing could be written")
-        return "(" + "|".join(map(re.escape, dict.fromkeys(texts))) + ")"
+        return alternation(texts)
     if "anyOf" in schema:
         branches = _list(schema, "anyOf", "a list of schemas")
         if not branches:
@@ -91,17 +95,17 @@ def _regex(schema: dict, depth: int, limits: Limits) -> str:
         if set(rest) - {"anyOf"}:
             raise PatternError(f"anyOf with other keywords ({sorted(set(rest) - {'anyOf'})[0]!r}) is not supported: "
                                "put them inside each anyOf branch")
-        return "(" + "|".join(schema_to_regex(s, depth + 1, limits) for s in branches) + ")"
+        return "(" + "|".join(schema_to_regex(s, depth + 1, limits, "anyOf") for s in branches) + ")"
     kind = schema.get("type")
     if isinstance(kind, list):
         if not kind:
             raise PatternError("type is an empty list: no value can match it")
         for k in kind:
             if not isinstance(k, str) or k not in TYPES:
-                raise PatternError(f"type: each entry must be one of {', '.join(sorted(TYPES))}, got {k!r}"[:200])
+                raise PatternError(f"type: each entry must be one of {', '.join(sorted(TYPES))}, got {_short(k)}")
         return "(" + "|".join(_regex({**schema, "type": k}, depth, limits) for k in dict.fromkeys(kind)) + ")"
     if kind is not None and (not isinstance(kind, str) or kind not in TYPES):
-        raise PatternError(f"type must be one of {', '.join(sorted(TYPES))} or a list of them, got {kind!r}"[:200])
+        raise PatternError(f"type must be one of {', '.join(sorted(TYPES))} or a list of them, got {_short(kind)}")
     if kind in SCALARS:
         return SCALARS[kind]
     if kind == "string":
@@ -111,6 +115,45 @@ def _regex(schema: dict, depth: int, limits: Limits) -> str:
     if kind == "object" or "properties" in schema:
         return _object(schema, depth, limits)
     raise PatternError(f"unsupported or missing JSON schema type {kind!r}")
+
+
+def _check_keywords(schema: dict, depth: int, limits: Limits) -> None:
+    """Every keyword's value of the right kind, used by this schema's type or not (a mistake is a mistake)."""
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "type" in schema and (not kinds or any(not isinstance(k, str) or k not in TYPES for k in kinds)
+                             or len(set(kinds)) < len(kinds)):
+        raise PatternError(f"type must be one of {', '.join(sorted(TYPES))} or a non-empty list of them without "
+                           f"repeats, got {_short(kind)}")
+    for keyword, cap, name in (("minLength", limits.max_string_length, "max_string_length"),
+                               ("maxLength", limits.max_string_length, "max_string_length"),
+                               ("minItems", limits.max_items, "max_items"), ("maxItems", limits.max_items, "max_items")):
+        _count(schema, keyword, None, cap, name)
+    if "pattern" in schema and not isinstance(schema["pattern"], str):
+        raise PatternError(f"pattern must be a string (a regex), got {type(schema['pattern']).__name__}")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(n, str) for n in required) or len(set(required)) < len(required):
+        raise PatternError(f"required must be a list of property names (strings, no repeats), got {_short(required)}")
+    if not isinstance(schema.get("properties", {}), dict):
+        raise PatternError(f"properties must be an object of schemas, got {type(schema['properties']).__name__}")
+    if schema.get("additionalProperties", False) is not False:
+        raise PatternError("unsupported JSON schema keyword 'additionalProperties' (only false: listed properties only)")
+    if not isinstance(schema.get("items", {}), dict):
+        raise PatternError(f"items must be a schema (an object), got {type(schema['items']).__name__}")
+    if "object" not in kinds and "properties" in schema and kind is not None:  # not used here: checked all the same
+        for sub in schema["properties"].values():
+            schema_to_regex(sub, depth + 1, limits, "properties")
+    if "array" not in kinds and "items" in schema:
+        schema_to_regex(schema["items"], depth + 1, limits, "items")
+
+
+def _short(value) -> str:
+    """A value as the client wrote it, cut short (and safe for one nested too deep to print)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _list(schema: dict, keyword: str, what: str) -> list:
@@ -150,21 +193,19 @@ def _count(schema: dict, keyword: str, default, cap: int, name: str):
     if value is None and default is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PatternError(f"{keyword} must be a whole number >= 0, got {value!r}"[:200])
+        raise PatternError(f"{keyword} must be a whole number >= 0, got {_short(value)}")
     if value > cap:
         raise over(keyword, value, cap, name)
     return value
 
 
 def _object(schema: dict, depth: int, limits: Limits) -> str:
-    if schema.get("additionalProperties", False) is not False:
-        raise PatternError("unsupported JSON schema keyword 'additionalProperties' (only false: listed properties only)")
     properties = schema.get("properties", {})
     if not isinstance(properties, dict):
         raise PatternError(f"properties must be an object of schemas, got {type(properties).__name__}")
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
-        raise PatternError(f"required must be a list of property names (strings), got {required!r}"[:200])
+        raise PatternError(f"required must be a list of property names (strings), got {_short(required)}")
     for name in properties:
         _check_value(name, "properties", 0)
     missing = sorted(set(required) - set(properties))
@@ -172,7 +213,7 @@ def _object(schema: dict, depth: int, limits: Limits) -> str:
         raise PatternError(f"required property {missing[0]!r} is not in properties")
     if sum(name not in required for name in properties) > MAX_OPTIONAL:
         raise PatternError(f"at most {MAX_OPTIONAL} optional properties per object")
-    members = [(literal(name) + ":" + schema_to_regex(sub, depth + 1, limits), name in required)
+    members = [(literal(name) + ":" + schema_to_regex(sub, depth + 1, limits, "properties"), name in required)
                for name, sub in properties.items()]
     return object_regex(members)
 
@@ -185,31 +226,38 @@ def object_regex(members: list[tuple[str, bool]]) -> str:
     order. Members are separated by exactly one comma: no leading, trailing
     or doubled comma whichever optional members are left out. Examples, with
     members A (required) and B, C (optional): {A}, {A,B}, {A,C}, {A,B,C}.
+    Its length grows at most with the square of the number of members (each
+    member's regex appears at most once per member), never with the 2^n
+    choices of optional members: the compiler's time follows the regex.
     """
-    # Nudge: whether a comma comes before a member depends only on whether any member came before it.
-    # Hint 1: Think of the members left to write and one bit of state: has a member been written
-    #   already (then the next one needs a comma)? A required member is always written; an
-    #   optional one is written or skipped, which is a choice between two regexes for the
-    #   rest. Recursion over the members, carrying that bit, builds the whole alternation.
-    # Hint 2: rest(i, written): "" when i == len(members). Member i as text is ("," if written
-    #   else "") + its regex. Required: that text followed by rest(i + 1, True). Optional:
-    #   "(" + that text + rest(i + 1, True) + "|" + rest(i + 1, written) + ")". The object is
-    #   r"\{" + rest(0, False) + r"\}".
+    # Nudge: a comma goes before every member except the first one written; which one is first is the only choice.
+    # Hint 1: Only the first member written has no comma before it. Once you know which member
+    #   comes first, every later one is ",member" (required) or "(,member)?" (optional): no
+    #   more choices. So the object is an alternation over which member comes first: member j
+    #   can come first only if every member before it is optional (they were all left out).
+    #   If every member is optional, the empty object is allowed too.
+    # Hint 2: For each j whose predecessors are all optional: regex_j followed by, for each
+    #   k > j, "," + regex_k (required) or "(," + regex_k + ")?" (optional). Join these
+    #   alternatives with "|" inside a group; make the group optional ("?") when all members
+    #   are optional; wrap in r"\{" and r"\}". No members at all: r"\{\}".
     # Hint 3:
-    #   def rest(i, written):
-    #       if i == len(members): return ""
-    #       regex, required = members[i]; this = ("," if written else "") + regex + rest(i + 1, True)
-    #       return this if required else "(" + this + "|" + rest(i + 1, written) + ")"
-    #   return "\\{" + rest(0, False) + "\\}"
+    #   firsts = []
+    #   for j, (regex, required) in enumerate(members):
+    #       firsts.append(regex + "".join("," + r if req else "(," + r + ")?" for r, req in members[j + 1:]))
+    #       if required: break                      # nothing after a required member can come first
+    #   body = "(" + "|".join(firsts) + ")" (+ "?" if no member is required); "" if no members
+    #   return "\\{" + body + "\\}"
     # BEGIN SOLUTION 8.3: Objects with optional members
-    def rest(i: int, written: bool) -> str:
-        if i == len(members):
-            return ""
-        regex, required = members[i]
-        this = ("," if written else "") + regex + rest(i + 1, True)
-        return this if required else "(" + this + "|" + rest(i + 1, written) + ")"
-
-    return r"\{" + rest(0, False) + r"\}"
+    firsts = []
+    for j, (regex, required) in enumerate(members):
+        rest = "".join("," + r if req else "(," + r + ")?" for r, req in members[j + 1:])
+        firsts.append(regex + rest)
+        if required:
+            break
+    if not firsts:
+        return r"\{\}"
+    optional = not any(required for _, required in members)
+    return r"\{(" + "|".join(firsts) + ")" + ("?" if optional else "") + r"\}"
     # END SOLUTION
 # ANCHOR_END: object_regex
 
@@ -234,7 +282,7 @@ def _array(schema: dict, depth: int, limits: Limits) -> str:
     items = schema.get("items", {"type": ["string", "number", "boolean", "null"]})
     if not isinstance(items, dict):
         raise PatternError(f"items must be a schema (an object), got {type(items).__name__}")
-    item = schema_to_regex(items, depth + 1, limits)
+    item = schema_to_regex(items, depth + 1, limits, "items")
     if high == 0:
         return r"\[\]"
     more = f"(,{item}){{{max(low - 1, 0)},{'' if high is None else high - 1}}}"

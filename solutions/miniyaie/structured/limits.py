@@ -31,11 +31,11 @@ class Limits:
     """The caps; the operator changes them with `miniyaie serve --structured-limit NAME=VALUE`."""
 
     max_repeat: int = 1000  # a regex's {n,m} counts
-    max_string_length: int = 1000  # a schema's minLength / maxLength
+    max_string_length: int = 500  # a schema's minLength / maxLength
     max_items: int = 256  # a schema's minItems / maxItems
     max_enum: int = 1000  # entries of an enum or guided_choice
     max_regex_length: int = 100_000  # characters of the regex a request compiles to
-    max_states: int = 50_000  # states of the automaton (character and byte level)
+    max_states: int = 20_000  # states of the automaton (character and byte level)
     max_class_chars: int = 5_000  # characters a regex's [...] class names one by one
     compile_seconds: float = 10.0  # the compile's deadline, checked in its loops
     cache_bytes: int = 256 * 2**20  # bytes of compiled indexes kept for reuse (least recently used go first)
@@ -54,7 +54,10 @@ class Limits:
         for name, value in (settings or {}).items():
             if name not in known:
                 raise ValueError(f"unknown structured limit {name!r}; choose from {', '.join(known)}")
-            values[name] = (float if name == "compile_seconds" else int)(value)
+            try:
+                values[name] = (float if name == "compile_seconds" else int)(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"structured limit {name} must be a number, got {value!r}") from None
         return cls(**values)
 
 

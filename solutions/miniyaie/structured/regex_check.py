@@ -142,6 +142,8 @@ def _class(items, limits: Limits, keyword: str, printing: bool) -> str:
         elif op == sre.CATEGORY and arg in _POSITIVE_CATEGORIES and not negated:
             members.append(_POSITIVE_CATEGORIES[arg])
             continue
+        elif op == sre.CATEGORY and not printing:  # interegular spells it; no characters listed one by one
+            continue
         else:
             raise PatternError(f"{keyword}: \\D, \\W, \\S and classes inside a negated class are not supported")
         named += high - low + 1
