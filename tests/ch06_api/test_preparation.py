@@ -210,3 +210,22 @@ def test_a_stream_response_that_never_began_still_ends_its_request(served):
     after = wait_until_idle(engine)
     assert after["tokens"]["output"] - before < 100, "the request decoded to its end for nobody"
     assert after["kv_blocks"]["held_by_requests"] == 0
+
+
+def test_a_batch_holds_one_pattern_per_prompt_and_a_refused_batch_gives_them_back(gated):
+    engine, server, gate = gated
+    gate.opened.set()
+    batch = {**CONSTRAINED, "prompt": ["pick one", "and another"], "n": 2}
+    reply = httpx.post(f"{server.url}/v1/completions", json=batch, timeout=WAIT)
+    assert reply.status_code == 200, reply.text
+    assert len(reply.json()["choices"]) == 4
+    assert all(re.fullmatch(PATTERN, c["text"]) for c in reply.json()["choices"])
+    wait_until_idle(engine)
+    assert gate.holds == 0
+
+    before = engine.get_stats()["tokens"]["prompt"]
+    refused = httpx.post(f"{server.url}/v1/completions", timeout=WAIT,
+                         json={**batch, "prompt": ["pick one", "x" * 200]})  # the second is longer than the context
+    assert refused.status_code == 400, refused.text
+    assert gate.holds == 0, "the first prompt's pattern was kept although its batch was refused"
+    assert engine.get_stats()["tokens"]["prompt"] == before
