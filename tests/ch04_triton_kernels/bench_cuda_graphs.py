@@ -203,7 +203,8 @@ def run_pytest(args) -> dict:
                                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.pytest_timeout)
             out[target] = dict(rc=done.returncode, tail=(done.stdout + done.stderr)[-3000:])
         except subprocess.TimeoutExpired as exc:
-            out[target] = dict(rc="timeout", tail=str(exc.stdout)[-3000:])
+            tail = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else str(exc.stdout or "")
+            out[target] = dict(rc="timeout", tail=tail[-3000:])
     return out
 
 
