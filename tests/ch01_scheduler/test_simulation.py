@@ -8,7 +8,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from miniyaie.scheduler import FinishReason, Request, Scheduler, SchedulerConfig, TokenCountingMemory
 
-pytestmark = [pytest.mark.task(f"1.{n}") for n in range(1, 8)]
+pytestmark = [pytest.mark.task(f"1.{n}") for n in range(1, 9)]
 
 workloads = st.fixed_dictionaries(
     dict(
@@ -16,6 +16,7 @@ workloads = st.fixed_dictionaries(
         seqs=st.integers(1, 6),
         spare_memory=st.integers(0, 60),  # memory beyond the largest request
         policy=st.sampled_from(["fcfs", "lpm"]),
+        long_prefill=st.sampled_from([(0, 1), (4, 1), (8, 2)]),  # (long_prefill_token_threshold, max_long_partial_prefills)
         requests=st.lists(
             st.tuples(st.integers(0, 12), st.integers(1, 30), st.integers(1, 12), st.booleans()),  # arrival step, prompt, max tokens, stop at EOS
             min_size=1,
@@ -25,10 +26,12 @@ workloads = st.fixed_dictionaries(
 )
 
 
-def run_workload(budget, seqs, spare_memory, policy, requests):
+def run_workload(budget, seqs, spare_memory, policy, requests, long_prefill=(0, 1)):
     capacity = max(p + m for _, p, m, _ in requests) + spare_memory
     memory = TokenCountingMemory(capacity)
-    s = Scheduler(SchedulerConfig(budget, seqs, policy), memory, prefix_len=lambda r: len(r.prompt_token_ids) % 5)
+    threshold, max_long = long_prefill
+    config = SchedulerConfig(budget, seqs, policy, long_prefill_token_threshold=threshold, max_long_partial_prefills=max_long)
+    s = Scheduler(config, memory, prefix_len=lambda r: len(r.prompt_token_ids) % 5)
     driver = Driver(s, used_tokens=lambda: memory.num_used_tokens)
     made = []
     for step in range(200):
@@ -51,6 +54,7 @@ def run_workload(budget, seqs, spare_memory, policy, requests):
 @example(dict(budget=4, seqs=2, spare_memory=0, policy="fcfs", requests=[(0, 17, 3, False)]))  # prompt longer than the budget
 @example(dict(budget=32, seqs=6, spare_memory=0, policy="fcfs", requests=[(0, 10, 8, False)] * 4))  # memory for exactly one request
 @example(dict(budget=48, seqs=6, spare_memory=60, policy="lpm", requests=[(0, 5, 5, True)] * 6))  # all arrive at once
+@example(dict(budget=16, seqs=4, spare_memory=0, policy="fcfs", long_prefill=(4, 1), requests=[(0, 30, 4, False), (0, 30, 4, False), (1, 3, 2, False)]))  # tight memory, long prompts
 def test_random_workloads_keep_every_invariant(workload):
     driver, made, memory = run_workload(**workload)
     for r in made:
@@ -60,16 +64,25 @@ def test_random_workloads_keep_every_invariant(workload):
     assert memory.num_used_tokens == 0
     if workload["policy"] == "fcfs":
         arrival = sorted(made, key=lambda r: (workload["requests"][int(r.request_id[1:])][0], int(r.request_id[1:])))
-        assert driver.trace.first_admissions == [r.request_id for r in arrival], "FCFS admits in arrival order"
+        threshold = workload.get("long_prefill", (0, 1))[0]
+        is_long = lambda r: 0 < threshold < len(r.prompt_token_ids)  # noqa: E731
+        for long in (False, True):  # with the long-prefill bound on, a short prompt may pass a long one
+            kind = [r.request_id for r in arrival if is_long(r) == long]
+            first = [rid for rid in driver.trace.first_admissions if rid in kind]
+            assert first == kind, "FCFS admits in arrival order (with the long-prefill bound: the short and the long among themselves)"
 
 
 class SchedulerMachine(RuleBasedStateMachine):
     """Random arrivals, steps and aborts against a model of what must hold."""
 
-    @initialize(budget=st.integers(1, 24), seqs=st.integers(1, 4), capacity=st.integers(20, 60))
-    def setup(self, budget, seqs, capacity):
+    @initialize(
+        budget=st.integers(1, 24), seqs=st.integers(1, 4), capacity=st.integers(20, 60),
+        threshold=st.sampled_from([0, 2, 5]), max_long=st.integers(1, 2),
+    )
+    def setup(self, budget, seqs, capacity, threshold, max_long):
         self.memory = TokenCountingMemory(capacity)
-        self.scheduler = Scheduler(SchedulerConfig(budget, seqs), self.memory)
+        config = SchedulerConfig(budget, seqs, long_prefill_token_threshold=threshold, max_long_partial_prefills=max_long)
+        self.scheduler = Scheduler(config, self.memory)
         self.driver = Driver(self.scheduler, used_tokens=lambda: self.memory.num_used_tokens)
         self.made: list[Request] = []
 

@@ -16,6 +16,13 @@ class EngineConfig:
     max_num_batched_tokens: int = 512  # the token budget of one step
     max_num_seqs: int = 64
     policy: str = "fcfs"  # or "lpm"
+    # A long prefill shares the step (SchedulerConfig; vLLM's flags of the same names): a request with more
+    # than this many tokens to compute takes at most this many of a step while others want tokens, and at
+    # most max_long_partial_prefills such requests run at once; what nobody else wants goes back to them.
+    # 256 = half the default budget: a short request behind an 8,000-token prompt starts within a step or two.
+    # 0 turns the bound off.
+    long_prefill_token_threshold: int = 256
+    max_long_partial_prefills: int = 1
     enable_prefix_caching: bool = True  # the radix prefix cache (chapter 3); False to measure without it
     attention_backend: str = "auto"  # see miniyaie/engine/backends.py
     # Admit only while this fraction of the running requests' remaining outputs still fits
@@ -52,6 +59,10 @@ class EngineConfig:
 
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"unknown attention_backend {self.attention_backend!r}; choose from {', '.join(BACKENDS)}")
+        if not isinstance(self.long_prefill_token_threshold, int) or self.long_prefill_token_threshold < 0:
+            raise ValueError(f"long_prefill_token_threshold must be a whole number >= 0, got {self.long_prefill_token_threshold!r}")
+        if not isinstance(self.max_long_partial_prefills, int) or self.max_long_partial_prefills < 1:
+            raise ValueError(f"max_long_partial_prefills must be a whole number >= 1, got {self.max_long_partial_prefills!r}")
         if self.structured_limits:
             from miniyaie.structured.limits import Limits
 

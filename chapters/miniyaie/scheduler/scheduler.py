@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from miniyaie.scheduler.long_prefill import LongPrefillBound
 from miniyaie.scheduler.memory import KVMemory
 from miniyaie.scheduler.policy import PrefixLenOracle, admission_order, fits_with_reserve, hold_shared_prefixes
 from miniyaie.scheduler.request import FinishReason, Request, RequestStatus
@@ -31,6 +32,8 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_schedules = 0
         self.num_held_for_prefix = 0  # admissions put off to reuse a prefix being computed (a counter)
+        # a long prefill shares the step with the requests behind it (off with long_prefill_token_threshold=0)
+        self.long_prefills = LongPrefillBound(config.long_prefill_token_threshold, config.max_long_partial_prefills)
         self._queued_at: dict[str, int] = {}  # request id -> num_schedules when it was added
 
     # ------------------------------------------------------------ requests
@@ -108,8 +111,10 @@ class Scheduler:
         progresses; waiting requests are admitted (self._admit_waiting) with
         what is left of the budget, except in a step that preempted someone:
         memory is tight, so the running requests drain first. Counts the step
-        in num_schedules.
+        in num_schedules. With long_prefill_token_threshold, a long prefill
+        shares the step (self.long_prefills.tokens_for, long_prefill.py).
         """
+        self.long_prefills.start_step()
         # Idea: serve those in flight first; admit with what is left, unless memory just ran out.
         # Stuck? `miniyaie hint 1.2` prints hints, one level at a time.
         # TODO(Task 1.2): Admit waiting requests. Replace this line with your code.
@@ -122,8 +127,10 @@ class Scheduler:
 
         A running request wants num_tokens - num_computed_tokens tokens (its
         unfinished prompt, or the one token sampled last step), capped by
-        what is left of the budget; every scheduled chunk is allocated
-        before it is added to `out`, and no chunk is empty. When memory
+        what is left of the budget and, when it is on, by the long-prefill
+        bound: self.long_prefills.tokens_for(request, budget) says how many.
+        Every scheduled chunk is allocated before it is added to `out`, and
+        no chunk is empty. When memory
         cannot grow a request, the newest running request is preempted
         (self._preempt) until it can; if the request itself is the newest,
         it is preempted and the walk stops. Running requests are only asked
@@ -160,21 +167,27 @@ class Scheduler:
 
         Admission stops (nothing is skipped) at the first request that finds
         the budget spent, max_num_seqs requests running, or no room
-        (policy.fits_with_reserve). An admitted request starts after the
-        prefix the memory already holds, self.memory.cached_prefix_len(request)
+        (policy.fits_with_reserve). The one exception: a request granted 0
+        tokens by self.long_prefills.tokens_for (with the long-prefill bound
+        on, a long prompt while max_long_partial_prefills long prefills are
+        under way) stays waiting, untouched, and the next one is tried.
+        An admitted request starts after the prefix the memory already holds, self.memory.cached_prefix_len(request)
         (the self.prefix_len oracle only orders the queue), but always
         computes at least its last known token, whose logits give the next
         token: num_computed_tokens = min(cached, num_tokens - 1), recorded in
         request.num_cached_tokens too. Its chunk (the rest of its tokens,
-        capped by the budget) is allocated and scheduled, and it moves from
-        waiting to running with status RUNNING. A request that is not
-        admitted is left exactly as it was (num_computed_tokens 0).
+        capped by the budget: self.long_prefills.tokens_for) is allocated and
+        scheduled, and it moves from waiting to running with status RUNNING. A request
+        that is not admitted is left exactly as it was (num_computed_tokens 0).
+        Last, what is left of the budget goes back to the long prefills the
+        bound cut (self.long_prefills.top_up).
         """
         order = self._admission_order()
         # Idea: admit in order until something does not fit; never skip ahead.
         # Stuck? `miniyaie hint 1.2` prints hints, one level at a time.
         # TODO(Task 1.2): Admit waiting requests. Replace this line with your code.
         raise NotImplementedError('Chapter 1, Task 2: Admit waiting requests — see book/src/ch01_scheduler.md')
+        self.long_prefills.top_up(out, self.config.max_num_batched_tokens - out.num_batched_tokens, self.memory)
     # ANCHOR_END: admit_waiting
 
     def _admission_order(self):
@@ -222,4 +235,5 @@ class Scheduler:
             "num_running": len(self.running),
             "num_preemptions": self.num_preemptions,
             "num_held_for_prefix": self.num_held_for_prefix,
+            "num_long_prefills_held": self.long_prefills.num_held,
         }

@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import platform
+from dataclasses import replace
 
 from miniyaie import cpu_runtime
 from miniyaie.bench.workloads import Workload, random_workload, shared_prefix_workload
@@ -43,6 +44,7 @@ def run(args) -> dict:
 
     from miniyaie.bench.runners import Result, run_engine, run_floor, run_hf_continuous, run_hf_static, run_tensor_parallel
     from miniyaie.bench.vllm_peer import PeerFailed, PeerSkipped, run_vllm
+    from miniyaie.cli.args import scheduling_overrides
     from miniyaie.engine import EngineConfig
     from miniyaie.model import load_model, resolve_model_path
 
@@ -54,17 +56,18 @@ def run(args) -> dict:
     workload = make_workload(args, model.config.vocab_size)
     block_size = EngineConfig().block_size
 
-    # The engine's defaults; only the prefix cache and the policy change (LPM where it pays).
+    # The engine's defaults (and the scheduling flags'); only the prefix cache and the policy change (LPM where it pays).
+    base = EngineConfig(**scheduling_overrides(args))
     ours: list[Result] = []
     if workload.name == "shared-prefix":
-        ours.append(run_engine(model, workload, EngineConfig(enable_prefix_caching=False), "miniyaie (prefix cache off)", progress))
-        ours.append(run_engine(model, workload, EngineConfig(enable_prefix_caching=True, policy="lpm"), "miniyaie (prefix cache on)", progress))
+        ours.append(run_engine(model, workload, replace(base, enable_prefix_caching=False), "miniyaie (prefix cache off)", progress))
+        ours.append(run_engine(model, workload, replace(base, enable_prefix_caching=True, policy="lpm"), "miniyaie (prefix cache on)", progress))
     else:
-        ours.append(run_engine(model, workload, EngineConfig(), "miniyaie", progress))
+        ours.append(run_engine(model, workload, base, "miniyaie", progress))
     best = ours[-1]
     results = list(ours)
     if args.tensor_parallel_size > 1:  # the best configuration again, split over processes
-        config = EngineConfig(enable_prefix_caching=best.stats["enable_prefix_caching"],
+        config = replace(base, enable_prefix_caching=best.stats["enable_prefix_caching"],
                               policy="lpm" if workload.name == "shared-prefix" else "fcfs")
         split = run_tensor_parallel(path, workload, config, args.tensor_parallel_size, progress)
         ours.append(split)

@@ -61,3 +61,30 @@ def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int) -> None:
                         "or auto = triton on CUDA, cpu elsewhere (default: the config's, else auto)")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=None, metavar="N",
                    help="split the model over N processes on this machine (chapter 7; default: the config's, else 1)")
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills")
+
+
+def add_scheduling_args(p: argparse.ArgumentParser) -> None:
+    """The scheduler's knobs an operator may turn (EngineConfig's fields of the same names; chapter 1)."""
+    p.add_argument("--long-prefill-token-threshold", type=non_negative_int, default=None, metavar="N",
+                   help="a prompt with more than N tokens to go takes at most N tokens of a step while other "
+                        "requests want them (default: the config's, else 256; 0 = no bound)")
+    p.add_argument("--max-long-partial-prefills", type=positive_int, default=None, metavar="N",
+                   help="long prompts prefilled at once while other requests want tokens (default: the config's, else 1)")
+
+
+def scheduling_overrides(args) -> dict:
+    """The EngineConfig fields the scheduling flags set (a flag left out keeps the config's value)."""
+    return {name: getattr(args, name) for name in SCHEDULING_FLAGS if getattr(args, name, None) is not None}

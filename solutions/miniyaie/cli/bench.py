@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from miniyaie.cli.args import Parser, UsageError, positive_int
+from miniyaie.cli.args import Parser, UsageError, add_scheduling_args, positive_int
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -55,6 +55,7 @@ def add_parsers(sub) -> None:
 
     p = bench_sub.add_parser("offline", help="offline throughput against transformers, side by side")
     p.add_argument("--workload", choices=("random", "shared-prefix"), default="random")
+    add_scheduling_args(p)  # the engine's scheduling knobs (EngineConfig)
     p.add_argument("--num-requests", type=int, default=None, help="random: 64; shared-prefix: 32 (4 groups of 8)")
     p.add_argument("--input-len", type=_range, default=(32, 256), help="random: prompt length range (default 32:256)")
     p.add_argument("--output-len", type=_range, default=None, help="output length range (random 32:128, shared-prefix 32)")

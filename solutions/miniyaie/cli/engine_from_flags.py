@@ -10,7 +10,7 @@ import dataclasses
 import sys
 
 from miniyaie import cpu_runtime
-from miniyaie.cli.args import UsageError
+from miniyaie.cli.args import UsageError, scheduling_overrides
 
 SAMPLING_FLAGS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop")
 
@@ -56,6 +56,7 @@ def build_engine(args, default_max_tokens: int):
                 raise UsageError(str(exc)) from None
         if getattr(args, "tensor_parallel_size", None):
             engine_config = dataclasses.replace(engine_config, tensor_parallel_size=args.tensor_parallel_size)
+        engine_config = dataclasses.replace(engine_config, **scheduling_overrides(args))
         runtime = cpu_runtime.loaded() if device == "cpu" else None
         print(f"Loading {model or 'SmolLM2-135M-Instruct (bundled)'} on {device}"
               + (f" (OpenMP: {runtime['openmp']}, malloc: {runtime['malloc']})" if runtime else "") + " ...",

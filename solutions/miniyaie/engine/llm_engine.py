@@ -56,6 +56,8 @@ class LLMEngine(Admission, StepAccounting):
         scheduler_config = SchedulerConfig(
             config.max_num_batched_tokens, config.max_num_seqs, config.policy,
             decode_reserve=config.decode_reserve, hold_shared_prefix=config.enable_prefix_caching,
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
+            max_long_partial_prefills=config.max_long_partial_prefills,
         )
         self.scheduler = Scheduler(scheduler_config, self.memory)
         use_backend(model, config.attention_backend, device)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from miniyaie.scheduler.long_prefill import LongPrefillBound
 from miniyaie.scheduler.memory import KVMemory
 from miniyaie.scheduler.policy import PrefixLenOracle, admission_order, fits_with_reserve, hold_shared_prefixes
 from miniyaie.scheduler.request import FinishReason, Request, RequestStatus
@@ -31,6 +32,8 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_schedules = 0
         self.num_held_for_prefix = 0  # admissions put off to reuse a prefix being computed (a counter)
+        # a long prefill shares the step with the requests behind it (off with long_prefill_token_threshold=0)
+        self.long_prefills = LongPrefillBound(config.long_prefill_token_threshold, config.max_long_partial_prefills)
         self._queued_at: dict[str, int] = {}  # request id -> num_schedules when it was added
 
     # ------------------------------------------------------------ requests
@@ -145,8 +148,10 @@ class Scheduler:
         progresses; waiting requests are admitted (self._admit_waiting) with
         what is left of the budget, except in a step that preempted someone:
         memory is tight, so the running requests drain first. Counts the step
-        in num_schedules.
+        in num_schedules. With long_prefill_token_threshold, a long prefill
+        shares the step (self.long_prefills.tokens_for, long_prefill.py).
         """
+        self.long_prefills.start_step()
         # Nudge: serve those in flight first; admit with what is left, unless memory just ran out.
         # Hint 1: One budget per step, spent twice: first on the running requests, then on
         #   admissions. A preemption means memory is too tight for what runs already: admitting
@@ -177,8 +182,10 @@ class Scheduler:
 
         A running request wants num_tokens - num_computed_tokens tokens (its
         unfinished prompt, or the one token sampled last step), capped by
-        what is left of the budget; every scheduled chunk is allocated
-        before it is added to `out`, and no chunk is empty. When memory
+        what is left of the budget and, when it is on, by the long-prefill
+        bound: self.long_prefills.tokens_for(request, budget) says how many.
+        Every scheduled chunk is allocated before it is added to `out`, and
+        no chunk is empty. When memory
         cannot grow a request, the newest running request is preempted
         (self._preempt) until it can; if the request itself is the newest,
         it is preempted and the walk stops. Running requests are only asked
@@ -194,15 +201,16 @@ class Scheduler:
         #   When a request cannot grow, take memory back from the NEWEST running request, which
         #   keeps the oldest always progressing (first come, first served).
         # Hint 2: For each running request, oldest first, while budget > 0: n = its tokens not yet
-        #   computed, capped by the budget. While memory cannot allocate n for it, preempt the
-        #   last request of self.running; if that was the request itself, stop the walk. Then
-        #   allocate, add ScheduledChunk(request, start=num_computed_tokens, num_tokens=n) to
-        #   out.chunks and spend n of the budget. Preempting shortens self.running under the
+        #   computed, capped by the budget (ask self.long_prefills.tokens_for(request, budget)).
+        #   While memory cannot allocate n for it, preempt the last request of self.running; if
+        #   that was the request itself, stop the walk. Then allocate, add
+        #   ScheduledChunk(request, start=num_computed_tokens, num_tokens=n) to out.chunks and
+        #   spend n of the budget. Preempting shortens self.running under the
         #   walk: walk by index, not with a for loop over the list.
         # Hint 3:
         #   i = 0
         #   while i < len(running) and budget > 0:
-        #       r = running[i]; n = min(r.num_tokens - r.num_computed_tokens, budget)
+        #       r = running[i]; n = long_prefills.tokens_for(r, budget)
         #       while not memory.can_allocate(r, n):
         #           victim = running[-1]; _preempt(victim, out)
         #           if victim is r: return
@@ -212,7 +220,7 @@ class Scheduler:
         index = 0
         while index < len(self.running) and budget > 0:
             request = self.running[index]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            num_new = self.long_prefills.tokens_for(request, budget)
             while not self.memory.can_allocate(request, num_new):
                 victim = self.running[-1]
                 self._preempt(victim, out)
@@ -266,27 +274,36 @@ class Scheduler:
 
         Admission stops (nothing is skipped) at the first request that finds
         the budget spent, max_num_seqs requests running, or no room
-        (policy.fits_with_reserve). An admitted request starts after the
-        prefix the memory already holds, self.memory.cached_prefix_len(request)
+        (policy.fits_with_reserve). The one exception: a request granted 0
+        tokens by self.long_prefills.tokens_for (with the long-prefill bound
+        on, a long prompt while max_long_partial_prefills long prefills are
+        under way) stays waiting, untouched, and the next one is tried.
+        An admitted request starts after the prefix the memory already holds, self.memory.cached_prefix_len(request)
         (the self.prefix_len oracle only orders the queue), but always
         computes at least its last known token, whose logits give the next
         token: num_computed_tokens = min(cached, num_tokens - 1), recorded in
         request.num_cached_tokens too. Its chunk (the rest of its tokens,
-        capped by the budget) is allocated and scheduled, and it moves from
-        waiting to running with status RUNNING. A request that is not
-        admitted is left exactly as it was (num_computed_tokens 0).
+        capped by the budget: self.long_prefills.tokens_for) is allocated and
+        scheduled, and it moves from waiting to running with status RUNNING. A request
+        that is not admitted is left exactly as it was (num_computed_tokens 0).
+        Last, what is left of the budget goes back to the long prefills the
+        bound cut (self.long_prefills.top_up).
         """
         order = self._admission_order()
         # Nudge: admit in order until something does not fit; never skip ahead.
         # Hint 1: Admission stops at the first request that cannot run now: skipping it for a
-        #   smaller one would let a stream of short requests starve a long one. A request starts
-        #   on what the memory already caches (ask the memory, not the ordering oracle), but
+        #   smaller one would let a stream of short requests starve a long one (the one
+        #   exception, a long prompt the long-prefill bound holds back, waits only while other
+        #   long prompts are prefilled). A request starts on what the memory already caches (ask
+        #   the memory, not the ordering oracle), but
         #   always computes its last known token: its logits are where the next token comes from.
         #   A request that is not admitted must be left untouched.
         # Hint 2: For each request in order: stop when the budget is 0 or max_num_seqs requests
         #   run. cached = min(memory.cached_prefix_len(request), num_tokens - 1); set
         #   num_computed_tokens to it (the memory sizes the chunk from there); n = the rest of
-        #   its tokens, capped by the budget. If it does not fit with the reserve (fits_with_reserve), put
+        #   its tokens, capped by the budget: self.long_prefills.tokens_for(request, budget). If n
+        #   is 0 (a long prompt the long-prefill bound holds back), put num_computed_tokens back to 0 and go on
+        #   to the next. If it does not fit with the reserve (fits_with_reserve), put
         #   num_computed_tokens back to 0 and stop. Otherwise allocate, record cached in
         #   num_cached_tokens, move it from waiting to running with status RUNNING, schedule
         #   ScheduledChunk(request, cached, n) and spend the budget.
@@ -294,7 +311,8 @@ class Scheduler:
         #   for r in order:
         #       if budget == 0 or len(running) >= max_num_seqs: break
         #       cached = min(memory.cached_prefix_len(r), r.num_tokens - 1)
-        #       r.num_computed_tokens = cached; n = min(r.num_tokens - cached, budget)
+        #       r.num_computed_tokens = cached; n = long_prefills.tokens_for(r, budget)
+        #       if n == 0: r.num_computed_tokens = 0; continue
         #       if not fits_with_reserve(memory, running, r, n, decode_reserve):
         #           r.num_computed_tokens = 0; break
         #       memory.allocate(r, n); r.num_cached_tokens = cached
@@ -306,7 +324,10 @@ class Scheduler:
                 break
             cached = min(self.memory.cached_prefix_len(request), request.num_tokens - 1)
             request.num_computed_tokens = cached
-            num_new = min(request.num_tokens - cached, budget)
+            num_new = self.long_prefills.tokens_for(request, budget)
+            if num_new == 0:  # a long prompt held back by the long-prefill bound: shorter ones may pass
+                request.num_computed_tokens = 0
+                continue
             if not fits_with_reserve(self.memory, self.running, request, num_new, self.config.decode_reserve):
                 request.num_computed_tokens = 0
                 break
@@ -318,6 +339,7 @@ class Scheduler:
             out.chunks.append(ScheduledChunk(request, cached, num_new))
             budget -= num_new
         # END SOLUTION
+        self.long_prefills.top_up(out, self.config.max_num_batched_tokens - out.num_batched_tokens, self.memory)
     # ANCHOR_END: admit_waiting
 
     def _admission_order(self):
@@ -394,4 +416,5 @@ class Scheduler:
             "num_running": len(self.running),
             "num_preemptions": self.num_preemptions,
             "num_held_for_prefix": self.num_held_for_prefix,
+            "num_long_prefills_held": self.long_prefills.num_held,
         }

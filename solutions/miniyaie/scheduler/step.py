@@ -25,12 +25,23 @@ class SchedulerConfig:
     # With a prefix cache: hold a request whose prompt shares a block more than its cached prefix with a
     # request being prefilled, until that prefix is cached (SGLang's in-batch prefix check).
     hold_shared_prefix: bool = False
+    # A long prefill shares the step (vLLM's --long-prefill-token-threshold, --max-long-partial-prefills):
+    # a request with more than this many tokens still to compute gets at most this many a step, and at most
+    # max_long_partial_prefills such requests get tokens in one step, until everyone else has been served;
+    # then the rest of the budget goes back to them (long_prefill.py). 0 = no bound (chapter 1's plain rule).
+    long_prefill_token_threshold: int = 0
+    max_long_partial_prefills: int = 1
 
     def __post_init__(self):
         if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise ValueError("max_num_batched_tokens and max_num_seqs must be at least 1")
         if not 0 <= self.decode_reserve <= 1:
             raise ValueError(f"decode_reserve must be in [0, 1], got {self.decode_reserve}")
+        if self.long_prefill_token_threshold < 0 or self.max_long_partial_prefills < 1:
+            raise ValueError(
+                f"long_prefill_token_threshold must be >= 0 and max_long_partial_prefills >= 1, got "
+                f"{self.long_prefill_token_threshold} and {self.max_long_partial_prefills}"
+            )
         if self.policy not in POLICIES:
             raise ValueError(f"unknown policy {self.policy!r}; choose from {sorted(POLICIES)}")
 

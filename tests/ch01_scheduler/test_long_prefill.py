@@ -1,0 +1,177 @@
+"""Task 1.8: a long prefill shares the step with the requests that arrive behind it."""
+
+import itertools
+
+import pytest
+from fake_model import Driver, reference_output
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from miniyaie.scheduler import Request, Scheduler, SchedulerConfig, TokenCountingMemory
+
+_ids = itertools.count()
+
+
+def request(prompt_len: int, max_tokens: int = 3) -> Request:
+    rid = f"q{next(_ids)}"
+    return Request(rid, [(5 * i + len(rid)) % 47 + 1 for i in range(prompt_len)], max_tokens, ignore_eos=True)
+
+
+def bounded(budget=16, threshold=4, max_long=1, seqs=8, capacity=2000) -> tuple[Scheduler, Driver]:
+    config = SchedulerConfig(budget, seqs, long_prefill_token_threshold=threshold, max_long_partial_prefills=max_long)
+    s = Scheduler(config, TokenCountingMemory(capacity))
+    return s, Driver(s)
+
+
+def tokens(out) -> dict[str, int]:
+    return {c.request.request_id: c.num_tokens for c in out.chunks}
+
+
+@pytest.mark.task("1.8")
+def test_a_long_prompt_alone_still_fills_the_step():
+    s, driver = bounded(budget=16, threshold=4)
+    long = request(100)
+    driver.add(long)
+    out = driver.step()
+    assert tokens(out) == {long.request_id: 16}, (
+        f"a 100-token prompt alone got {tokens(out)} of a 16-token budget: with nobody else to serve, "
+        "the budget left after everyone was served goes back to the long prefill (top_up)"
+    )
+    assert s.stats()["num_long_prefills_held"] == 0, "a long prefill alone is not held back"
+
+
+@pytest.mark.task("1.8")
+def test_a_short_request_is_not_starved_by_a_long_prefill():
+    s, driver = bounded(budget=16, threshold=4)
+    long, short = request(100), request(3)
+    driver.add(long)
+    driver.step()
+    driver.add(short)
+    out = driver.step()
+    assert tokens(out) == {long.request_id: 13, short.request_id: 3}, (
+        f"step 2 gave {tokens(out)}: a short request arriving behind a long prefill must be admitted at once "
+        "(the long one takes at most the threshold, 4, while others want tokens), and the long one then gets "
+        "the rest of the budget, 16 - 3"
+    )
+    assert s.stats()["num_long_prefills_held"] == 1, "the long prefill was held back once to let the short one in"
+    driver.run_to_completion(max_steps=50)
+    assert short.output_token_ids == reference_output(short.prompt_token_ids, 3)
+    assert long.output_token_ids == reference_output(long.prompt_token_ids, 3)
+
+
+@pytest.mark.task("1.8")
+def test_decodes_behind_a_long_prefill_keep_their_pace():
+    s, driver = bounded(budget=16, threshold=4)
+    decoders = [request(2, max_tokens=30) for _ in range(3)]
+    long = request(200)
+    driver.add(long)
+    driver.step()
+    for r in decoders:
+        driver.add(r)
+    driver.step()
+    for _ in range(5):
+        out = driver.step()
+        got = tokens(out)
+        assert all(got.get(r.request_id) == 1 for r in decoders), (
+            f"a step gave {got}: every decoding request gets its token each step while a long prefill runs"
+        )
+        assert got[long.request_id] == 16 - 3, "the long prefill takes the rest of the budget"
+
+
+@pytest.mark.task("1.8")
+@pytest.mark.parametrize("max_long", [1, 2])
+def test_at_most_max_long_partial_prefills_long_prompts_take_tokens(max_long):
+    s, driver = bounded(budget=40, threshold=4, max_long=max_long)
+    longs = [request(100) for _ in range(3)]
+    short = request(2)
+    for r in longs + [short]:
+        driver.add(r)
+    out = driver.step()
+    got = tokens(out)
+    started = [r.request_id for r in longs if r.request_id in got]
+    assert started == [r.request_id for r in longs[:max_long]], (
+        f"long prompts {started} got tokens in one step; with max_long_partial_prefills={max_long} only the "
+        f"first {max_long} may start, the others wait their turn"
+    )
+    assert got.get(short.request_id) == 2, (
+        "a short request behind long prompts held back by max_long_partial_prefills is admitted past them"
+    )
+    assert out.num_batched_tokens == 40, "the rest of the budget goes back to the long prefills under way"
+    assert [r.request_id for r in s.waiting] == [r.request_id for r in longs[max_long:]], (
+        "the long prompts held back keep their place in the queue"
+    )
+
+
+@pytest.mark.ungraded
+def test_the_threshold_zero_turns_the_bound_off():
+    config = SchedulerConfig(16, 8)
+    assert config.long_prefill_token_threshold == 0, "chapter 1's scheduler has no bound unless asked"
+    with pytest.raises(ValueError, match="long_prefill_token_threshold"):
+        SchedulerConfig(16, 8, long_prefill_token_threshold=-1)
+    with pytest.raises(ValueError, match="max_long_partial_prefills"):
+        SchedulerConfig(16, 8, long_prefill_token_threshold=4, max_long_partial_prefills=0)
+
+
+arrivals = st.lists(
+    st.tuples(st.integers(0, 8), st.integers(1, 60), st.integers(1, 5)),  # arrival step, prompt, max tokens
+    min_size=1,
+    max_size=8,
+)
+
+
+@pytest.mark.task("1.8")
+@settings(max_examples=60, deadline=None)
+@given(
+    budget=st.integers(1, 24), threshold=st.integers(1, 12), max_long=st.integers(1, 3), requests=arrivals,
+)
+@example(budget=16, threshold=4, max_long=1, requests=[(0, 60, 2), (1, 3, 2)])  # a short one behind a long one
+@example(budget=12, threshold=4, max_long=1, requests=[(0, 40, 1), (0, 40, 1), (0, 40, 1), (1, 2, 3)])  # behind three
+@example(budget=4, threshold=4, max_long=1, requests=[(0, 30, 1), (0, 2, 1)])  # threshold = budget
+@example(budget=1, threshold=1, max_long=2, requests=[(0, 5, 2), (0, 5, 2)])  # budget 1
+def test_while_a_short_request_waits_no_long_prefill_takes_more_than_the_threshold(budget, threshold, max_long, requests):
+    """Ample memory and seats: only the budget and the bound decide. After every step:
+    - a long request (more than threshold tokens to compute) got more than threshold tokens only if no
+      other request was left wanting (no short request waits, every other running request got all it lacked);
+    - at most max_long long requests got tokens;
+    - the budget is used up unless every request that may run got all it lacked (nothing is wasted);
+    and every request ends with the output it would have alone."""
+    s, driver = bounded(budget=budget, threshold=threshold, max_long=max_long, seqs=len(requests), capacity=10_000)
+    made = []
+    for step in range(3000):
+        for i, (arrival, prompt_len, max_tokens) in enumerate(requests):
+            if arrival == step:
+                made.append(request(prompt_len, max_tokens))
+                driver.add(made[-1])
+        if not s.has_unfinished():
+            if step > max(a for a, _, _ in requests):
+                break
+            continue
+        lacks = {r.request_id: r.num_tokens - r.num_computed_tokens for r in list(s.running) + list(s.waiting)}
+        was_running = {r.request_id for r in s.running}
+        out = driver.step()
+        got = tokens(out)
+        long = {rid for rid, n in lacks.items() if n > threshold}
+        short_left_wanting = [
+            rid for rid, n in lacks.items() if rid not in long and got.get(rid, 0) < n
+        ] + [rid for rid in long if rid in was_running and rid not in got]
+        over = {rid: got[rid] for rid in long & got.keys() if got[rid] > threshold}
+        if short_left_wanting:
+            assert not over, (
+                f"long prefills {over} took more than the threshold ({threshold}) of a {budget}-token step "
+                f"while {short_left_wanting} were left wanting tokens"
+            )
+        assert len(long & got.keys()) <= max_long, (
+            f"{sorted(long & got.keys())} long requests got tokens in one step; max_long_partial_prefills is {max_long}"
+        )
+        if out.num_batched_tokens < budget:
+            starved = [rid for rid in lacks if got.get(rid, 0) < lacks[rid] and (rid not in long or rid in got)]
+            assert not starved, f"{starved} were left wanting while {budget - out.num_batched_tokens} tokens of the budget went unused"
+            assert len(long & got.keys()) == max_long or not long - got.keys(), (
+                f"long prompts {sorted(long - got.keys())} waited while the budget was not used up "
+                "and fewer than max_long_partial_prefills long prefills ran"
+            )
+    else:
+        pytest.fail("the workload did not finish in 3000 steps")
+    for r in made:
+        assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens)
+    assert s.memory.num_used_tokens == 0, "all memory comes back"
