@@ -176,3 +176,15 @@ def test_recorded_cuda_graphs_give_the_eager_tokens(tiny):
     graphs = graphed.runner.decode_graphs
     assert graphs.replay_kind == "cuda" and graphs.counters["replays"] >= MAX_TOKENS - 1 and graphs.memory_bytes > 0
     assert graphed.memory.num_free_blocks == graphed.memory.num_blocks
+
+
+@pytest.mark.parametrize("adder", ["add_sampling_args", "add_scheduling_args"])  # generate/chat; serve/bench offline
+def test_the_cli_flag_enforce_eager_reaches_the_engine_config(adder):
+    import argparse
+
+    from miniyaie.cli import args as cli_args
+
+    parser = argparse.ArgumentParser()
+    getattr(cli_args, adder)(*([parser, 8] if adder == "add_sampling_args" else [parser]))
+    assert EngineConfig(**cli_args.scheduling_overrides(parser.parse_args(["--enforce-eager"]))).enforce_eager is True
+    assert "enforce_eager" not in cli_args.scheduling_overrides(parser.parse_args([])), "left out: the config's value"

@@ -61,6 +61,7 @@ def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int) -> None:
                         "or auto = triton on CUDA, cpu elsewhere (default: the config's, else auto)")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=None, metavar="N",
                    help="split the model over N processes on this machine (chapter 7; default: the config's, else 1)")
+    add_enforce_eager_arg(p)
 
 
 def non_negative_int(text: str) -> int:
@@ -73,7 +74,12 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills")
+SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills", "enforce_eager")
+
+
+def add_enforce_eager_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--enforce-eager", action="store_true", default=None,
+                   help="never replay decode steps as CUDA graphs (they are used only on a GPU with the triton backend)")
 
 
 def add_scheduling_args(p: argparse.ArgumentParser) -> None:
@@ -83,8 +89,9 @@ def add_scheduling_args(p: argparse.ArgumentParser) -> None:
                         "requests want them (default: the config's, else 256; 0 = no bound)")
     p.add_argument("--max-long-partial-prefills", type=positive_int, default=None, metavar="N",
                    help="long prompts prefilled at once while other requests want tokens (default: the config's, else 1)")
+    add_enforce_eager_arg(p)
 
 
 def scheduling_overrides(args) -> dict:
-    """The EngineConfig fields the scheduling flags set (a flag left out keeps the config's value)."""
+    """The EngineConfig fields the scheduling flags (and --enforce-eager) set (a flag left out keeps the config's value)."""
     return {name: getattr(args, name) for name in SCHEDULING_FLAGS if getattr(args, name, None) is not None}
