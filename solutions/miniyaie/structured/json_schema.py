@@ -189,9 +189,9 @@ def _check_value(value, keyword: str, depth: int) -> None:
 
 def _count(schema: dict, keyword: str, default, cap: int, name: str):
     """A whole-number size keyword: its value, checked (type, sign, the operator's cap)."""
-    value = schema.get(keyword, default)
-    if value is None and default is None:
-        return None
+    if keyword not in schema:
+        return default
+    value = schema[keyword]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise PatternError(f"{keyword} must be a whole number >= 0, got {_short(value)}")
     if value > cap:
