@@ -21,11 +21,11 @@ that does not validate.
 from __future__ import annotations
 
 import json
-import math
 import re
 
 from miniyaie.structured.limits import Limits, PatternError, over
 from miniyaie.structured.regex_check import json_string_regex
+from miniyaie.structured.schema_values import check_value, short, value_text
 from miniyaie.structured.trie_regex import alternation
 
 MAX_DEPTH = 5
@@ -78,7 +78,7 @@ def _regex(schema: dict, depth: int, limits: Limits) -> str:
         values = [schema["const"]] if "const" in schema else _list(schema, "enum", "a list of values")
         if len(values) > limits.max_enum:
             raise over("enum: entries", len(values), limits.max_enum, "max_enum")
-        texts = [_value_text(v, "const" if "const" in schema else "enum") for v in values]
+        texts = [value_text(v, "const" if "const" in schema else "enum") for v in values]
         if rest:  # keep the values the schema's other keywords allow (by their own regex)
             allowed = re.compile(schema_to_regex(rest, depth, limits))
             texts = [t for t in texts if allowed.fullmatch(t)]
@@ -102,10 +102,10 @@ def _regex(schema: dict, depth: int, limits: Limits) -> str:
             raise PatternError("type is an empty list: no value can match it")
         for k in kind:
             if not isinstance(k, str) or k not in TYPES:
-                raise PatternError(f"type: each entry must be one of {', '.join(sorted(TYPES))}, got {_short(k)}")
+                raise PatternError(f"type: each entry must be one of {', '.join(sorted(TYPES))}, got {short(k)}")
         return "(" + "|".join(_regex({**schema, "type": k}, depth, limits) for k in dict.fromkeys(kind)) + ")"
     if kind is not None and (not isinstance(kind, str) or kind not in TYPES):
-        raise PatternError(f"type must be one of {', '.join(sorted(TYPES))} or a list of them, got {_short(kind)}")
+        raise PatternError(f"type must be one of {', '.join(sorted(TYPES))} or a list of them, got {short(kind)}")
     if kind in SCALARS:
         return SCALARS[kind]
     if kind == "string":
@@ -124,7 +124,7 @@ def _check_keywords(schema: dict, depth: int, limits: Limits) -> None:
     if "type" in schema and (not kinds or any(not isinstance(k, str) or k not in TYPES for k in kinds)
                              or len(set(kinds)) < len(kinds)):
         raise PatternError(f"type must be one of {', '.join(sorted(TYPES))} or a non-empty list of them without "
-                           f"repeats, got {_short(kind)}")
+                           f"repeats, got {short(kind)}")
     for keyword, cap, name in (("minLength", limits.max_string_length, "max_string_length"),
                                ("maxLength", limits.max_string_length, "max_string_length"),
                                ("minItems", limits.max_items, "max_items"), ("maxItems", limits.max_items, "max_items")):
@@ -133,7 +133,7 @@ def _check_keywords(schema: dict, depth: int, limits: Limits) -> None:
         raise PatternError(f"pattern must be a string (a regex), got {type(schema['pattern']).__name__}")
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(n, str) for n in required) or len(set(required)) < len(required):
-        raise PatternError(f"required must be a list of property names (strings, no repeats), got {_short(required)}")
+        raise PatternError(f"required must be a list of property names (strings, no repeats), got {short(required)}")
     if not isinstance(schema.get("properties", {}), dict):
         raise PatternError(f"properties must be an object of schemas, got {type(schema['properties']).__name__}")
     if schema.get("additionalProperties", False) is not False:
@@ -147,44 +147,10 @@ def _check_keywords(schema: dict, depth: int, limits: Limits) -> None:
         schema_to_regex(schema["items"], depth + 1, limits, "items")
 
 
-def _short(value) -> str:
-    """A value as the client wrote it, cut short (and safe for one nested too deep to print)."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
-        text = type(value).__name__
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _list(schema: dict, keyword: str, what: str) -> list:
     if not isinstance(schema[keyword], list):
         raise PatternError(f"{keyword} must be {what}, got {type(schema[keyword]).__name__}")
     return schema[keyword]
-
-
-def _value_text(value, keyword: str, depth: int = 0) -> str:
-    """The compact JSON of an enum/const value, refused if JSON cannot carry it (checked all the way down)."""
-    _check_value(value, keyword, 0)
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise PatternError(f"{keyword}: a value JSON cannot write ({exc})") from None
-
-
-def _check_value(value, keyword: str, depth: int) -> None:
-    if depth > 32:
-        raise PatternError(f"{keyword}: a value nests deeper than 32 levels")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise PatternError(f"{keyword}: {value} is not a finite number (JSON has no NaN or Infinity)")
-    if isinstance(value, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in value):
-        raise PatternError(f"{keyword}: a string holds a lone surrogate (not a character UTF-8 can write)")
-    if isinstance(value, list):
-        for item in value:
-            _check_value(item, keyword, depth + 1)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _check_value(key, keyword, depth + 1)
-            _check_value(item, keyword, depth + 1)
 
 
 def _count(schema: dict, keyword: str, default, cap: int, name: str):
@@ -193,7 +159,7 @@ def _count(schema: dict, keyword: str, default, cap: int, name: str):
         return default
     value = schema[keyword]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PatternError(f"{keyword} must be a whole number >= 0, got {_short(value)}")
+        raise PatternError(f"{keyword} must be a whole number >= 0, got {short(value)}")
     if value > cap:
         raise over(keyword, value, cap, name)
     return value
@@ -205,9 +171,9 @@ def _object(schema: dict, depth: int, limits: Limits) -> str:
         raise PatternError(f"properties must be an object of schemas, got {type(properties).__name__}")
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
-        raise PatternError(f"required must be a list of property names (strings), got {_short(required)}")
+        raise PatternError(f"required must be a list of property names (strings), got {short(required)}")
     for name in properties:
-        _check_value(name, "properties", 0)
+        check_value(name, "properties", 0)
     missing = sorted(set(required) - set(properties))
     if missing:
         raise PatternError(f"required property {missing[0]!r} is not in properties")
