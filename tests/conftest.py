@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import os
 
-import pytest
-from hypothesis import HealthCheck, Phase, settings
+# Idle OpenMP threads sleep instead of spinning (set before torch loads its OpenMP runtime). By default
+# each of torch's threads spins for a while after every parallel op, so on two cores a test of many small
+# ops, a server beside its client, or a second process spends a core spinning: one hypothesis test of
+# attention steps took 41.5 s of CPU spinning and 5.7 s passive, with the same two threads doing the work.
+# Subprocesses (CLI, servers, tensor-parallel ranks) inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402 - after the OpenMP setting above
+from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 
 # "ci": deterministic and without deadlines (a 2-core machine has noisy timing).
 settings.register_profile(
