@@ -87,6 +87,7 @@ def execute(source: Path, timeout: int = 600, impl: str | None = None):
     """
     import jupytext
     import nbclient
+    from jupyter_core.utils import run_sync
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     notebook = jupytext.read(source)
@@ -95,14 +96,18 @@ def execute(source: Path, timeout: int = 600, impl: str | None = None):
     env.pop("MPLBACKEND", None)  # the kernel must draw inline, not to a file backend
     if impl is not None:
         env[ENV_VAR] = impl
+    km = _kernel_manager()
     client = nbclient.NotebookClient(
-        notebook, km=_kernel_manager(), timeout=timeout, resources={"metadata": {"path": str(source.parent)}},
+        notebook, km=km, timeout=timeout, resources={"metadata": {"path": str(source.parent)}},
         extra_arguments=["--IPKernelApp.log_level=ERROR"],  # not its start-up chatter
     )
     try:
         client.execute(env=env)
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
         raise NotebookError(exc, notebook) from exc
+    finally:  # nbclient stops only a kernel whose manager it made itself: without this each kernel outlives its run
+        if km.has_kernel:
+            run_sync(km.shutdown_kernel)(now=True)
     return notebook
 
 
