@@ -76,7 +76,7 @@ class StaticDecodeInputs:
         self.seq_lens = torch.ones(max_rows, dtype=torch.int32, **on)
         # The host's lengths go through pinned memory, so their copy does not make the host wait.
         pinned = self.device.type == "cuda"
-        self._seq_lens_host = torch.ones(max_rows, dtype=torch.int32, pin_memory=pinned)
+        self._seq_lens_host = torch.ones(max_rows, dtype=torch.int32, device="cpu", pin_memory=pinned)  # host memory even under a CUDA default device
         self._host_copy_done = torch.cuda.Event() if pinned else None  # the staging is reused only after its copy
 
     def pad_all(self) -> None:
@@ -115,7 +115,7 @@ class StaticDecodeInputs:
         self.block_tables[:n, :width].copy_(meta.block_tables, non_blocking=True)
         if self._host_copy_done is not None:
             self._host_copy_done.synchronize()  # the last step's copy has read the staging (long done, in practice)
-        self._seq_lens_host[:n] = torch.tensor(meta.seq_lens, dtype=torch.int32)
+        self._seq_lens_host[:n] = torch.tensor(meta.seq_lens, dtype=torch.int32, device="cpu")
         self._seq_lens_host[n:size] = 1
         self.seq_lens[:size].copy_(self._seq_lens_host[:size], non_blocking=True)
         if self._host_copy_done is not None:
