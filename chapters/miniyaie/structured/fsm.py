@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from miniyaie.structured.limits import Budget, CompileCancelled, Limits, PatternError, current_budget, running_under
+from miniyaie.structured.limits import Budget, CompileCancelled, Limits, PatternError, current_budget, over, running_under
 from miniyaie.structured.regex_check import check_regex
 
 DEAD = -1
@@ -42,19 +42,27 @@ class ByteDFA:
         return int(live[0]) if len(live) == 1 and not bool(self.accepting[state]) else None
 
 
-def compile_regex(pattern: str, budget: Budget | None = None, keyword: str = "regex") -> ByteDFA:
+def compile_regex(pattern: str, budget: Budget | None = None, keyword: str = "regex", built: bool = False) -> ByteDFA:
     """The byte-level DFA of `pattern` (the whole output must match it), built within `budget`.
 
     PatternError (naming `keyword`) says what is wrong or which limit it is over; CompileCancelled
-    if the budget's cancel event is set while it runs."""
+    if the budget's cancel event is set while it runs. `built`: the pattern was made here from parts
+    already checked (a schema's regex, a choice list), so only its length is checked again."""
     import interegular
 
     budget = budget or Budget(Limits())
-    check_regex(pattern, budget.limits, keyword)
+    if built:
+        if len(pattern) > budget.limits.max_regex_length:
+            raise over(f"{keyword}: the regex's length", len(pattern), budget.limits.max_regex_length, "max_regex_length")
+    else:
+        check_regex(pattern, budget.limits, keyword)
+    budget.check()
     _install_budgeted_crawl()
     with running_under(budget):
         try:
-            fsm = interegular.parse_pattern(pattern).to_fsm()  # not .reduce(): minimising cost more than it saved
+            parsed = interegular.parse_pattern(pattern)
+            budget.check()
+            fsm = parsed.to_fsm()  # not .reduce(): minimising cost more than it saved
         except (PatternError, CompileCancelled):
             raise
         except Exception as exc:  # interegular's errors are of several types, some without a message
@@ -201,6 +209,7 @@ def _spell_in_utf8(fsm, live: set, budget: Budget) -> ByteDFA:
                     if 0xD800 <= ord(char) <= 0xDFFF:
                         continue  # a lone surrogate: no UTF-8 spelling, never in a valid output
                     _add_path(rows, new_state, shared, here, char.encode(), targets[symbol])
+    budget.check(len(rows))
     return ByteDFA(torch.tensor(rows, dtype=torch.int64), torch.tensor(accepting), 0, len(order))
 
 

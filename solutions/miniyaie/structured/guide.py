@@ -113,7 +113,7 @@ class IndexCache:
         started = time.perf_counter()
         with self._lock:
             self.compiles += 1
-        dfa = compile_regex(pattern, budget, keyword)
+        dfa = compile_regex(pattern, budget, keyword, built=keyword in ("json_schema", "guided_choice"))
         index = TokenIndex(dfa, self.vocabulary, self.model_vocab_size)
         budget.check()
         if not index.mask(index.dfa.initial).any():  # the first vocabulary walk: fails fast, and is kept
