@@ -113,3 +113,13 @@ def test_every_schema_is_refused_by_keyword_or_all_its_outputs_validate(engine, 
 def test_a_deeply_nested_schema_is_refused_by_keyword_without_a_recursion_error(engine, schema, keyword):  # noqa: F811
     with pytest.raises(PatternError, match=rf"^{keyword}\b"):
         engine.generate("x", max_tokens=4, json_schema=schema)
+
+
+def test_stats_show_the_index_cache_bytes_against_its_budget(engine):  # noqa: F811
+    from miniyaie.structured import Limits
+
+    engine.generate("x", max_tokens=4, regex="[a-z]{3}")
+    stats = engine.get_stats()["structured_output"]
+    assert stats["index_cache_budget_bytes"] == Limits().cache_bytes
+    assert 0 < stats["index_cache_bytes"] <= stats["index_cache_budget_bytes"] and stats["indexes"] >= 1
+    assert stats["indexes_in_use"] == 0, "a finished request gives its index back"
