@@ -31,7 +31,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from miniyaie.course.batch import Session, run_sessions
+from miniyaie._switch import REPO_ROOT
+from miniyaie.course.batch import WORKERS, Session, run_sessions
 from miniyaie.course.grade import _task_key, format_table
 from miniyaie.course.mutate import Mutant, mutants_of
 from miniyaie.course.registry import chapter
@@ -97,6 +98,15 @@ def _ordered_tests(task: str, reference: list[TestResult]) -> tuple[list[str], l
     return own, rest + end_to_end
 
 
+def _reference_run(tests: str) -> list[TestResult]:
+    """The chapter's tests (bundled model aside) on the reference, its test modules shared out between the
+    workers, so that each test's time is measured as the mutants' sessions will run: side by side."""
+    modules = sorted(str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / tests).rglob("test_*.py"))
+    shares = [modules[i::WORKERS] for i in range(WORKERS)]
+    sessions = [Session("solutions", [*share, "-m", "not ungraded and not bundled_model"]) for share in shares if share]
+    return [r for results in run_sessions(sessions) for r in results]
+
+
 def _killer(results: list[TestResult] | None) -> str | None:
     """The test that killed a mutant in one session (None: it survived it, or the session did not run)."""
     if results is None:
@@ -132,8 +142,7 @@ def mutants(number: int, turn: int | None = None) -> int:
                  f"{len(every)} mutants")
     print(f"Chapter {number} ({ch.title}): {which}, {len(candidates) - len(to_run)} of them listed as equivalent",
           flush=True)
-    (reference,) = run_sessions([Session("solutions", [ch.tests, "-m", "not ungraded and not bundled_model"])])
-    reference = [r for r in reference if r.graded and r.chapter == number]
+    reference = [r for r in _reference_run(ch.tests) if r.graded and r.chapter == number]
     broken = [r for r in reference if r.outcome not in ("passed", "skipped")]
     if broken or not reference:
         print(f"    the reference fails its own tests: {[r.nodeid for r in broken] or 'no graded tests'}")
