@@ -1,11 +1,5 @@
-"""A long prompt shares the step: it may not take the whole budget while other requests want tokens.
-
-Without a bound, the oldest running prefill takes the whole step budget until
-its prompt is done, so a 4-token request that arrives behind an 8,000-token
-prompt waits for all of it. vLLM bounds this with
-`--long-prefill-token-threshold` and `--max-long-partial-prefills`; SGLang
-chunks prefills the same way.
-"""
+"""A long prompt shares the step: unbounded, the oldest prefill takes the whole budget until its prompt
+is done and a short request behind it waits for all of it (vLLM: --long-prefill-token-threshold)."""
 
 from __future__ import annotations
 
@@ -38,17 +32,15 @@ class LongPrefillBound:
     second long prompt asked about in the same step gets 0: it waits.
     """
 
-    def __init__(self, threshold: int, max_long: int):
-        if threshold < 0 or max_long < 1:
-            raise ValueError(f"threshold must be >= 0 and max_long >= 1, got {threshold} and {max_long}")
+    def __init__(self, threshold: int, max_long: int):  # checked by SchedulerConfig
         self.threshold, self.max_long = threshold, max_long
         self.num_held = 0
         self.start_step()
 
     def start_step(self) -> None:
-        """A new step: no long request has had tokens yet, and none was cut."""
+        """A new step: no long request has been asked about yet."""
         self.num_long = 0  # long requests granted tokens this step
-        self.cut: dict[str, int] = {}  # request id -> the tokens it wanted, for each request granted fewer
+        self.asked: dict[str, int] = {}  # request id -> the tokens it wanted, for each long request asked about
 
     def tokens_for(self, request: Request, budget: int) -> int:
         """The tokens `request` may take now (budget >= 1).
@@ -56,8 +48,8 @@ class LongPrefillBound:
         wanted = what it lacks (num_tokens - num_computed_tokens), at most
         `budget`. A request that is not long gets wanted. A long one gets at
         most `threshold`, or 0 when `max_long` long requests already got
-        tokens this step; num_long counts those granted tokens. A request
-        granted fewer than wanted is recorded: self.cut[request_id] = wanted.
+        tokens this step; num_long counts those granted tokens, and every
+        long request asked about is recorded: self.asked[request_id] = wanted.
         """
         wanted = min(request.num_tokens - request.num_computed_tokens, budget)
         if not self.threshold:
@@ -74,8 +66,9 @@ class LongPrefillBound:
         request still lacks after it, and only as far as the memory can grow
         it without preempting anyone (memory.can_allocate). A grown chunk is
         allocated and replaces the old one at the same place in out.chunks.
-        Then num_held grows by the requests in self.cut that end the step
-        with fewer tokens than they wanted (a request with no chunk has 0).
+        Then num_held grows by the requests in self.asked that end the step
+        with fewer tokens than they wanted (a request with no chunk got 0;
+        a chunk never grows past what its request wanted).
         """
         if not self.threshold:
             return

@@ -1,11 +1,5 @@
-"""A long prompt shares the step: it may not take the whole budget while other requests want tokens.
-
-Without a bound, the oldest running prefill takes the whole step budget until
-its prompt is done, so a 4-token request that arrives behind an 8,000-token
-prompt waits for all of it. vLLM bounds this with
-`--long-prefill-token-threshold` and `--max-long-partial-prefills`; SGLang
-chunks prefills the same way.
-"""
+"""A long prompt shares the step: unbounded, the oldest prefill takes the whole budget until its prompt
+is done and a short request behind it waits for all of it (vLLM: --long-prefill-token-threshold)."""
 
 from __future__ import annotations
 
@@ -38,17 +32,15 @@ class LongPrefillBound:
     second long prompt asked about in the same step gets 0: it waits.
     """
 
-    def __init__(self, threshold: int, max_long: int):
-        if threshold < 0 or max_long < 1:
-            raise ValueError(f"threshold must be >= 0 and max_long >= 1, got {threshold} and {max_long}")
+    def __init__(self, threshold: int, max_long: int):  # checked by SchedulerConfig
         self.threshold, self.max_long = threshold, max_long
         self.num_held = 0
         self.start_step()
 
     def start_step(self) -> None:
-        """A new step: no long request has had tokens yet, and none was cut."""
+        """A new step: no long request has been asked about yet."""
         self.num_long = 0  # long requests granted tokens this step
-        self.cut: dict[str, int] = {}  # request id -> the tokens it wanted, for each request granted fewer
+        self.asked: dict[str, int] = {}  # request id -> the tokens it wanted, for each long request asked about
 
     def tokens_for(self, request: Request, budget: int) -> int:
         """The tokens `request` may take now (budget >= 1).
@@ -56,8 +48,8 @@ class LongPrefillBound:
         wanted = what it lacks (num_tokens - num_computed_tokens), at most
         `budget`. A request that is not long gets wanted. A long one gets at
         most `threshold`, or 0 when `max_long` long requests already got
-        tokens this step; num_long counts those granted tokens. A request
-        granted fewer than wanted is recorded: self.cut[request_id] = wanted.
+        tokens this step; num_long counts those granted tokens, and every
+        long request asked about is recorded: self.asked[request_id] = wanted.
         """
         wanted = min(request.num_tokens - request.num_computed_tokens, budget)
         if not self.threshold:
@@ -67,26 +59,24 @@ class LongPrefillBound:
         #   them. A long request (more than threshold tokens still to compute) gets at most
         #   threshold tokens, and only max_long long requests may take any: so the others
         #   always find at least budget - max_long * threshold tokens in every step. Keep a note
-        #   of every request that got less than it wanted: top_up counts them at the end.
-        # Hint 2: If what the request lacks is not more than threshold, return wanted. Else the
-        #   grant is 0 when num_long has reached max_long, otherwise the smaller of wanted and
-        #   threshold (and num_long grows by one). When the grant is below wanted, record
-        #   self.cut[request_id] = wanted. Return the grant.
+        #   of what each long request wanted: top_up counts those that end up with less.
+        # Hint 2: If what the request lacks is not more than threshold, return wanted. Else record
+        #   self.asked[request_id] = wanted; return 0 when num_long has reached max_long,
+        #   otherwise add one to num_long and return the smaller of wanted and threshold.
         # Hint 3:
         #   if r.num_tokens - r.num_computed_tokens <= threshold: return wanted
-        #   granted = 0 if num_long >= max_long else min(wanted, threshold)
-        #   if granted: num_long += 1
-        #   if granted < wanted: cut[r.request_id] = wanted
-        #   return granted
+        #   asked[r.request_id] = wanted
+        #   if num_long >= max_long: return 0
+        #   num_long += 1
+        #   return min(wanted, threshold)
         # BEGIN SOLUTION 1.8: Long prefills share the step
         if request.num_tokens - request.num_computed_tokens <= self.threshold:
             return wanted
-        granted = 0 if self.num_long >= self.max_long else min(wanted, self.threshold)
-        if granted:
-            self.num_long += 1
-        if granted < wanted:
-            self.cut[request.request_id] = wanted
-        return granted
+        self.asked[request.request_id] = wanted
+        if self.num_long >= self.max_long:
+            return 0
+        self.num_long += 1
+        return min(wanted, self.threshold)
         # END SOLUTION
 
     def top_up(self, out: SchedulerOutput, budget: int, memory: KVMemory) -> None:
@@ -96,8 +86,9 @@ class LongPrefillBound:
         request still lacks after it, and only as far as the memory can grow
         it without preempting anyone (memory.can_allocate). A grown chunk is
         allocated and replaces the old one at the same place in out.chunks.
-        Then num_held grows by the requests in self.cut that end the step
-        with fewer tokens than they wanted (a request with no chunk has 0).
+        Then num_held grows by the requests in self.asked that end the step
+        with fewer tokens than they wanted (a request with no chunk got 0;
+        a chunk never grows past what its request wanted).
         """
         if not self.threshold:
             return
@@ -106,24 +97,22 @@ class LongPrefillBound:
         #   left over are wasted unless the cut prefills take them. Only a chunk that stops short
         #   of its request's end can grow, and growing needs memory: never preempt for it. Then
         #   count who was still held back: the counter shows the bound at work.
-        # Hint 2: Walk out.chunks by index while budget is left. For each chunk, extra = the
-        #   smaller of what its request lacks after the chunk and the budget. If extra > 0 and
+        # Hint 2: Walk out.chunks by index. For each chunk, extra = the smaller of what its
+        #   request lacks after the chunk and the budget. If extra > 0 and
         #   memory.can_allocate(request, chunk.num_tokens + extra), allocate that, replace the
         #   chunk with ScheduledChunk(request, chunk.start, chunk.num_tokens + extra) and spend
-        #   extra. Last, add to num_held the ids in cut whose final chunk (or 0) is below wanted.
+        #   extra. Last, add to num_held the ids in asked that did not end up with all they wanted
+        #   (a chunk grows at most back to wanted; a request with no chunk got nothing).
         # Hint 3:
         #   for i, c in enumerate(out.chunks):
-        #       if budget == 0: break
         #       extra = min(c.request.num_tokens - c.start - c.num_tokens, budget)
         #       if extra > 0 and memory.can_allocate(c.request, c.num_tokens + extra):
         #           memory.allocate(c.request, c.num_tokens + extra)
         #           out.chunks[i] = ScheduledChunk(c.request, c.start, c.num_tokens + extra); budget -= extra
         #   got = {c.request.request_id: c.num_tokens for c in out.chunks}
-        #   num_held += sum(got.get(rid, 0) < wanted for rid, wanted in cut.items())
+        #   num_held += len(asked) - sum(got.get(rid) == wanted for rid, wanted in asked.items())
         # BEGIN SOLUTION 1.8: Long prefills share the step
         for index, chunk in enumerate(out.chunks):
-            if budget == 0:
-                break
             request = chunk.request
             extra = min(request.num_tokens - chunk.start - chunk.num_tokens, budget)
             if extra > 0 and memory.can_allocate(request, chunk.num_tokens + extra):
@@ -131,6 +120,6 @@ class LongPrefillBound:
                 out.chunks[index] = ScheduledChunk(request, chunk.start, chunk.num_tokens + extra)
                 budget -= extra
         granted = {chunk.request.request_id: chunk.num_tokens for chunk in out.chunks}
-        self.num_held += sum(granted.get(rid, 0) < wanted for rid, wanted in self.cut.items())
+        self.num_held += len(self.asked) - sum(granted.get(rid) == wanted for rid, wanted in self.asked.items())
         # END SOLUTION
 # ANCHOR_END: long_prefill_bound
