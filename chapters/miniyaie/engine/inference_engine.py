@@ -187,9 +187,15 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         self._loop.check_running()
         self.llm.runner.check_health()
 
+    def compile_in_process(self) -> None:
+        """Compile structured-output patterns in worker processes, not on the calling thread (a server's
+        choice: a compile then holds no GIL the engine thread and the event loop need; chapter 8)."""
+        self.llm.constraints.compile_in_process()
+
     def close(self) -> None:
-        """Stop the loop thread (requests still in flight end with an EngineError), then the other ranks."""
+        """Stop the loop thread (requests still in flight end with an EngineError), any compile workers, then the other ranks."""
         self._loop.close()
+        self.llm.constraints.close()
         if self._tensor_parallel is not None:
             self._tensor_parallel.close()
             self._tensor_parallel = None

@@ -35,6 +35,7 @@ class Constraints:
         self._patterns: dict[str, str] = {}  # request id -> its guide's pattern (its index is in use)
         self.guides: dict[str, Guide] = {}
         self.forced_tokens = 0  # appended by jump-forward, without a model step
+        self._compiler = None  # a ProcessCompiler once compile_in_process() is called (a server's)
 
     def _indexes(self) -> IndexCache:
         with self._lock:
@@ -45,8 +46,25 @@ class Constraints:
                     raise InvalidRequestError("structured output needs the tokenizer's vocabulary (use "
                                               "InferenceEngine, or give LLMEngine a vocabulary)")
                 vocabulary = self._vocabulary() if callable(self._vocabulary) else self._vocabulary
-                self._cache = IndexCache(vocabulary, self.model_vocab_size, self.limits)
+                self._cache = IndexCache(vocabulary, self.model_vocab_size, self.limits, self._compiler)
             return self._cache
+
+    def compile_in_process(self, compiler=None) -> None:
+        """Compile patterns in worker processes from now on (`compiler`, a new ProcessCompiler if None;
+        compile_process.py): a server's compiles then leave its GIL to the engine thread and the event loop.
+        close() stops the workers."""
+        from miniyaie.structured.compile_process import ProcessCompiler
+
+        with self._lock:
+            if self._compiler is None or compiler is not None:
+                self._compiler = compiler or ProcessCompiler()
+            if self._cache is not None:
+                self._cache.compiler = self._compiler
+
+    def close(self) -> None:
+        """Stop the compile workers, if any (a compile still waiting raises CompileCancelled)."""
+        if self._compiler is not None:
+            self._compiler.close()
 
     def index(self, params):
         """The TokenIndex of a request's pattern (compiled once, cached): its size and build time, for measuring."""

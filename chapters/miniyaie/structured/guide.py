@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 
 from miniyaie.structured.fsm import DEAD, PatternError, compile_regex
 from miniyaie.structured.json_schema import json_object_regex, schema_to_regex
@@ -60,6 +61,17 @@ def keyword_of(params) -> str:
     return "guided_regex" if params.regex is not None else "guided_choice" if params.choice is not None else "json_schema"
 
 
+def build_index(pattern: str, budget: Budget, keyword: str, vocabulary: Vocabulary,
+                model_vocab_size: int) -> TokenIndex:
+    """Compile a pattern into its TokenIndex within `budget`, its first state's mask built (the slow part)."""
+    dfa = compile_regex(pattern, budget, keyword, built=keyword in ("json_schema", "guided_choice"))
+    index = TokenIndex(dfa, vocabulary, model_vocab_size)
+    budget.check()
+    if not index.mask(index.dfa.initial).any():  # the first vocabulary walk: fails fast, and is kept
+        raise PatternError(f"no token of this vocabulary can start a match of {keyword} {pattern[:80]!r}")
+    return index
+
+
 class IndexCache:
     """Token indexes by pattern, kept within a byte budget: the least recently used go first, never one in use.
 
@@ -67,9 +79,12 @@ class IndexCache:
     take(pattern) to its give_back(pattern); only indexes nobody uses are evicted.
     """
 
-    def __init__(self, vocabulary: Vocabulary, model_vocab_size: int, limits: Limits | None = None):
+    def __init__(self, vocabulary: Vocabulary, model_vocab_size: int, limits: Limits | None = None,
+                 compiler: Callable[..., TokenIndex] | None = None):
+        """`compiler`: build_index's stand-in (a server's ProcessCompiler); None compiles on the calling thread."""
         self.vocabulary, self.model_vocab_size = vocabulary, model_vocab_size
         self.limits = limits or Limits()
+        self.compiler = compiler
         self._indexes: OrderedDict[str, TokenIndex] = OrderedDict()
         self._users: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -113,11 +128,7 @@ class IndexCache:
         started = time.perf_counter()
         with self._lock:
             self.compiles += 1
-        dfa = compile_regex(pattern, budget, keyword, built=keyword in ("json_schema", "guided_choice"))
-        index = TokenIndex(dfa, self.vocabulary, self.model_vocab_size)
-        budget.check()
-        if not index.mask(index.dfa.initial).any():  # the first vocabulary walk: fails fast, and is kept
-            raise PatternError(f"no token of this vocabulary can start a match of {keyword} {pattern[:80]!r}")
+        index = (self.compiler or build_index)(pattern, budget, keyword, self.vocabulary, self.model_vocab_size)
         index.compile_seconds = time.perf_counter() - started
         return index
 

@@ -13,12 +13,14 @@ worker thread and awaits it; meanwhile the loop goes on serving.
 
 Two small pools, so that a plain request never queues behind compiles:
 plain requests (a template and a tokenizer: milliseconds) on PLAIN_WORKERS
-threads, constrained ones on COMPILE_WORKERS. Compiling is pure Python: it
-holds the GIL, so more compile threads would not compile faster, only take
-more time from the engine thread and the event loop; two let one slow
-pattern not hold up the next. A constrained request that finds both busy
-waits in the queue, in its own state, never in the engine step. The threads
-are daemons: a job still running at exit does not keep the process alive.
+threads, constrained ones on COMPILE_WORKERS. Compiling is pure Python, so
+the server compiles in worker processes (Preparation asks the engine to:
+structured/compile_process.py): a compile thread only waits for its worker
+and holds no GIL the engine thread and the event loop need. Two let one
+slow pattern not hold up the next; each costs a process while it compiles.
+A constrained request that finds both busy waits in the queue, in its own
+state, never in the engine step. The threads are daemons: a job still
+running at exit does not keep the process alive.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class Preparation:
 
     def __init__(self, engine, plain_workers: int = PLAIN_WORKERS, compile_workers: int = COMPILE_WORKERS):
         self.engine = engine
+        engine.compile_in_process()  # patterns compile in worker processes: off this process's GIL
         self._plain = WorkerPool(plain_workers, "miniyaie-prepare")
         self._compile = WorkerPool(compile_workers, "miniyaie-compile")
         self._cancels: set[threading.Event] = set()  # one per preparation in flight (event loop thread only)
