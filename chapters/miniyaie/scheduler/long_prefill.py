@@ -22,7 +22,8 @@ class LongPrefillBound:
     most `threshold` tokens, and tokens to at most `max_long` long requests;
     everyone else gets what it asks for. At the end of the step, top_up
     gives the budget nobody took back to the chunks that stop short of their
-    request's end, so a long prompt alone still fills the step. `num_held`
+    request's end, and lift lets the scheduler admit the long prompts held
+    back with what is still left: a long prompt alone still fills the step. `num_held`
     counts the long requests that ended a step with fewer tokens than they
     wanted (a counter: the bound is on the hot path). threshold 0: no bound.
 
@@ -38,7 +39,8 @@ class LongPrefillBound:
         self.start_step()
 
     def start_step(self) -> None:
-        """A new step: no long request has been asked about yet."""
+        """A new step: no long request has been asked about yet, and the bound holds."""
+        self.lifted = False  # True once the budget left over may go to the long prompts held back
         self.num_long = 0  # long requests granted tokens this step
         self.asked: dict[str, int] = {}  # request id -> the tokens it wanted, for each long request asked about
 
@@ -52,8 +54,8 @@ class LongPrefillBound:
         long request asked about is recorded: self.asked[request_id] = wanted.
         """
         wanted = min(request.num_tokens - request.num_computed_tokens, budget)
-        if not self.threshold:
-            return wanted  # no bound (Tasks 1.2 to 1.7 are graded without it)
+        if not self.threshold or self.lifted:
+            return wanted  # no bound (Tasks 1.2 to 1.7 are graded without it), or lifted for the leftover
         # Idea: the bound applies to long requests only, and to at most max_long of them a step.
         # Stuck? `miniyaie hint 1.8` prints hints, one level at a time.
         # TODO(Task 1.8): Long prefills share the step. Replace this line with your code.
@@ -70,9 +72,20 @@ class LongPrefillBound:
         with fewer tokens than they wanted (a request with no chunk got 0;
         a chunk never grows past what its request wanted).
         """
-        if not self.threshold:
+        if not self.threshold or self.lifted:
             return
         # Idea: nobody else wanted the rest of the budget, so the prefills that were cut may have it.
+        # Stuck? `miniyaie hint 1.8` prints hints, one level at a time.
+        # TODO(Task 1.8): Long prefills share the step. Replace this line with your code.
+        raise NotImplementedError('Chapter 1, Task 8: Long prefills share the step — see book/src/ch01_scheduler.md')
+
+    def lift(self, out: SchedulerOutput, budget: int) -> bool:
+        """After top_up: True, lifting the bound for the rest of the step, when `budget` is left and a long
+        request asked about got no tokens (held back): the scheduler then admits again, so no budget is
+        wasted while a long prompt waits. False when the bound is off or was lifted already."""
+        if not self.threshold or self.lifted or budget == 0:
+            return False
+        # Idea: a long prompt held back while budget goes unused is budget wasted.
         # Stuck? `miniyaie hint 1.8` prints hints, one level at a time.
         # TODO(Task 1.8): Long prefills share the step. Replace this line with your code.
         raise NotImplementedError('Chapter 1, Task 8: Long prefills share the step — see book/src/ch01_scheduler.md')

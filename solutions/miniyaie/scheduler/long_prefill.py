@@ -22,7 +22,8 @@ class LongPrefillBound:
     most `threshold` tokens, and tokens to at most `max_long` long requests;
     everyone else gets what it asks for. At the end of the step, top_up
     gives the budget nobody took back to the chunks that stop short of their
-    request's end, so a long prompt alone still fills the step. `num_held`
+    request's end, and lift lets the scheduler admit the long prompts held
+    back with what is still left: a long prompt alone still fills the step. `num_held`
     counts the long requests that ended a step with fewer tokens than they
     wanted (a counter: the bound is on the hot path). threshold 0: no bound.
 
@@ -38,7 +39,8 @@ class LongPrefillBound:
         self.start_step()
 
     def start_step(self) -> None:
-        """A new step: no long request has been asked about yet."""
+        """A new step: no long request has been asked about yet, and the bound holds."""
+        self.lifted = False  # True once the budget left over may go to the long prompts held back
         self.num_long = 0  # long requests granted tokens this step
         self.asked: dict[str, int] = {}  # request id -> the tokens it wanted, for each long request asked about
 
@@ -52,8 +54,8 @@ class LongPrefillBound:
         long request asked about is recorded: self.asked[request_id] = wanted.
         """
         wanted = min(request.num_tokens - request.num_computed_tokens, budget)
-        if not self.threshold:
-            return wanted  # no bound (Tasks 1.2 to 1.7 are graded without it)
+        if not self.threshold or self.lifted:
+            return wanted  # no bound (Tasks 1.2 to 1.7 are graded without it), or lifted for the leftover
         # Nudge: the bound applies to long requests only, and to at most max_long of them a step.
         # Hint 1: A short request and a decode get all they want: the bound is there to protect
         #   them. A long request (more than threshold tokens still to compute) gets at most
@@ -90,7 +92,7 @@ class LongPrefillBound:
         with fewer tokens than they wanted (a request with no chunk got 0;
         a chunk never grows past what its request wanted).
         """
-        if not self.threshold:
+        if not self.threshold or self.lifted:
             return
         # Nudge: nobody else wanted the rest of the budget, so the prefills that were cut may have it.
         # Hint 1: The bound exists for the others' sake; once everyone has been served, tokens
@@ -121,5 +123,26 @@ class LongPrefillBound:
                 budget -= extra
         granted = {chunk.request.request_id: chunk.num_tokens for chunk in out.chunks}
         self.num_held += len(self.asked) - sum(granted.get(rid) == wanted for rid, wanted in self.asked.items())
+        # END SOLUTION
+
+    def lift(self, out: SchedulerOutput, budget: int) -> bool:
+        """After top_up: True, lifting the bound for the rest of the step, when `budget` is left and a long
+        request asked about got no tokens (held back): the scheduler then admits again, so no budget is
+        wasted while a long prompt waits. False when the bound is off or was lifted already."""
+        if not self.threshold or self.lifted or budget == 0:
+            return False
+        # Nudge: a long prompt held back while budget goes unused is budget wasted.
+        # Hint 1: The bound orders who goes first; it must not leave tokens unused. Once the cut
+        #   prefills took what they could, budget still left means nobody else wanted it: the
+        #   long prompts held back may have it. Lifted, tokens_for grants what is asked.
+        # Hint 2: A long request asked about (in self.asked) that has no chunk in out was held
+        #   back. If there is one, set self.lifted and return True; otherwise return False.
+        # Hint 3:
+        #   scheduled = {c.request.request_id for c in out.chunks}
+        #   lifted = any(rid not in scheduled for rid in asked); return lifted
+        # BEGIN SOLUTION 1.8: Long prefills share the step
+        scheduled = {chunk.request.request_id for chunk in out.chunks}
+        self.lifted = any(rid not in scheduled for rid in self.asked)
+        return self.lifted
         # END SOLUTION
 # ANCHOR_END: long_prefill_bound

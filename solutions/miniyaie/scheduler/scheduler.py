@@ -32,7 +32,6 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_schedules = 0
         self.num_held_for_prefix = 0  # admissions put off to reuse a prefix being computed (a counter)
-        # a long prefill shares the step with the requests behind it (off with long_prefill_token_threshold=0)
         self.long_prefills = LongPrefillBound(config.long_prefill_token_threshold, config.max_long_partial_prefills)
         self._queued_at: dict[str, int] = {}  # request id -> num_schedules when it was added
 
@@ -148,8 +147,7 @@ class Scheduler:
         progresses; waiting requests are admitted (self._admit_waiting) with
         what is left of the budget, except in a step that preempted someone:
         memory is tight, so the running requests drain first. Counts the step
-        in num_schedules. With long_prefill_token_threshold, a long prefill
-        shares the step (self.long_prefills.tokens_for, long_prefill.py).
+        in num_schedules.
         """
         self.long_prefills.start_step()
         # Nudge: serve those in flight first; admit with what is left, unless memory just ran out.
@@ -274,10 +272,9 @@ class Scheduler:
 
         Admission stops (nothing is skipped) at the first request that finds
         the budget spent, max_num_seqs requests running, or no room
-        (policy.fits_with_reserve). The one exception: a request granted 0
-        tokens by self.long_prefills.tokens_for (with the long-prefill bound
-        on, a long prompt while max_long_partial_prefills long prefills are
-        under way) stays waiting, untouched, and the next one is tried.
+        (policy.fits_with_reserve); the one exception, a request granted 0
+        tokens by self.long_prefills.tokens_for (a long prompt held back),
+        stays waiting, untouched, and the next one is tried.
         An admitted request starts after the prefix the memory already holds, self.memory.cached_prefix_len(request)
         (the self.prefix_len oracle only orders the queue), but always
         computes at least its last known token, whose logits give the next
@@ -287,7 +284,8 @@ class Scheduler:
         scheduled, and it moves from waiting to running with status RUNNING. A request
         that is not admitted is left exactly as it was (num_computed_tokens 0).
         Last, what is left of the budget goes back to the long prefills the
-        bound cut (self.long_prefills.top_up).
+        bound cut (self.long_prefills.top_up), then, admitting once more with
+        the bound lifted, to the long prompts it held back (lift).
         """
         order = self._admission_order()
         # Nudge: admit in order until something does not fit; never skip ahead.
@@ -340,6 +338,8 @@ class Scheduler:
             budget -= num_new
         # END SOLUTION
         self.long_prefills.top_up(out, self.config.max_num_batched_tokens - out.num_batched_tokens, self.memory)
+        if self.long_prefills.lift(out, self.config.max_num_batched_tokens - out.num_batched_tokens):
+            self._admit_waiting(out, self.config.max_num_batched_tokens - out.num_batched_tokens)  # held-back long prompts
     # ANCHOR_END: admit_waiting
 
     def _admission_order(self):
