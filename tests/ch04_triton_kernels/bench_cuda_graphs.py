@@ -1,4 +1,4 @@
-"""Timing and checks, not a test: decode steps replayed as CUDA graphs against eager steps (engine/cuda_graphs.py).
+"""Timing and checks, not a test: decode steps replayed as CUDA graphs against eager steps (miniyaie/backends/cuda_graphs.py).
 
     PYTHONPATH=solutions:tests/ch00_model python tests/ch04_triton_kernels/bench_cuda_graphs.py --json OUT.json [--quick]
 

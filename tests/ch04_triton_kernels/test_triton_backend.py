@@ -66,7 +66,7 @@ def test_triton_backend_greedy_tokens_equal_torch_and_transformers(tiny, block_s
 LOAD_THEN_RUN = """
 import sys
 from miniyaie.engine import EngineConfig, LLMEngine
-from miniyaie.engine.backends import prepare_backend
+from miniyaie.backends.choose import prepare_backend
 from miniyaie.model import SamplingParams, load_model
 prepare_backend("triton", "cpu")  # what the CLI does before loading
 engine = LLMEngine(load_model(sys.argv[1]), EngineConfig(block_size=4, num_blocks=16, attention_backend="triton"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from miniyaie.engine.backends import prepare_backend
+from miniyaie.backends.choose import prepare_backend
 from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.errors import ModelLoadError
 from miniyaie.model import LoadedModel, load

@@ -16,7 +16,7 @@ class ModelRunner:
         self.model, self.pool, self.memory = model, pool, memory
         self.device = model.lm_head.weight.device
         self.sampler = Sampler()
-        self.decode_graphs = None  # a DecodeGraphRunner (engine/cuda_graphs.py) when decode steps replay graphs
+        self.decode_graphs = None  # a DecodeGraphRunner (miniyaie/backends/cuda_graphs.py) when decode steps replay graphs
 
     # ANCHOR: prepare
     def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:

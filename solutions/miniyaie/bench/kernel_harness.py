@@ -138,7 +138,7 @@ def main(args) -> int:
         _switch.select(args.impl)
     import torch
 
-    from miniyaie.engine.backends import prepare_backend
+    from miniyaie.backends.choose import prepare_backend
 
     on_gpu = torch.cuda.is_available()
     prepare_backend("triton", "cuda" if on_gpu else "cpu")

@@ -24,7 +24,7 @@ import torch
 from miniyaie.distributed.process_group import DEFAULT_TIMEOUT_S, TPGroup, free_port, join, leave
 from miniyaie.distributed.shard_loader import load_rank_model
 from miniyaie.distributed.sharding import check_tensor_parallel_size
-from miniyaie.engine.backends import use_backend
+from miniyaie.backends.choose import use_backend
 from miniyaie.engine.errors import EngineError
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.model import AttentionMetadata, CausalLM

@@ -24,14 +24,14 @@ class EngineConfig:
     long_prefill_token_threshold: int = 256
     max_long_partial_prefills: int = 1
     enable_prefix_caching: bool = True  # the radix prefix cache (chapter 3); False to measure without it
-    attention_backend: str = "auto"  # see miniyaie/engine/backends.py
+    attention_backend: str = "auto"  # see miniyaie/backends/choose.py
     # Admit only while this fraction of the running requests' remaining outputs still fits
     # (see SchedulerConfig.decode_reserve): 0.3 cut preemptions 19 -> 0 and tokens computed
     # by 14% on the random bench workload in a 256 MiB pool, for 4% more steps (notebook 1 sweeps it).
     decode_reserve: float = 0.3
     # Ranks the model is split over (chapter 7); 1 runs it whole in this process.
     tensor_parallel_size: int = 1
-    # True: never replay decode steps as CUDA graphs (engine/cuda_graphs.py; they are used only on a CUDA
+    # True: never replay decode steps as CUDA graphs (miniyaie/backends/cuda_graphs.py; they are used only on a CUDA
     # device with the triton backend), every step runs the model from Python.
     enforce_eager: bool = False
     # Chapter 8's caps on what one structured request may ask (structured/limits.py: name -> value, e.g.
@@ -55,7 +55,7 @@ class EngineConfig:
             raise ValueError(f"block_size must be at least 1, got {self.block_size}")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"num_blocks must be at least 1, got {self.num_blocks}")
-        from miniyaie.engine.backends import BACKENDS
+        from miniyaie.backends.choose import BACKENDS
 
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"unknown attention_backend {self.attention_backend!r}; choose from {', '.join(BACKENDS)}")

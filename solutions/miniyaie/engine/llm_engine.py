@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from miniyaie.engine.admission import Admission
-from miniyaie.engine.backends import use_backend
+from miniyaie.backends.choose import use_backend
 from miniyaie.engine.config import EngineConfig
-from miniyaie.engine.cuda_graphs import decode_graphs_mode, kv_budget_bytes, make_decode_graphs
+from miniyaie.backends.cuda_graphs import decode_graphs_mode, kv_budget_bytes, make_decode_graphs
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.outputs import RequestEvent, StepRecord
 from miniyaie.engine.sampler import SampledToken, SamplingRow
@@ -44,7 +44,7 @@ class LLMEngine(Admission, StepAccounting):
     def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None, decode_graphs="auto"):
         """`vocabulary`: the tokenizer's tokens as bytes (a miniyaie.structured.Vocabulary, or a function
         that makes one on first use), needed only by requests with structured output (chapter 8).
-        `decode_graphs`: auto, off, or eager (CPU tests): see engine/cuda_graphs.py's decode_graphs_mode."""
+        `decode_graphs`: auto, off, or eager (CPU tests): see miniyaie/backends/cuda_graphs.py's decode_graphs_mode."""
         self.model, self.config = model, config
         self._vocabulary, self._constraints = vocabulary, None
         dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device

@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
         # imported (transformers imports it while building a model).
         raise ImportError(
             "no GPU: Triton kernels need TRITON_INTERPRET=1, set before anything imports triton "
-            "(export it, or call miniyaie.engine.backends.prepare_backend before loading the model)"
+            "(export it, or call miniyaie.backends.choose.prepare_backend before loading the model)"
         )
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from miniyaie.engine.static_inputs import StaticDecodeMetadata
+from miniyaie.backends.static_inputs import StaticDecodeMetadata
 
 
 def torch_static_decode(q, k_cache, v_cache, meta: StaticDecodeMetadata, scale: float) -> torch.Tensor:

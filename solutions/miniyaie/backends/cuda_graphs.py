@@ -28,9 +28,9 @@ import time
 
 import torch
 
-from miniyaie.engine.merged_projections import MergedProjectionOps, merge_projections
-from miniyaie.engine.static_decode_attention import StaticDecodeBackend, static_num_splits
-from miniyaie.engine.static_inputs import DEFAULT_LADDER_CAP, StaticDecodeInputs, batch_ladder, padded_size
+from miniyaie.backends.merged_projections import MergedProjectionOps, merge_projections
+from miniyaie.backends.static_decode_attention import StaticDecodeBackend, static_num_splits
+from miniyaie.backends.static_inputs import DEFAULT_LADDER_CAP, StaticDecodeInputs, batch_ladder, padded_size
 
 # Device memory kept out of the KV pool for the graphs' private pool (activations of <= 64 decode rows,
 # decode partials; a few MiB for SmolLM2). The measured figure is `DecodeGraphRunner.memory_bytes`.
@@ -47,7 +47,7 @@ def decode_graphs_mode(requested: str, config, device: torch.device | str) -> st
         raise ValueError(f"decode_graphs must be auto, off, eager or cuda, got {requested!r}")
     if requested != "auto":
         return requested
-    from miniyaie.engine.backends import resolve_backend_name
+    from miniyaie.backends.choose import resolve_backend_name
 
     wanted = (not config.enforce_eager and torch.device(device).type == "cuda" and config.tensor_parallel_size == 1
               and resolve_backend_name(config.attention_backend, device) == "triton")
