@@ -123,9 +123,12 @@ class Preparation:
             cancel.set()
 
     def close(self) -> None:
+        """At the server's exit: cancel what is in flight, let the threads end, kill the compile workers now
+        (uvicorn re-raises SIGTERM once it has shut down: the process ends without running its `finally`s)."""
         self.stop()
         self._plain.close()
         self._compile.close()
+        self.engine.close_compile_workers()
 
     def _prepare_all(self, jobs: Sequence[PrepareJob], cancel: threading.Event) -> list[PreparedRequest]:
         done: list[PreparedRequest] = []

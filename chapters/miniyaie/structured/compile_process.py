@@ -81,6 +81,10 @@ class ProcessCompiler:
             worker.kill(close_pipe=worker not in busy)  # a busy one's thread still reads its pipe: it closes it
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def processes(self) -> list[multiprocessing.Process]:
         """The worker processes alive now (for tests and the curious)."""
         with self._lock:

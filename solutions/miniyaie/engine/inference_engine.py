@@ -214,10 +214,14 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         choice: a compile then holds no GIL the engine thread and the event loop need; chapter 8)."""
         self.llm.constraints.compile_in_process()
 
+    def close_compile_workers(self) -> None:
+        """Kill the compile worker processes now (a server stopping); compile_in_process() starts afresh."""
+        self.llm.constraints.close()
+
     def close(self) -> None:
         """Stop the loop thread (requests still in flight end with an EngineError), any compile workers, then the other ranks."""
         self._loop.close()
-        self.llm.constraints.close()
+        self.close_compile_workers()
         if self._tensor_parallel is not None:
             self._tensor_parallel.close()
             self._tensor_parallel = None

@@ -56,7 +56,7 @@ class Constraints:
         from miniyaie.structured.compile_process import ProcessCompiler
 
         with self._lock:
-            if self._compiler is None or compiler is not None:
+            if self._compiler is None or self._compiler.closed or compiler is not None:
                 self._compiler = compiler or ProcessCompiler()
             if self._cache is not None:
                 self._cache.compiler = self._compiler
