@@ -78,12 +78,13 @@ class AskedMemory(TokenCountingMemory):
 @given(
     running=st.lists(st.tuples(st.integers(1, 20), st.integers(0, 25), st.integers(1, 10), st.integers(0, 10)), max_size=4),
     prompt=st.integers(1, 20), computed=st.integers(0, 19), max_tokens=st.integers(1, 10),
-    num_new=st.integers(1, 20), ratio=st.sampled_from([0.0, 0.3, 0.5, 1.0]),
+    num_new=st.integers(1, 20), ratio=st.sampled_from([0.0, 0.3, 0.5, 1.0]), resumed=st.integers(0, 5),
 )
-@example(running=[(10, 4, 5, 0)], prompt=8, computed=0, max_tokens=4, num_new=3, ratio=0.5)  # a prompt half prefilled
-@example(running=[(4, 5, 6, 2)], prompt=6, computed=0, max_tokens=3, num_new=6, ratio=0.3)  # a request decoding
+@example(running=[(10, 4, 5, 0)], prompt=8, computed=0, max_tokens=4, num_new=3, ratio=0.5, resumed=0)  # a prompt half prefilled
+@example(running=[(4, 5, 6, 2)], prompt=6, computed=0, max_tokens=3, num_new=6, ratio=0.3, resumed=0)  # a request decoding
+@example(running=[], prompt=4, computed=0, max_tokens=6, num_new=7, ratio=0.5, resumed=3)  # resumed: its chunk goes past the prompt
 def test_the_reserve_asks_for_the_chunk_the_prompts_to_come_and_a_share_of_the_outputs(
-    running, prompt, computed, max_tokens, num_new, ratio
+    running, prompt, computed, max_tokens, num_new, ratio, resumed
 ):
     memory = AskedMemory(10_000)
     others = []
@@ -93,12 +94,13 @@ def test_the_reserve_asks_for_the_chunk_the_prompts_to_come_and_a_share_of_the_o
         r.num_computed_tokens = min(done, r.num_tokens - 1)
         others.append(r)
     new = request(prompt, max_tokens)
+    new.output_token_ids = [1] * min(resumed, max_tokens - 1)  # a preempted request recomputes its outputs too
     new.num_computed_tokens = min(computed, prompt - 1)
-    num_new = min(num_new, prompt - new.num_computed_tokens)
+    num_new = min(num_new, new.num_tokens - new.num_computed_tokens)
     assert fits_with_reserve(memory, others, new, num_new, ratio)
     prompts = sum(max(0, len(r.prompt_token_ids) - r.num_computed_tokens) for r in others)
     prompts += max(0, prompt - new.num_computed_tokens - num_new)
-    outputs = sum(r.max_tokens - len(r.output_token_ids) for r in others) + max_tokens
+    outputs = sum(r.max_tokens - len(r.output_token_ids) for r in others) + max_tokens  # the docstring's rule
     expected = num_new if ratio == 0 else num_new + prompts + int(ratio * outputs)
     assert memory.asked == [expected], (
         f"asked memory for {memory.asked} tokens; the docstring's rule gives {expected}: the chunk ({num_new}), "
