@@ -42,9 +42,9 @@ SWITCH_INTERVAL = 0.0005  # seconds; Python's default is 0.005
 def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
     """Serve until interrupted (Ctrl-C, SIGTERM).
 
-    A pattern compiling on a worker thread is pure Python and holds the GIL; the engine thread gives
-    the GIL up around every tensor operation and must wait for it back each time. A shorter switch
-    interval bounds that wait, so a compile slows the running requests less.
+    Python work on the preparation threads (chat templates, tokenizing; pattern compiles run in worker
+    processes) holds the GIL; the engine thread gives the GIL up around every tensor operation and must
+    wait for it back each time. A shorter switch interval bounds that wait.
     """
     sys.setswitchinterval(SWITCH_INTERVAL)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_SECONDS)

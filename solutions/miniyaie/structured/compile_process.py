@@ -36,6 +36,7 @@ from miniyaie.structured.vocabulary import Vocabulary
 
 POLL_SECONDS = 0.1  # how often a waiting thread looks at the cancel event: a cancel lands within this
 MARGIN_SECONDS = 2.0  # past the worker's own deadline, the parent stops waiting and kills it
+WORKER_NICENESS = 10  # a worker yields the cores to the engine: a compile may wait, running requests should not
 START_SECONDS = 120.0  # a new worker imports torch and the compiler; on a busy machine that takes a while
 
 
@@ -189,6 +190,7 @@ def _serve(conn, token_bytes, eos_token_ids, model_vocab_size: int, parent_pid: 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server stops us
     threading.Thread(target=_exit_with, args=(parent_pid,), daemon=True).start()
     torch.set_num_threads(1)
+    os.nice(WORKER_NICENESS)
     vocabulary = Vocabulary(token_bytes, tuple(eos_token_ids))
     vocabulary.byte_matrix()  # once, before the first job
     conn.send(("ready", None))
