@@ -4,7 +4,7 @@ import pytest
 from cli_helpers import assert_clear_error, miniyaie
 
 from miniyaie.engine import EngineConfig, InferenceEngine, InvalidRequestError, SamplingParams
-from miniyaie.engine.config_file import load_settings
+from miniyaie.serving.config_file import load_settings
 
 pytestmark = pytest.mark.ungraded
 

@@ -13,7 +13,7 @@ import torch
 from tiny_tokenizer import save_tiny_chat_model
 
 from miniyaie import cpu_runtime
-from miniyaie.engine import step_threads
+from miniyaie.backends import step_threads
 
 pytestmark = pytest.mark.ungraded
 

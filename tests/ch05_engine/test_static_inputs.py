@@ -153,7 +153,7 @@ def test_enforce_eager_must_be_a_bool_and_graphs_need_cuda():
 
 
 def test_a_config_file_can_turn_graphs_off(tmp_path):
-    from miniyaie.engine.config_file import ConfigError, load_settings
+    from miniyaie.serving.config_file import ConfigError, load_settings
 
     good, bad = tmp_path / "eager.yaml", tmp_path / "bad.yaml"
     good.write_text("engine:\n  enforce_eager: true\n")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from miniyaie.cpu_runtime import intel_openmp_loaded
-from miniyaie.engine.step_threads import SMALL_STEP_TOKENS, threads_for_step
+from miniyaie.backends.step_threads import SMALL_STEP_TOKENS, threads_for_step
 
 pytestmark = pytest.mark.ungraded
 

@@ -6,7 +6,7 @@ MODEL = "tiny"
 def start_server(loaded, num_blocks=256, adapters=(), **settings):
     """(engine, BackgroundServer) serving the tiny model as MODEL; the caller closes both."""
     from miniyaie.api import ServerSettings, create_app
-    from miniyaie.api.server import BackgroundServer
+    from miniyaie.serving.server import BackgroundServer
     from miniyaie.engine import EngineConfig, InferenceEngine
 
     engine = InferenceEngine(loaded, EngineConfig(block_size=4, num_blocks=num_blocks, max_num_batched_tokens=64),

@@ -113,7 +113,7 @@ def test_the_api_key_is_checked_before_the_body_is_read(tiny_loaded):
 def test_the_server_binds_loopback_by_default():
     import inspect
 
-    from miniyaie.api.server import BackgroundServer, serve
+    from miniyaie.serving.server import BackgroundServer, serve
     from miniyaie.cli import build_parser
 
     assert build_parser().parse_args(["serve"]).host == "127.0.0.1"

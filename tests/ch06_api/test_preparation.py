@@ -174,7 +174,7 @@ def test_a_job_that_never_ends_does_not_keep_the_process_alive():
     import sys
 
     script = ("import threading\n"
-              "from miniyaie.api.preparation import WorkerPool\n"
+              "from miniyaie.serving.preparation import WorkerPool\n"
               "started = threading.Event()\n"
               "WorkerPool(1, 'stuck').submit(lambda: (started.set(), threading.Event().wait()))\n"
               "assert started.wait(30)\n"

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.ungraded
 
 
 def test_miniyaie_serve_answers_the_openai_client(tiny_dir, tmp_path):
-    from miniyaie.api.server import bind
+    from miniyaie.serving.server import bind
 
     sock = bind()  # find a free port, then hand it over
     port = sock.getsockname()[1]
@@ -77,7 +77,7 @@ def test_bench_serve_reports_every_concurrency(served, tmp_path, capsys):
 
 
 def test_bench_serve_says_when_the_server_is_unreachable(capsys):
-    from miniyaie.api.server import bind
+    from miniyaie.serving.server import bind
     from miniyaie.cli import main
 
     sock = bind()

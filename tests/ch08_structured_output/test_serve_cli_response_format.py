@@ -19,7 +19,7 @@ def served_cli(tmp_path_factory):
     import openai
     from tiny_tokenizer import save_tiny_chat_model
 
-    from miniyaie.api.server import bind
+    from miniyaie.serving.server import bind
 
     directory = tmp_path_factory.mktemp("tiny-chat-serve")
     save_tiny_chat_model(directory)

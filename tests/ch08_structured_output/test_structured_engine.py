@@ -122,7 +122,7 @@ def client(tiny_chat):
     import openai
 
     from miniyaie.api import ServerSettings, create_app
-    from miniyaie.api.server import BackgroundServer
+    from miniyaie.serving.server import BackgroundServer
 
     with InferenceEngine(tiny_chat, EngineConfig(block_size=4, num_blocks=256, max_num_batched_tokens=64)) as e:
         with BackgroundServer(create_app(e, ServerSettings(served_model_names=("tiny",)))) as server:

@@ -37,7 +37,7 @@ from miniyaie.api.errors import APIError, error_response, install_error_handlers
 from miniyaie.api.metrics import ServerMetrics
 from miniyaie.api.middleware import ApiKeyGuard, BodyGuard, InternalErrorGuard, RequestCounter
 from miniyaie.api.params import sampling_params_for, server_defaults
-from miniyaie.api.preparation import Preparation
+from miniyaie.serving.preparation import Preparation
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest, prompts_of
 from miniyaie.api.response_format import structured_fields, with_structured_output
 from miniyaie.api.streaming import collect, count_unfinished, event_stream, unless_disconnected
@@ -84,7 +84,8 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     defaults = server_defaults(engine.sampling_defaults, generation_config_defaults(engine.loaded.path),
                                settings.sampling_defaults)
     metrics = ServerMetrics(engine)
-    preparation = Preparation(engine)
+    preparation = Preparation(engine, unless_disconnected,
+                              lambda: APIError(503, "the server is shutting down", code="shutting_down"))
 
     @asynccontextmanager
     async def lifespan(_app):

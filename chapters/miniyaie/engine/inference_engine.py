@@ -73,8 +73,8 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
 
     @classmethod
     def from_config_file(cls, path: str | Path, **overrides) -> InferenceEngine:
-        """An engine from a YAML/TOML file (see engine/config_file.py); keyword arguments override it."""
-        from miniyaie.engine.config_file import load_settings
+        """An engine from a YAML/TOML file (see miniyaie/serving/config_file.py); keyword arguments override it."""
+        from miniyaie.serving.config_file import load_settings
 
         settings = load_settings(path)
         dtype = getattr(torch, settings.dtype) if settings.dtype else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from miniyaie.engine.sampler import SampledToken, Sampler, SamplingRow
-from miniyaie.engine.step_threads import threads_for_step
+from miniyaie.backends.step_threads import threads_for_step
 from miniyaie.model import AttentionMetadata, CausalLM, KVCache
 from miniyaie.paged import copy_blocks
 from miniyaie.scheduler import SchedulerOutput

@@ -5,4 +5,5 @@
     static_inputs.py           the static buffers a replayed step reads, padded to a batch ladder
     static_decode_attention.py decode attention with launch sizes fixed per padded batch
     merged_projections.py      q/k/v and gate/up as one matmul each
+    step_threads.py            how many CPU threads a step runs on (small steps: one)
 """

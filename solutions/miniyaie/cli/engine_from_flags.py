@@ -32,7 +32,7 @@ def build_engine(args, default_max_tokens: int):
     import torch
 
     from miniyaie.engine import EngineError, InferenceEngine, SamplingParams
-    from miniyaie.engine.config_file import EngineSettings, load_settings
+    from miniyaie.serving.config_file import EngineSettings, load_settings
 
     try:
         settings = load_settings(args.config) if args.config else EngineSettings(sampling=SamplingParams(max_tokens=default_max_tokens))

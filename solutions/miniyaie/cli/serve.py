@@ -44,9 +44,9 @@ def add_parsers(sub) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     engine = build_engine(args, default_max_tokens=DEFAULT_MAX_TOKENS)  # applies --impl before chapter code is imported
     from miniyaie.api import RagAdapter, Retriever, ServerSettings, create_app
-    from miniyaie.api.server import serve
+    from miniyaie.serving.server import serve
     from miniyaie.engine import EngineError
-    from miniyaie.engine.config_file import load_settings
+    from miniyaie.serving.config_file import load_settings
 
     if args.rag:
         try:

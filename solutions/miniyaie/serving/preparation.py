@@ -28,19 +28,16 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 
-from starlette.requests import Request
-
-from miniyaie.api.errors import APIError
-from miniyaie.api.streaming import unless_disconnected
 from miniyaie.engine.prepared import PreparedRequest
 from miniyaie.structured import CompileCancelled
 
 PLAIN_WORKERS = 4
 COMPILE_WORKERS = 2
 PrepareJob = Callable[[threading.Event], PreparedRequest]  # job(cancel): runs on a worker thread
+WaitUnlessDisconnected = Callable[[object, Awaitable], Awaitable]  # (request, awaitable) -> its result, or raises if the client left
 
 
 class WorkerPool:
@@ -85,15 +82,18 @@ class WorkerPool:
 class Preparation:
     """The server's preparation of requests: off the event loop, cancelled when the client leaves or the server stops."""
 
-    def __init__(self, engine, plain_workers: int = PLAIN_WORKERS, compile_workers: int = COMPILE_WORKERS):
-        self.engine = engine
+    def __init__(self, engine, wait: WaitUnlessDisconnected, shutting_down: Callable[[], Exception],
+                 plain_workers: int = PLAIN_WORKERS, compile_workers: int = COMPILE_WORKERS):
+        """`wait` and `shutting_down` are the server's own (chapter 6): how a route waits while watching its
+        client, and the error a request gets once the server is stopping."""
+        self.engine, self.wait, self.shutting_down = engine, wait, shutting_down
         engine.compile_in_process()  # patterns compile in worker processes: off this process's GIL
         self._plain = WorkerPool(plain_workers, "miniyaie-prepare")
         self._compile = WorkerPool(compile_workers, "miniyaie-compile")
         self._cancels: set[threading.Event] = set()  # one per preparation in flight (event loop thread only)
         self.stopping = False
 
-    async def prepare(self, request: Request, jobs: Sequence[PrepareJob], constrained: bool) -> list[PreparedRequest]:
+    async def prepare(self, request, jobs: Sequence[PrepareJob], constrained: bool) -> list[PreparedRequest]:
         """Every job's PreparedRequest, run in order on a worker thread (a compile pool if `constrained`).
 
         All or nothing: if a job raises, the ones before it are released and its error comes up as it is.
@@ -101,14 +101,14 @@ class Preparation:
         worker still produces is released. A 503 once the server is stopping.
         """
         if self.stopping:
-            raise APIError(503, "the server is shutting down", code="shutting_down")
+            raise self.shutting_down()
         cancel = threading.Event()
         self._cancels.add(cancel)
         future = (self._compile if constrained else self._plain).submit(self._prepare_all, jobs, cancel)
         try:
-            return await unless_disconnected(request, asyncio.wrap_future(future))
+            return await self.wait(request, asyncio.wrap_future(future))
         except CompileCancelled:  # while the route still waits, only stop() cancels
-            raise APIError(503, "the server is shutting down", code="shutting_down") from None
+            raise self.shutting_down() from None
         except BaseException:
             cancel.set()  # the client left, or the route was cancelled: stop the compile
             future.add_done_callback(self._release_result)  # runs now if the future is done, else when it is
