@@ -211,7 +211,9 @@ def test_each_row_gets_the_logprobs_it_asked_for(wanted):
     logits = torch.randn(len(wanted), 6, generator=torch.Generator().manual_seed(len(wanted)))
     rows = [SamplingRow(SamplingParams(logprobs=k), [], []) for k in wanted]
     model = torch.log_softmax(logits, -1)
-    for i, (k, got) in enumerate(zip(wanted, Sampler()(logits, rows))):
+    outputs = Sampler()(logits, rows)
+    assert len(outputs) == len(wanted), f"{len(wanted)} rows gave {len(outputs)} SampledTokens: one per row, whatever it asked"
+    for i, (k, got) in enumerate(zip(wanted, outputs)):
         assert got.token_id == model[i].argmax().item()
         if k is None:
             assert got.logprob is None and not got.top_logprobs, f"row {i} asked for no logprobs"
@@ -233,3 +235,14 @@ def test_a_row_with_a_single_filter_is_filtered(setting):
     got = frequencies(LOGITS, SamplingParams(temperature=1.0, **setting), draws=2000, seed=2)
     drawn = {i for i, f in enumerate(got.tolist()) if f > 0}
     assert drawn <= allowed, f"with {setting} the sampler drew tokens {sorted(drawn - allowed)}, which that filter removes"
+
+
+@pytest.mark.task("5.8")
+@pytest.mark.parametrize("setting", [dict(repetition_penalty=3.0), dict(presence_penalty=2.0), dict(frequency_penalty=2.0)],
+                         ids=["repetition", "presence", "frequency"])
+def test_a_batch_whose_only_penalty_is_one_kind_is_penalised(setting):
+    """Every row greedy with one penalty alone, token 0 (the model's favourite) in its output: penalised,
+    token 0 falls below token 1 (log 0.5 * 3 < log 0.3; log 0.5 - 2 < log 0.3), so token 1 is chosen."""
+    rows = [SamplingRow(SamplingParams(temperature=0.0, **setting), [2], [0]) for _ in range(2)]
+    got = [s.token_id for s in Sampler()(LOGITS.repeat(2, 1), rows)]
+    assert got == [1, 1], f"with only {setting} the rows chose {got}, expected [1, 1]: a penalty set alone must still apply"

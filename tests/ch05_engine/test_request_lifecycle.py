@@ -227,3 +227,24 @@ def test_text_held_back_inside_a_character_is_released_only_at_the_end(engine):
     assert not any("\ufffd" in d.text for d in deltas), f"half a character was shown: {[d.text for d in deltas]}"
     assert result.text == "a😀" == "".join(d.text for d in deltas)
     engine.llm.abort(request.request_id)
+
+
+@pytest.mark.task("5.12")
+def test_a_completion_cut_inside_a_character_still_gets_its_held_back_text(engine):
+    """max_tokens ends the completion halfway through an emoji: the detokenizer held those bytes back,
+    and the finishing event must release them (as U+FFFD, as decoding the tokens at once gives)."""
+    from miniyaie.engine.outputs import RequestEvent
+
+    ids = engine.tokenizer("a😀", add_special_tokens=False)["input_ids"][:-1]  # the emoji's last token never comes
+    expected = engine.tokenizer.decode(ids)
+    assert len(ids) >= 2 and expected.endswith("\ufffd"), "the cut must fall inside the emoji for this test to mean anything"
+    request = engine.submit(PROMPT, max_tokens=len(ids), ignore_eos=True)
+    for i, token in enumerate(ids):
+        engine.processor.on_event(RequestEvent(request.request_id, token, "length" if i == len(ids) - 1 else None))
+    told = engine.told[request.request_id]
+    deltas, result = told[:-1], told[-1]
+    assert result.text == expected, (
+        f"the result's text is {result.text!r}, expected {expected!r}: when an event finishes a completion, "
+        "the text its detokenizer still holds back (finish()) must be added")
+    assert "".join(d.text for d in deltas) == expected, "the streamed deltas must carry the released text too"
+    engine.llm.abort(request.request_id)

@@ -10,11 +10,13 @@ import json
 import math
 import re
 
+import httpx
+import jsonschema
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_json_schema import schemas
-from test_structured_engine import check_finished_outputs, engine, tiny_chat  # noqa: F401 - fixtures
+from test_structured_engine import check_finished_outputs, client, engine, tiny_chat  # noqa: F401 - fixtures
 
 from miniyaie.structured import PatternError
 from miniyaie.structured.json_schema import KNOWN
@@ -106,6 +108,30 @@ def test_every_schema_is_refused_by_keyword_or_all_its_outputs_validate(engine, 
     check_finished_outputs(results, json.loads(json.dumps(schema)))  # each finished one parses and validates
     assert engine.llm.num_request_blocks == 0
 
+
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(schema=any_schema)
+@example(schema={"enum": ["ok", "\ud800"]})  # a lone surrogate, sent as JSON's \ud800 escape (the openai client cannot)
+@example(schema={"const": math.nan})  # NaN in the body: Python's JSON reader accepts it
+@example(schema={"type": [{}]})
+@example(schema={"type": "object", "properties": {"k": {"type": "string", "pattern": '[a-z]{2}", "evil": "1'}},
+                 "required": ["k"]})
+def test_through_the_server_every_schema_is_a_400_naming_its_keyword_or_outputs_that_validate(client, schema):  # noqa: F811
+    body = {"model": "tiny", "prompt": ["Write JSON:", "Data:"], "max_tokens": 40, "temperature": 1.0, "seed": 0,
+            "guided_json": schema}
+    reply = httpx.post(f"{client.base_url}completions", content=json.dumps(body),
+                       headers={"content-type": "application/json"}, timeout=120)
+    assert reply.status_code in (200, 400), f"{reply.status_code}: {reply.text[:300]}"
+    if reply.status_code == 400:
+        message = reply.json()["error"]["message"]
+        named = keywords_in(schema) | {"json_schema", "guided_json"}
+        assert any(re.search(rf"\b{re.escape(k)}\b", message) for k in named), f"{message} names none of {sorted(named)}"
+        return
+    for choice in reply.json()["choices"]:
+        if choice["finish_reason"] == "stop":  # cut by max_tokens: unfinished, checked at engine level above
+            jsonschema.validate(json.loads(choice["text"]), json.loads(json.dumps(schema)))
 
 
 @pytest.mark.parametrize("schema,keyword", [(nested_types(800), "type"), (nested_any_of(300), "anyOf")],

@@ -14,14 +14,18 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def positive_int(text: str) -> int:
+def _whole_number(text: str, minimum: int, bound: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _whole_number(text, 1, "at least 1")
 
 
 def non_negative_float(text: str) -> float:
@@ -65,13 +69,7 @@ def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int) -> None:
 
 
 def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return _whole_number(text, 0, ">= 0")
 
 
 SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills", "enforce_eager")
