@@ -8,9 +8,10 @@ stacks each group's weights once into one tensor and makes the layers'
 own weights views of it, so the model holds no second copy and the unmerged
 path still computes the same thing. `MergedProjectionOps` wraps the model's
 layer ops: `project` runs a merged group as one `F.linear` and returns its
-column slices; `swiglu` applies SiLU-and-mul across the halves of the merged
-gate/up output (torch's two ops, rounded as the Triton kernel rounds).
-Everything else goes to the wrapped ops, whose counters stay readable.
+column slices; `swiglu` runs the merged gate/up matmul and hands its two
+halves to the wrapped ops' own SiLU-and-mul (chapter 4's Triton kernel under
+the triton backend): only the matmuls merge, the activation stays the
+learner's. Everything else goes to the wrapped ops, whose counters stay readable.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class MergedProjectionOps(LayerOps):
             return self.inner.swiglu(x, gate_proj, up_proj, down_proj)
         self.merged_calls["swiglu"] += 1
         gate, up = F.linear(x, group.weight, group.bias).split(group.sizes, dim=-1)
-        return down_proj(F.silu(gate) * up)
+        # The wrapped ops apply the activation to the halves already computed: their kernel, their counter.
+        return self.inner.swiglu(x, lambda _: gate, lambda _: up, down_proj)
 
     def rms_norm(self, x, weight, eps: float, residual=None):
         return self.inner.rms_norm(x, weight, eps, residual)
