@@ -14,11 +14,15 @@ from collections.abc import Sequence
 
 # ANCHOR: find_stop
 def find_stop(text: str, stops: Sequence[str], start: int = 0) -> int | None:
-    """Index in `text` where the earliest stop string begins, looking at matches that end after `start`.
+    """Index in `text` where the stop string that completes first begins, of the matches that end after `start`.
 
-    None when no stop string occurs there. Matches that end at or before `start`
-    were looked at before (the caller passes how far it had already searched), so
-    searching costs what the new text costs, not the whole text again.
+    "Completes first": the match whose last character comes earliest, as the
+    text streams; of matches that end at the same character, the longest. A
+    filter that sees the text in pieces can keep this rule whatever the
+    pieces: `find_stop("><<", ["<", "><<"])` is 1 (the "<" is complete
+    before "><<" is). None when no stop string ends after `start`. Matches that
+    end at or before `start` were looked at before (the caller passes how far
+    it had already searched), so searching costs what the new text costs.
     """
     # Idea: a match that ends in the new text may begin in the old text.
     # Stuck? `miniyaie hint 5.6` prints hints, one level at a time.
@@ -53,7 +57,8 @@ class StopStringFilter:
         """Add a delta; return the text that may be shown now ("" once stopped).
 
         Invariants: the pushes' results, joined, are always a prefix of the received text cut
-        before its first stop string (the earliest one, even one split across deltas); only a
+        before its first stop string (the one that completes first, as `find_stop` ranks them,
+        even one split across deltas), whatever the deltas; only a
         tail that could still grow into a stop string (held_back) waits; with no stop strings
         everything goes out at once. When a stop string appears, `stopped` becomes True, the
         text before it goes out and everything after it is dropped, later pushes included.

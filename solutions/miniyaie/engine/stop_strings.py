@@ -14,27 +14,38 @@ from collections.abc import Sequence
 
 # ANCHOR: find_stop
 def find_stop(text: str, stops: Sequence[str], start: int = 0) -> int | None:
-    """Index in `text` where the earliest stop string begins, looking at matches that end after `start`.
+    """Index in `text` where the stop string that completes first begins, of the matches that end after `start`.
 
-    None when no stop string occurs there. Matches that end at or before `start`
-    were looked at before (the caller passes how far it had already searched), so
-    searching costs what the new text costs, not the whole text again.
+    "Completes first": the match whose last character comes earliest, as the
+    text streams; of matches that end at the same character, the longest. A
+    filter that sees the text in pieces can keep this rule whatever the
+    pieces: `find_stop("><<", ["<", "><<"])` is 1 (the "<" is complete
+    before "><<" is). None when no stop string ends after `start`. Matches that
+    end at or before `start` were looked at before (the caller passes how far
+    it had already searched), so searching costs what the new text costs.
     """
     # Nudge: a match that ends in the new text may begin in the old text.
     # Hint 1: The caller already searched text[:start]; a stop string that straddles start (it
     #   began in old text and ends in new text) must still be found, so each stop string's
-    #   search starts len(stop) - 1 characters before start. Of all matches, the earliest
-    #   beginning wins, because the text ends there.
-    # Hint 2: For each stop string, find it from max(0, start - len(stop) + 1). Keep the
-    #   indexes that were found; return the smallest, or None when none was.
+    #   search starts len(stop) - 1 characters before start. Rank the matches by where they
+    #   end, not where they begin: "earliest beginning" would depend on how the text was cut
+    #   into pieces (one piece "><<" against three pieces ">", "<", "<").
+    # Hint 2: For each stop string, find its first match from max(0, start - len(stop) + 1);
+    #   that match also ends first among its own matches. Keep (end, begin) of each match found
+    #   and return the begin of the smallest pair (earliest end, then earliest begin), or None.
     # Hint 3:
-    #   found = [text.find(stop, max(0, start - len(stop) + 1)) for stop in stops]
-    #   found = [i for i in found if i >= 0]
-    #   return min(found) if found else None
+    #   matches = []
+    #   for stop in stops:
+    #       begin = text.find(stop, max(0, start - len(stop) + 1))
+    #       if begin >= 0: matches.append((begin + len(stop), begin))
+    #   return min(matches)[1] if matches else None
     # BEGIN SOLUTION 5.6: Stop strings
-    found = [text.find(stop, max(0, start - len(stop) + 1)) for stop in stops]
-    found = [i for i in found if i >= 0]
-    return min(found) if found else None
+    matches = []
+    for stop in stops:
+        begin = text.find(stop, max(0, start - len(stop) + 1))
+        if begin >= 0:
+            matches.append((begin + len(stop), begin))
+    return min(matches)[1] if matches else None
     # END SOLUTION
 
 
@@ -84,7 +95,8 @@ class StopStringFilter:
         """Add a delta; return the text that may be shown now ("" once stopped).
 
         Invariants: the pushes' results, joined, are always a prefix of the received text cut
-        before its first stop string (the earliest one, even one split across deltas); only a
+        before its first stop string (the one that completes first, as `find_stop` ranks them,
+        even one split across deltas), whatever the deltas; only a
         tail that could still grow into a stop string (held_back) waits; with no stop strings
         everything goes out at once. When a stop string appears, `stopped` becomes True, the
         text before it goes out and everything after it is dropped, later pushes included.
