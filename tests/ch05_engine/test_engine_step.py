@@ -238,6 +238,39 @@ def test_a_stop_token_ends_the_request_even_with_ignore_eos(tiny, expected):
 
 
 @pytest.mark.task("5.11")
+def test_ignore_eos_runs_past_the_eos_token_and_without_it_eos_ends_the_request(tiny, expected):
+    """EOS is the scheduler's rule and ignore_eos turns it off; only a request's own stop_token_ids end it regardless."""
+    model, _ = tiny
+    eos = expected[1][1]
+    engine = engine_for(model)
+    (ignoring,) = engine.generate([PROMPTS[1]], SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True), eos_token_ids=[eos])
+    assert ignoring.token_ids == expected[1], (
+        f"with ignore_eos the request must run to max_tokens through its EOS token {eos}; it gave {ignoring.token_ids} "
+        "(check the request's own stop_token_ids after the update, not its EOS tokens)")
+    assert ignoring.finish_reason == "length"
+    (stopping,) = engine.generate([PROMPTS[1]], SamplingParams(max_tokens=MAX_TOKENS), eos_token_ids=[eos])
+    upto = expected[1].index(eos) + 1
+    assert stopping.token_ids == expected[1][:upto] and stopping.finish_reason == "stop", (
+        f"without ignore_eos, EOS {eos} ends the request after it: got {stopping.token_ids} ({stopping.finish_reason})")
+    assert engine.num_request_blocks == 0
+
+
+@pytest.mark.task("5.11")
+def test_completions_of_a_request_that_finishes_on_its_first_token(tiny, expected):
+    """n=2, max_tokens=1: the parent finishes in the very step its completion is forked from it."""
+    model, _ = tiny
+    engine = engine_for(model)
+    rid = engine.add_request(PROMPTS[0], SamplingParams(n=2, max_tokens=1, ignore_eos=True))
+    events = events_until_idle(engine)
+    got = {e.request_id: (e.token_id, e.finish_reason) for e in events}
+    first = expected[0][0]
+    assert got == {rid: (first, "length"), f"{rid}#1": (first, "length")}, (
+        f"each completion gets one token and finishes: {got} (fork the completion before the update, which "
+        "may finish its parent and free the blocks the completion shares)")
+    assert engine.num_request_blocks == 0
+
+
+@pytest.mark.task("5.11")
 def test_a_completion_aborted_before_its_fork_is_never_forked_and_its_id_serves_a_new_request(tiny):
     model, _ = tiny
     engine = engine_for(model)

@@ -80,3 +80,20 @@ def test_one_request_alone_has_exactly_its_prompt_as_prefill_and_its_other_token
         "starts right at the end of the prompt")
     assert engine.stats["max_used_blocks"] >= 3, (
         f"max_used_blocks is {engine.stats['max_used_blocks']}: the request held at least 3 blocks of 4 at its peak")
+
+
+@pytest.mark.task("5.11")
+def test_a_one_token_prompt_chunk_is_prefill_not_decode(tiny_model):
+    """A chunk of one token is a decode only past its prompt: a prompt's last token after a full cache hit,
+    and a one-token prompt, are prefill work."""
+    engine = LLMEngine(tiny_model, EngineConfig(block_size=4, num_blocks=64, enable_prefix_caching=True))
+    prompt = [(5 * j) % 50 + 1 for j in range(8)]  # two full blocks
+    engine.generate([prompt], SamplingParams(max_tokens=2, ignore_eos=True))  # leaves them in the cache
+    records = []
+    engine.on_step = records.append
+    engine.generate([prompt, [7]], SamplingParams(max_tokens=1, ignore_eos=True))
+    first = records[0]
+    assert (first.prefill_tokens, first.decode_tokens) == (2, 0), (
+        f"the step computed the cached prompt's last token again and a one-token prompt: 2 prefill tokens, "
+        f"0 decode; the record says {first.prefill_tokens} prefill, {first.decode_tokens} decode (a decode is a "
+        "one-token chunk that starts past its prompt: both conditions, not either)")
