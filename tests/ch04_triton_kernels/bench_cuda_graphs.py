@@ -12,7 +12,7 @@ traceback under "errors") and the next part runs. Parts, in order:
 - random_workload: `miniyaie bench offline`'s random workload (64 requests, seed 0), output tok/s,
   eager against graphs (each run once to warm up, then timed);
 - greedy_float32: 8 prompts x 32 tokens, graphs on, float32 (TF32 off) against transformers;
-- pytest: tests/ch05_engine/test_static_inputs.py and tests/ch04_triton_kernels on this machine.
+- pytest: tests/backends/test_static_inputs.py and tests/ch04_triton_kernels on this machine.
 On a CPU (--device cpu) it runs with TRITON_INTERPRET=1, graphs replaced by the eager replay
 (decode_graphs="eager") and tiny sizes: only to check the script itself.
 """
@@ -197,7 +197,7 @@ def greedy_float32(path, args) -> dict:
 def run_pytest(args) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "solutions"), os.environ.get("PYTHONPATH", "")]))
     out = {}
-    for target in ("tests/ch05_engine/test_static_inputs.py", "tests/ch04_triton_kernels"):  # fast one first
+    for target in ("tests/backends/test_static_inputs.py", "tests/ch04_triton_kernels"):  # fast one first
         try:
             done = subprocess.run([sys.executable, "-m", "pytest", target, "-q", "-x", "-p", "no:cacheprovider"],
                                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.pytest_timeout)

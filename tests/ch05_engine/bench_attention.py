@@ -12,8 +12,8 @@ and the medians are printed. Outputs are checked to agree first.
 import argparse, copy, importlib.util, random, statistics, sys, time
 import torch
 from miniyaie.model import AttentionMetadata, TorchAttentionBackend
-from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
-from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
+from miniyaie.backends.batched_attention import BatchedTorchAttentionBackend
+from miniyaie.backends.cpu.paged_attention import PagedCpuAttentionBackend
 
 BY_NAME = {"torch": BatchedTorchAttentionBackend, "cpu": PagedCpuAttentionBackend, "reference": TorchAttentionBackend}
 

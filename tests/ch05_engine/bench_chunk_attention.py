@@ -13,8 +13,8 @@ import torch
 from bench_linear import median_us  # this folder is on sys.path when the script runs
 
 from miniyaie.model import AttentionMetadata
-from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
-from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
+from miniyaie.backends.batched_attention import BatchedTorchAttentionBackend
+from miniyaie.backends.cpu.paged_attention import PagedCpuAttentionBackend
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 9, 3, 64, 16
 

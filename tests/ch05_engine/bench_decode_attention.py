@@ -15,7 +15,7 @@ import torch
 from bench_chunk_attention import HEAD_DIM, KV_HEADS, step  # this folder is on sys.path when the script runs
 from bench_linear import median_us
 
-from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
+from miniyaie.backends.cpu.paged_attention import PagedCpuAttentionBackend
 
 ROWS, KEYS = 32, 560
 

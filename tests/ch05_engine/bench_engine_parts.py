@@ -8,7 +8,7 @@ compare their seconds; page faults and kernel time are printed beside them.
 """
 import argparse, resource
 import torch
-import miniyaie.model.cpu_allocator as cpu_allocator
+import miniyaie.backends.cpu.allocator as cpu_allocator
 from miniyaie.bench.runners import run_engine
 from miniyaie.bench.workloads import random_workload
 from miniyaie.engine import EngineConfig, LLMEngine

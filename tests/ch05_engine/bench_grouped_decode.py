@@ -15,7 +15,7 @@ import torch
 from bench_chunk_attention import HEAD_DIM, KV_HEADS, step  # this folder is on sys.path when the script runs
 from bench_linear import median_us
 
-import miniyaie.model.paged_cpu_attention as paged
+import miniyaie.backends.cpu.paged_attention as paged
 
 GROUPS, ROWS_PER_GROUP, PREFIX_BLOCKS, KEYS = 4, 8, 32, 560
 

@@ -21,12 +21,13 @@ import time
 
 import torch
 
-import miniyaie.model.paged_cpu_attention as paged
+import miniyaie.backends.cpu.paged_attention as paged
 from miniyaie.bench.runners import run_engine, run_floor
 from miniyaie.bench.workloads import random_workload, shared_prefix_workload
 from miniyaie.engine import EngineConfig
 from miniyaie.engine.model_runner import ModelRunner
-from miniyaie.model import cpu_kernels, load_model, resolve_model_path
+from miniyaie.backends.cpu import kernels as cpu_kernels
+from miniyaie.model import load_model, resolve_model_path
 
 
 def timed(function, totals: dict, name: str):

@@ -10,7 +10,7 @@ import argparse
 import torch
 from bench_linear import median_us  # this folder is on sys.path when the script runs
 from miniyaie.model import LayerOps
-from miniyaie.model.cpu_layer_ops import CpuLayerOps
+from miniyaie.backends.cpu.layer_ops import CpuLayerOps
 
 
 def main():

@@ -9,7 +9,7 @@ cpu backend (miniyaie/model/cpu_linear.py) runs every linear layer the second wa
 import argparse, statistics, time
 import torch
 import torch.nn.functional as F
-from miniyaie.model.cpu_linear import BATCH_HINT
+from miniyaie.backends.cpu.linear import BATCH_HINT
 
 SHAPES = {"q_proj / o_proj": (576, 576), "k_proj, v_proj": (192, 576), "gate_proj, up_proj": (1536, 576),
           "down_proj": (576, 1536), "lm_head": (49152, 576)}

@@ -13,7 +13,7 @@ import time
 import torch
 from torch import nn
 
-from miniyaie.model.cpu_linear import PackedLinear
+from miniyaie.backends.cpu.linear import PackedLinear
 
 LAYERS, HIDDEN = 30, 576
 SEPARATE, MERGED = (576, 192, 192, 1536, 1536), (960, 3072)

@@ -19,7 +19,8 @@ from miniyaie.bench.vllm_env import child_env
 from miniyaie.bench.vllm_peer import find_python
 from miniyaie.bench.workloads import random_workload, shared_prefix_workload
 from miniyaie.engine import EngineConfig, LLMEngine
-from miniyaie.model import cpu_kernels, cpu_layer_ops, load_model, resolve_model_path
+from miniyaie.backends.cpu import kernels as cpu_kernels, layer_ops as cpu_layer_ops
+from miniyaie.model import load_model, resolve_model_path
 
 
 def recorded(function, name: str):

@@ -1,6 +1,8 @@
 """Provided machinery that runs the model fast, beside the chapters (no learner task lives here).
 
     choose.py                  which attention backend an engine uses, and installing it on a model
+    batched_attention.py       the `torch` backend: the whole step batched with torch ops
+    cpu/                       the fast CPU backend (C++ attention and layer ops, oneDNN linears, runtime)
     cuda_graphs.py             decode steps recorded once as CUDA graphs and replayed (a GPU)
     static_inputs.py           the static buffers a replayed step reads, padded to a batch ladder
     static_decode_attention.py decode attention with launch sizes fixed per padded batch

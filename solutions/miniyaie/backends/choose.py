@@ -14,8 +14,8 @@ import os
 
 import torch
 
+from miniyaie.backends.batched_attention import BatchedTorchAttentionBackend
 from miniyaie.model import AttentionBackend, LayerOps, TorchAttentionBackend
-from miniyaie.model.batched_attention import BatchedTorchAttentionBackend
 
 BACKENDS = ("auto", "cpu", "torch", "reference", "triton")
 
@@ -39,7 +39,7 @@ def make_attention_backend(name: str, device: torch.device | str) -> AttentionBa
     """An attention backend instance for `name` (see the module docstring)."""
     name = resolve_backend_name(name, device)
     if name == "cpu":
-        from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
+        from miniyaie.backends.cpu.paged_attention import PagedCpuAttentionBackend
 
         return PagedCpuAttentionBackend()
     if name == "torch":
@@ -60,7 +60,7 @@ def make_layer_ops(name: str, device: torch.device | str) -> LayerOps:
 
         return TritonLayerOps()
     if name == "cpu":
-        from miniyaie.model.cpu_layer_ops import CpuLayerOps
+        from miniyaie.backends.cpu.layer_ops import CpuLayerOps
 
         return CpuLayerOps()
     return LayerOps()
@@ -70,12 +70,12 @@ def use_backend(model, name: str, device: torch.device | str) -> None:
     """Point `model` (a CausalLM) at backend `name`: its attention backend, its layer ops and,
     with the cpu backend, its linear layers on oneDNN with packed weights (model/cpu_linear.py)
     and glibc told to keep freed memory (model/cpu_allocator.py)."""
-    from miniyaie.model.cpu_linear import pack_linears, packing_available, unpack_linears
+    from miniyaie.backends.cpu.linear import pack_linears, packing_available, unpack_linears
 
     model.backend = make_attention_backend(name, device)
     model.ops = make_layer_ops(name, device)
     if resolve_backend_name(name, device) == "cpu" and packing_available(device, next(model.parameters()).dtype):
-        from miniyaie.model.cpu_allocator import keep_freed_memory
+        from miniyaie.backends.cpu.allocator import keep_freed_memory
 
         pack_linears(model)
         keep_freed_memory()  # process-wide, once: activations reuse freed memory (model/cpu_allocator.py)

@@ -4,7 +4,7 @@ torch's OpenMP runtime (libgomp) makes every parallel region opened from a
 thread other than the process's first one cost about 25 microseconds more
 once the first one has opened regions too (it then manages more threads
 than there are CPUs, and its idle workers sleep instead of spinning:
-miniyaie/cpu_runtime.py). Measured on the 2-core course machine (2026-11-25): the same one-row oneDNN
+miniyaie/backends/cpu/runtime.py). Measured on the 2-core course machine (2026-11-25): the same one-row oneDNN
 matmul took 33 us from the main thread with two threads, 78 us from another
 thread with two, 48 us from it with one; our own OpenMP decode kernel 10 us
 against 35 us. A decode step of a few rows opens about 250 such regions
@@ -14,7 +14,7 @@ one client's inter-token latency went from 30.5 to 22.9 ms. A step with more
 rows needs every core (16 clients: 219 tok/s with two threads, 175 with one).
 
 Intel's OpenMP runtime, which the commands preload when they can
-(miniyaie/cpu_runtime.py), has no such cost: there every step keeps all
+(miniyaie/backends/cpu/runtime.py), has no such cost: there every step keeps all
 threads (one client: 22.2 ms per token with two threads, 24.3 with one).
 """
 
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 import torch
 
-from miniyaie.cpu_runtime import intel_openmp_loaded
+from miniyaie.backends.cpu.runtime import intel_openmp_loaded
 
 SMALL_STEP_TOKENS = 8  # up to this many tokens, a step off the main thread runs on one thread
 

@@ -21,7 +21,7 @@ import os
 import platform
 from dataclasses import replace
 
-from miniyaie import cpu_runtime
+from miniyaie.backends.cpu import runtime as cpu_runtime
 from miniyaie.bench.workloads import Workload, random_workload, shared_prefix_workload
 
 PEERS = ("hf-static", "hf-cb", "vllm")

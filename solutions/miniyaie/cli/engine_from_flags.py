@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from miniyaie import cpu_runtime
+from miniyaie.backends.cpu import runtime as cpu_runtime
 from miniyaie.cli.args import UsageError, scheduling_overrides
 
 SAMPLING_FLAGS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop")

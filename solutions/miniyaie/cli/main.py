@@ -7,11 +7,11 @@ import sys
 
 from miniyaie.cli import bench, course, generate, harness, hint, notebook, serve
 from miniyaie.cli.args import Parser, UsageError
-from miniyaie.cpu_runtime import relaunch
+from miniyaie.backends.cpu.runtime import relaunch
 
 
 def relaunch_with_cpu_runtime(argv: list[str]) -> None:
-    """Start the command again on Intel's OpenMP and tcmalloc (miniyaie/cpu_runtime.py says why)."""
+    """Start the command again on Intel's OpenMP and tcmalloc (miniyaie/backends/cpu/runtime.py says why)."""
     try:
         relaunch(argv)
     except ValueError as exc:  # a bad MINIYAIE_CPU_RUNTIME

@@ -1,18 +1,18 @@
 """The cpu backend's element-wise layers: add + RMSNorm, in-place RoPE, SiLU-and-mul, in C++.
 
-Why: with the matmuls on oneDNN (cpu_linear.py) and decode attention in C++,
+Why: with the matmuls on oneDNN (linear.py) and decode attention in C++,
 the torch versions of these small layers were the next cost of a step. Each
 is a chain of torch ops that reads and writes a whole tensor per op (RMSNorm
 with its residual add is seven), and every op allocates its output. The
-loops in cpu_layer_ops.cpp do each layer in one pass (built with the
-attention kernel, cpu_kernels.py).
+loops in layer_ops.cpp do each layer in one pass (built with the
+attention kernel, kernels.py).
 
 Same contract as chapter 0's LayerOps, with the in-place RoPE of chapter 4's
 TritonLayerOps: `rotary` turns q and k where they lie (the projections' fresh
 outputs) and returns them. Anything the loops do not take (not float32, not
 on the CPU, laid out otherwise, autograd on) goes to the torch versions.
 
-Projections that pack_linears merged (cpu_linear.MergedLinears) run as one
+Projections that pack_linears merged (linear.MergedLinears) run as one
 matmul here: `project` returns q, k and v as slices of its output (RoPE
 turns them there, rows apart by the merged width), and `swiglu` applies
 SiLU-and-mul across the two halves of the merged gate/up output.
@@ -24,8 +24,8 @@ import ctypes
 
 import torch
 
-from miniyaie.model import cpu_kernels
-from miniyaie.model.cpu_linear import MergedLinears
+from miniyaie.backends.cpu import kernels as cpu_kernels
+from miniyaie.backends.cpu.linear import MergedLinears
 from miniyaie.model.layers import LayerOps
 
 

@@ -17,10 +17,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tiny_models import save_tiny_model, transformers_greedy
 
+from miniyaie.backends.batched_attention import CALL_COST_IN_SLOTS, MAX_GROUP_BYTES, BatchedTorchAttentionBackend, split_by_length
+from miniyaie.backends.cpu.paged_attention import PagedCpuAttentionBackend
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import AttentionMetadata, SamplingParams, TorchAttentionBackend, load_model
-from miniyaie.model.batched_attention import CALL_COST_IN_SLOTS, MAX_GROUP_BYTES, BatchedTorchAttentionBackend, split_by_length
-from miniyaie.model.paged_cpu_attention import PagedCpuAttentionBackend
 from miniyaie.paged import BlockAllocator, grow_block_table, slot_mapping
 
 pytestmark = pytest.mark.ungraded
@@ -35,7 +35,7 @@ def make_fast(kind: str, call_cost: int, group_bytes: int):
     the width of another machine's registers: cpu_vector.h)."""
     if kind == "torch":
         return BatchedTorchAttentionBackend(call_cost, group_bytes)
-    from miniyaie.model import cpu_kernels
+    from miniyaie.backends.cpu import kernels as cpu_kernels
 
     fast = PagedCpuAttentionBackend(cpu_kernels.build(VECTOR_WIDTHS[kind]) if VECTOR_WIDTHS[kind] else None)
     assert fast.library is not None, "the C++ decode kernel did not build (is g++ installed?): see the log"
@@ -187,7 +187,7 @@ def test_engine_cpu_backends_greedy_equal_transformers(tiny, block_size, backend
 
 def test_loading_the_kernel_leaves_the_processs_floating_point_alone():
     """Built with -ffast-math, the library must not switch the process to flush-to-zero (gcc's crtfastmath)."""
-    from miniyaie.model import cpu_kernels
+    from miniyaie.backends.cpu import kernels as cpu_kernels
 
     assert cpu_kernels.load() is not None
     tiny_value = torch.tensor([1e-38]) / 10  # a subnormal float32
@@ -196,7 +196,7 @@ def test_loading_the_kernel_leaves_the_processs_floating_point_alone():
 
 def test_a_failed_build_is_reported_and_leaves_no_library(tmp_path, monkeypatch, caplog):
     """A compiler that fails: load() says so once and returns None (the engine then uses torch ops), caching nothing."""
-    from miniyaie.model import cpu_kernels
+    from miniyaie.backends.cpu import kernels as cpu_kernels
 
     compiler = tmp_path / "failing-compiler"
     compiler.write_text("#!/bin/sh\necho 'no such flag' >&2\nexit 1\n")

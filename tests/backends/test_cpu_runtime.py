@@ -12,8 +12,8 @@ import pytest
 import torch
 from tiny_tokenizer import save_tiny_chat_model
 
-from miniyaie import cpu_runtime
 from miniyaie.backends import step_threads
+from miniyaie.backends.cpu import runtime as cpu_runtime
 
 pytestmark = pytest.mark.ungraded
 

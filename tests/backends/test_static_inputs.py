@@ -13,10 +13,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from tiny_models import save_tiny_model, transformers_greedy
 
-from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.backends.cuda_graphs import decode_graphs_mode
 from miniyaie.backends.merged_projections import MergedProjectionOps, merge_projections
 from miniyaie.backends.static_inputs import StaticDecodeInputs, batch_ladder, padded_size
+from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import AttentionMetadata, SamplingParams, load_model
 
 pytestmark = pytest.mark.ungraded  # provided machinery (miniyaie/backends/cuda_graphs.py and its modules), not a learner's task

@@ -8,12 +8,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tiny_models import save_tiny_model
 
+from miniyaie.backends.cpu import kernels as cpu_kernels
+from miniyaie.backends.cpu.allocator import keep_freed_memory
+from miniyaie.backends.cpu.layer_ops import CpuLayerOps
+from miniyaie.backends.cpu.linear import MergedLinears, PackedLinear, packing_available
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import LayerOps, SamplingParams, load_model
-from miniyaie.model import cpu_kernels
-from miniyaie.model.cpu_allocator import keep_freed_memory
-from miniyaie.model.cpu_layer_ops import CpuLayerOps
-from miniyaie.model.cpu_linear import MergedLinears, PackedLinear, packing_available
 
 pytestmark = [pytest.mark.ungraded,
               pytest.mark.skipif(cpu_kernels.load() is None, reason="no C++ compiler to build the CPU kernels")]

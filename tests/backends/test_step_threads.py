@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from miniyaie.cpu_runtime import intel_openmp_loaded
+from miniyaie.backends.cpu.runtime import intel_openmp_loaded
 from miniyaie.backends.step_threads import SMALL_STEP_TOKENS, threads_for_step
 
 pytestmark = pytest.mark.ungraded

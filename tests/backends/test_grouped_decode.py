@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from test_batched_attention import VECTOR_WIDTHS, make_fast  # this folder is on sys.path under pytest
 from tiny_models import save_tiny_model, transformers_greedy
 
+from miniyaie.backends.batched_attention import CALL_COST_IN_SLOTS, MAX_GROUP_BYTES
+from miniyaie.backends.cpu.paged_attention import MAX_ROWS_PER_GROUP, group_by_first_block
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import AttentionMetadata, SamplingParams, TorchAttentionBackend, load_model
-from miniyaie.model.batched_attention import CALL_COST_IN_SLOTS, MAX_GROUP_BYTES
-from miniyaie.model.paged_cpu_attention import MAX_ROWS_PER_GROUP, group_by_first_block
 
 pytestmark = pytest.mark.ungraded
 

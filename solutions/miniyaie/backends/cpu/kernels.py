@@ -2,8 +2,8 @@
 
 Three sources make one library: paged_decode_attention.cpp (decode attention
 over the paged cache), paged_chunk_attention.cpp (prefill and extend chunks
-over it) and cpu_layer_ops.cpp (RMSNorm with its residual add,
-RoPE, SiLU-times-up, each in one pass; used by cpu_layer_ops.py). The two
+over it) and layer_ops.cpp (RMSNorm with its residual add,
+RoPE, SiLU-times-up, each in one pass; used by layer_ops.py). The two
 attention kernels take their vector width from cpu_vector.h: the width of
 the machine's own registers (16 floats with AVX-512, 8 with AVX2).
 
@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
-                                                                       "cpu_layer_ops.cpp"))
+                                                                       "layer_ops.cpp"))
 HEADERS = (Path(__file__).with_name("cpu_vector.h"),)  # included by the sources: part of the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating

@@ -51,7 +51,7 @@ struct Seq {
 
 // One work unit: KV heads [h0, h1) of a few sequences, each KV head with the `group` query heads
 // that share it. The sequences of a unit usually begin with the same blocks (a prefix they share
-// in the cache, paged_cpu_attention.py groups them): the unit walks its sequences block by block,
+// in the cache, paged_attention.py groups them): the unit walks its sequences block by block,
 // so a shared block is read from memory by the first sequence and found in the core's cache by
 // the others.
 struct Unit {

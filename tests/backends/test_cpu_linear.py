@@ -7,9 +7,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tiny_models import save_tiny_model
 
+from miniyaie.backends.cpu.linear import MergedLinears, PackedLinear, pack_linears, packing_available, unpack_linears
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import SamplingParams, load_model
-from miniyaie.model.cpu_linear import MergedLinears, PackedLinear, pack_linears, packing_available, unpack_linears
 
 pytestmark = [
     pytest.mark.ungraded,

@@ -1,11 +1,11 @@
 """The default CPU attention backend: every row reads the paged cache in place, in C++.
 
-The batched torch backend (batched_attention.py) gathers every sequence's
+The batched torch backend (../batched_attention.py) gathers every sequence's
 context K/V into one tensor per group and layer, then SDPA reads it again.
 For a decode row (one query) that copy is most of the work: the row does
 two multiply-adds per key and head, the gather moves the key's 1.5 KB.
 So here the decode rows go to a C++ loop that follows the block table and
-reads each K and V row once, where it lies (cpu_kernels.py,
+reads each K and V row once, where it lies (kernels.py,
 paged_decode_attention.cpp), all decode rows of the step in one call per
 layer. Rows whose tables begin with the same block (questions after one
 cached system prompt) go to the kernel side by side, and it walks them
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from miniyaie.model import cpu_kernels
+from miniyaie.backends.batched_attention import BatchedTorchAttentionBackend, _attend
+from miniyaie.backends.cpu import kernels as cpu_kernels
 from miniyaie.model.attention import AttentionMetadata
-from miniyaie.model.batched_attention import BatchedTorchAttentionBackend, _attend
 
 
 @dataclass
