@@ -22,17 +22,22 @@ def test_n_completions_share_the_prompt_blocks(tiny_loaded):
         before = engine.get_stats()
         result = engine.generate(PROMPT, n=3, max_tokens=6, ignore_eos=True)
         after = engine.get_stats()
-    assert [o.index for o in result.outputs] == [0, 1, 2]
-    assert all(o.token_ids == single.token_ids and o.finish_reason == "length" for o in result.outputs)  # greedy
-    assert result.completion_tokens == 18
-    assert after["forked_requests"] - before["forked_requests"] == 2
-    # the prompt went through the model once, not three times
-    assert after["tokens"]["computed"] - before["tokens"]["computed"] == prompt_len + 3 * 5
-    # at most: the prompt's whole blocks once, plus each completion's own blocks
-    whole = prompt_len // 4
+    assert [o.index for o in result.outputs] == [0, 1, 2], f"completion indexes {[o.index for o in result.outputs]}"
+    for o in result.outputs:  # greedy: every completion is the single request's output
+        assert (o.token_ids, o.finish_reason) == (single.token_ids, "length"), (
+            f"completion {o.index} gave {o.token_ids} ({o.finish_reason}); alone the prompt gives {single.token_ids}: "
+            "a completion that writes into the shared last block must first get its own copy (copy-on-write)")
+    assert result.completion_tokens == 18, f"3 completions x 6 tokens, usage says {result.completion_tokens}"
+    forked = after["forked_requests"] - before["forked_requests"]
+    assert forked == 2, f"{forked} completions forked: the 2 besides the first share its prompt"
+    computed = after["tokens"]["computed"] - before["tokens"]["computed"]
+    assert computed == prompt_len + 3 * 5, (
+        f"{computed} tokens computed: the prompt goes through the model once ({prompt_len}), then 5 decodes each")
+    whole = prompt_len // 4  # at most: the prompt's whole blocks once, plus each completion's own blocks
     own = -(-(prompt_len + 6 - 1) // 4) - whole
-    assert after["kv_blocks"]["max_used"] <= whole + 3 * own < 3 * (whole + own)
-    assert after["kv_blocks"]["held_by_requests"] == 0
+    assert after["kv_blocks"]["max_used"] <= whole + 3 * own < 3 * (whole + own), (
+        f"{after['kv_blocks']['max_used']} blocks at the peak: sharing the prompt's whole blocks needs at most {whole + 3 * own}")
+    assert after["kv_blocks"]["held_by_requests"] == 0, "blocks still held after every completion finished"
 
 
 def test_n_sampled_completions_differ_and_repeat_with_the_seed(tiny_loaded):

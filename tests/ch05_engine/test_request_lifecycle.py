@@ -204,7 +204,9 @@ def test_finish_ends_a_running_completion_counts_it_and_frees_its_id(engine):
     llm.step()
     assert llm.finish(rid) is True, "the completion was running: finish ends it and says so"
     assert llm.finish(rid) is False and llm.finish("never-was") is False, "nothing to finish: False"
-    assert llm.stats["finished_requests"] == 1 and llm.num_request_blocks == 0
+    assert llm.stats["finished_requests"] == 1, (
+        f"finished_requests is {llm.stats['finished_requests']}: a completion ended by finish counts as finished")
+    assert llm.num_request_blocks == 0, f"{llm.num_request_blocks} blocks still held after finish"
     assert llm.add_request([4], Params(max_tokens=1), request_id="early") == "early", (
         "a finished completion's id is free again (finish forgets it)")
     llm.abort("early")

@@ -52,7 +52,10 @@ def test_penalties_are_per_row():
     seen = torch.tensor([[True, True, False], [True, True, False]])
     counts = torch.tensor([[1.0, 0.0, 0.0], [2.0, 0.0, 0.0]])
     got = apply_penalties(logits, seen, counts, torch.tensor([2.0, 1.0]), torch.tensor([0.0, 0.5]), torch.tensor([0.0, 1.0]))
-    assert torch.allclose(got, torch.tensor([[1.0, -4.0, 1.0], [2.0 - 2.0 - 0.5, -2.0, 1.0]]))
+    want = torch.tensor([[1.0, -4.0, 1.0], [2.0 - 2.0 - 0.5, -2.0, 1.0]])
+    assert torch.allclose(got, want), (
+        f"row 0 has only a repetition penalty of 2, row 1 only presence 0.5 and frequency 1: each row's own "
+        f"settings apply to it alone; expected {want.tolist()}, got {got.tolist()}")
 
 
 @pytest.mark.task("5.8")  # the whole sampler: Task 5.8 puts the penalties of 5.2 in front of the argmax

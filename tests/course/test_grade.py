@@ -91,3 +91,25 @@ def test_grading_one_task_runs_exactly_the_tests_marked_with_it():
         if isinstance(node, ast.FunctionDef) and any(ast.unparse(d) == "pytest.mark.task('3.2')" for d in node.decorator_list)
     )
     assert sorted({r.nodeid.split("[")[0] for r in results}) == marked
+
+
+def test_a_syntax_error_in_your_code_is_named_with_its_file_and_line(tmp_path):
+    """A learner's file that does not parse: every test file importing it fails to load; grade says why, where."""
+    import shutil
+    import subprocess
+    import sys
+
+    tree = tmp_path / "miniyaie"
+    shutil.copytree(REPO / "solutions" / "miniyaie" / "scheduler", tree / "scheduler")
+    broken = tree / "scheduler" / "request.py"
+    lines = broken.read_text().splitlines()
+    at = len(lines) // 2
+    lines.insert(at, "def broken(:")
+    broken.write_text("\n".join(lines) + "\n")
+    done = subprocess.run([sys.executable, "-m", "miniyaie", "grade", "1.1", "--impl", f"scheduler={tree}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "could not load" in out and "SyntaxError" in out, out[-2000:]
+    assert f"request.py, line {at + 1}" in out, f"the file and line of the error: {out[-2000:]}"
+    assert "no tests ran" in out

@@ -6,6 +6,7 @@ import os
 import re
 
 from miniyaie._switch import CHAPTER_PACKAGES
+from miniyaie.course.pytest_plugin import LOAD_ERROR
 from miniyaie.course.registry import chapter
 from miniyaie.course.sync import regions_of
 from miniyaie.course.testrun import TestResult, run_tests
@@ -38,8 +39,9 @@ def task_table(number: int, results: list[TestResult], only: str | None = None) 
     ch = chapter(number)
     what = {r.task: r.what for r in regions_of(ch)}
     by_task: dict[str, list[TestResult]] = {task: [] for task in sorted(what, key=_task_key)}
+    unloaded = load_errors(results)
     for result in results:
-        if result.chapter == number and result.graded:
+        if result.chapter == number and result.graded and result not in unloaded:
             for task in result.tasks or [END_TO_END]:
                 by_task.setdefault(task, []).append(result)
     if not by_task.get(END_TO_END, True):
@@ -50,8 +52,12 @@ def task_table(number: int, results: list[TestResult], only: str | None = None) 
     for task, tests in by_task.items():
         passed, total = count_tests(tests)
         ok = bool(tests) and passed == total
+        if unloaded:  # some of this task's tests may be in a file that did not load
+            ok = False
         all_pass &= ok
         status = "pass" if ok else ("no tests" if not tests else "FAIL")
+        if unloaded:
+            status = f"{'no tests ran' if not tests else status}: a test file could not load (below)"
         blockers = sorted({b for t in tests if t.outcome == "failed" and (b := stub_hit(t.message)) not in (None, task)},
                           key=_task_key)
         if blockers:
@@ -66,6 +72,11 @@ def task_table(number: int, results: list[TestResult], only: str | None = None) 
         cases = f" ({len(tests)} cases)" if len(tests) != total else ""
         rows.append([task, label, f"{passed}/{total}{cases}", status, "" if ok else read, "" if ok else hint])
     return rows, all_pass
+
+
+def load_errors(results: list[TestResult]) -> list[TestResult]:
+    """The test files that could not be imported (their tests never ran), e.g. after a syntax error."""
+    return [r for r in results if r.message.startswith(LOAD_ERROR)]
 
 
 def count_tests(results: list[TestResult]) -> tuple[int, int]:
@@ -92,10 +103,17 @@ def grade(number: int, impl: str | None = None, verbose: bool = False, task: str
     print(f"Grading {what} ({ch.title}) with {impl} ...", flush=True)
     os.environ.setdefault("HYPOTHESIS_PROFILE", "grading")  # one minimal failing example per test (tests/conftest.py)
     only_task = ["--task", task] if task else []
-    results = run_tests([ch.tests], impl, ["-m", "not ungraded", *only_task], quiet=not verbose)
+    # A file that cannot load (a syntax error in your code) fails as itself; the other files' tests still run.
+    results = run_tests([ch.tests], impl, ["-m", "not ungraded", "--continue-on-collection-errors", *only_task],
+                        quiet=not verbose)
     rows, all_pass = task_table(number, results, only=task)
     print(format_table(rows, ["task", "what", "tests", "status", "read", "stuck?"]))
-    failing = [r for r in results if r.graded and r.outcome == "failed"]
+    unloaded = load_errors(results)
+    for message in dict.fromkeys(r.message for r in unloaded):  # one line per cause, usually one
+        files = [r.nodeid for r in unloaded if r.message == message]
+        print(f"  {message[0].upper()}{message[1:]}: {len(files)} test file{'s' * (len(files) > 1)} ({', '.join(files[:3])}"
+              f"{', ...' if len(files) > 3 else ''})")
+    failing = [r for r in results if r.graded and r.outcome == "failed" and r not in unloaded]
     for r in failing[:10]:
         print(f"  {r.nodeid}: {r.message}")
         for line in r.example.splitlines()[:MAX_EXAMPLE_LINES]:
@@ -104,7 +122,7 @@ def grade(number: int, impl: str | None = None, verbose: bool = False, task: str
         print(f"  ... and {len(failing) - 10} more failing tests (pytest {ch.tests} --impl {impl} shows them all)")
     tasks = [row for row in rows if row[0] != END_TO_END]
     tasks_ok = sum(row[3] == "pass" for row in tasks)
-    graded = [r for r in results if r.graded and r.chapter == number]
+    graded = [r for r in results if r.graded and r.chapter == number and r not in unloaded]
     tests_ok, num_tests = count_tests(graded)
     summary = f"Task {task}: {tasks_ok}/1 passes" if task else f"Chapter {number}: {tasks_ok}/{len(tasks)} tasks pass"
     end_to_end = [row for row in rows if row[0] == END_TO_END]

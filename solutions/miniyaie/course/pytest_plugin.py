@@ -200,6 +200,24 @@ def _failing_example(report) -> str:
     return text[m.start() :][:2000] if m else ""
 
 
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+LOAD_ERROR = "could not load the tests"  # the start of a collection error's message
+
+
+def pytest_collectreport(report):
+    """A test file that cannot be imported (a syntax error in the code it imports, say) fails as itself:
+    its tests were never collected, so without this it would show as "no tests"."""
+    if not report.failed:
+        return
+    text = str(report.longrepr)
+    lines = [line.strip().removeprefix("E").strip() for line in text.splitlines() if line.strip()]
+    error = next((line for line in reversed(lines) if re.match(r"^\w*(Error|Exception)\b", line)), lines[-1] if lines else "")
+    where = _FILE_LINE.findall(text)
+    place = f" ({os.path.relpath(where[-1][0])}, line {where[-1][1]})" if where else ""
+    _RESULTS[report.nodeid] = {"chapter": chapter_of(report.nodeid), "tasks": [], "end_to_end": False, "graded": True,
+                               "outcome": "failed", "message": f"{LOAD_ERROR}: {error}{place}"[:400], "duration": 0.0}
+
+
 def pytest_runtest_logreport(report):
     entry = _RESULTS.get(report.nodeid)
     if entry is None or entry["outcome"] == "failed":

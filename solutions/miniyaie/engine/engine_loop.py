@@ -73,7 +73,7 @@ class EngineLoop(FaultBoundary):
         #   with self._wake:
         #       self.check_running(); ids = [r.request_id for r in requests]
         #       taken in self._requests -> InvalidRequestError(f"request id {id!r} is already in use")
-        #       len(set(ids)) != len(ids) -> InvalidRequestError("request ids must be unique")
+        #       an id repeated in ids -> InvalidRequestError(f"request id {id!r} appears twice in one submission")
         #       self._requests.update(zip(ids, requests)); self._inbox.append(("submit", requests)); self._wake.notify()
         # BEGIN SOLUTION 5.14: The engine thread and its fault boundaries
         with self._wake:
@@ -82,8 +82,9 @@ class EngineLoop(FaultBoundary):
             taken = [rid for rid in ids if rid in self._requests]
             if taken:
                 raise InvalidRequestError(f"request id {taken[0]!r} is already in use")
-            if len(set(ids)) != len(ids):
-                raise InvalidRequestError("request ids must be unique")
+            twice = [rid for i, rid in enumerate(ids) if rid in ids[:i]]
+            if twice:
+                raise InvalidRequestError(f"request id {twice[0]!r} appears twice in one submission")
             self._requests.update(zip(ids, requests))
             self._inbox.append(("submit", requests))
             self._wake.notify()

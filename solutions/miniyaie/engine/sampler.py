@@ -177,7 +177,7 @@ class Sampler:
     @staticmethod
     def _outputs(tokens: torch.Tensor, raw_logprobs: torch.Tensor | None, want: list[int | None]) -> list[SampledToken]:
         """One SampledToken per row: the token, and when want[i] is not None its logprob under
-        raw_logprobs and the want[i] likeliest tokens as (id, logprob), likeliest first (none for 0).
+        raw_logprobs and the want[i] likeliest tokens as (id, logprob), likeliest first ([] for 0).
 
         raw_logprobs is None when no row wants logprobs. One topk for the batch (the largest k
         asked), not one per row.
