@@ -79,6 +79,26 @@ def test_tokens_tied_with_the_last_kept_one_are_kept():
 
 # ---------------------------------------------------------------- 5.4
 @pytest.mark.task("5.4")
+@pytest.mark.parametrize("seeded", [False, True])
+def test_a_uniform_number_of_zero_never_draws_a_token_of_probability_zero(monkeypatch, seeded):
+    """u = 0 is a possible uniform draw, and it sits on the boundary in front of the first token that has mass."""
+    real_rand = torch.rand
+
+    def zeros(*size, generator=None, dtype=None, device=None, **kwargs):  # every uniform number is 0
+        shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
+        return torch.zeros(shape, dtype=dtype or torch.float32, device=device)
+
+    monkeypatch.setattr(torch, "rand", zeros)
+    probs = torch.tensor([[0.0, 0.0, 0.7, 0.3]])
+    generator = torch.Generator().manual_seed(1) if seeded else None
+    token = draw(probs, [generator]).item()
+    monkeypatch.setattr(torch, "rand", real_rand)
+    assert token == 2, (
+        f"with u = 0 the draw picked token {token}, whose probability is {probs[0, token].item()}: the point u * total "
+        "belongs to the first token whose running sum is above it, not to one whose running sum equals it")
+
+
+@pytest.mark.task("5.4")
 @pytest.mark.parametrize("total", [0.1, 4.0])
 def test_a_row_that_does_not_sum_to_one_is_drawn_in_proportion(total):
     """The draw compares u * the row's total with the running sum: rows may be unnormalised weights."""
