@@ -5,4 +5,5 @@
     serve.py                               a live OpenAI-compatible server: TTFT, ITL, e2e, tok/s per concurrency
     serve_peers.py                         chapter 6's serving table: each server started fresh, measured, stopped
     kernel_harness.py, kernel_cases.py     chapter 4's kernels: correctness, and timings on a GPU
+    lab/                                   one-off measurements behind the book's figures (`python -m miniyaie.bench.lab.<name>`)
 """

@@ -20,7 +20,7 @@ gate/up, into one `MergedLinears` (their weights stacked, packed once): one
 oneDNN call instead of three or two. At one row (a single client's decode
 step) each call's fixed cost shows: SmolLM2's 150 projection calls a step
 took 17-21 ms as five calls a layer and 13-14 ms as two
-(tests/ch05_engine/bench_merged_linears.py). vLLM's QKVParallelLinear and
+(solutions/miniyaie/bench/lab/bench_merged_linears.py). vLLM's QKVParallelLinear and
 MergedColumnParallelLinear do the same. The layer ops reach the group
 through `CpuLayerOps.project` and `.swiglu`.
 """

@@ -1,9 +1,9 @@
 """Timing, not a test: 30 layers of attention on SmolLM2's shapes, one backend vs another, one process.
 
-    python tests/ch05_engine/bench_attention.py                  # batched torch vs chapter 0's per-sequence reference
-    python tests/ch05_engine/bench_attention.py --this cpu --against torch --threads 2   # C++ decode kernel vs batched torch
+    python -m miniyaie.bench.lab.bench_attention                  # batched torch vs chapter 0's per-sequence reference
+    python -m miniyaie.bench.lab.bench_attention --this cpu --against torch --threads 2   # C++ decode kernel vs batched torch
     git show 39ccc5b:solutions/miniyaie/model/batched_attention.py > /tmp/before.py
-    python tests/ch05_engine/bench_attention.py --against /tmp/before.py   # against an earlier version
+    python -m miniyaie.bench.lab.bench_attention --against /tmp/before.py   # against an earlier version
 
 Random block tables (blocks handed out shuffled), 9 query heads over 3 KV heads of 64,
 blocks of 16, one thread unless --threads; each step is timed 7 times, the two backends interleaved,

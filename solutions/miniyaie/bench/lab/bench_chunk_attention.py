@@ -1,6 +1,6 @@
 """Timing, not a test: the cpu backend's chunk kernel against the batched torch backend (SDPA) on chunks.
 
-    python tests/ch05_engine/bench_chunk_attention.py [--threads 2]
+    python -m miniyaie.bench.lab.bench_chunk_attention [--threads 2]
 
 One layer of SmolLM2's shapes (9 query and 3 KV heads of 64), blocks of 16 handed out in a
 shuffled order: fresh prompts (a causal chunk over its own keys) and the shared-prefix
@@ -10,7 +10,7 @@ calls after 5 warm-ups, each way; outputs are checked to agree first.
 import argparse
 
 import torch
-from bench_linear import median_us  # this folder is on sys.path when the script runs
+from miniyaie.bench.lab.bench_linear import median_us
 
 from miniyaie.model import AttentionMetadata
 from miniyaie.backends.batched_attention import BatchedTorchAttentionBackend

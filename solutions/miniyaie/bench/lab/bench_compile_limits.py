@@ -1,6 +1,6 @@
 """How long a hostile or merely large pattern takes to compile (or to be refused), one subprocess per case.
 
-    python tests/ch08_structured_output/bench_compile_limits.py [--timeout 60] [--source DIR]
+    python -m miniyaie.bench.lab.bench_compile_limits [--timeout 60] [--source DIR]
 
 Each case compiles one request's pattern against SmolLM2's vocabulary the way the server does before
 admitting it (pattern -> byte DFA -> the first vocabulary walk) and prints the seconds it took and the

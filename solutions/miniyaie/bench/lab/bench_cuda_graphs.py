@@ -1,6 +1,10 @@
 """Timing and checks, not a test: decode steps replayed as CUDA graphs against eager steps (miniyaie/backends/cuda_graphs.py).
 
-    PYTHONPATH=solutions:tests/ch00_model python tests/ch04_triton_kernels/bench_cuda_graphs.py --json OUT.json [--quick]
+    PYTHONPATH=solutions:tests/ch00_model python -m miniyaie.bench.lab.bench_cuda_graphs --json OUT.json [--quick]
+
+Run from the repository root: capture_replay takes its tiny model and the transformers oracle from
+the test helper tests/ch00_model/tiny_models.py (hence that PYTHONPATH entry), and the pytest part runs
+the checkout's tests.
 
 Each part runs in its own try/except; a failure is recorded in the JSON (its
 traceback under "errors") and the next part runs. Parts, in order:
@@ -26,9 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "ch00_model"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[4]  # the checkout: solutions/miniyaie/bench/lab/ is four levels down
 
 
 def part(report: dict, name: str, fn, *args):
@@ -179,7 +181,7 @@ def random_workload_run(model, args) -> dict:
 
 def greedy_float32(path, args) -> dict:
     import torch
-    from bench_engine_on_gpu import agreement, hf_tokens
+    from miniyaie.bench.lab.bench_engine_on_gpu import agreement, hf_tokens
 
     from miniyaie.bench.workloads import random_workload
     from miniyaie.model import load_model
@@ -224,6 +226,11 @@ def main():
     parser.add_argument("--skip-pytest", action="store_true")
     parser.add_argument("--pytest-timeout", type=int, default=200, help="seconds per pytest target")
     args = parser.parse_args()
+    if "capture_replay" in args.parts.split(","):
+        try:
+            import tiny_models  # noqa: F401  (a test helper: tests/ch00_model/tiny_models.py)
+        except ImportError:
+            parser.error("capture_replay needs tests/ch00_model on PYTHONPATH (see the command above)")
     if args.device != "cuda":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch

@@ -1,6 +1,6 @@
 """Timing, not a test: the cpu backend's decode kernel on one layer, K and V from memory and from cache.
 
-    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python tests/ch05_engine/bench_decode_attention.py [--threads 2]
+    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python -m miniyaie.bench.lab.bench_decode_attention [--threads 2]
 
 32 decode rows of 560 keys (the shared-prefix workload's decode steps), SmolLM2's heads
 (9 query, 3 KV, 64 wide), blocks of 16 handed out shuffled. "from memory": every row has
@@ -12,8 +12,8 @@ import argparse
 import dataclasses
 
 import torch
-from bench_chunk_attention import HEAD_DIM, KV_HEADS, step  # this folder is on sys.path when the script runs
-from bench_linear import median_us
+from miniyaie.bench.lab.bench_chunk_attention import HEAD_DIM, KV_HEADS, step
+from miniyaie.bench.lab.bench_linear import median_us
 
 from miniyaie.backends.cpu.paged_attention import PagedCpuAttentionBackend
 

@@ -1,6 +1,6 @@
 """Timing, not a test: the engine on a GPU with the triton backend against the torch one (chapter 4).
 
-    python tests/ch04_triton_kernels/bench_engine_on_gpu.py --json OUT.json
+    python -m miniyaie.bench.lab.bench_engine_on_gpu --json OUT.json
 
 SmolLM2-135M-Instruct (bundled; or --model DIR), bfloat16, engine defaults but the backend:
 - throughput: the random workload of `miniyaie bench offline` (64 requests, seed 0, ignore_eos)

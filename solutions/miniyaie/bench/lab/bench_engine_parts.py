@@ -1,7 +1,7 @@
 """Timing, not a test: our engine on the random workload with parts of the cpu backend switched off.
 
-    python tests/ch05_engine/bench_engine_parts.py --layer-ops torch --keep-memory no
-    python tests/ch05_engine/bench_engine_parts.py                     # the defaults
+    python -m miniyaie.bench.lab.bench_engine_parts --layer-ops torch --keep-memory no
+    python -m miniyaie.bench.lab.bench_engine_parts                     # the defaults
 
 One run per process (glibc's thresholds cannot be unset), so alternate the commands and
 compare their seconds; page faults and kernel time are printed beside them.

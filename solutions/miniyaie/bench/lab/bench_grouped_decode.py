@@ -1,6 +1,6 @@
 """Timing, not a test: the decode kernel with rows that share a prefix attended together or one by one.
 
-    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python tests/ch05_engine/bench_grouped_decode.py [--rounds 5]
+    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python -m miniyaie.bench.lab.bench_grouped_decode [--rounds 5]
 
 The shared-prefix workload's decode step on one layer: 4 groups of 8 rows, each row 560 keys of
 which the first 512 (32 blocks of 16) are its group's, SmolLM2's heads, blocks handed out
@@ -12,8 +12,8 @@ import argparse
 import dataclasses
 
 import torch
-from bench_chunk_attention import HEAD_DIM, KV_HEADS, step  # this folder is on sys.path when the script runs
-from bench_linear import median_us
+from miniyaie.bench.lab.bench_chunk_attention import HEAD_DIM, KV_HEADS, step
+from miniyaie.bench.lab.bench_linear import median_us
 
 import miniyaie.backends.cpu.paged_attention as paged
 

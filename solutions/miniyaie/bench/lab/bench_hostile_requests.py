@@ -1,10 +1,10 @@
 """By hand: how a live `miniyaie serve` answers while hostile or slow structured-output requests are prepared.
 
-    python tests/ch06_api/bench_hostile_requests.py health http://127.0.0.1:8000 [CASE ...]
+    python -m miniyaie.bench.lab.bench_hostile_requests health http://127.0.0.1:8000 [CASE ...]
         for each case: its status and seconds, the slowest /health (polled every 0.1 s while it is in
         flight) and one small plain request sent while it is in flight (the server must serve model "m":
         `miniyaie serve --served-model-name m`)
-    python tests/ch06_api/bench_hostile_requests.py sigterm [idle|compile|stream ...]
+    python -m miniyaie.bench.lab.bench_hostile_requests sigterm [idle|compile|stream ...]
         starts `python -m miniyaie serve` (the tree on PYTHONPATH) for each case, puts a request in flight
         (compile: json_object on first use; stream: a 400-token stream), sends SIGTERM and times the exit
 """

@@ -1,6 +1,6 @@
 """Timing, not a test: the engine on a workload, with a timer around each call of the two attention kernels.
 
-    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python tests/ch05_engine/bench_kernel_timers.py \
+    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python -m miniyaie.bench.lab.bench_kernel_timers \
         [--workload shared-prefix|random] [--rounds 3] [--compare-grouping | --floor]
 
 Prints, per run, the engine's seconds and each kernel's seconds and calls: how much of a run is

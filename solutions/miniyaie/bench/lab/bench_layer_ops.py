@@ -1,6 +1,6 @@
 """Timing, not a test: chapter 0's element-wise layers (torch ops) against the cpu backend's one-pass C++ loops.
 
-    python tests/ch05_engine/bench_layer_ops.py [--threads 1]
+    python -m miniyaie.bench.lab.bench_layer_ops [--threads 1]
 
 SmolLM2's shapes (hidden 576, 9 query and 3 KV heads of 64, MLP width 1536), at 1, 64 and
 512 rows: the median of 300 calls after 5 warm-ups, each way; outputs are checked to agree
@@ -8,7 +8,7 @@ first. The SwiGLU rows time only the element-wise part (the projections are the 
 """
 import argparse
 import torch
-from bench_linear import median_us  # this folder is on sys.path when the script runs
+from miniyaie.bench.lab.bench_linear import median_us
 from miniyaie.model import LayerOps
 from miniyaie.backends.cpu.layer_ops import CpuLayerOps
 

@@ -1,6 +1,6 @@
 """Timing, not a test: SmolLM2's linear layers through F.linear (MKL) and through oneDNN with a packed weight.
 
-    python tests/ch05_engine/bench_linear.py [--threads 2]
+    python -m miniyaie.bench.lab.bench_linear [--threads 2]
 
 For each batch size (rows) and weight shape, the median of 30 calls after 5
 warm-ups, each way, and the ratio; outputs are checked to agree first. The

@@ -1,6 +1,6 @@
 """Timing, not a test: SmolLM2's q/k/v and gate/up projections as five oneDNN calls a layer, or merged into two.
 
-    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python tests/ch05_engine/bench_merged_linears.py [--threads 2]
+    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python -m miniyaie.bench.lab.bench_merged_linears [--threads 2]
 
 30 layers of packed linears (cpu_linear.PackedLinear) with SmolLM2's shapes and random
 weights: q 576x576, k and v 576x192, gate and up 576x1536, against qkv 576x960 and

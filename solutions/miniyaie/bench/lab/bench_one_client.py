@@ -1,7 +1,7 @@
 """Timing, not a test: one request alone in the engine (one client), milliseconds per decoded token.
 
-    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python tests/ch05_engine/bench_one_client.py
-    PYTHONPATH=<another checkout>/solutions python tests/ch05_engine/bench_one_client.py   # its code instead
+    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python -m miniyaie.bench.lab.bench_one_client
+    PYTHONPATH=<another checkout>/solutions python solutions/miniyaie/bench/lab/bench_one_client.py   # its code instead
 
 A 192-token prompt, then 32 tokens more: each step is one row, where the fixed cost of every
 call in the model shows. Best of six generations, after a warm-up; the prompt is in the prefix

@@ -1,6 +1,6 @@
 """Resident memory of `miniyaie serve` around three distinct 5,000-character `const` schemas (chapter 8, Limits).
 
-    python tests/ch08_structured_output/bench_rss_consts.py
+    python -m miniyaie.bench.lab.bench_rss_consts
 
 Starts the server (bundled SmolLM2) on port 8765, prints its RSS (children included) at start, after each
 request and when idle, with /stats' structured_output. Not a test: it measures.

@@ -1,10 +1,10 @@
 """Timing, not a test: the engine on three workloads at several step token budgets, in one process.
 
-    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python tests/ch05_engine/bench_token_budget.py 512,1024,2048
+    LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python -m miniyaie.bench.lab.bench_token_budget 512,1024,2048
 
 Each workload is warmed once, then every budget runs in turn, twice; the seconds of each run print.
 """
-import sys
+import argparse
 
 from miniyaie.bench.runners import run_engine
 from miniyaie.bench.workloads import random_workload, shared_prefix_workload
@@ -13,7 +13,9 @@ from miniyaie.model import load_model, resolve_model_path
 
 
 def main():
-    budgets = [int(b) for b in (sys.argv[1] if len(sys.argv) > 1 else "512,1024,2048").split(",")]
+    parser = argparse.ArgumentParser(description="the engine on three workloads at several step token budgets")
+    parser.add_argument("budgets", nargs="?", default="512,1024,2048", help="max_num_batched_tokens values, comma-separated")
+    budgets = [int(b) for b in parser.parse_args().budgets.split(",")]
     model = load_model(resolve_model_path(None))
     vocab = model.config.vocab_size
     workloads = {

@@ -1,8 +1,8 @@
 """Timing, not a test: time to first token of a 4-token request sent 1 s after N long prompts, through `miniyaie serve`.
 
-    python tests/ch01_scheduler/bench_ttft_behind_long.py                       # behind 1 and behind 3 prompts
-    python tests/ch01_scheduler/bench_ttft_behind_long.py -- --long-prefill-token-threshold 0   # without the bound
-    PYTHONPATH=<another checkout>/solutions python tests/ch01_scheduler/bench_ttft_behind_long.py   # its code instead
+    python -m miniyaie.bench.lab.bench_ttft_behind_long                       # behind 1 and behind 3 prompts
+    python -m miniyaie.bench.lab.bench_ttft_behind_long -- --long-prefill-token-threshold 0   # without the bound
+    PYTHONPATH=<another checkout>/solutions python solutions/miniyaie/bench/lab/bench_ttft_behind_long.py   # its code instead
 
 Starts a server (bundled SmolLM2, context 8,192), sends N random-token prompts
 of --prompt-tokens tokens (max_tokens 1, distinct, so no prefix cache hits),

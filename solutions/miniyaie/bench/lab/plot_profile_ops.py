@@ -1,6 +1,6 @@
 """Plotting, not a test: profile_ops.py's two tables, grouped into kinds of work, side by side.
 
-    python tests/ch05_engine/plot_profile_ops.py DIR [DIR ...] --out ops.png [--json ops.json]
+    python -m miniyaie.bench.lab.plot_profile_ops DIR [DIR ...] --out ops.png [--json ops.json]
 
 Each DIR holds ours.txt and vllm.txt from one run of profile_ops.py (one workload). Every row
 of a table is put in one kind by its operator's name (KINDS below); "rest" is what the run's

@@ -1,6 +1,6 @@
 """Profiling, not a test: per-operator time of our engine and of vLLM's CPU build on one workload.
 
-    MINIYAIE_VLLM_PYTHON=~/vllm-venv/bin/python python tests/ch05_engine/profile_ops.py \
+    MINIYAIE_VLLM_PYTHON=~/vllm-venv/bin/python python -m miniyaie.bench.lab.profile_ops \
         [--workload random|shared-prefix] [--out DIR]
 
 torch.profiler over the whole timed run of each (ours in this process; vLLM with its engine
