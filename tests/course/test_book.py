@@ -27,7 +27,10 @@ def test_every_summary_link_exists():
     for link in links:
         assert (SRC / link).is_file(), f"SUMMARY.md links to missing {link}"
     for ch in CHAPTERS:
-        assert Path(ch.page).name in links, f"chapter {ch.number}'s page is not in SUMMARY.md"
+        for page in ch.pages:
+            assert Path(page).name in links, f"chapter {ch.number}'s page {page} is not in SUMMARY.md"
+        order = [links.index(Path(page).name) for page in ch.pages]
+        assert order == sorted(order), f"SUMMARY.md lists chapter {ch.number}'s pages out of the registry's order"
 
 
 def _anchor_lines(text: str, anchor: str) -> tuple[int, int]:
@@ -86,8 +89,16 @@ def _sections(text: str) -> dict[str, tuple[str, str]]:
 @pytest.mark.parametrize("ch", [ch for ch in CHAPTERS if sync.regions_of(ch)], ids=lambda ch: f"chapter{ch.number}")
 def test_every_task_names_its_file_command_and_existing_tests(ch):
     regions = sync.regions_of(ch)
-    sections = _sections((REPO / ch.page).read_text())
+    sections: dict[str, tuple[str, str]] = {}
+    for page in ch.pages:  # a chapter may have several pages; each task is on one of them
+        on_page = _sections((REPO / page).read_text())
+        twice = sorted(set(on_page) & set(sections))
+        assert not twice, f"{page}: Task(s) {', '.join(twice)} also on an earlier page of chapter {ch.number}"
+        assert all(ch.page_of(task) == page for task in on_page), f"{page}: page_of disagrees with the book"
+        sections.update(on_page)
     assert set(sections) == {r.task for r in regions}, "one book section per task, no more, no less"
+    book_order = sorted(sections, key=lambda task: int(task.split(".")[1]))
+    assert list(sections) == book_order, f"chapter {ch.number}'s tasks must come in their order across its pages"
     marked: dict[str, set[str]] = {}  # task -> test ids marked with it directly
     for test_file in sorted((REPO / ch.tests).glob("test_*.py")):
         for name, tasks in _test_functions(test_file).items():
@@ -125,10 +136,13 @@ def _included_text(target: Path, anchor: str) -> str:
     return "\n".join(text.splitlines()[begin : end + 1])
 
 
-def solution_leaks(page: Path) -> list[str]:
-    """Includes on this page that show a solution region above its task's heading (or with no such task)."""
+def solution_leaks(page: Path, earlier: frozenset[str] = frozenset()) -> list[str]:
+    """Includes on this page that show a solution region above its task's heading (or with no such task).
+
+    `earlier`: the tasks on the chapter's earlier pages, whose answers may be shown anywhere on this one.
+    """
     text = page.read_text()
-    task_starts = {m.group(1): m.start() for m in TASK_HEADING.finditer(text)}
+    task_starts = {m.group(1): m.start() for m in TASK_HEADING.finditer(text)} | {task: -1 for task in earlier}
     leaks = []
     for include in INCLUDE.finditer(text):
         path, anchor = include.group(1).strip(), include.group(2) or ""
@@ -138,8 +152,26 @@ def solution_leaks(page: Path) -> list[str]:
     return leaks
 
 
+def _tasks_on_earlier_pages() -> dict[str, frozenset[str]]:
+    """Page name -> the tasks on the earlier pages of its chapter."""
+    out = {}
+    for ch in CHAPTERS:
+        seen: set[str] = set()
+        for page in ch.pages:
+            out[Path(page).name] = frozenset(seen)
+            if (REPO / page).is_file():
+                seen |= set(_sections((REPO / page).read_text()))
+    return out
+
+
 def test_no_page_includes_a_solution_before_its_task():
-    leaks = [leak for page in pages() if not ANSWER_PAGES.match(page.name) for leak in solution_leaks(page)]
+    earlier = _tasks_on_earlier_pages()
+    leaks = [
+        leak
+        for page in pages()
+        if not ANSWER_PAGES.match(page.name)
+        for leak in solution_leaks(page, earlier.get(page.name, frozenset()))
+    ]
     assert not leaks, "\n".join(leaks)
 
 
@@ -151,6 +183,9 @@ def test_the_leak_check_catches_a_leak_and_allows_it_after_the_task(tmp_path):
     assert len(solution_leaks(page)) >= 1
     page.write_text(f"# Chapter\n\n### Task {task}: it\n\n{{{{#include {solved}}}}}\n")
     assert not [leak for leak in solution_leaks(page) if f"Task {task} " in leak]
+    page.write_text(f"# Chapter, its second page\n\n{{{{#include {solved}}}}}\n")
+    assert not [leak for leak in solution_leaks(page, frozenset({task})) if f"Task {task} " in leak], (
+        "a task on an earlier page of the chapter comes before every include of this one")
 
 
 # ---------------------------------------------------------------- notebook pages

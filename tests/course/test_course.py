@@ -10,7 +10,7 @@ import pytest
 from miniyaie import _switch
 from miniyaie.course import sync
 from miniyaie.course.regions import RegionError, find_regions, stub_regions
-from miniyaie.course.registry import CHAPTERS
+from miniyaie.course.registry import CHAPTERS, chapter
 
 pytestmark = pytest.mark.ungraded
 REPO = Path(__file__).resolve().parents[2]
@@ -24,10 +24,26 @@ def test_every_region_becomes_a_stub_naming_chapter_task_and_page():
     for ch in CHAPTERS:
         for region in sync.regions_of(ch):
             student = (REPO / "chapters" / "miniyaie" / region.path).read_text()
-            message = f"Chapter {region.chapter}, Task {region.number}: {region.what} — see {ch.page}"
+            page = ch.page_of(region.task)
+            message = f"Chapter {region.chapter}, Task {region.number}: {region.what} — see {page}"
             assert f"raise NotImplementedError({message!r})" in student
             assert region.chapter == ch.number, f"{region.path}: task {region.task} is in chapter {ch.number}'s package"
-            assert (REPO / ch.page).is_file()
+            assert f"### Task {region.task}: " in (REPO / page).read_text(), f"{page} does not hold Task {region.task}"
+
+
+def test_a_task_is_found_on_the_page_that_holds_it():
+    engine = chapter(5)
+    assert engine.pages[0] == engine.page == "book/src/ch05_engine.md"
+    assert engine.page_of("5.1") == "book/src/ch05_engine.md"
+    assert engine.page_of("5.9") == engine.pages[1] != engine.page, "chapter 5's second page holds the loop's tasks"
+    assert engine.page_of("5.99") == engine.page, "a task no page holds (yet) points at the chapter's first page"
+    assert chapter(1).pages == (chapter(1).page,) and chapter(1).page_of("1.1") == chapter(1).page
+
+
+def test_a_region_stub_names_the_page_its_task_is_on():
+    text = "def f():\n    # BEGIN SOLUTION 5.9: Pack\n    pass\n    # END SOLUTION\n"
+    stubbed = stub_regions(text, find_regions(text, "engine/f.py"), chapter(5).page_of)
+    assert "see book/src/ch05_engine_loop.md'" in stubbed
 
 
 def test_stubbing_keeps_everything_outside_the_region():

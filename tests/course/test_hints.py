@@ -77,10 +77,10 @@ def test_every_region_has_a_full_ladder():
 
 def test_stubs_keep_the_nudge_but_no_hint_and_the_book_shows_the_ladder_after_the_stub():
     for ch in CHAPTERS:
-        page = (REPO / ch.page).read_text()
         for task, regions in hints.task_regions(sync.regions_of(ch)).items():
             if any(r.legacy or not r.hints for r in regions):
                 continue
+            page = (REPO / ch.page_of(task)).read_text()
             for region in regions:
                 student = (REPO / "chapters" / "miniyaie" / region.path).read_text()
                 assert f"# Idea: {region.nudge}" in student
@@ -92,7 +92,7 @@ def test_stubs_keep_the_nudge_but_no_hint_and_the_book_shows_the_ladder_after_th
             end = page.find("\n### Task ", heading + 1)
             section = page[heading : end if end > 0 else len(page)]
             include = f"{{{{#include hints/{task}.md}}}}"
-            assert include in section, f"{ch.page}: Task {task} does not include its hints ({include})"
+            assert include in section, f"{ch.page_of(task)}: Task {task} does not include its hints ({include})"
             stubs = [m.start() for m in re.finditer(r"\{\{#include \.\./\.\./chapters/", section)]
             assert stubs and max(stubs) < section.index(include), f"Task {task}: the hints come after the stub"
     assert hints.check_pages() == [], "run `miniyaie course sync`"

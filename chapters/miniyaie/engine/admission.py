@@ -59,7 +59,7 @@ class Admission:
         # Idea: check everything that can fail before touching any state: all or nothing.
         # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
         # TODO(Task 5.10): At the door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine_loop.md')
         if params.structured:  # chapter 8: a guide per completion (given)
             self.constraints.start([request_id] + [child_request_id(request_id, i) for i in range(1, params.n)], params)
         return request_id
@@ -84,7 +84,7 @@ class Admission:
         # Idea: refuse now what could never finish later; the worst case is what must fit.
         # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
         # TODO(Task 5.10): At the door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine_loop.md')
         if params.structured and pattern:  # chapter 8 compiles the pattern (cached): a bad one is refused here (given)
             self.constraints.check(params)
 
@@ -119,7 +119,7 @@ class Admission:
         # Idea: a request is a family; end every member the scheduler still runs, and forget them all.
         # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
         # TODO(Task 5.10): At the door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine_loop.md')
 
     def _forget(self, request_id: str) -> None:
         """Drop a finished or aborted completion's settings (and its guide) and take it out of its
@@ -138,5 +138,5 @@ class Admission:
         # Idea: a completion of n > 1 is listed in two more places: its family and the completions still to fork.
         # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
         # TODO(Task 5.10): At the door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: admission

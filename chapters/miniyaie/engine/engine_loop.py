@@ -62,7 +62,7 @@ class EngineLoop(FaultBoundary):
         # Idea: everything callers share sits behind one lock; check all, then queue all, then wake the loop.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
 
     def abort(self, request_id: str) -> bool:
         """Queue an abort (any thread); True if the request was in flight. Its caller gets finish_reason "abort".
@@ -73,7 +73,7 @@ class EngineLoop(FaultBoundary):
         # Idea: an id can be reused; an abort must stay with the request it was meant for.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: inbox
 
     @property
@@ -93,7 +93,7 @@ class EngineLoop(FaultBoundary):
         # Idea: the loop may be asleep: set the flag where it looks, wake it, and wait for it to finish.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
 
     def stats(self) -> dict:
         """The engine's counters (InferenceEngine.get_stats; the book, chapter 5, explains each one)."""
@@ -125,7 +125,7 @@ class EngineLoop(FaultBoundary):
         # Idea: a caller must learn why it cannot be served, not wait for an answer that never comes.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: lifetime
 
     # ---------------------------------------------------------------- the loop thread
@@ -146,7 +146,7 @@ class EngineLoop(FaultBoundary):
         # Idea: take the whole inbox under the lock, act on it outside the lock, then step once.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
 
     def _step(self) -> None:
         """One engine step; its token events go to their requests. A step that raises fails the requests it ran.
@@ -159,7 +159,7 @@ class EngineLoop(FaultBoundary):
         # Idea: a failed step is the engine's fault, not the caller's: fail what it touched, keep serving.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: loop
 
     def _in_flight(self) -> list[RequestState]:

@@ -37,7 +37,7 @@ class FaultBoundary:
         # Idea: nobody may wait forever: however the loop ends, every caller still waiting is told.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: run
 
     # ANCHOR: guarded
@@ -52,7 +52,7 @@ class FaultBoundary:
         # Idea: the boundary of a fault is one request: catch, count, tell that request, go on.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
 
     def _fail(self, requests: list[RequestState], exc: Exception, what: str) -> None:
         """End requests with an error: an EngineError as it is, anything else as RequestFailedError("what: ...").
@@ -65,7 +65,7 @@ class FaultBoundary:
         # Idea: the caller gets an error it can read; the engine gets its blocks back, before anything else.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: guarded
 
     def _tell(self, request: RequestState, item: object) -> None:
@@ -99,7 +99,7 @@ class FaultBoundary:
         # Idea: take everything at once under the lock, then tell each caller outside it, whatever fails.
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: end_all
 
 

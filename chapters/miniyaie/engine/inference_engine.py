@@ -103,7 +103,7 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         # Idea: check every prompt, submit them together, and never leave a request nobody will read.
         # Stuck? `miniyaie hint 5.15` prints hints, one level at a time.
         # TODO(Task 5.15): The front door. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 15: The front door — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 15: The front door — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: generate
 
     def generate_text(self, prompts: str | Sequence[str], sampling_params: SamplingParams | None = None, **kwargs) -> str | list[str]:

@@ -122,7 +122,7 @@ class LLMEngine(Admission, StepAccounting):
         # Idea: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
         # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
         # TODO(Task 5.11): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
         forced, failed = self._constraints.follow(self, sampled, finished) if self._constraints is not None else ({}, {})
         self._count_step(out, started, used_blocks, cached, sampled, finished)
         events = []
@@ -155,7 +155,7 @@ class LLMEngine(Admission, StepAccounting):
         # Idea: the child starts where the parent's prompt ends, on the parent's blocks.
         # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
         # TODO(Task 5.11): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
 
     def _stop_token_finishes(self, sampled: dict[str, SampledToken], finished: dict[str, str]) -> dict[str, str]:
         """Requests that sampled one of their stop_token_ids (even with ignore_eos): id -> "stop". One already
@@ -163,7 +163,7 @@ class LLMEngine(Admission, StepAccounting):
         # Idea: the scheduler knows EOS; a request's own stop tokens are the engine's business.
         # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
         # TODO(Task 5.11): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: fork_and_stop
 
     @staticmethod
@@ -178,7 +178,7 @@ class LLMEngine(Admission, StepAccounting):
         # Idea: the engine cannot see a stop string; it is told, and must end the completion as a finish.
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: finish
 
     # ANCHOR: offline_generate
@@ -194,5 +194,5 @@ class LLMEngine(Admission, StepAccounting):
         # Idea: add them all first, then step until nothing is left, sorting each event to its prompt.
         # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
         # TODO(Task 5.11): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: offline_generate

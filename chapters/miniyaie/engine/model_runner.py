@@ -33,7 +33,7 @@ class ModelRunner:
         # Idea: one flat batch, chunk after chunk; a chunk's positions start where its computed tokens end.
         # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
         # TODO(Task 5.9): Pack the step into one batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: prepare
 
     # ANCHOR: run
@@ -50,7 +50,7 @@ class ModelRunner:
         # Idea: pack, run once, keep only the rows that sample, sample them all at once.
         # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
         # TODO(Task 5.9): Pack the step into one batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: run
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
@@ -83,5 +83,5 @@ class ModelRunner:
         # Idea: the batch is the chunks end to end, and only a chunk that completes its known tokens samples.
         # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
         # TODO(Task 5.9): Pack the step into one batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: sampling_rows

@@ -88,7 +88,7 @@ class OutputProcessor:
         # Idea: one request, n completions, each with its own text machinery and its own engine id.
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')
 
     def request_of(self, engine_id: str) -> RequestState | None:
         """The request a token event belongs to; None once it has ended (aborted or failed while the step ran)."""
@@ -108,7 +108,7 @@ class OutputProcessor:
         # Idea: one event, one token: find its completion, turn the token into text, let _emit do the rest.
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')
 
     def abort(self, request: RequestState) -> None:
         """End the request now: its blocks come back, and each completion not finished yet ends with
@@ -116,7 +116,7 @@ class OutputProcessor:
         # Idea: the engine frees the blocks; the caller must still hear how each completion ended.
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')
 
     def drop(self, request: RequestState) -> None:
         """Forget a request that ends without a result (it failed, or nobody reads it): its blocks come
@@ -127,7 +127,7 @@ class OutputProcessor:
         # Idea: undo start: the engine lets go of the request, the processor of its completions.
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: processor
 
     # ANCHOR: emit
@@ -146,7 +146,7 @@ class OutputProcessor:
         # Idea: the stop filter decides what is shown and whether the completion is over.
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')
         if request.deltas:
             self.tell(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
                                                [logprob] if logprob is not None else None))

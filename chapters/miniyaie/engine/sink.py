@@ -37,7 +37,7 @@ class Sink:
         # Idea: queue it, then wake the reader the way its world allows.
         # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
         # TODO(Task 5.13): From the engine thread to its caller. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine_loop.md')
 
     def get(self) -> object:
         """The next item for a thread, in the order put; an error item (an exception) is raised.
@@ -48,7 +48,7 @@ class Sink:
         # Idea: block, but never forever: wake up now and then to ask whether anyone will still put.
         # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
         # TODO(Task 5.13): From the engine thread to its caller. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine_loop.md')
 
     async def get_async(self) -> object:
         """The next item for a coroutine, in the order put; an error item is raised.
@@ -65,7 +65,7 @@ class Sink:
         # Idea: never block the loop: take what is there, else sleep on the event until put sets it.
         # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
         # TODO(Task 5.13): From the engine thread to its caller. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine_loop.md')
 
     def _check_engine(self) -> None:
         if not self._engine_alive() and self._items.empty():

@@ -31,7 +31,7 @@ class StepAccounting:
         # Idea: a hit of the prompt and a preempted request finding its own work are different facts.
         # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
         # TODO(Task 5.11): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
 
     def _count_step(self, out: SchedulerOutput, started: float, used_blocks: int, cached: int,
                     sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
@@ -46,7 +46,7 @@ class StepAccounting:
         # Idea: every number here is one a test or a plot adds up; each is counted once, where it happens.
         # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
         # TODO(Task 5.11): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: accounting
 
     @property

@@ -62,7 +62,7 @@ class Submission:
         # Idea: a generator's finally runs when its reader leaves early: that is where the abort goes.
         # Stuck? `miniyaie hint 5.15` prints hints, one level at a time.
         # TODO(Task 5.15): The front door. Replace these lines with your code.
-        raise NotImplementedError('Chapter 5, Task 15: The front door — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 15: The front door — see book/src/ch05_engine_loop.md')
         yield  # never runs: it keeps this function a generator, as its callers expect
 
     async def _follow_async(self, request: RequestState) -> AsyncIterator[CompletionDelta | GenerationOutput]:
@@ -71,7 +71,7 @@ class Submission:
         # Idea: the same shape as _follow; only the wait differs.
         # Stuck? `miniyaie hint 5.15` prints hints, one level at a time.
         # TODO(Task 5.15): The front door. Replace these lines with your code.
-        raise NotImplementedError('Chapter 5, Task 15: The front door — see book/src/ch05_engine.md')
+        raise NotImplementedError('Chapter 5, Task 15: The front door — see book/src/ch05_engine_loop.md')
         yield  # never runs: it keeps this function a generator, as its callers expect
     # ANCHOR_END: follow
 

@@ -65,7 +65,7 @@ def task_table(number: int, results: list[TestResult], only: str | None = None) 
         elif any(t.outcome == "failed" and "TaskTimeout" in t.message for t in tests):
             status += " (timed out: a loop that never ends?)"
         if task in what:
-            label, read = what[task], f"{ch.page}#{heading_id(f'Task {task}: {what[task]}')}"
+            label, read = what[task], f"{ch.page_of(task)}#{heading_id(f'Task {task}: {what[task]}')}"
             hint = f"miniyaie hint {task}"
         else:
             label, read, hint = "end to end: needs every task", ch.page, ""

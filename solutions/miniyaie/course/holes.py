@@ -40,7 +40,7 @@ def _tree_with_stubs(ch: Chapter, stubbed: list[Region], tmp: Path) -> Path:
         target = root / path
         text = target.read_text()
         begins = {r.begin for r in stubbed if r.path == path}
-        target.write_text(stub_regions(text, [r for r in find_regions(text, path) if r.begin in begins], ch.page))
+        target.write_text(stub_regions(text, [r for r in find_regions(text, path) if r.begin in begins], ch.page_of))
     return root
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION (?P<task>\d+\.\d+): (?P<what>\S.*?)\s*$")
@@ -165,13 +166,19 @@ def nudge_lines(region: Region) -> list[str]:
     return lines + [f"{region.indent}# Stuck? `miniyaie hint {region.task}` prints hints, one level at a time."]
 
 
-def stub_regions(text: str, regions: list[Region], page: str) -> str:
-    """Replace the given regions of `text` (found by find_regions) and their ladders with stubs."""
+def stub_regions(text: str, regions: list[Region], page: str | Callable[[str], str]) -> str:
+    """Replace the given regions of `text` (found by find_regions) and their ladders with stubs.
+
+    `page` is the book page the stubs name, or a function from a task id to
+    the page that holds that task (a chapter with several pages).
+    """
     lines = text.splitlines()
     needs_yield = _regions_holding_every_yield(text, regions)
+    page_of = page if callable(page) else lambda task: page
     for region in sorted(regions, key=lambda r: r.begin, reverse=True):
         first = region.begin if region.legacy else region.hints_begin or region.begin
-        lines[first - 1 : region.end] = nudge_lines(region) + stub_lines(region, page, region in needs_yield)
+        stub = stub_lines(region, page_of(region.task), region in needs_yield)
+        lines[first - 1 : region.end] = nudge_lines(region) + stub
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 

@@ -48,7 +48,7 @@ def generated_tree() -> dict[str, str]:
             rel = path.relative_to(ch.solution_dir.parent).as_posix()
             text = path.read_text()
             if path.suffix == ".py":
-                text = stub_regions(text, find_regions(text, rel), ch.page)
+                text = stub_regions(text, find_regions(text, rel), ch.page_of)
             tree[rel] = text
     return tree
 
