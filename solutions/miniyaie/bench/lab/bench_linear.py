@@ -4,7 +4,7 @@
 
 For each batch size (rows) and weight shape, the median of 30 calls after 5
 warm-ups, each way, and the ratio; outputs are checked to agree first. The
-cpu backend (miniyaie/model/cpu_linear.py) runs every linear layer the second way.
+cpu backend (miniyaie/backends/cpu/linear.py) runs every linear layer the second way.
 """
 import argparse, statistics, time
 import torch

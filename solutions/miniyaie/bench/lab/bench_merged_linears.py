@@ -2,7 +2,7 @@
 
     LD_PRELOAD=<tcmalloc>:<venv>/lib/libiomp5.so python -m miniyaie.bench.lab.bench_merged_linears [--threads 2]
 
-30 layers of packed linears (cpu_linear.PackedLinear) with SmolLM2's shapes and random
+30 layers of packed linears (miniyaie.backends.cpu.linear.PackedLinear) with SmolLM2's shapes and random
 weights: q 576x576, k and v 576x192, gate and up 576x1536, against qkv 576x960 and
 gate_up 576x3072. Best of 7 passes over all layers, each way twice in turn, at 1, 8
 64 and 512 rows: at one row (a single client's decode step) each call's fixed cost shows.
