@@ -154,3 +154,23 @@ def test_the_command_line_splits_the_model_and_refuses_a_size_in_one_line(chat_m
         assert main([*command, "--model", path, "--tensor-parallel-size", "3"]) == 2
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("miniyaie: error:")]
         assert errors == ["miniyaie: error: tensor-parallel size 3 does not divide the model's 4 query heads"], errors
+
+
+@pytest.mark.parametrize("device, rank, gpu", [("cuda:1", 1, 1), ("cuda", 2, 2)])
+def test_an_nccl_rank_joins_from_its_own_gpu(monkeypatch, device, rank, gpu):
+    """NCCL talks from the current GPU, so join makes it the rank's before the group forms; gloo touches no GPU.
+
+    The group itself is faked: no test of this course runs NCCL (it needs a GPU per rank).
+    """
+    from miniyaie.distributed import process_group
+
+    calls = []
+    monkeypatch.setattr(process_group.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(process_group.dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend)))
+    monkeypatch.setattr(process_group.dist, "new_group", lambda backend, **kw: calls.append(("control", backend)))
+    monkeypatch.setattr(process_group.torch.cuda, "set_device", lambda index: calls.append(("set_device", index)))
+    process_group.join(rank, 4, "127.0.0.1", 1, device)
+    assert calls == [("set_device", gpu), ("init", "nccl"), ("control", "gloo")]
+    calls.clear()
+    process_group.join(rank, 4, "127.0.0.1", 1, "cpu")
+    assert calls == [("init", "gloo"), ("control", "gloo")]

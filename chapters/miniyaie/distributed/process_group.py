@@ -67,6 +67,8 @@ def join(rank: int, world_size: int, master_addr: str, master_port: int, device:
         return TPGroup()
     if dist.is_initialized():
         raise RuntimeError("this process is already in a process group: one tensor-parallel engine per process")
+    if backend_for(device) == "nccl":  # NCCL talks from the current GPU: without this every rank would use GPU 0
+        torch.cuda.set_device(torch.device(device).index if torch.device(device).index is not None else rank)
     dist.init_process_group(
         backend_for(device), init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
