@@ -1,11 +1,14 @@
 """Choosing the attention backend by name: one place that every backend plugs into.
 
     cpu        the default on CPU: decode rows through a C++ loop over the paged cache, chunks batched
-               (miniyaie/model/paged_cpu_attention.py; `torch` where the kernel cannot be built)
-    torch      the whole step batched with torch ops (miniyaie/model/batched_attention.py)
+               (miniyaie/backends/cpu/paged_attention.py; `torch` where the kernel cannot be built)
+    torch      the whole step batched with torch ops (miniyaie/backends/batched_attention.py)
     reference  chapter 0's per-sequence TorchAttentionBackend: readable, the one others are tested against
     triton     chapter 4's kernels (attention and the fused layers; the default on CUDA)
-    auto       triton on CUDA (3.7x the torch backend on an H200: book/src/ch04_triton_kernels.md), cpu elsewhere
+    auto       triton on CUDA (3.7x the torch backend on an H200: book/src/ch04_triton_kernels.md), cpu elsewhere;
+               but one that runs the learner's code whenever MINIYAIE_IMPL selects their tree for a chapter
+               that a backend replaces: chapter 0 (model) -> reference, chapter 4 (kernels) -> triton
+               (in Triton's interpreter without a GPU); both -> triton on CUDA, reference elsewhere
 """
 
 from __future__ import annotations
@@ -14,18 +17,66 @@ import os
 
 import torch
 
+from miniyaie import _switch
 from miniyaie.backends.batched_attention import BatchedTorchAttentionBackend
 from miniyaie.model import AttentionBackend, LayerOps, TorchAttentionBackend
 
 BACKENDS = ("auto", "cpu", "torch", "reference", "triton")
 
+# What of a learner's chapter each backend leaves unrun (it swaps in its own layers or kernels).
+_MODEL, _KERNELS = "your chapter 0 layers and attention", "your chapter 4 kernels"
+BYPASSED = {
+    "cpu": {"model": _MODEL, "kernels": _KERNELS},
+    "torch": {"model": "your chapter 0 attention", "kernels": _KERNELS},
+    "reference": {"kernels": _KERNELS},
+    "triton": {"model": _MODEL},
+}
+RUNS = {"model": "reference", "kernels": "triton"}  # the backend that runs each
+
+
+def learner_chapters() -> set[str]:
+    """The chapter packages a backend could bypass ("model", "kernels") whose selected tree is not the reference."""
+    return {package for package in ("model", "kernels") if _switch.selected_root(package) != _switch.SOLUTIONS_ROOT}
+
 
 def resolve_backend_name(name: str, device: torch.device | str) -> str:
     if name not in BACKENDS:
         raise ValueError(f"unknown attention_backend {name!r}; choose from {', '.join(BACKENDS)}")
-    if name == "auto":
-        return "triton" if torch.device(device).type == "cuda" else "cpu"
-    return name
+    if name != "auto":
+        return name
+    cuda, mine = torch.device(device).type == "cuda", learner_chapters()
+    if "kernels" in mine and (cuda or "model" not in mine):
+        return "triton"
+    if "model" in mine:
+        return "reference"
+    return "triton" if cuda else "cpu"
+
+
+def describe_choice(name: str, device: torch.device | str) -> str | None:
+    """One line for the command to print when a learner's tree is selected for chapter 0 or 4: which backend
+    runs, which of their code it runs or bypasses, and how to choose another. None with the reference everywhere."""
+    mine = learner_chapters()
+    if not mine:
+        return None
+    chosen, cuda = resolve_backend_name(name, device), torch.device(device).type == "cuda"
+    bypassed = {package: what for package, what in BYPASSED[chosen].items() if package in mine}
+    if name != "auto":
+        if not bypassed:
+            return None
+        others = " or ".join(RUNS[package] for package in bypassed)
+        return (f"attention backend: {chosen}, as asked: it bypasses {' and '.join(bypassed.values())} "
+                f"(--attention-backend {others} runs them)")
+    runs = " and ".join(BYPASSED["cpu"][package] for package in sorted(mine) if package not in bypassed)
+    line = f"attention backend: {chosen} (runs {runs}"
+    if chosen == "triton" and not cuda:
+        line += ", in Triton's interpreter: no GPU, so slow"
+    fast = "triton" if cuda else "cpu"
+    line += ")" if chosen == fast else f"; the fast {fast} backend would bypass them)"
+    if bypassed:
+        other = RUNS[next(iter(bypassed))]  # auto bypasses one chapter at most
+        line += f"; it bypasses {' and '.join(bypassed.values())}: --attention-backend {other} runs them"
+        line += " (slowly, in Triton's interpreter)" if other == "triton" and not cuda else ""
+    return line
 
 
 def prepare_backend(name: str, device: torch.device | str) -> None:
@@ -68,8 +119,8 @@ def make_layer_ops(name: str, device: torch.device | str) -> LayerOps:
 
 def use_backend(model, name: str, device: torch.device | str) -> None:
     """Point `model` (a CausalLM) at backend `name`: its attention backend, its layer ops and,
-    with the cpu backend, its linear layers on oneDNN with packed weights (model/cpu_linear.py)
-    and glibc told to keep freed memory (model/cpu_allocator.py)."""
+    with the cpu backend, its linear layers on oneDNN with packed weights (backends/cpu/linear.py)
+    and glibc told to keep freed memory (backends/cpu/allocator.py)."""
     from miniyaie.backends.cpu.linear import pack_linears, packing_available, unpack_linears
 
     model.backend = make_attention_backend(name, device)
@@ -78,6 +129,6 @@ def use_backend(model, name: str, device: torch.device | str) -> None:
         from miniyaie.backends.cpu.allocator import keep_freed_memory
 
         pack_linears(model)
-        keep_freed_memory()  # process-wide, once: activations reuse freed memory (model/cpu_allocator.py)
+        keep_freed_memory()  # process-wide, once: activations reuse freed memory (backends/cpu/allocator.py)
     else:
         unpack_linears(model)  # the other backends run the model as chapter 0 wrote it

@@ -62,7 +62,8 @@ def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int) -> None:
     p.add_argument("--impl", default=None, help="run your chapters, e.g. 'chapters' or 'engine=chapters' (see the book)")
     p.add_argument("--attention-backend", default=None, metavar="NAME",
                    help="cpu (C++ decode attention, oneDNN linears), torch, reference, triton (chapter 4's kernels) "
-                        "or auto = triton on CUDA, cpu elsewhere (default: the config's, else auto)")
+                        "or auto = triton on CUDA, cpu elsewhere, but reference for your chapter 0 and triton for your "
+                        "chapter 4 when MINIYAIE_IMPL selects them (default: the config's, else auto)")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=None, metavar="N",
                    help="split the model over N processes on this machine (chapter 7; default: the config's, else 1)")
     add_enforce_eager_arg(p)

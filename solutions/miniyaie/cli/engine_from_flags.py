@@ -31,6 +31,7 @@ def build_engine(args, default_max_tokens: int):
     apply_impl(args)
     import torch
 
+    from miniyaie.backends.choose import describe_choice
     from miniyaie.engine import EngineError, InferenceEngine, SamplingParams
     from miniyaie.serving.config_file import EngineSettings, load_settings
 
@@ -61,6 +62,9 @@ def build_engine(args, default_max_tokens: int):
         print(f"Loading {model or 'SmolLM2-135M-Instruct (bundled)'} on {device}"
               + (f" (OpenMP: {runtime['openmp']}, malloc: {runtime['malloc']})" if runtime else "") + " ...",
               file=sys.stderr, flush=True)
+        choice = describe_choice(engine_config.attention_backend, device)  # a learner's chapter 0 or 4: which backend runs it
+        if choice:
+            print(choice, file=sys.stderr, flush=True)
         return InferenceEngine(model, engine_config, sampling_defaults=sampling, device=device, dtype=dtype)
     except EngineError as exc:
         raise UsageError(str(exc)) from None
