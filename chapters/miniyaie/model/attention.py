@@ -18,6 +18,7 @@ import torch
 
 
 # ANCHOR: metadata
+# ANCHOR: metadata_contract
 @dataclass
 class AttentionMetadata:
     """Where one step's tokens live in the KV cache. Built once per step, shared by all layers."""
@@ -35,6 +36,7 @@ class AttentionMetadata:
         at offset p % block_size, i.e. in slot block * block_size + offset.
         Entries of block_tables past the blocks the sequence uses are padding.
         """
+        # ANCHOR_END: metadata_contract
         # Idea: a block table is a page table: expand each block id into its block_size slots.
         # Stuck? `miniyaie hint 0.5` prints hints, one level at a time.
         # TODO(Task 0.5): Write the cache, then attend over it. Replace this line with your code.

@@ -18,6 +18,7 @@ import torch
 
 
 # ANCHOR: metadata
+# ANCHOR: metadata_contract
 @dataclass
 class AttentionMetadata:
     """Where one step's tokens live in the KV cache. Built once per step, shared by all layers."""
@@ -35,6 +36,7 @@ class AttentionMetadata:
         at offset p % block_size, i.e. in slot block * block_size + offset.
         Entries of block_tables past the blocks the sequence uses are padding.
         """
+        # ANCHOR_END: metadata_contract
         # Nudge: a block table is a page table: expand each block id into its block_size slots.
         # Hint 1: The sequence's tokens fill its blocks in table order, block_size slots each,
         #   so its first ceil(seq_len / block_size) entries hold it and the rest is padding.
