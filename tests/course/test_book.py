@@ -122,6 +122,37 @@ def test_every_task_names_its_file_command_and_existing_tests(ch):
         assert listed == marked.get(task, set()), f"Task {task}: the book's test ids and the tests marked task({task!r}) differ"
 
 
+def _innermost_def(source: str, line: int) -> str:
+    """The name of the innermost function or class whose body holds `line` (a region's BEGIN marker)."""
+    found = [
+        (node.lineno, node.name)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.lineno < line <= node.end_lineno + 1
+    ]
+    return max(found)[1] if found else ""
+
+
+@pytest.mark.parametrize("ch", [ch for ch in CHAPTERS if sync.regions_of(ch)], ids=lambda ch: f"chapter{ch.number}")
+def test_a_tasks_file_line_names_every_file_and_function_it_has_regions_in(ch):
+    sections: dict[str, tuple[str, str]] = {}
+    for page in ch.pages:
+        if (REPO / page).is_file():
+            sections.update(_sections((REPO / page).read_text()))
+    problems = []
+    for region in sync.regions_of(ch):
+        file_line = re.search(r"^- \*\*File:\*\* (.+)$", sections.get(region.task, ("", ""))[1], re.M)
+        if not file_line:
+            continue  # the test above names a task with no section or no File line
+        named = set(re.findall(r"`([^`]+)`", file_line.group(1)))
+        names = {part for name in named for part in name.split(".")} | named
+        function = _innermost_def((ch.solution_dir.parent / region.path).read_text(), region.begin)
+        if f"chapters/miniyaie/{region.path}" not in named:
+            problems.append(f"Task {region.task}: its File line does not name chapters/miniyaie/{region.path}")
+        elif function and function not in names:
+            problems.append(f"Task {region.task}: its File line does not name `{function}` ({region.path}:{region.begin})")
+    assert not problems, "\n".join(problems)
+
+
 # ---------------------------------------------------------------- no answer before its task
 
 SOLUTION_BEGIN = re.compile(r"#\s*BEGIN SOLUTION (\d+\.\d+)")
