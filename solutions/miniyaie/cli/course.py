@@ -20,11 +20,13 @@ def add_parsers(sub) -> None:
     course_sub = course.add_subparsers(dest="course_command", required=True, parser_class=Parser)
     sync = course_sub.add_parser("sync", help="generate chapters/ from solutions/")
     sync.add_argument("--force", action="store_true", help="overwrite files edited by hand")
-    course_sub.add_parser("check", help="fail if chapters/, a hint page or a rendered notebook page is stale")
+    course_sub.add_parser("check", help="fail if chapters/, a hint page, a rendered notebook page or a figure is stale")
     share = course_sub.add_parser("share", help="print the learner-written share of each chapter's code")
     share.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     notebooks = course_sub.add_parser("notebooks", help="run the notebooks and render them into book/src/")
     notebooks.add_argument("names", nargs="*", help="notebooks by number or name (default: all)")
+    figures = course_sub.add_parser("figures", help="draw the chapter pages' figures into book/src/figures/")
+    figures.add_argument("names", nargs="*", help="figures by chapter number or name (default: all)")
     holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
     holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     mutants = course_sub.add_parser("mutants", help="check that the tests catch planted bugs in every region")
@@ -80,6 +82,16 @@ def cmd_course(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         return notebooks.render_all(chosen)
+    if args.course_command == "figures":
+        from miniyaie.course import figures
+
+        try:
+            chosen = figures.select(args.names)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        for path in figures.build(chosen):
+            print(f"wrote {path.relative_to(figures.REPO_ROOT).as_posix()}")
+        return 0
     for number in args.chapters:
         check_chapter(number)
     numbers = args.chapters or [ch.number for ch in CHAPTERS if sync.regions_of(ch)]
@@ -123,7 +135,7 @@ def _ladders() -> int:
 
 
 def _check() -> int:
-    from miniyaie.course import notebooks, sync
+    from miniyaie.course import figures, notebooks, sync
 
     problems = sync.check()
     for line in problems:
@@ -135,4 +147,8 @@ def _check() -> int:
     for line in stale_pages:
         print(line)
     print("notebook pages are stale: run `miniyaie course notebooks`." if stale_pages else "notebook pages are up to date.")
-    return 1 if problems or bad_ladders or stale_pages else 0
+    stale_figures = figures.check()
+    for line in stale_figures:
+        print(line)
+    print("chapter figures are stale: run `miniyaie course figures`." if stale_figures else "chapter figures are up to date.")
+    return 1 if problems or bad_ladders or stale_pages or stale_figures else 0
