@@ -127,18 +127,21 @@ def plan_step(
         row += n
     piece = math.gcd(meta.block_size, PIECE_SLOTS)
     decode = sorted((s for s, n in enumerate(meta.query_lens) if n == 1 and with_decode), key=lambda s: meta.seq_lens[s])
+    # ANCHOR: chunks_by_length
     # Chunks of the same length share a call (a group of requests that extend one cached prefix);
     # a chunk of another length gets its own: padding a 32-token chunk to a 512-token one's
     # queries and keys made the shared-prefix workload's prefill steps ten times the work.
     by_length: dict[int, list[int]] = {}
     for s in sorted((s for s, n in enumerate(meta.query_lens) if n > 1), key=lambda s: meta.seq_lens[s]):
         by_length.setdefault(meta.query_lens[s], []).append(s)
+    # ANCHOR_END: chunks_by_length
     padded = [-(-meta.seq_lens[s] // piece) * piece for s in decode]
     runs = split_by_length(padded, call_cost, max(1, max_group_bytes // key_bytes))
     groups = [decode[a:b] for a, b in runs] + list(by_length.values())
     return StepPlan(piece, [_build_group(meta, seqs, starts, piece, device) for seqs in groups if seqs])
 
 
+# ANCHOR: split_by_length
 def split_by_length(lengths: list[int], call_cost: int, max_keys: int) -> list[tuple[int, int]]:
     """Cut sorted `lengths` into runs [a, b) that minimise padded keys + call_cost per run,
     each run holding at most `max_keys` padded keys unless it is a single row.
@@ -160,6 +163,7 @@ def split_by_length(lengths: list[int], call_cost: int, max_keys: int) -> list[t
         runs.append((start[b], b))
         b = start[b]
     return runs[::-1]
+# ANCHOR_END: split_by_length
 
 
 # ANCHOR: attend

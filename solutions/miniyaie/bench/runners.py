@@ -72,6 +72,7 @@ def run_tensor_parallel(path, workload: Workload, config: EngineConfig, size: in
         runtime.close()
 
 
+# ANCHOR: no_attention_baseline
 class NoAttention:
     """An attention backend that does nothing: what is left is the rest of the model (the floor)."""
 
@@ -99,6 +100,7 @@ def run_floor(model: CausalLM, engine_result: Result, progress: bool = True) -> 
     finally:
         model.backend = saved
     return Result("compute floor (no-op attention)", seconds, engine_result.output_tokens, engine_result.prompt_tokens)
+# ANCHOR_END: no_attention_baseline
 
 
 def run_hf_static(hf_model, workload: Workload, batch_size: int = 16, progress: bool = True) -> Result:

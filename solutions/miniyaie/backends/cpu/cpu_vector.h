@@ -5,7 +5,7 @@
 // wider than the machine's registers into pieces, but that splitting is poor. A 16-float
 // vector on an AVX2 processor (two 8-float registers) came out as 128-bit moves through the
 // stack for every multiply-add: on one AVX2 machine the decode kernel took 4.8 ms where the
-// same source with 8-float vectors takes 0.8 ms (book/src/ch05_performance.md, round seven).
+// same source with 8-float vectors takes 0.8 ms (book/src/appendix_engineering_log.md, round seven).
 // So the width is the machine's own, and the kernels size their blocks of accumulators from
 // REGISTERS, so that they stay in registers on either.
 //
@@ -74,6 +74,7 @@ constexpr ivec LANES = lane_numbers(std::make_integer_sequence<int, W>{});
 // AVX2 machine of round nine loads, not multiply-adds, then bounded the loop: the decode
 // kernel's value pass ran at 3 multiply-adds per ns that way, 4.9 with each value loaded once.
 // A vector wider than the machine's (a forced MINIYAIE_VECTOR_FLOATS) is not one register: left as is.
+// ANCHOR: keep_in_register
 inline void keep_in_register([[maybe_unused]] vec& v) {
 #if !defined(MINIYAIE_VECTOR_FLOATS) || MINIYAIE_VECTOR_FLOATS <= MINIYAIE_NATIVE_FLOATS
 #if defined(__AVX512F__)
@@ -85,6 +86,7 @@ inline void keep_in_register([[maybe_unused]] vec& v) {
 #endif
 #endif
 }
+// ANCHOR_END: keep_in_register
 
 // add_pairs' two shuffles: in each 4 lanes, lanes 0 and 2 (or 1 and 3, `odd`) of `a`, then of `b`.
 template <bool odd, int... L>

@@ -50,6 +50,7 @@ def _onednn_takes(x: torch.Tensor) -> bool:
     return x.dtype == torch.float32 and x.device.type == "cpu" and not x.requires_grad
 
 
+# ANCHOR: packed_linear
 class PackedLinear(nn.Module):
     """`linear` with its weight in oneDNN's layout; `linear` itself is kept (and shares the weight).
 
@@ -70,6 +71,7 @@ class PackedLinear(nn.Module):
         if self.packed is None or not _onednn_takes(x):
             return F.linear(x, self.linear.weight, self.linear.bias)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.linear.bias, "none", [], "")
+# ANCHOR_END: packed_linear
 
     @property
     def weight(self) -> torch.Tensor:  # code that reads layer.weight (shapes, dtypes) sees the real one

@@ -119,6 +119,7 @@ void softmax_unnormalised(float* scores, int64_t len, int64_t rows, float* total
 // scale * q_g . k_j. The 4 x NG running products stay in registers, and each vector of a key or
 // a query is loaded once and used NG or 4 times: loads, not multiply-adds, are what bounded the
 // one-key-at-a-time loop on AVX2.
+// ANCHOR: score_four
 template <int D, int NG>
 inline void score_four(const float* query, const float* key, int64_t stride, float* out, int64_t len, float scale) {
   constexpr int C = D / W;
@@ -140,6 +141,7 @@ inline void score_four(const float* query, const float* key, int64_t stride, flo
     std::memcpy(out + g * len, &sums, 4 * sizeof(float));
   }
 }
+// ANCHOR_END: score_four
 
 // Both passes walk the blocks in order and, within a block, the unit's heads: with all heads in
 // one unit, each block's K (then V) is one contiguous stretch of memory read front to back.

@@ -68,6 +68,7 @@ def libraries_to_preload(choice: str) -> list[str]:
     return [openmp] + ([tcmalloc] if tcmalloc else [])
 
 
+# ANCHOR: relaunch
 def relaunch(argv: list[str]) -> None:
     """Replace this process by `python -m miniyaie *argv` with the libraries preloaded; return if nothing to do.
 
@@ -85,6 +86,7 @@ def relaunch(argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", "miniyaie", *argv], env)
+# ANCHOR_END: relaunch
 
 
 def loaded() -> dict[str, str]:

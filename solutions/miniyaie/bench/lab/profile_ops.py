@@ -23,6 +23,7 @@ from miniyaie.backends.cpu import kernels as cpu_kernels, layer_ops as cpu_layer
 from miniyaie.model import load_model, resolve_model_path
 
 
+# ANCHOR: recorded
 def recorded(function, name: str):
     """`function`, each call a row of its own in the profiler's table."""
     @functools.wraps(function)
@@ -30,6 +31,7 @@ def recorded(function, name: str):
         with torch.profiler.record_function(name):
             return function(*args, **kwargs)
     return call
+# ANCHOR_END: recorded
 
 
 def show_kernels() -> None:
