@@ -26,7 +26,7 @@ def draw(data: dict):
     tokens, rows = data["tokens"], data["rows"]
     fig, ax = style.figure(4.2)
     n = len(tokens)
-    style.blank(ax, (-1.9, n + 5.2), (-len(rows) - 0.2, 1.3))
+    style.blank(ax, (-1.9, n + 5.9), (-len(rows) - 0.2, 1.3))
     for x, token in enumerate(tokens):
         ax.text(x + 0.5, 0.55, token, ha="center", va="center", fontsize=10.5,
                 weight="bold" if x < data["prompt"] else "normal", color="black" if x < data["prompt"] else style.VERMILION)
@@ -43,9 +43,9 @@ def draw(data: dict):
             ax.add_patch(Rectangle((x + 0.05, y + 0.05), 0.9, 0.8, facecolor=colour, edgecolor=style.GREY, hatch=hatch))
         last = max(computed)
         style.arrow(ax, (last + 0.95, y + 0.45), (n + 0.35, y + 0.45), colour=style.VERMILION)
-        ax.text(n + 0.45, y + 0.45, f"samples '{sampled}'", va="center", fontsize=10, color=style.VERMILION)
-        ax.text(n + 2.6, y + 0.45, f"{len(computed)} token{'s' if len(computed) > 1 else ''} through the model,\n"
-                f"{len(read) + len(computed)} K/V rows in attention", va="center", fontsize=8.5, color="#333333")
+        ax.text(n + 0.45, y + 0.45, f"samples '{sampled}'", va="center", fontsize=10.5, color=style.VERMILION)
+        ax.text(n + 2.75, y + 0.45, f"{len(computed)} token{'s' if len(computed) > 1 else ''} through the model,\n"
+                f"{len(read) + len(computed)} K/V rows in attention", va="center", fontsize=9.5, color="#333333")
     ax.legend(handles=[Patch(color=style.BLUE, label="computed this step: Q, K, V; its K/V written to the cache"),
                        Patch(facecolor=style.SKY, hatch="..", edgecolor=style.GREY, label="K/V read from the cache, not recomputed")],
               loc="upper center", bbox_to_anchor=(0.45, -0.02), ncols=2, fontsize=9.5, frameon=False)

@@ -53,7 +53,7 @@ def draw(data: dict):
                   color=colours[i], weight="bold")
         left.hlines(sp["m"], xs[0] - 0.4, xs[-1] + 0.4, color="black", linestyle=":", linewidth=1.2)
         left.text(sp["start"] + size / 2 - 0.5, -1.55, f"m = {sp['m']:.2f}\nl = {sp['l']:.3f}\nlse = {sp['lse']:.3f}\n"
-                  f"o = {sp['o']:.3f}", ha="center", va="top", fontsize=9.5, color=colours[i],
+                  f"o = {sp['o']:.3f}", ha="center", va="top", fontsize=9.5,
                   bbox={"facecolor": "white", "edgecolor": colours[i]})
     left.axhline(0, color="#555555", linewidth=0.8)
     left.set_xticks(range(n))

@@ -33,7 +33,7 @@ def draw(data: dict):
         ax.texts[-1].set_color("white" if colours[i] == style.BLUE else "black")
         ax.texts[-1].set_weight("bold")
         ax.text(x + w / 2, 0.18, does, ha="center", va="top", fontsize=8.8)
-        ax.text(x + w / 2, -0.5, "owns:\n" + owns, ha="center", va="top", fontsize=8.5, color="#333333", style="italic")
+        ax.text(x + w / 2, -0.5, "owns:\n" + owns, ha="center", va="top", fontsize=9, color="#333333", style="italic")
         if i + 1 < len(stages):
             style.arrow(ax, (x + w, 0.78), (x + w + gap, 0.78))
     step_end = 4 * (w + gap) - gap

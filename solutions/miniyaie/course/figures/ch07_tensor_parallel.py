@@ -27,7 +27,7 @@ def draw(data: dict):
     from miniyaie.course.figures import style
 
     m, ranks = data["model"], data["ranks"]
-    fig, axes = style.figure(7.0, nrows=2)
+    fig, axes = style.figure(7.4, nrows=2)
     lane = 1.0
     halves = [
         ("Attention half", [
@@ -50,17 +50,17 @@ def draw(data: dict):
     w, gap = 1.45, 0.38
     for ax, (title, stages) in zip(axes, halves):
         n = len(ranks)
-        style.blank(ax, (-1.1, len(stages) * (w + gap) + 2.75), (-n * lane - 0.15, 0.35))
+        style.blank(ax, (-1.1, len(stages) * (w + gap) + 1.8), (-n * lane - 0.15, 0.35))
         ax.set_title(f"{title}: x [T, {m['hidden']}] whole on every rank", fontsize=11.5)
         for r, rank in enumerate(ranks):
             y = -(r + 1) * lane
             ax.text(-1.0, y + 0.4, f"rank {r}", fontsize=10.5, weight="bold", va="center")
             for i, (name, colour, detail) in enumerate(stages):
                 x = i * (w + gap)
-                style.box(ax, x, y + 0.1, w, 0.62, name, colour=colour, fontsize=8.8)
+                style.box(ax, x, y + 0.16, w, 0.56, name, colour=colour, fontsize=9.5)
                 text = detail(rank)
                 if text:
-                    ax.text(x + w / 2, y + 0.03, text, ha="center", va="top", fontsize=7.6, color="#333333")
+                    ax.text(x + w / 2, y + 0.1, text, ha="center", va="top", fontsize=8.4, color="#333333")
                 if i + 1 < len(stages):
                     style.arrow(ax, (x + w, y + 0.41), (x + w + gap, y + 0.41))
             end = len(stages) * (w + gap) - gap
@@ -74,8 +74,7 @@ def draw(data: dict):
             y = -(r + 1) * lane
             style.arrow(ax, (ar_x + 0.95, y + 0.41), (ar_x + 1.35, y + 0.41))
             ax.text(ar_x + 1.4, y + 0.41, "+ x", va="center", fontsize=10)
-    fig.suptitle(f"Tensor parallelism on {len(ranks)} ranks (SmolLM2-135M): "
-                 f"column-parallel in, row-parallel out, two all-reduces per layer")
+    fig.suptitle(f"Tensor parallelism on {len(ranks)} ranks (SmolLM2-135M): two all-reduces per layer")
     fig.tight_layout()
     return fig
 

@@ -8,7 +8,7 @@ from pathlib import Path
 BLUE, ORANGE, GREEN, VERMILION = "#0072B2", "#E69F00", "#009E73", "#D55E00"
 SKY, PURPLE, YELLOW, GREY = "#56B4E9", "#CC79A7", "#F0E442", "#BBBBBB"
 LIGHT = "#EEEEEE"
-WIDTH = 10  # inches: at DPI below, wider than the book's column, so the browser scales it down a little
+WIDTH = 10  # inches: the layouts are drawn for it; the book's column shows ~0.55 of its pixels
 DPI = 130
 
 RC = {
