@@ -230,7 +230,8 @@ def main():
         try:
             import tiny_models  # noqa: F401  (a test helper: tests/ch00_model/tiny_models.py)
         except ImportError:
-            parser.error("capture_replay needs tests/ch00_model on PYTHONPATH (see the command above)")
+            parser.error("capture_replay imports the test helper tiny_models: "
+                         "run from the repository root with PYTHONPATH=solutions:tests/ch00_model")
     if args.device != "cuda":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
