@@ -1,7 +1,7 @@
 """`miniyaie bench offline`: our engine and transformers on the same prompts, in one process.
 
     miniyaie bench offline --workload random|shared-prefix [--num-requests N]
-        [--peers hf-static,hf-cb,vllm] [--vllm-python PATH] [--json OUT] [--plot OUT.png]
+        [--peers hf-static,hf-cb,vllm] [--vllm-python PATH] [--machine GBPS,GFLOPS] [--json OUT] [--plot OUT.png]
 
 Every system gets the same random-token prompts (seed 0) and must produce
 exactly each request's output length (`ignore_eos`). transformers runs in
@@ -92,6 +92,11 @@ def run(args) -> dict:
         except PeerFailed as exc:
             not_run.append(dict(system="vllm", status="failed", reason=str(exc)))
 
+    from miniyaie.bench import roofline
+
+    machine = roofline.parse_machine(args.machine) if args.machine else roofline.measure_machine(model.lm_head.weight.dtype, model.lm_head.weight.device)
+    decode = roofline.decode_steps(model.config, best.stats["step_chunks"], best.stats["step_seconds"], machine,
+                                   model.lm_head.weight.element_size())
     rows = []
     for r in results:
         row = dict(system=r.system, seconds=round(r.seconds, 3), output_tokens=r.output_tokens,
@@ -123,6 +128,7 @@ def run(args) -> dict:
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         rows=rows,
         not_run=not_run,
+        decode_steps=decode,  # our best run's decode steps: measured next to the roofline (Task 5.16)
     )
     return report
 
@@ -149,6 +155,10 @@ def format_table(report: dict) -> str:
             lines.append(f"{row['system']}: {row['note']}")
     if report["efficiency_vs_floor"] is not None:
         lines.append(f"ours / compute floor: {report['efficiency_vs_floor']:.0%}")
+    if report.get("decode_steps"):
+        from miniyaie.bench.roofline import format_line
+
+        lines.append(format_line(report["decode_steps"]))
     if report["workload"] == "shared-prefix":
         lines.append(f"prefix-cache hit rate optimum for this workload: {report['optimum_hit_rate']:.1%}")
     return "\n".join(lines)

@@ -38,22 +38,34 @@ def _bar(desc: str, total: int, show: bool) -> tqdm:
 def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: str, progress: bool = True,
                engine: LLMEngine | None = None) -> Result:
     """Our engine on the workload (a fresh LLMEngine, or `engine`, e.g. rank 0 of a tensor-parallel one);
-    records each step's shape (tokens, sampled rows) for the floor, and each request's tokens (to compare with a peer's)."""
+    records each step's shape (tokens, sampled rows) for the floor, its chunks and its time (for the roofline of
+    its decode steps, bench/roofline.py), and each request's tokens (to compare with a peer's)."""
     engine = engine or LLMEngine(model, config)
     tokens = {engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True)): []
               for prompt, n in zip(workload.prompts, workload.output_lens)}
-    shapes = []
+    shapes, chunks, seconds_each = [], [], []
+    schedule = engine.scheduler.schedule
+
+    def recording_schedule():  # each step's chunks as (new tokens, context, samples): Task 5.16's SeqStep
+        out = schedule()
+        chunks.append([(c.num_tokens, c.start, c.samples_next_token) for c in out.chunks])
+        return out
+
+    engine.scheduler.schedule = recording_schedule
     with _bar(name, workload.num_output_tokens, progress) as bar:
         start = time.perf_counter()
         while engine.has_unfinished():
             computed = engine.counters["computed_tokens"]
+            began = time.perf_counter()
             events = engine.step()
+            seconds_each.append(time.perf_counter() - began)
             shapes.append((engine.counters["computed_tokens"] - computed, len(events)))
             for event in events:
                 tokens[event.request_id].append(event.token_id)
             bar.update(len(events))
         seconds = time.perf_counter() - start
-    stats = dict(engine.stats, step_shapes=shapes, outputs=list(tokens.values()),
+    del engine.scheduler.schedule  # the engine's own again
+    stats = dict(engine.stats, step_shapes=shapes, step_chunks=chunks, step_seconds=seconds_each, outputs=list(tokens.values()),
                  enable_prefix_caching=config.enable_prefix_caching)
     stats["hit_rate"] = stats["cached_tokens"] / workload.num_prompt_tokens
     return Result(name, seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)

@@ -1,10 +1,10 @@
-"""`miniyaie bench serve`, `bench offline` and `bench setup-vllm`: the flags; the measuring lives in miniyaie.bench."""
+"""`miniyaie bench serve`, `bench offline`, `bench compare` and `bench setup-vllm`: the flags; the measuring lives in miniyaie.bench."""
 
 from __future__ import annotations
 
 import argparse
 
-from miniyaie.cli.args import Parser, UsageError, add_scheduling_args, positive_int
+from miniyaie.cli.args import Parser, UsageError, add_scheduling_args, non_negative_int, positive_int
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -17,6 +17,17 @@ def _range(text: str) -> tuple[int, int]:
     if not 1 <= low <= high:
         raise argparse.ArgumentTypeError(f"need 1 <= LOW <= HIGH, got {text!r}")
     return low, high
+
+
+def _machine(text: str) -> str:
+    """'GBPS,GFLOPS', both > 0 (checked here, parsed by bench/roofline.py)."""
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 2 or not all(v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected GBPS,GFLOPS (two numbers > 0), got {text!r}")
+    return text
 
 
 def _peers(text: str) -> list[str]:
@@ -69,12 +80,22 @@ def add_parsers(sub) -> None:
     p.add_argument("--no-floor", action="store_true", help="skip timing the compute floor")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=1, metavar="N",
                    help="also run our engine split over N processes (chapter 7; default 1: not run)")
+    p.add_argument("--machine", type=_machine, default=None, metavar="GBPS,GFLOPS",
+                   help="bandwidth and FLOP/s for the decode steps' roofline (default: measured, a copy and a matmul)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: the CPUs this process may use)")
     p.add_argument("--model", default=None, help="a local Hugging Face directory (default: bundled SmolLM2-135M-Instruct)")
     p.add_argument("--json", default=None, metavar="OUT", help="write the results as JSON")
     p.add_argument("--plot", default=None, metavar="OUT.png", help="draw the output tok/s bars")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(runs_engine=True)  # relaunched on the fast CPU runtime, as vLLM's peer runs (cli/main.py)
+
+    p = bench_sub.add_parser("compare", help="time two shell commands fairly: warm-ups left out, runs side by side, medians")
+    p.add_argument("command_a", help="the first command (run through the shell, output discarded)")
+    p.add_argument("command_b", help="the second command")
+    p.add_argument("--runs", type=positive_int, default=10, help="measured runs of each (default 10; at least 3)")
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="runs of each before measuring (default 1)")
+    p.add_argument("--names", default=None, help="two comma-separated names for the table (default A,B)")
+    p.add_argument("--json", default=None, metavar="OUT", help="write every run's time and the verdict as JSON")
 
     from miniyaie.bench import vllm_env
 
@@ -87,6 +108,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from miniyaie.bench import vllm_env
 
         return vllm_env.setup(args.venv, args.python, args.dry_run)
+    if args.bench_command == "compare":
+        from miniyaie.bench.compare import main as bench_compare
+
+        try:
+            return bench_compare(args)
+        except ValueError as exc:  # too few runs
+            raise UsageError(str(exc)) from None
     if args.bench_command == "offline":
         from miniyaie.bench.offline import main as bench_offline
         from miniyaie.model import ModelLoadError
