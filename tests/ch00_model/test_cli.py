@@ -1,7 +1,7 @@
 """The `miniyaie chat` command answers with our own forward pass.
 
 `--attention-backend reference` runs chapter 0's code everywhere: the default on a CPU (`cpu`)
-swaps in fused C++ layers and attention (chapter 5's "How fast is it"), which would answer
+swaps in fused C++ layers and attention (chapter 5's "Making it fast"), which would answer
 without the learner's RMSNorm, RoPE, SwiGLU and attention."""
 
 import os
