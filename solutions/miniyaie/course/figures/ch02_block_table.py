@@ -11,7 +11,7 @@ from __future__ import annotations
 NAME = "ch02_block_table"
 PAGE = "ch02_paged_kv_cache.md"
 BLOCK_SIZE = 4
-NUM_BLOCKS = 8
+NUM_BLOCKS = 6
 
 
 def data() -> dict:
@@ -68,7 +68,7 @@ def draw(data: dict):
     x_of = lambda block: block * (bw + gap)  # noqa: E731
     for ax, panel in zip(axes, data["panels"]):
         style.blank(ax, (-2.3, n * (bw + gap) + 0.2), (-2.6, 2.9))
-        ax.set_title(panel["title"], fontsize=11.5)
+        ax.set_title(panel["title"], fontsize=12)
         for k in range(n):
             x = x_of(k)
             for s in range(size):
@@ -77,19 +77,19 @@ def draw(data: dict):
                 s = pos % size
                 ax.add_patch(Rectangle((x + s * bw / size, 0), bw / size, 0.7, facecolor=colours[who],
                                        edgecolor="white", hatch="//" if who == "copy" else None))
-                ax.text(x + (s + 0.5) * bw / size, 0.35, str(pos), ha="center", va="center", fontsize=8.5,
+                ax.text(x + (s + 0.5) * bw / size, 0.35, str(pos), ha="center", va="center", fontsize=10,
                         color="white" if who in ("A", "B") else "black")
-            ax.text(x + bw / 2, 0.85, f"block {k}", ha="center", fontsize=9)
+            ax.text(x + bw / 2, 0.85, f"block {k}", ha="center", fontsize=10.5)
             refs = panel["refs"][k]
-            ax.text(x + bw / 2, -0.25, f"ref {refs}" if refs else "free", ha="center", fontsize=9,
+            ax.text(x + bw / 2, -0.3, f"ref {refs}" if refs else "free", ha="center", fontsize=10.5,
                     weight="bold" if refs > 1 else "normal", color=style.VERMILION if refs > 1 else "black")
-        ax.text(-2.2, 0.35, "pool\n(slot = token position)", va="center", fontsize=9.5)
+        ax.text(-2.2, 0.35, "pool\n(a slot shows\nits position)", va="center", fontsize=10.5)
         for who, y, side in (("A", 2.0, 1), ("B", -1.9, -1)):
             table = panel["tables"][who]
-            ax.text(-2.2, y + 0.25, f"{who}'s block table", va="center", fontsize=10, color=colours[who], weight="bold")
+            ax.text(-2.2, y + 0.25, f"{who}'s table", va="center", fontsize=11, color=colours[who], weight="bold")
             for j, block in enumerate(table):
                 tx = j * 0.8
-                style.box(ax, tx, y, 0.65, 0.5, str(block), colour="white", edge=colours[who], fontsize=10)
+                style.box(ax, tx, y, 0.65, 0.5, str(block), colour="white", edge=colours[who], fontsize=11)
                 start = (tx + 0.32, y if side > 0 else y + 0.5)
                 end = (x_of(block) + bw / 2, 1.05 if side > 0 else -0.4)
                 style.arrow(ax, start, end, colour=colours[who], rad=0.0)
@@ -97,7 +97,7 @@ def draw(data: dict):
                             Patch(facecolor=style.SKY, hatch="//", edgecolor="white", label="copied for B"),
                             Patch(color=style.ORANGE, label="written by B"),
                             Patch(color=style.GREY, label="another request")],
-                   loc="upper right", ncols=2, fontsize=9, framealpha=0.95)
+                   loc="upper right", ncols=2, fontsize=10, framealpha=0.95)
     fig.suptitle(f"Block tables map positions to pool blocks of {size} tokens; a shared block is copied before a write")
     fig.tight_layout()
     return fig

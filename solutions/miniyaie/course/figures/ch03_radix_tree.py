@@ -77,26 +77,26 @@ def draw(data: dict):
 
     from miniyaie.course.figures import style
 
-    fig, axes = style.figure(4.3, ncols=3)
+    fig, axes = style.figure(5.0, ncols=3)
     for ax, (title, root, gone) in zip(axes, data["panels"]):
         leaves = []
         _layout(root, 0, leaves)
         width = max(len(leaves), 2)
-        style.blank(ax, (-0.6, width - 0.4), (-2.75, 0.45))
-        ax.set_title(title, fontsize=10.5)
+        style.blank(ax, (-0.6, width - 0.4), (-3.15, 0.45))
+        ax.set_title(title, fontsize=11)
         _draw(ax, style, root, (), gone, None)
     handles = [Patch(facecolor=style.SKY, edgecolor="#333333", label="node (edge tokens, its blocks)"),
                Patch(facecolor=style.ORANGE, edgecolor="#333333", label="locked by a running request"),
                Patch(facecolor="white", edgecolor=style.VERMILION, linestyle="--", label="evicted: blocks freed"),
                Line2D([], [], color="none", label="t = order of last use (0 = oldest)")]
-    fig.legend(handles=handles, loc="lower center", ncols=4, fontsize=9.5, frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncols=2, fontsize=10.5, frameon=False)
     fig.suptitle("Radix tree: a split keeps both sequences; eviction takes the least recently used unlocked leaf")
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
 def _layout(node, depth, leaves):
-    node["y"] = -1.15 * depth
+    node["y"] = -1.3 * depth
     if not node["children"]:
         node["x"] = len(leaves)
         leaves.append(node)
@@ -110,15 +110,17 @@ def _draw(ax, style, node, prefix, gone, parent):
     path = prefix + tuple(node["words"])
     evicted = list(path) in gone
     if parent is not None:
-        ax.plot([parent["x"], node["x"]], [parent["y"] - 0.25, node["y"] + 0.3], color="#555555", linewidth=1,
+        ax.plot([parent["x"], node["x"]], [parent["y"] - (0.25 if parent["words"] == [] else 0.4), node["y"] + 0.4], color="#555555", linewidth=1,
                 linestyle="--" if evicted else "-")
     if not node["words"]:
-        style.box(ax, node["x"] - 0.3, node["y"] - 0.25, 0.6, 0.5, "root", colour="white", fontsize=9.5)
+        style.box(ax, node["x"] - 0.3, node["y"] - 0.25, 0.6, 0.5, "root", colour="white", fontsize=10.5)
     else:
         colour = "white" if evicted else style.ORANGE if node["lock"] else style.SKY
-        text = f"{' '.join(node['words'])}\nblocks {node['blocks']}\nt={node['time']}" + (
-            f" lock={node['lock']}" if node["lock"] else "")
-        patch = style.box(ax, node["x"] - 0.45, node["y"] - 0.3, 0.9, 0.6, text, colour=colour, fontsize=8.5,
+        words = node["words"]
+        label = "\n".join(" ".join(words[i:i + 2]) for i in range(0, len(words), 2))  # two words a line
+        blocks = ",".join(map(str, node["blocks"]))
+        text = f"{label}\nblocks {blocks}\nt={node['time']}" + (f" lock={node['lock']}" if node["lock"] else "")
+        patch = style.box(ax, node["x"] - 0.46, node["y"] - 0.4, 0.92, 0.8, text, colour=colour, fontsize=10,
                           edge=style.VERMILION if evicted else "#333333")
         if evicted:
             patch.set_linestyle("--")
