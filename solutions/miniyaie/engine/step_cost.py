@@ -174,7 +174,7 @@ def roofline(cost: StepCost, machine: Machine) -> Roofline:
     # Nudge: the step waits for the slower of its two sides.
     # Hint 1: Loading and computing overlap, so their times do not add: the longer one is the
     #   step's time, and that side is what to make faster (fewer bytes: batch more decodes,
-    #   smaller dtypes; fewer FLOPs: nothing to skip). A tie is memory-bound.
+    #   smaller dtypes; fewer FLOPs: skip what a causal mask hides). A tie is memory-bound.
     # Hint 2: Divide the bytes by the bandwidth and the FLOPs by the peak; the time is the
     #   larger; the bound names it.
     # Hint 3:
