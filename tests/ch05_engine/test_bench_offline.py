@@ -34,7 +34,7 @@ def test_bench_offline_random_with_peers_json_and_plot(tiny_dir, tmp_path, capsy
     workload = random_workload(5, 320, (3, 20), (2, 6))
     assert (report["num_requests"], report["prompt_tokens"]) == (5, workload.num_prompt_tokens)
     systems = [row["system"] for row in report["rows"]]
-    assert systems == ["miniyaie", "compute floor (no-op attention)", "hf generate (static 16)", "hf continuous batching"]
+    assert systems == ["miniyaie", "no-attention baseline", "hf generate (static 16)", "hf continuous batching"]
     ours = report["rows"][0]
     for row in report["rows"]:
         assert row["output_tokens"] == workload.num_output_tokens
@@ -43,7 +43,7 @@ def test_bench_offline_random_with_peers_json_and_plot(tiny_dir, tmp_path, capsy
     assert 0 < report["efficiency_vs_floor"]
     assert out_png.read_bytes()[:4] == b"\x89PNG"
     table = capsys.readouterr().out
-    assert "hf continuous batching" in table and "ours / compute floor" in table
+    assert "hf continuous batching" in table and "ours / no-attention baseline" in table
 
 
 def test_bench_offline_shared_prefix_reaches_the_optimum_hit_rate(tiny_dir, tmp_path):

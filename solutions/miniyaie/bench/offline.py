@@ -8,7 +8,7 @@ exactly each request's output length (`ignore_eos`). transformers runs in
 this process; vLLM, which needs its own torch, in a child process of its
 own environment (bench/vllm_peer.py), with the same number of threads.
 The table gives output tokens per second, our speed over each other
-system's, and our efficiency against the compute floor: the same step
+system's, and our share of the no-attention baseline: the same step
 shapes through the model with attention replaced by a no-op, timed in the
 same run.
 """
@@ -154,7 +154,7 @@ def format_table(report: dict) -> str:
         if "note" in row:
             lines.append(f"{row['system']}: {row['note']}")
     if report["efficiency_vs_floor"] is not None:
-        lines.append(f"ours / compute floor: {report['efficiency_vs_floor']:.0%}")
+        lines.append(f"ours / no-attention baseline: {report['efficiency_vs_floor']:.0%}")
     if report.get("decode_steps"):
         from miniyaie.bench.roofline import format_line
 

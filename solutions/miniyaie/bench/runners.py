@@ -1,4 +1,4 @@
-"""The systems a benchmark times: our engine, its compute floor, and transformers' two generate loops.
+"""The systems a benchmark times: our engine, its no-attention baseline, and transformers' two generate loops.
 
 Each runner takes the same `Workload` and returns a `Result`; each counts
 only useful output tokens (a padded row's tokens past its request's length
@@ -86,7 +86,8 @@ def run_tensor_parallel(path, workload: Workload, config: EngineConfig, size: in
 
 # ANCHOR: no_attention_baseline
 class NoAttention:
-    """An attention backend that does nothing: what is left is the rest of the model (the floor)."""
+    """An attention backend that does nothing: what is left is the rest of the model (the no-attention baseline:
+    our own step schedule without attention; not a limit, since a better step schedule beats it)."""
 
     def forward(self, q, k, v, k_cache, v_cache, meta, scale):
         return q
@@ -100,7 +101,7 @@ def run_floor(model: CausalLM, engine_result: Result, progress: bool = True) -> 
     device = model.lm_head.weight.device
     pool = KVCache(model.config, 1, model.lm_head.weight.dtype, device)
     try:
-        with _bar("compute floor", engine_result.output_tokens, progress) as bar:
+        with _bar("no-attention baseline", engine_result.output_tokens, progress) as bar:
             start = time.perf_counter()
             for num_tokens, num_sampled in shapes:
                 ids = torch.zeros(num_tokens, dtype=torch.int64, device=device)
@@ -111,7 +112,7 @@ def run_floor(model: CausalLM, engine_result: Result, progress: bool = True) -> 
             seconds = time.perf_counter() - start
     finally:
         model.backend = saved
-    return Result("compute floor (no-op attention)", seconds, engine_result.output_tokens, engine_result.prompt_tokens)
+    return Result("no-attention baseline", seconds, engine_result.output_tokens, engine_result.prompt_tokens)
 # ANCHOR_END: no_attention_baseline
 
 

@@ -77,7 +77,7 @@ def add_parsers(sub) -> None:
                    help="comma-separated: hf-static, hf-cb, vllm, or none (default hf-static,hf-cb)")
     p.add_argument("--vllm-python", default=None, metavar="PATH",
                    help=f"the Python of vLLM's environment, for --peers vllm (default: ${ENV_VAR}; see bench setup-vllm)")
-    p.add_argument("--no-floor", action="store_true", help="skip timing the compute floor")
+    p.add_argument("--no-floor", action="store_true", help="skip timing the no-attention baseline (our step shapes with attention a no-op)")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=1, metavar="N",
                    help="also run our engine split over N processes (chapter 7; default 1: not run)")
     p.add_argument("--machine", type=_machine, default=None, metavar="GBPS,GFLOPS",

@@ -9,7 +9,7 @@ and decode rows attended one by one (every row a group of its own, round nine's 
 process, so that a noisy machine slows both alike. With --floor, each run also counts the arithmetic
 of attention from the steps' shapes (and the kernels' rate of it), times the whole
 attention backend (kernels, writing K/V, its per-step bookkeeping) and the engine outside the
-model's forward (scheduling, batching, sampling), then runs the compute floor of `miniyaie bench
+model's forward (scheduling, batching, sampling), then runs the no-attention baseline of `miniyaie bench
 offline` on the same steps, and prints ours / floor two ways: against that floor run, and against
 the floor estimated inside the engine's own run (its seconds less those two parts), which a machine
 whose speed moves between one minute and the next does not disturb. The floor run also takes the
