@@ -52,19 +52,21 @@ def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: 
         return out
 
     engine.scheduler.schedule = recording_schedule
-    with _bar(name, workload.num_output_tokens, progress) as bar:
-        start = time.perf_counter()
-        while engine.has_unfinished():
-            computed = engine.counters["computed_tokens"]
-            began = time.perf_counter()
-            events = engine.step()
-            seconds_each.append(time.perf_counter() - began)
-            shapes.append((engine.counters["computed_tokens"] - computed, len(events)))
-            for event in events:
-                tokens[event.request_id].append(event.token_id)
-            bar.update(len(events))
-        seconds = time.perf_counter() - start
-    del engine.scheduler.schedule  # the engine's own again
+    try:
+        with _bar(name, workload.num_output_tokens, progress) as bar:
+            start = time.perf_counter()
+            while engine.has_unfinished():
+                computed = engine.counters["computed_tokens"]
+                began = time.perf_counter()
+                events = engine.step()
+                seconds_each.append(time.perf_counter() - began)
+                shapes.append((engine.counters["computed_tokens"] - computed, len(events)))
+                for event in events:
+                    tokens[event.request_id].append(event.token_id)
+                bar.update(len(events))
+            seconds = time.perf_counter() - start
+    finally:
+        del engine.scheduler.schedule  # the engine's own again, also when a step raised
     stats = dict(engine.stats, step_shapes=shapes, step_chunks=chunks, step_seconds=seconds_each, outputs=list(tokens.values()),
                  enable_prefix_caching=config.enable_prefix_caching)
     stats["hit_rate"] = stats["cached_tokens"] / workload.num_prompt_tokens
