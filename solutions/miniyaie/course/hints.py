@@ -23,6 +23,7 @@ from pathlib import Path
 from miniyaie._switch import REPO_ROOT
 from miniyaie.course.regions import Region
 from miniyaie.course.registry import CHAPTERS
+from miniyaie.course.sources import regions_of
 
 LEVELS = 3
 LEVEL_NAMES = {1: "the idea", 2: "the algorithm in words", 3: "pseudocode"}
@@ -102,8 +103,6 @@ def render_task(task: str, regions: list[Region], root: Path) -> str:
 
 def generated_pages(root: Path | None = None) -> dict[str, str]:
     """File name under book/src/hints/ -> content, for every task with a full ladder."""
-    from miniyaie.course.sync import regions_of
-
     pages = {}
     for ch in CHAPTERS:
         regions = regions_of(ch)
@@ -147,8 +146,6 @@ def write_pages() -> list[str]:
 
 def all_problems() -> list[str]:
     """The ladder problems of every region of every chapter."""
-    from miniyaie.course.sync import regions_of
-
     return [problem for ch in CHAPTERS for region in regions_of(ch) for problem in ladder_problems(region)]
 
 

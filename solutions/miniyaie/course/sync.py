@@ -9,35 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 from miniyaie._switch import CHAPTERS_ROOT
 from miniyaie.course import hints
-from miniyaie.course.regions import Region, find_regions, function_kinds, stub_regions
-from miniyaie.course.registry import CHAPTERS, Chapter
+from miniyaie.course.regions import find_regions, function_kinds, stub_regions
+from miniyaie.course.registry import CHAPTERS
+from miniyaie.course.sources import SKIP_DIRS, chapter_files, regions_of
+
+__all__ = ["MANIFEST", "chapter_files", "check", "generated_tree", "kind_changes", "regions_of", "sync"]
 
 MANIFEST = CHAPTERS_ROOT.parent / ".generated.json"
-_SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}
-
-
-def chapter_files(ch: Chapter) -> list[Path]:
-    """The reference files of a chapter, sorted; empty if the chapter is not written yet."""
-    if not ch.solution_dir.is_dir():
-        return []
-    return sorted(
-        p
-        for p in ch.solution_dir.rglob("*")
-        if p.is_file() and not _SKIP_DIRS.intersection(p.parts) and p.suffix not in {".pyc", ".pyo"}
-    )
-
-
-def regions_of(ch: Chapter) -> list[Region]:
-    regions: list[Region] = []
-    for path in chapter_files(ch):
-        if path.suffix == ".py":
-            rel = path.relative_to(ch.solution_dir.parent).as_posix()
-            regions += find_regions(path.read_text(), rel)
-    return regions
 
 
 def generated_tree() -> dict[str, str]:
@@ -67,7 +48,7 @@ def _existing_files() -> set[str]:
     return {
         p.relative_to(CHAPTERS_ROOT).as_posix()
         for p in CHAPTERS_ROOT.rglob("*")
-        if p.is_file() and not _SKIP_DIRS.intersection(p.parts) and p.suffix != ".pyc"
+        if p.is_file() and not SKIP_DIRS.intersection(p.parts) and p.suffix != ".pyc"
     }
 
 

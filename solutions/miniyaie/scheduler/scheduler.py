@@ -16,9 +16,9 @@ from collections import deque
 
 from miniyaie.scheduler.long_prefill import LongPrefillBound
 from miniyaie.scheduler.memory import KVMemory
-from miniyaie.scheduler.policy import PrefixLenOracle, admission_order, fits_with_reserve, hold_shared_prefixes
+from miniyaie.scheduler.policy import PrefixLenOracle, SchedulerConfig, admission_order, fits_with_reserve, hold_shared_prefixes
 from miniyaie.scheduler.request import FinishReason, Request, RequestStatus
-from miniyaie.scheduler.step import ScheduledChunk, SchedulerConfig, SchedulerOutput
+from miniyaie.scheduler.step import ScheduledChunk, SchedulerOutput
 
 
 class Scheduler:
