@@ -9,6 +9,7 @@ import torch
 from miniyaie.backends.choose import prepare_backend
 from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.errors import ModelLoadError
+from miniyaie.engine.plugins import TENSOR_PARALLEL, plugin
 from miniyaie.model import LoadedModel, load
 from miniyaie.model import ModelLoadError as ChapterZeroModelLoadError
 
@@ -29,22 +30,12 @@ def load_model(model: str | Path | LoadedModel | None, config: EngineConfig, dev
 
 def start_tensor_parallel(model: str | Path | LoadedModel | None, config: EngineConfig, device: str | None,
                           dtype: torch.dtype | None):
-    """Rank 0's shard of the model and the runtime of the other ranks (chapter 7), for tensor_parallel_size > 1."""
+    """Rank 0's shard of the model and the runtime of the other ranks, for tensor_parallel_size > 1: chapter 7's
+    plugin starts them (engine/plugins.py), and PluginMissingError says so when none is installed."""
     if isinstance(model, LoadedModel):
         raise ValueError("with tensor_parallel_size > 1 every rank loads its own shard: give a model name or path, "
                          "not a loaded model")
-    from miniyaie.distributed import TensorParallelRuntime  # chapter 7
-    from miniyaie.model.loader import eos_token_ids, load_tokenizer, resolve_model_path
-
-    device = device or "cpu"
-    dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
-    try:
-        path = resolve_model_path(None if model is None else str(model))
-        tokenizer = load_tokenizer(path)
-        runtime = TensorParallelRuntime.start(path, config.tensor_parallel_size, dtype, device)
-    except ChapterZeroModelLoadError as exc:
-        raise ModelLoadError(str(exc)) from exc
-    return LoadedModel(runtime.model, tokenizer, eos_token_ids(path, tokenizer), path), runtime
+    return plugin(TENSOR_PARALLEL)(model, config, device, dtype)
 
 
 def display_name(model: str | Path | LoadedModel | None, loaded: LoadedModel) -> str:

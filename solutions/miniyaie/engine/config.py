@@ -34,8 +34,9 @@ class EngineConfig:
     # True: never replay decode steps as CUDA graphs (miniyaie/backends/cuda_graphs.py; they are used only on a CUDA
     # device with the triton backend), every step runs the model from Python.
     enforce_eager: bool = False
-    # Chapter 8's caps on what one structured request may ask (structured/limits.py: name -> value, e.g.
-    # {"max_items": 1000}; the CLI's --structured-limit NAME=VALUE); unnamed ones keep their defaults.
+    # Chapter 8's caps on what one structured request may ask (name -> value, e.g. {"max_items": 1000}; the
+    # CLI's --structured-limit NAME=VALUE); unnamed ones keep their defaults. Plain data here: chapter 8's
+    # plugin checks the names and values (engine/plugins.py).
     structured_limits: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
@@ -64,8 +65,8 @@ class EngineConfig:
         if not isinstance(self.max_long_partial_prefills, int) or self.max_long_partial_prefills < 1:
             raise ValueError(f"max_long_partial_prefills must be a whole number >= 1, got {self.max_long_partial_prefills!r}")
         if self.structured_limits:
-            from miniyaie.structured.limits import Limits
+            from miniyaie.engine.plugins import STRUCTURED_OUTPUT, plugin
 
             limits = dict(self.structured_limits.items() if isinstance(self.structured_limits, dict) else self.structured_limits)
-            Limits.parse(limits)  # a ValueError naming an unknown limit or a bad value
+            plugin(STRUCTURED_OUTPUT).check_limits(limits)  # chapter 8's: a ValueError naming an unknown limit or a bad value
             object.__setattr__(self, "structured_limits", tuple(sorted(limits.items())))

@@ -30,6 +30,7 @@ from miniyaie.engine.engine_loop import EngineLoop
 from miniyaie.engine.llm_engine import LLMEngine
 from miniyaie.engine.loading import display_name, load_model, start_tensor_parallel
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput
+from miniyaie.engine.plugins import SETTINGS_FILE, STRUCTURED_OUTPUT, available, plugin
 from miniyaie.engine.prepared import Preparation
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.submission import Submission
@@ -73,10 +74,9 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
 
     @classmethod
     def from_config_file(cls, path: str | Path, **overrides) -> InferenceEngine:
-        """An engine from a YAML/TOML file (see miniyaie/serving/config_file.py); keyword arguments override it."""
-        from miniyaie.serving.config_file import load_settings
-
-        settings = load_settings(path)
+        """An engine from a YAML/TOML file (read by the settings_file plugin, miniyaie/serving/config_file.py);
+        keyword arguments override it."""
+        settings = plugin(SETTINGS_FILE)(path)
         dtype = getattr(torch, settings.dtype) if settings.dtype else None
         kwargs = dict(model=settings.model or "smollm2", config=settings.engine, sampling_defaults=settings.sampling,
                       device=settings.device, dtype=dtype)
@@ -202,7 +202,8 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
     # ---------------------------------------------------------------- stats and lifetime
     def get_stats(self) -> dict:
         """Counters of the whole engine life (see the book, chapter 5, for each one)."""
-        return {**self._loop.stats(), "structured_output": self.llm.constraints.stats()}  # chapter 8's index cache
+        structured = self.llm.constraints.stats() if available(STRUCTURED_OUTPUT) else {}  # chapter 8's index cache
+        return {**self._loop.stats(), "structured_output": structured}
 
     def check_health(self) -> None:
         """Raise EngineError, saying why, if the engine can no longer serve (closed, or its loop stopped)."""
@@ -211,12 +212,14 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
 
     def compile_in_process(self) -> None:
         """Compile structured-output patterns in worker processes, not on the calling thread (a server's
-        choice: a compile then holds no GIL the engine thread and the event loop need; chapter 8)."""
-        self.llm.constraints.compile_in_process()
+        choice: a compile then holds no GIL the engine thread and the event loop need; chapter 8, if installed)."""
+        if available(STRUCTURED_OUTPUT):
+            self.llm.constraints.compile_in_process()
 
     def close_compile_workers(self) -> None:
         """Kill the compile worker processes now (a server stopping); compile_in_process() starts afresh."""
-        self.llm.constraints.close()
+        if available(STRUCTURED_OUTPUT):
+            self.llm.constraints.close()
 
     def close(self) -> None:
         """Stop the loop thread (requests still in flight end with an EngineError), any compile workers, then the other ranks."""
@@ -233,7 +236,5 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         self.close()
 
     def _vocabulary(self):
-        """The tokenizer's tokens as bytes, for structured output (chapter 8); made on the first such request."""
-        from miniyaie.structured import Vocabulary
-
-        return Vocabulary.from_tokenizer(self.tokenizer, self.eos_token_ids)
+        """The tokenizer's tokens as bytes, for structured output (chapter 8's plugin); made on the first such request."""
+        return plugin(STRUCTURED_OUTPUT).vocabulary(self.tokenizer, self.eos_token_ids)

@@ -30,6 +30,7 @@ from miniyaie.engine.config import EngineConfig
 from miniyaie.backends.cuda_graphs import decode_graphs_mode, kv_budget_bytes, make_decode_graphs
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.outputs import RequestEvent, StepRecord
+from miniyaie.engine.plugins import STRUCTURED_OUTPUT, plugin
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.step_accounting import StepAccounting
@@ -90,13 +91,10 @@ class LLMEngine(Admission, StepAccounting):
     @property
     def constraints(self):
         """Structured output's guides (chapter 8), made when the first constrained request comes."""
-        if self._constraints is None:
-            from miniyaie.structured.constraints import Constraints
-
-            from miniyaie.structured.limits import Limits
-
-            limits = Limits.parse(dict(self.config.structured_limits))
-            self._constraints = Constraints(self._vocabulary, self.model.config.vocab_size, limits)
+        if self._constraints is None:  # chapter 8's plugin (engine/plugins.py); PluginMissingError without one
+            structured = plugin(STRUCTURED_OUTPUT)
+            self._constraints = structured.constraints(self._vocabulary, self.model.config.vocab_size,
+                                                       dict(self.config.structured_limits))
         return self._constraints
 
     # ------------------------------------------------------------ one step

@@ -1,0 +1,64 @@
+"""Where the chapters built on the engine plug into it: an entry-point group, looked up by name.
+
+The engine (chapter 5) imports nothing above it. Tensor parallelism (chapter 7),
+structured output (chapter 8) and the settings file (provided, serving/) declare
+what they provide in pyproject.toml, and `pip install -e .` registers it:
+
+    [project.entry-points."miniyaie.engine_plugins"]
+    tensor_parallel = "miniyaie.distributed.engine_plugin:start_tensor_parallel"
+    structured_output = "miniyaie.structured.engine_plugin"
+    settings_file = "miniyaie.serving.config_file:load_settings"
+
+The engine asks for one by name only when a setting or a request needs it
+(tensor_parallel_size > 1, a constrained request, structured_limits, a config
+file), and says which plugin is missing when none is installed. vLLM loads
+its plugins the same way (the entry-point group `vllm.general_plugins`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib.metadata import entry_points
+
+from miniyaie.engine.errors import InvalidRequestError
+
+GROUP = "miniyaie.engine_plugins"
+TENSOR_PARALLEL = "tensor_parallel"  # start_tensor_parallel(model, config, device, dtype) -> (LoadedModel, runtime)
+STRUCTURED_OUTPUT = "structured_output"  # a module: check_limits, vocabulary, constraints
+SETTINGS_FILE = "settings_file"  # load_settings(path) -> settings with .engine, .sampling, .model, .device, .dtype
+
+WHAT = {
+    TENSOR_PARALLEL: "tensor_parallel_size > 1 (chapter 7, miniyaie.distributed)",
+    STRUCTURED_OUTPUT: "structured output: response_format, a regex or JSON schema, structured_limits (chapter 8, miniyaie.structured)",
+    SETTINGS_FILE: "reading a YAML/TOML settings file (miniyaie.serving)",
+}
+
+
+class PluginMissingError(InvalidRequestError):
+    """A setting or request needs a plugin that no installed package provides."""
+
+
+@lru_cache(maxsize=None)
+def _registered() -> dict[str, object]:
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def available(name: str) -> bool:
+    """Whether an installed package provides the plugin `name`."""
+    return name in _registered()
+
+
+def plugin(name: str):
+    """The object registered as `name` in the group (imported on first use); PluginMissingError if none is."""
+    entry = _registered().get(name)
+    if entry is None:
+        raise PluginMissingError(
+            f"{WHAT.get(name, name)} needs the engine plugin {name!r}, and no installed package provides it "
+            f"(entry-point group {GROUP!r}; `pip install -e .` registers the ones in pyproject.toml)"
+        )
+    return _load(entry)
+
+
+@lru_cache(maxsize=None)
+def _load(entry):
+    return entry.load()
