@@ -1,4 +1,4 @@
-"""EngineConfig from YAML and TOML files (seed 004's layout), and the CLI on the engine."""
+"""EngineConfig from YAML and TOML files, and the CLI on the engine."""
 
 import pytest
 from cli_helpers import assert_clear_error, miniyaie

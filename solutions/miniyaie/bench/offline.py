@@ -37,14 +37,15 @@ def make_workload(args, vocab_size: int) -> Workload:
     return shared_prefix_workload(max(1, n // group_size), group_size, vocab_size, args.prefix_len, args.question_len, output)
 
 
-def run(args) -> dict:
-    """Run every system on the workload; returns the report (also what --json writes)."""
+def run(args, config_overrides: dict | None = None) -> dict:
+    """Run every system on the workload; returns the report (also what --json writes).
+
+    config_overrides: EngineConfig fields the caller's flags set (the CLI's scheduling flags)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from miniyaie.bench.runners import Result, run_engine, run_floor, run_hf_continuous, run_hf_static, run_tensor_parallel
     from miniyaie.bench.vllm_peer import PeerFailed, PeerSkipped, run_vllm
-    from miniyaie.cli.args import scheduling_overrides
     from miniyaie.engine import EngineConfig
     from miniyaie.model import load_model, resolve_model_path
 
@@ -57,7 +58,7 @@ def run(args) -> dict:
     block_size = EngineConfig().block_size
 
     # The engine's defaults (and the scheduling flags'); only the prefix cache and the policy change (LPM where it pays).
-    base = EngineConfig(**scheduling_overrides(args))
+    base = EngineConfig(**(config_overrides or {}))
     ours: list[Result] = []
     if workload.name == "shared-prefix":
         ours.append(run_engine(model, workload, replace(base, enable_prefix_caching=False), "miniyaie (prefix cache off)", progress))
@@ -185,8 +186,8 @@ def plot(report: dict, out: str) -> None:
     plt.close(fig)
 
 
-def main(args) -> int:
-    report = run(args)
+def main(args, config_overrides: dict | None = None) -> int:
+    report = run(args, config_overrides)
     print(format_table(report))
     if args.json:
         with open(args.json, "w") as f:

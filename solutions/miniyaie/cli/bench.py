@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from miniyaie.cli.args import Parser, UsageError, add_scheduling_args, non_negative_int, positive_int
+from miniyaie.cli.args import Parser, UsageError, add_scheduling_args, non_negative_int, positive_int, scheduling_overrides
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -120,7 +120,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from miniyaie.model import ModelLoadError
 
         try:
-            return bench_offline(args)
+            return bench_offline(args, scheduling_overrides(args))
         except ModelLoadError as exc:
             raise UsageError(str(exc)) from None
     from miniyaie.bench.serve import main as bench_serve
