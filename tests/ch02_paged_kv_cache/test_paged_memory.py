@@ -326,6 +326,10 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     memory.fork("parent", "child")
     assert memory.num_used_blocks == used and memory.block_table("child") == memory.block_table("parent")
     assert memory.take_block_copies() == []
+    memory.allocate(child, 0)  # nothing new asked: no position is written, so nothing is copied
+    assert memory.block_table("child") == memory.block_table("parent") and memory.take_block_copies() == [], (
+        "allocate(request, 0) writes no position: a shared block must stay shared, with no copy queued"
+    )
 
     memory.allocate(child, 1)  # the child writes position prompt_len
     parent_table, child_table = memory.block_table("parent"), memory.block_table("child")
