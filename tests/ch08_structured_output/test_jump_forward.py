@@ -24,6 +24,14 @@ def text_of(g: Guide, tokens) -> bytes:
     return b"".join(g.index.vocabulary.token_bytes[t] for t in tokens)
 
 
+def walked(g: Guide, data: bytes) -> int:
+    """The state `data` leads to from the initial state, read byte by byte through the DFA."""
+    state = g.index.dfa.initial
+    for byte in data:
+        state = int(g.index.dfa.next_state[state, byte])
+    return state
+
+
 @pytest.mark.task("8.4")
 def test_forced_text_comes_out_in_the_longest_tokens_and_moves_the_guide():
     g = guide(r'\{"name":"[a-z]+"\}')
@@ -31,6 +39,7 @@ def test_forced_text_comes_out_in_the_longest_tokens_and_moves_the_guide():
     assert text_of(g, tokens) == b'{"name":"', f"the pattern forces '{{\"name\":\"' first, got {text_of(g, tokens)!r}"
     assert tokens == [256, 259], (
         f"longest first: '{{\"' (256), then 'name\":\"' (259) rather than 'name' + '\":' + '\"', got {tokens}")
+    assert g.state == walked(g, b'{"name":"'), f"the guide stands after '{{\"name\":\"', got state {g.state}"
     allowed = g.allowed().nonzero().flatten().tolist()
     assert allowed == list(range(ord("a"), ord("z") + 1)) + [257, 261], f"after the forced text the guide expects letters (a-z, 'name', 'ab'), got {allowed}"
 
@@ -100,11 +109,16 @@ def test_the_engine_writes_the_same_tokens_in_fewer_steps(tiny_model):
 def test_forced_text_the_vocabulary_cannot_write_is_left_to_the_model():
     from miniyaie.structured import Vocabulary
 
-    vocabulary = Vocabulary([b"ab", b"c", b"x", None], (3,))  # no token for "d" or "!"
-    g = Guide(TokenIndex(compile_regex("abcd!"), vocabulary))
+    vocabulary = Vocabulary([b"ab", b"c", b"x", b"y", None], (4,))  # no token for "d"
+    g = Guide(TokenIndex(compile_regex("abcdab[xy]"), vocabulary))  # forced: "abcdab", then a choice
     tokens = g.forced_tokens()
-    assert tokens == [0, 1], f"'ab' and 'c' can be written, 'd' has no token: jump-forward stops before it, got {tokens}"
-    assert text_of(g, tokens) == b"abc"
+    assert tokens == [0, 1], (
+        f"'ab' and 'c' can be written, 'd' has no token: jump-forward stops before it (and writes nothing "
+        f"after it, even 'ab', which has a token), got {tokens} ({text_of(g, tokens)!r})")
+    assert g.state == walked(g, b"abc"), (
+        f"the guide stands after the bytes of the tokens it returned ('abc', state {walked(g, b'abc')}), not after "
+        f"the whole forced text ('abcdab', state {walked(g, b'abcdab')}): got state {g.state}")
+    assert g.forced_tokens() == [] and g.state == walked(g, b"abc"), "asked again, it forces nothing more and stays"
 
 
 @pytest.mark.ungraded

@@ -1,7 +1,6 @@
-"""Tasks 8.1 and 8.2: the token index allows exactly the tokens that keep the output matchable.
+"""Task 8.2: the token index allows exactly the tokens that keep the output matchable, each state computed once.
 
-Two oracles. The walk of one token is easy to write one byte at a time, so
-8.1 is checked against that on random automata. The whole index is checked
+The whole index is checked
 against outlines-core's Index (what vLLM and SGLang have used) on the same
 vocabulary: the allowed sets must be equal state by state along random
 walks, on SmolLM2's byte-level vocabulary (where tokens can end in the
@@ -37,7 +36,7 @@ SPLIT_PIECES = ["é".encode()[:1], "é".encode()[1:], "東".encode()[:2], "😀"
 
 
 def one_by_one(next_state, state, token_bytes, lengths):
-    """The walk of each token, a byte at a time: the oracle of Task 8.1."""
+    """The walk of each token, a byte at a time: the oracle of walk_vocabulary."""
     ends = []
     for row, length in zip(token_bytes.tolist(), lengths.tolist()):
         current = state if length else DEAD
@@ -63,7 +62,7 @@ def automata_and_tokens(draw):
     return table, draw(st.integers(0, states - 1)), token_bytes, torch.tensor([len(t) for t in tokens])
 
 
-@pytest.mark.task("8.1")
+@pytest.mark.task("8.2")
 @given(automata_and_tokens())
 @example((torch.tensor([[DEAD] * 97 + [0] + [DEAD] * 158]), 0, torch.tensor([[97, 97], [97, 0], [0, 0]]), torch.tensor([2, 1, 0])))
 def test_every_token_ends_where_its_bytes_lead(case):
@@ -226,3 +225,25 @@ def test_end_of_sequence_only_where_the_pattern_may_end_and_never_an_unknown_id(
     assert allowed == [ord("a"), 256, 257], f"after 'ab' the pattern may end (EOS 257) or go on with 'a'/'ab': got {allowed}"
     after_a = index.next_state(start, ord("a"))
     assert 257 not in index.allowed(after_a).nonzero().flatten().tolist(), "after 'a' alone the pattern may not end: no EOS"
+
+
+@pytest.mark.task("8.2")
+def test_each_states_mask_is_computed_once_and_kept_one_bit_per_token():
+    vocabulary = byte_vocabulary([b"ab"])  # 256 bytes, "ab" (256), EOS (257)
+    index = TokenIndex(compile_regex("(ab|c)+"), vocabulary)
+    fresh = TokenIndex(index.dfa, vocabulary)
+    state, seen = index.dfa.initial, []
+    for token in [ord("a"), ord("b"), 256, ord("c"), 256, ord("a"), ord("b"), ord("c")]:
+        for _ in range(3):
+            mask = index.mask(state)
+            assert torch.equal(mask, fresh.allowed(state)), f"mask(state {state}) must equal allowed(state {state})"
+        seen += [state] if state not in seen else []
+        assert index.mask_builds == len(seen), (
+            f"states {seen} have been asked for (each several times): mask_builds must be {len(seen)} (one computation "
+            f"per state, then the kept mask), got {index.mask_builds}")
+        state = index.next_state(state, token)
+    assert index.built_states == len(seen), f"{len(seen)} states' masks are kept, built_states says {index.built_states}"
+    held = index.nbytes - index.dfa.next_state.nbytes - index.dfa.accepting.nbytes
+    assert held <= len(seen) * -(-index.size // 8), (
+        f"{len(seen)} masks of {index.size} tokens kept one bit per token take at most {len(seen) * -(-index.size // 8)} "
+        f"bytes, they take {held}")

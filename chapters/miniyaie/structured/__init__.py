@@ -1,7 +1,8 @@
 """Chapter 8: structured output — constrained decoding from a regex or a JSON schema, and jump-forward."""
 
 from miniyaie.structured.constraints import Constraints
-from miniyaie.structured.fsm import DEAD, ByteDFA, PatternError, compile_regex
+from miniyaie.structured.char_automaton import CharDFA
+from miniyaie.structured.fsm import DEAD, UTF8_SEQUENCES, ByteDFA, PatternError, compile_regex, live_states, spell_in_utf8
 from miniyaie.structured.guide import JSON_OBJECT, Guide, IndexCache, pattern_of
 from miniyaie.structured.json_schema import json_object_regex, object_regex, schema_to_regex
 from miniyaie.structured.limits import CompileCancelled, Limits
@@ -9,7 +10,8 @@ from miniyaie.structured.token_index import TokenIndex, walk_vocabulary
 from miniyaie.structured.vocabulary import Vocabulary
 
 __all__ = [
-    "Constraints", "DEAD", "ByteDFA", "PatternError", "compile_regex", "JSON_OBJECT", "Guide", "IndexCache",
+    "Constraints", "DEAD", "UTF8_SEQUENCES", "ByteDFA", "CharDFA", "PatternError", "compile_regex", "live_states",
+    "spell_in_utf8", "JSON_OBJECT", "Guide", "IndexCache",
     "pattern_of", "json_object_regex", "object_regex", "schema_to_regex", "TokenIndex", "walk_vocabulary",
     "Vocabulary", "CompileCancelled", "Limits",
 ]

@@ -183,15 +183,19 @@ class Guide:
 
     # ANCHOR: forced_tokens
     def forced_tokens(self) -> list[int]:
-        """Tokens for the bytes the pattern forces from here, each the longest vocabulary token that fits.
+        """The tokens that write what the pattern forces from here, and the guide moved over them.
 
-        The forced bytes: while the current DFA state allows exactly one byte
-        and may not end (`ByteDFA.forced_byte`), that byte, and on from the
-        state it leads to. They are cut into tokens greedily: at each point the
-        longest token of the vocabulary whose bytes start the rest. Advances
-        the guide over the tokens it returns; returns [] when nothing is forced.
+        The forced text: the bytes that follow with no choice, each the only byte
+        `ByteDFA.forced_byte` allows (the pattern may not end there), up to the first state
+        with a choice or where the pattern may end. The tokens: the longest vocabulary token
+        whose bytes begin the forced text, then the longest that begins the rest, and so on;
+        where no token begins the rest, no more tokens (the model writes the rest). The guide
+        then stands after the returned tokens' bytes, as if it had `advance`d over them.
+        Returns [] (the guide unmoved) when nothing is forced or no token fits.
+        Examples (tests): '{"name":"' with tokens '{"', 'name', '":', 'name":"' is ['{"', 'name":"'];
+        'abcdab' forced with tokens 'ab', 'c' and no 'd' is ['ab', 'c'], the guide after 'abc'.
         """
-        # Idea: first find the bytes the model has no choice about, then cut them into tokens.
+        # Idea: where does the guide stand when the vocabulary cannot write all of the forced text?
         # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
         # TODO(Task 8.4): Jump-forward. Replace this line with your code.
         raise NotImplementedError('Chapter 8, Task 4: Jump-forward — see book/src/ch08_structured_output.md')

@@ -33,10 +33,10 @@ def walk_vocabulary(next_state: torch.Tensor, state: int, token_bytes: torch.Ten
     A token of length 0 (a special token) leads nowhere: DEAD. A token may end
     between two bytes of one character: that is a state like any other.
     """
-    # Idea: walk all V tokens together, one byte position at a time, and drop a token as soon as it dies or ends.
-    # Stuck? `miniyaie hint 8.1` prints hints, one level at a time.
-    # TODO(Task 8.1): The token index. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 1: The token index — see book/src/ch08_structured_output.md')
+    # Idea: 49,152 tokens from every state reached: decide what Python loops over and what one tensor operation does.
+    # Stuck? `miniyaie hint 8.2` prints hints, one level at a time.
+    # TODO(Task 8.2): The token index. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 2: The token index — see book/src/ch08_structured_output.md')
 # ANCHOR_END: walk_vocabulary
 
 
@@ -51,6 +51,7 @@ class TokenIndex:
         self._lock = threading.Lock()  # masks are built from the engine thread and from request workers
         self.build_seconds = 0.0  # time spent walking the vocabulary, over all states built so far
         self.compile_seconds = 0.0  # regex -> byte DFA (set by IndexCache, which compiles it)
+        self.mask_builds = 0  # masks computed (by allowed) so far: one per state, however often it is asked for
 
     # ANCHOR: allowed
     def allowed(self, state: int) -> torch.Tensor:
@@ -63,8 +64,8 @@ class TokenIndex:
         """
         # Idea: the walk says which tokens keep the pattern alive; the end of the text is a token too.
         # Stuck? `miniyaie hint 8.2` prints hints, one level at a time.
-        # TODO(Task 8.2): Allowed tokens, end of text included. Replace this line with your code.
-        raise NotImplementedError('Chapter 8, Task 2: Allowed tokens, end of text included — see book/src/ch08_structured_output.md')
+        # TODO(Task 8.2): The token index. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 2: The token index — see book/src/ch08_structured_output.md')
     # ANCHOR_END: allowed
 
     def ends(self, state: int) -> torch.Tensor:
@@ -76,15 +77,22 @@ class TokenIndex:
         finally:
             self.build_seconds += time.perf_counter() - started
 
+    # ANCHOR: mask
     def mask(self, state: int) -> torch.Tensor:
-        """allowed(state), built once per state and kept packed (one bit per token): what decoding reads."""
-        packed = self._masks.get(state)
-        if packed is None:
-            with _OneThread():
-                packed = _pack(self.allowed(state))
-            with self._lock:
-                self._masks.setdefault(state, packed)
-        return _unpack(packed, self.size)
+        """allowed(state), what decoding reads at every step: computed once per state, then remembered.
+
+        Each state's mask is computed (by `allowed`) the first time it is asked for, and
+        `self.mask_builds` counts those computations: asking again for a state already built
+        computes nothing. It is kept packed, one bit per token, in `self._masks` (state ->
+        `_pack(mask)`; `_unpack(packed, self.size)` gives it back), which `nbytes` and
+        `built_states` read and a compile process ships. Safe to call from several threads (the
+        engine thread and request workers): a state's mask is kept once.
+        """
+        # Idea: where is a state's mask remembered, and what happens when two threads build the same one?
+        # Stuck? `miniyaie hint 8.2` prints hints, one level at a time.
+        # TODO(Task 8.2): The token index. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 2: The token index — see book/src/ch08_structured_output.md')
+    # ANCHOR_END: mask
 
     @property
     def built_states(self) -> int:

@@ -183,23 +183,28 @@ class Guide:
 
     # ANCHOR: forced_tokens
     def forced_tokens(self) -> list[int]:
-        """Tokens for the bytes the pattern forces from here, each the longest vocabulary token that fits.
+        """The tokens that write what the pattern forces from here, and the guide moved over them.
 
-        The forced bytes: while the current DFA state allows exactly one byte
-        and may not end (`ByteDFA.forced_byte`), that byte, and on from the
-        state it leads to. They are cut into tokens greedily: at each point the
-        longest token of the vocabulary whose bytes start the rest. Advances
-        the guide over the tokens it returns; returns [] when nothing is forced.
+        The forced text: the bytes that follow with no choice, each the only byte
+        `ByteDFA.forced_byte` allows (the pattern may not end there), up to the first state
+        with a choice or where the pattern may end. The tokens: the longest vocabulary token
+        whose bytes begin the forced text, then the longest that begins the rest, and so on;
+        where no token begins the rest, no more tokens (the model writes the rest). The guide
+        then stands after the returned tokens' bytes, as if it had `advance`d over them.
+        Returns [] (the guide unmoved) when nothing is forced or no token fits.
+        Examples (tests): '{"name":"' with tokens '{"', 'name', '":', 'name":"' is ['{"', 'name":"'];
+        'abcdab' forced with tokens 'ab', 'c' and no 'd' is ['ab', 'c'], the guide after 'abc'.
         """
-        # Nudge: first find the bytes the model has no choice about, then cut them into tokens.
-        # Hint 1: The forced text is a path in the byte DFA with no branches: follow
-        #   forced_byte until it returns None. Any split into vocabulary tokens writes the same
-        #   bytes; the longest-first rule writes fewest tokens. Every token you return must
-        #   also move the guide (self.advance), so its state is right for the next mask.
+        # Nudge: where does the guide stand when the vocabulary cannot write all of the forced text?
+        # Hint 1: The forced text is a path in the byte DFA with no branches. Any split into
+        #   vocabulary tokens writes the same bytes; the longest-first rule writes fewest tokens.
+        #   The guide's state must follow the tokens, not the forced bytes: a byte no token can
+        #   write ends the jump there, and nothing after it is written (the model needs the
+        #   state before it to choose).
         # Hint 2: Collect forced bytes: b = dfa.forced_byte(s); while b is not None: append it,
         #   s = dfa.next_state[s, b]. Then with self._token_of_bytes() (bytes -> id), repeatedly
         #   take the longest prefix of the remaining bytes that is a token (try lengths from the
-        #   longest down); advance over it; stop if no prefix is a token.
+        #   longest token's length down); advance over it; stop if no prefix is a token.
         # Hint 3:
         #   forced = bytearray(); s = self.state
         #   while (b := dfa.forced_byte(s)) is not None: forced.append(b); s = int(dfa.next_state[s, b])

@@ -33,7 +33,7 @@ def walk_vocabulary(next_state: torch.Tensor, state: int, token_bytes: torch.Ten
     A token of length 0 (a special token) leads nowhere: DEAD. A token may end
     between two bytes of one character: that is a state like any other.
     """
-    # Nudge: walk all V tokens together, one byte position at a time, and drop a token as soon as it dies or ends.
+    # Nudge: 49,152 tokens from every state reached: decide what Python loops over and what one tensor operation does.
     # Hint 1: Token i is allowed from `state` if reading its bytes one by one through the DFA
     #   never hits DEAD; where it ends is the state after its last byte. Walking the
     #   vocabulary token by token in Python is V x L steps of the interpreter (49,152 tokens
@@ -50,7 +50,7 @@ def walk_vocabulary(next_state: torch.Tensor, state: int, token_bytes: torch.Ten
     #       ids, nxt = ids[alive], nxt[alive]; done = lengths[ids] == j + 1
     #       ends[ids[done]] = nxt[done]; ids, current = ids[~done], nxt[~done]
     #   return ends
-    # BEGIN SOLUTION 8.1: The token index
+    # BEGIN SOLUTION 8.2: The token index
     ends = torch.full((token_bytes.shape[0],), DEAD, dtype=torch.int64)
     ids = (lengths > 0).nonzero().flatten()
     current = torch.full((len(ids),), state, dtype=torch.int64)
@@ -79,6 +79,7 @@ class TokenIndex:
         self._lock = threading.Lock()  # masks are built from the engine thread and from request workers
         self.build_seconds = 0.0  # time spent walking the vocabulary, over all states built so far
         self.compile_seconds = 0.0  # regex -> byte DFA (set by IndexCache, which compiles it)
+        self.mask_builds = 0  # masks computed (by allowed) so far: one per state, however often it is asked for
 
     # ANCHOR: allowed
     def allowed(self, state: int) -> torch.Tensor:
@@ -90,10 +91,10 @@ class TokenIndex:
         special tokens) are never allowed.
         """
         # Nudge: the walk says which tokens keep the pattern alive; the end of the text is a token too.
-        # Hint 1: The walk of Task 8.1 gives each token's end state; alive means not DEAD. The
+        # Hint 1: The walk (walk_vocabulary) gives each token's end state; alive means not DEAD. The
         #   mask must cover the model's whole vocabulary (self.size), which may be longer than
         #   the tokenizer's. End-of-sequence tokens have no bytes: their rule is the DFA's
-        #   accepting flag for this state. (The caller, `mask`, keeps each state's result.)
+        #   accepting flag for this state. (`mask`, below, keeps each state's result.)
         # Hint 2: ends = self.ends(state) (the walk); mask = zeros(self.size, bool);
         #   mask[:len(ends)] = ends != DEAD; for every id in self.vocabulary.eos_token_ids,
         #   mask[id] = self.dfa.accepting[state].
@@ -102,7 +103,7 @@ class TokenIndex:
         #   mask = zeros(size, bool); mask[: len(ends)] = ends != DEAD
         #   for eos in vocabulary.eos_token_ids: mask[eos] = bool(dfa.accepting[state])
         #   return mask
-        # BEGIN SOLUTION 8.2: Allowed tokens, end of text included
+        # BEGIN SOLUTION 8.2: The token index
         ends = self.ends(state)
         mask = torch.zeros(self.size, dtype=torch.bool)
         mask[: len(ends)] = ends != DEAD
@@ -121,15 +122,42 @@ class TokenIndex:
         finally:
             self.build_seconds += time.perf_counter() - started
 
+    # ANCHOR: mask
     def mask(self, state: int) -> torch.Tensor:
-        """allowed(state), built once per state and kept packed (one bit per token): what decoding reads."""
+        """allowed(state), what decoding reads at every step: computed once per state, then remembered.
+
+        Each state's mask is computed (by `allowed`) the first time it is asked for, and
+        `self.mask_builds` counts those computations: asking again for a state already built
+        computes nothing. It is kept packed, one bit per token, in `self._masks` (state ->
+        `_pack(mask)`; `_unpack(packed, self.size)` gives it back), which `nbytes` and
+        `built_states` read and a compile process ships. Safe to call from several threads (the
+        engine thread and request workers): a state's mask is kept once.
+        """
+        # Nudge: where is a state's mask remembered, and what happens when two threads build the same one?
+        # Hint 1: Decoding asks for the mask of the current state at every step and comes back
+        #   to the same states again and again (a JSON key, a string's body): compute each once.
+        #   Keep it packed (6 KB a state for 49,152 tokens, not a 49 KB bool tensor). The walk is
+        #   slow: do not hold the lock while it runs; if two threads race, keep the first result.
+        # Hint 2: Look the state up in self._masks. If it is missing: compute allowed(state) on one
+        #   thread (_OneThread), pack it, count it in mask_builds, and store it under the lock
+        #   unless another thread stored one meanwhile. Return the stored mask unpacked.
+        # Hint 3:
+        #   packed = self._masks.get(state)
+        #   if packed is None:
+        #       with _OneThread(): packed = _pack(self.allowed(state))
+        #       with self._lock: self.mask_builds += 1; packed = self._masks.setdefault(state, packed)
+        #   return _unpack(packed, self.size)
+        # BEGIN SOLUTION 8.2: The token index
         packed = self._masks.get(state)
         if packed is None:
             with _OneThread():
                 packed = _pack(self.allowed(state))
             with self._lock:
-                self._masks.setdefault(state, packed)
+                self.mask_builds += 1
+                packed = self._masks.setdefault(state, packed)
         return _unpack(packed, self.size)
+        # END SOLUTION
+    # ANCHOR_END: mask
 
     @property
     def built_states(self) -> int:
