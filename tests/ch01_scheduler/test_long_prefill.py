@@ -1,4 +1,4 @@
-"""Task 1.8: a long prefill shares the step with the requests that arrive behind it."""
+"""Task 1.7: a long prefill shares the step with the requests that arrive behind it."""
 
 import itertools
 
@@ -27,7 +27,7 @@ def tokens(out) -> dict[str, int]:
     return {c.request.request_id: c.num_tokens for c in out.chunks}
 
 
-@pytest.mark.task("1.8")
+@pytest.mark.task("1.7")
 def test_a_long_prompt_alone_still_fills_the_step():
     s, driver = bounded(budget=16, threshold=4)
     long = request(100)
@@ -40,7 +40,7 @@ def test_a_long_prompt_alone_still_fills_the_step():
     assert s.stats()["num_long_prefills_held"] == 0, "a long prefill alone is not held back"
 
 
-@pytest.mark.task("1.8")
+@pytest.mark.task("1.7")
 def test_a_short_request_is_not_starved_by_a_long_prefill():
     s, driver = bounded(budget=16, threshold=4)
     long, short = request(100), request(3)
@@ -59,7 +59,7 @@ def test_a_short_request_is_not_starved_by_a_long_prefill():
     assert long.output_token_ids == reference_output(long.prompt_token_ids, 3)
 
 
-@pytest.mark.task("1.8")
+@pytest.mark.task("1.7")
 def test_decodes_behind_a_long_prefill_keep_their_pace():
     s, driver = bounded(budget=16, threshold=4)
     decoders = [request(2, max_tokens=30) for _ in range(3)]
@@ -78,7 +78,7 @@ def test_decodes_behind_a_long_prefill_keep_their_pace():
         assert got[long.request_id] == 16 - 3, "the long prefill takes the rest of the budget"
 
 
-@pytest.mark.task("1.8")
+@pytest.mark.task("1.7")
 @pytest.mark.parametrize("max_long", [1, 2])
 def test_at_most_max_long_partial_prefills_long_prompts_take_tokens(max_long):
     s, driver = bounded(budget=40, threshold=4, max_long=max_long)
@@ -119,7 +119,7 @@ arrivals = st.lists(
 )
 
 
-@pytest.mark.task("1.8")
+@pytest.mark.task("1.7")
 @settings(max_examples=60, deadline=None)
 @given(
     budget=st.integers(1, 24), threshold=st.integers(1, 12), max_long=st.integers(1, 3), requests=arrivals,

@@ -248,7 +248,7 @@ def test_lpm_admits_longest_cached_prefix_first(prefix_lens, seqs):
     assert [r for r in ties if r in admitted] == ties[: len([r for r in ties if r in admitted])], "ties keep arrival order"
 
 
-@pytest.mark.task("1.7")
+@pytest.mark.task("1.5")
 @given(abort_when=st.integers(0, 6), which=st.integers(0, 2))
 @example(abort_when=0, which=2)  # abort a request that is still waiting
 def test_abort_returns_all_memory(abort_when, which):
@@ -263,11 +263,15 @@ def test_abort_returns_all_memory(abort_when, which):
     was_unfinished = not victim.is_finished
     assert (s.abort(victim.request_id) is victim) == was_unfinished
     if was_unfinished:
-        assert victim.finish_reason is FinishReason.ABORT
-    assert victim not in s.waiting and victim not in s.running
+        assert victim.finish_reason is FinishReason.ABORT and victim.status is RequestStatus.FINISHED, (
+            f"an aborted request is FINISHED with reason ABORT, got {victim.status} and {victim.finish_reason}"
+        )
+    assert victim not in s.waiting and victim not in s.running, "an aborted request is in neither queue"
+    assert s.abort(victim.request_id) is None, "aborting a finished request again returns None"
     driver.run_to_completion(max_steps=200)
     assert s.memory.num_used_tokens == 0
     assert s.abort("no-such-request") is None
+    s.add_request(Request(victim.request_id, [1], 1))  # raises if the aborted request's id is still known
 
 
 @pytest.mark.task("1.2")

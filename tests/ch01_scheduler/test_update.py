@@ -89,6 +89,21 @@ def test_a_request_stops_after_max_tokens(max_tokens, prompt_len):
 
 
 @pytest.mark.task("1.3")
+@pytest.mark.parametrize("max_tokens", [1, 2])
+def test_an_end_of_sequence_token_that_is_also_the_last_allowed_one_is_a_stop(max_tokens):
+    r = request(3, max_tokens=max_tokens)
+    s, out = admitted(r)
+    finished = s.update(out, {r.request_id: 9} if max_tokens > 1 else {r.request_id: EOS})
+    if max_tokens > 1:
+        finished = s.update(decode_step(r), {r.request_id: EOS})
+    assert finished == [r] and len(r.output_token_ids) == max_tokens
+    assert r.finish_reason is FinishReason.STOP, (
+        f"the model ended the text with its end-of-sequence token at the last allowed position: finish_reason "
+        f"{r.finish_reason}, expected STOP (an end-of-sequence token is checked before max_tokens)"
+    )
+
+
+@pytest.mark.task("1.3")
 def test_requests_finishing_together_come_back_in_chunk_order():
     a, b, c = request(2, max_tokens=1), request(2, max_tokens=3), request(2, max_tokens=1)
     s, out = admitted(a, b, c)

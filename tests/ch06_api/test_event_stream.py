@@ -1,4 +1,4 @@
-"""Task 6.8's event_stream and count_unfinished on their own, without a server: events, an engine error, a client gone."""
+"""Task 6.7's event_stream and count_unfinished on their own, without a server: events, an engine error, a client gone."""
 
 import asyncio
 
@@ -63,7 +63,7 @@ def events_of(items, take=None):
     return asyncio.run(run())
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_every_chunk_becomes_an_event_then_done():
     items = EngineItems(DELTAS + [RESULT])
     events, timer = events_of(items)
@@ -73,7 +73,7 @@ def test_every_chunk_becomes_an_event_then_done():
     assert timer.finished, "every item goes past the request's clock (observe), the result included"
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_an_engine_error_mid_stream_is_one_error_event_then_done():
     failure = RequestFailedError("the engine step failed: boom")
     items = EngineItems([DELTAS[0], failure])
@@ -88,7 +88,7 @@ def test_an_engine_error_mid_stream_is_one_error_event_then_done():
     assert items.closed_in_time, "the engine stream is closed after an error too"
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_a_client_that_leaves_early_closes_the_engine_stream():
     items = EngineItems(DELTAS + [RESULT])
     events, _ = events_of(items, take=1)
@@ -136,7 +136,7 @@ def wrapped(events, finishes: bool, take=None):
 EVENTS = ["data: 1\n\n", "data: 2\n\n", "data: [DONE]\n\n"]
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_a_finished_stream_passes_every_event_and_is_not_counted_as_aborted():
     read, error, closed, aborted = wrapped(EVENTS, finishes=True)
     assert read == EVENTS and error is None
@@ -144,7 +144,7 @@ def test_a_finished_stream_passes_every_event_and_is_not_counted_as_aborted():
     assert aborted == 0, "a stream whose request finished is not an aborted one"
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_a_stream_closed_early_closes_the_one_inside_and_counts_as_aborted():
     read, _, closed, aborted = wrapped(EVENTS, finishes=True, take=1)
     assert read == EVENTS[:1]
@@ -153,7 +153,7 @@ def test_a_stream_closed_early_closes_the_one_inside_and_counts_as_aborted():
     assert aborted == 1, "a stream closed before its request finished counts once in miniyaie_aborted_streams"
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_a_failing_stream_raises_on_and_counts_as_aborted():
     boom = RuntimeError("boom")
     read, error, closed, aborted = wrapped([EVENTS[0], boom], finishes=False)

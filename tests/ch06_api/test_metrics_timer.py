@@ -68,7 +68,7 @@ def test_the_end_is_observed_once_per_request_with_its_tokens():
     assert not first.finished
     first.on_finish(result_of(5, 3, 4), now=12.0)  # n = 2: one request, one end
     second.on_finish(result_of(2, 1), now=20.5)
-    assert first.finished and second.finished, "on_finish marks the timer finished (Task 6.8 reads it)"
+    assert first.finished and second.finished, "on_finish marks the timer finished (Task 6.7 reads it)"
     assert histogram(metrics, "miniyaie_e2e_request_latency_seconds") == (2, 2.5)
     assert metrics.registry.get_sample_value("miniyaie_prompt_tokens_total") == 5 + 2, "prompt tokens once per request"
     assert metrics.registry.get_sample_value("miniyaie_generation_tokens_total") == 3 + 4 + 1, (

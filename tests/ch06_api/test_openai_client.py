@@ -84,7 +84,7 @@ def test_max_tokens_must_fit_the_context_left_by_the_prompt(served, client):
     assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length"
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_streamed_chat_reassembles_to_the_non_streamed_text(served, client):
     whole = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=10, temperature=0,
                                            extra_body={"ignore_eos": True})
@@ -97,7 +97,7 @@ def test_streamed_chat_reassembles_to_the_non_streamed_text(served, client):
     assert len({c.id for c in chunks}) == 1
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_streamed_completion_reassembles_to_the_non_streamed_text(served, client):
     whole = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0, extra_body={"ignore_eos": True})
     chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0, stream=True,

@@ -109,7 +109,7 @@ def test_chat_logprobs_arrive_for_every_token(served, client):
     assert (reply.usage.completion_tokens, reply.usage.total_tokens) == (4, reply.usage.prompt_tokens + 4)
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_streamed_logprobs_and_usage_arrive(served, client):
     chunks = list(client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=4, temperature=0, stream=True,

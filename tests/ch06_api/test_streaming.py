@@ -34,7 +34,7 @@ def test_text_travels_as_itself_and_a_string_payload_is_sent_as_is():
     assert sse_event("[DONE]") == "data: [DONE]\n\n", "a string payload is sent as it is, not JSON-quoted"
 
 
-@pytest.mark.task("6.8")  # events on the wire need the stream of Task 6.8
+@pytest.mark.task("6.7")  # events on the wire need the stream of Task 6.7
 def test_the_wire_carries_sse_events_ending_with_done(served):
     _, server = served
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 5, "stream": True,
@@ -61,7 +61,7 @@ def sample(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-@pytest.mark.task("6.8")  # through the server: needs Tasks 6.1-6.8
+@pytest.mark.task("6.7")  # through the server: needs Tasks 6.1-6.7
 def test_metrics_count_requests_tokens_and_latencies(served):
     engine, server = served
     wait_until_idle(engine)
@@ -94,7 +94,7 @@ def test_metrics_count_requests_tokens_and_latencies(served):
         assert any(key[0] == name for key in after), name
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_a_client_that_disconnects_mid_stream_aborts_its_request(served):
     engine, server = served
     wait_until_idle(engine)
@@ -115,7 +115,7 @@ def test_a_client_that_disconnects_mid_stream_aborts_its_request(served):
     assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
 
 
-@pytest.mark.task("6.8")
+@pytest.mark.task("6.7")
 def test_closing_the_event_stream_aborts_the_engine_request(served):
     """However the server stops reading (cancel or close), the engine request must end and free its blocks."""
     import asyncio

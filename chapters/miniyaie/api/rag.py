@@ -59,15 +59,22 @@ def split_passages(source: str, text: str, max_words: int = 120) -> list[Passage
     return passages
 
 
+# ANCHOR: bm25
 class Retriever:
     """BM25 over passages: `search(query, k)` returns the k best (score > 0), best first."""
 
     def __init__(self, passages: list[Passage], k1: float = 1.5, b: float = 0.75):
+        """Index `passages` (their terms are `tokenize(text)`) once, for many searches.
+
+        Keeps `passages` (a list, in the order given), `k1` and `b`. Whatever
+        else it keeps is the index `score` reads: a score must not tokenize or
+        scan a passage's text again.
+        """
         self.passages, self.k1, self.b = list(passages), k1, b
-        self.term_counts = [Counter(tokenize(p.text)) for p in self.passages]
-        self.lengths = [sum(c.values()) for c in self.term_counts]
-        self.average_length = sum(self.lengths) / len(self.lengths) if self.lengths else 0.0
-        self.document_frequency = Counter(term for counts in self.term_counts for term in counts)
+        # Idea: a score is called for every passage of every query: keep what it needs, counted once.
+        # Stuck? `miniyaie hint 6.8` prints hints, one level at a time.
+        # TODO(Task 6.8): A BM25 index and its score. Replace this line with your code.
+        raise NotImplementedError('Chapter 6, Task 8: A BM25 index and its score — see book/src/ch06_api.md')
 
     @classmethod
     def from_folder(cls, folder: str | Path, **kwargs) -> Retriever:
@@ -82,18 +89,16 @@ class Retriever:
             raise FileNotFoundError(f"--rag: no .md or .txt text under {folder}")
         return cls(passages, **kwargs)
 
-    # ANCHOR: bm25
     def score(self, query_terms: list[str], index: int) -> float:
-        """BM25 score of passage `index` for the query's terms (each distinct term counted once).
+        """The BM25 score (the page's formula, with this retriever's k1 and b) of passage `index` for a query.
 
-        idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))      N passages, df(t) of them contain t
-        score  = sum over terms t:  idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average_length))
-        where tf is how often t occurs in the passage and length its number of terms.
+        A term the query repeats counts once; a term the passage lacks adds
+        nothing; a passage sharing no term with the query scores 0.
         """
         # Idea: rare terms weigh more, repeats saturate, long passages are discounted.
-        # Stuck? `miniyaie hint 6.9` prints hints, one level at a time.
-        # TODO(Task 6.9): BM25 scoring. Replace this line with your code.
-        raise NotImplementedError('Chapter 6, Task 9: BM25 scoring — see book/src/ch06_api.md')
+        # Stuck? `miniyaie hint 6.8` prints hints, one level at a time.
+        # TODO(Task 6.8): A BM25 index and its score. Replace this line with your code.
+        raise NotImplementedError('Chapter 6, Task 8: A BM25 index and its score — see book/src/ch06_api.md')
     # ANCHOR_END: bm25
 
     def search(self, query: str, k: int = 3) -> list[tuple[float, Passage]]:

@@ -22,8 +22,8 @@ def sse_event(payload: dict | str) -> str:
     """
     # Idea: an event is one line of data and an empty line; JSON can keep any dict on one line.
     # Stuck? `miniyaie hint 6.7` prints hints, one level at a time.
-    # TODO(Task 6.7): Server-sent events. Replace this line with your code.
-    raise NotImplementedError('Chapter 6, Task 7: Server-sent events — see book/src/ch06_api.md')
+    # TODO(Task 6.7): Stream server-sent events, abort on disconnect. Replace this line with your code.
+    raise NotImplementedError('Chapter 6, Task 7: Stream server-sent events, abort on disconnect — see book/src/ch06_api.md')
 # ANCHOR_END: sse_event
 
 

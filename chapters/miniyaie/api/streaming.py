@@ -98,9 +98,9 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     if it is still running.
     """
     # Idea: once streaming, errors travel as events, and however it ends the engine stream is closed.
-    # Stuck? `miniyaie hint 6.8` prints hints, one level at a time.
-    # TODO(Task 6.8): Stream chunks, abort on disconnect. Replace these lines with your code.
-    raise NotImplementedError('Chapter 6, Task 8: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
+    # Stuck? `miniyaie hint 6.7` prints hints, one level at a time.
+    # TODO(Task 6.7): Stream server-sent events, abort on disconnect. Replace these lines with your code.
+    raise NotImplementedError('Chapter 6, Task 7: Stream server-sent events, abort on disconnect — see book/src/ch06_api.md')
     yield  # never runs: it keeps this function a generator, as its callers expect
 # ANCHOR_END: event_stream
 
@@ -115,8 +115,8 @@ async def count_unfinished(events: AsyncIterator[str], timer: RequestTimer) -> A
     An exception from `events` goes on up.
     """
     # Idea: an async generator closed from outside runs only its finally; the one inside must be closed by hand.
-    # Stuck? `miniyaie hint 6.8` prints hints, one level at a time.
-    # TODO(Task 6.8): Stream chunks, abort on disconnect. Replace these lines with your code.
-    raise NotImplementedError('Chapter 6, Task 8: Stream chunks, abort on disconnect — see book/src/ch06_api.md')
+    # Stuck? `miniyaie hint 6.7` prints hints, one level at a time.
+    # TODO(Task 6.7): Stream server-sent events, abort on disconnect. Replace these lines with your code.
+    raise NotImplementedError('Chapter 6, Task 7: Stream server-sent events, abort on disconnect — see book/src/ch06_api.md')
     yield  # never runs: it keeps this function a generator, as its callers expect
 # ANCHOR_END: count_unfinished

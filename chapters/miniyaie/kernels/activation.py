@@ -16,16 +16,14 @@ def silu_and_mul_reference(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor
 def _silu_and_mul_kernel(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
     """One program = BLOCK consecutive elements of the flattened tensors.
 
-    out = silu(gate) * up elementwise, with silu(g) = g * sigmoid(g) computed in
-    float32 and rounded to out's dtype before the multiply (as torch's
-    `F.silu(gate) * up` does in bf16). Elements at or past n are not touched.
+    Writes elements [0, n) of out: silu_and_mul_reference(gate, up), within the
+    chapter's tolerance for out's dtype (kernel_cases.assert_close) in fp32,
+    fp16 and bf16. Nothing at or past n is read or written.
     """
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    ok = offsets < n
     # Idea: an elementwise kernel: load, compute in float32, round where torch rounds, store.
-    # Stuck? `miniyaie hint 4.7` prints hints, one level at a time.
-    # TODO(Task 4.7): SiLU and multiply. Replace this line with your code.
-    raise NotImplementedError('Chapter 4, Task 7: SiLU and multiply — see book/src/ch04_triton_kernels.md')
+    # Stuck? `miniyaie hint 4.5` prints hints, one level at a time.
+    # TODO(Task 4.5): The layer's elementwise kernels. Replace this line with your code.
+    raise NotImplementedError("Chapter 4, Task 5: The layer's elementwise kernels — see book/src/ch04_triton_kernels.md")
 # ANCHOR_END: silu_kernel
 
 

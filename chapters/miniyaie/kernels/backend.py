@@ -15,7 +15,7 @@ from miniyaie.model import AttentionMetadata, LayerOps
 
 # ANCHOR: triton_backend
 class TritonAttentionBackend:
-    """Store the new K/V, then one attention launch for the whole step.
+    """Chapter 0's AttentionBackend on the Triton kernels: one attention launch for a whole step.
 
     A step where every sequence brings one token (pure decode) uses the
     split-KV decode kernel; any other step (prefill, chunked prefill, or
@@ -35,31 +35,33 @@ class TritonAttentionBackend:
         """(seq_lens, query_start, max_query_len) of the step, built once and shared by every layer.
 
         seq_lens: int32 [num_seqs] on q's device; query_start: int32 [num_seqs + 1] on q's device,
-        the exclusive prefix sum of meta.query_lens (sequence s owns the packed rows
-        query_start[s] .. query_start[s + 1] - 1); max_query_len: an int. Also sets
-        self._max_seq_len (an int) for the decode kernel. All from the metadata's host lists.
+        sequence s owning the packed rows query_start[s] .. query_start[s + 1] - 1 (the last
+        entry is the number of rows); max_query_len: an int. Also sets self._max_seq_len (an
+        int) for the decode kernel. Nothing is read back from a device tensor.
         """
         if meta is not self._meta:
             # Idea: the kernels index packed rows by sequence; the sizes come from lists already on the host.
-            # Stuck? `miniyaie hint 4.9` prints hints, one level at a time.
-            # TODO(Task 4.9): One attention launch per step. Replace this line with your code.
-            raise NotImplementedError('Chapter 4, Task 9: One attention launch per step — see book/src/ch04_triton_kernels.md')
+            # Stuck? `miniyaie hint 4.7` prints hints, one level at a time.
+            # TODO(Task 4.7): One attention launch per step. Replace this line with your code.
+            raise NotImplementedError('Chapter 4, Task 7: One attention launch per step — see book/src/ch04_triton_kernels.md')
             num_kv_heads = k_cache.shape[1]
             self._num_splits = default_num_splits(len(meta.seq_lens), num_kv_heads, self._max_seq_len, decode_block_n(q.device))
             self._meta = meta
         return self._seq_lens, self._query_start, self._max_query_len
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """Chapter 0's AttentionBackend.forward: store this step's K/V (k, v) at meta.slot_mapping, then attend.
+        """Chapter 0's AttentionBackend.forward: the attention of this step's queries, as TorchAttentionBackend gives it.
 
-        Pure decode (every sequence brings one token) runs decode_attention with the step's
+        Afterwards the pool holds this step's K/V (k, v) at meta.slot_mapping. A pure decode
+        step (every sequence brings one token) is one decode_attention launch with the step's
         split count and longest context (self._num_splits, self._max_seq_len); any other step
-        runs extend_attention with the longest query. Each launch counts in self.launches.
+        is one extend_attention launch with the longest query. Each launch counts in
+        self.launches["decode"] or ["extend"].
         """
         # Idea: store first, then pick the kernel by the shape of the step.
-        # Stuck? `miniyaie hint 4.9` prints hints, one level at a time.
-        # TODO(Task 4.9): One attention launch per step. Replace this line with your code.
-        raise NotImplementedError('Chapter 4, Task 9: One attention launch per step — see book/src/ch04_triton_kernels.md')
+        # Stuck? `miniyaie hint 4.7` prints hints, one level at a time.
+        # TODO(Task 4.7): One attention launch per step. Replace this line with your code.
+        raise NotImplementedError('Chapter 4, Task 7: One attention launch per step — see book/src/ch04_triton_kernels.md')
 # ANCHOR_END: triton_backend
 
 

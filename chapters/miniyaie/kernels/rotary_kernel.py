@@ -25,14 +25,17 @@ def rotary_reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
 @triton.jit
 def _rotate_heads(x_ptr, stride_t, stride_h, token, c, s, NUM_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr,
                   HALF: tl.constexpr, HALF_PAD: tl.constexpr):
-    heads = tl.arange(0, HEADS_PAD)
-    cols = tl.arange(0, HALF_PAD)
-    ok = (heads < NUM_HEADS)[:, None] & (cols < HALF)[None, :]
-    first = x_ptr + token * stride_t + heads[:, None] * stride_h + cols[None, :]
+    """Rotate, in place, the NUM_HEADS heads of row `token` of x (q or k) as rotary_reference does.
+
+    c and s are this token's cos and sin, HALF_PAD values (valid below HALF =
+    head_dim / 2); head h starts at x_ptr + token * stride_t + h * stride_h. Within
+    the chapter's tolerance for x's dtype; padded heads and columns are neither
+    read nor written.
+    """
     # Idea: rotate pairs (i, i + HALF) of every head by this token's angles, in place.
-    # Stuck? `miniyaie hint 4.6` prints hints, one level at a time.
-    # TODO(Task 4.6): Rotary embedding in place. Replace this line with your code.
-    raise NotImplementedError('Chapter 4, Task 6: Rotary embedding in place — see book/src/ch04_triton_kernels.md')
+    # Stuck? `miniyaie hint 4.5` prints hints, one level at a time.
+    # TODO(Task 4.5): The layer's elementwise kernels. Replace this line with your code.
+    raise NotImplementedError("Chapter 4, Task 5: The layer's elementwise kernels — see book/src/ch04_triton_kernels.md")
 
 
 @triton.jit

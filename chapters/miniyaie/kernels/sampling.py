@@ -1,12 +1,11 @@
 """Sampling without sorting: temperature, top-k, top-p and min-p with caller-supplied uniforms.
 
 Every filter keeps the tokens whose probability reaches some threshold, so
-the kept set is {p >= t} for one t. The kernel finds each threshold by a
-binary search over the float bits of p (for p >= 0 the bit patterns sort
-like the values), which needs passes over the row but no sort. Then it walks
-the kept tokens in vocabulary order and returns the first whose running sum
-passes u * (kept mass): inverse-CDF sampling with the caller's u, so the
-torch reference and the kernel pick the same token for the same u.
+the kept set is {p >= t} for one t. The reference finds the thresholds by
+sorting the row; the kernel may not sort (a GPU program cannot hold a 150k
+vocabulary), and must find the same kept set. Then both draw by inverse CDF
+with the caller's u over the kept tokens in vocabulary order, so the torch
+reference and the kernel pick the same token for the same u.
 
 Definitions (both implementations):
     p = exp((logits - max) / temperature)          (unnormalised; temperature 0 = argmax)
@@ -113,9 +112,9 @@ def _sample_kernel(
         k = tl.load(top_k_ptr + row)
         top_p = tl.load(top_p_ptr + row)
         # Idea: every rule is a probability threshold; find each by bisection, keep p >= the largest.
-        # Stuck? `miniyaie hint 4.8` prints hints, one level at a time.
-        # TODO(Task 4.8): Sort-free top-k / top-p / min-p sampling. Replace this line with your code.
-        raise NotImplementedError('Chapter 4, Task 8: Sort-free top-k / top-p / min-p sampling — see book/src/ch04_triton_kernels.md')
+        # Stuck? `miniyaie hint 4.6` prints hints, one level at a time.
+        # TODO(Task 4.6): Sort-free top-k / top-p / min-p sampling. Replace this line with your code.
+        raise NotImplementedError('Chapter 4, Task 6: Sort-free top-k / top-p / min-p sampling — see book/src/ch04_triton_kernels.md')
     tl.store(out_ptr + row, chosen.to(tl.int64))
 # ANCHOR_END: sampling_kernel
 

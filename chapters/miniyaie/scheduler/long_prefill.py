@@ -45,21 +45,21 @@ class LongPrefillBound:
         self.asked: dict[str, int] = {}  # request id -> the tokens it wanted, for each long request asked about
 
     def tokens_for(self, request: Request, budget: int) -> int:
-        """The tokens `request` may take now (budget >= 1).
+        """The tokens `request` may take now (budget >= 1): at most what it lacks, and at most `budget`.
 
-        wanted = what it lacks (num_tokens - num_computed_tokens), at most
-        `budget`. A request that is not long gets wanted. A long one gets at
-        most `threshold`, or 0 when `max_long` long requests already got
-        tokens this step; num_long counts those granted tokens, and every
-        long request asked about is recorded: self.asked[request_id] = wanted.
+        A request that is not long gets all of that. A long one gets at most
+        `threshold`, and in one step only the first `max_long` long requests
+        asked about get any: the others get 0. What top_up and lift need to
+        know about the long requests asked about this step is kept in
+        self.asked and self.num_long (start_step resets them).
         """
         wanted = min(request.num_tokens - request.num_computed_tokens, budget)
         if not self.threshold or self.lifted:
-            return wanted  # no bound (Tasks 1.2 to 1.7 are graded without it), or lifted for the leftover
+            return wanted  # no bound (Tasks 1.2 to 1.6 are graded without it), or lifted for the leftover
         # Idea: the bound applies to long requests only, and to at most max_long of them a step.
-        # Stuck? `miniyaie hint 1.8` prints hints, one level at a time.
-        # TODO(Task 1.8): Long prefills share the step. Replace this line with your code.
-        raise NotImplementedError('Chapter 1, Task 8: Long prefills share the step — see book/src/ch01_scheduler.md')
+        # Stuck? `miniyaie hint 1.7` prints hints, one level at a time.
+        # TODO(Task 1.7): Long prefills share the step. Replace this line with your code.
+        raise NotImplementedError('Chapter 1, Task 7: Long prefills share the step — see book/src/ch01_scheduler.md')
 
     def top_up(self, out: SchedulerOutput, budget: int, memory: KVMemory) -> None:
         """Give `budget` (what is left of the step's) to the chunks that stop short of their request's end.
@@ -75,9 +75,9 @@ class LongPrefillBound:
         if not self.threshold or self.lifted:
             return
         # Idea: nobody else wanted the rest of the budget, so the prefills that were cut may have it.
-        # Stuck? `miniyaie hint 1.8` prints hints, one level at a time.
-        # TODO(Task 1.8): Long prefills share the step. Replace this line with your code.
-        raise NotImplementedError('Chapter 1, Task 8: Long prefills share the step — see book/src/ch01_scheduler.md')
+        # Stuck? `miniyaie hint 1.7` prints hints, one level at a time.
+        # TODO(Task 1.7): Long prefills share the step. Replace this line with your code.
+        raise NotImplementedError('Chapter 1, Task 7: Long prefills share the step — see book/src/ch01_scheduler.md')
 
     def lift(self, out: SchedulerOutput, budget: int) -> bool:
         """After top_up: True, lifting the bound for the rest of the step, when `budget` is left and a long
@@ -86,7 +86,7 @@ class LongPrefillBound:
         if not self.threshold or self.lifted or budget == 0:
             return False
         # Idea: a long prompt held back while budget goes unused is budget wasted.
-        # Stuck? `miniyaie hint 1.8` prints hints, one level at a time.
-        # TODO(Task 1.8): Long prefills share the step. Replace this line with your code.
-        raise NotImplementedError('Chapter 1, Task 8: Long prefills share the step — see book/src/ch01_scheduler.md')
+        # Stuck? `miniyaie hint 1.7` prints hints, one level at a time.
+        # TODO(Task 1.7): Long prefills share the step. Replace this line with your code.
+        raise NotImplementedError('Chapter 1, Task 7: Long prefills share the step — see book/src/ch01_scheduler.md')
 # ANCHOR_END: long_prefill_bound

@@ -78,14 +78,14 @@ class SchedulerConfig:
 def fits_with_reserve(memory: KVMemory, running: Sequence[Request], request: Request, num_new: int, ratio: float) -> bool:
     """Whether memory can take the request's chunk of num_new tokens and still keep the decode reserve.
 
-    `ratio` is SchedulerConfig.decode_reserve. With ratio == 0 that is
-    memory.can_allocate(request, num_new).
-    Otherwise the request must be able to grow by num_new + extra tokens,
-    where extra = the prompt tokens still to prefill (of every running
-    request, and of this one after this chunk) + int(ratio *
-    the output tokens still to come: max_tokens - outputs so far of every
-    running request, plus this request's max_tokens). Asked as "could
-    this request grow by that much", so every KVMemory answers it.
+    `ratio` is SchedulerConfig.decode_reserve; the reserve is the one the
+    chapter's page defines (the prompts still to prefill and `ratio` of the
+    outputs still possible). With ratio == 0 it is exactly
+    memory.can_allocate(request, num_new). Only memory.can_allocate may be
+    asked (every KVMemory answers it); nothing is allocated. Example: ratio
+    0.5, nothing running, a 4-token prompt with max_tokens 6 asks whether it
+    can grow by 4 + 3 when its chunk is the whole prompt, by 2 + 2 + 3 when
+    the chunk is 2 tokens.
     """
     # Idea: admit only if the memory could also hold what the running requests will surely need.
     # Stuck? `miniyaie hint 1.2` prints hints, one level at a time.

@@ -158,7 +158,7 @@ class RequestTimer:
         # Nudge: the end belongs to the request, like its first token.
         # Hint 1: One request, one end: whatever n was, the latency and the token counts are
         #   observed here once, from the result (it already sums its completions). `finished`
-        #   tells the stream's wrapper (Task 6.8) that the request was not cut short.
+        #   tells the stream's wrapper (Task 6.7) that the request was not cut short.
         # Hint 2: Take now from the clock when it is None; mark the timer finished; observe
         #   now - started in e2e; add result.prompt_tokens and result.completion_tokens to their
         #   counters.

@@ -59,15 +59,35 @@ def split_passages(source: str, text: str, max_words: int = 120) -> list[Passage
     return passages
 
 
+# ANCHOR: bm25
 class Retriever:
     """BM25 over passages: `search(query, k)` returns the k best (score > 0), best first."""
 
     def __init__(self, passages: list[Passage], k1: float = 1.5, b: float = 0.75):
+        """Index `passages` (their terms are `tokenize(text)`) once, for many searches.
+
+        Keeps `passages` (a list, in the order given), `k1` and `b`. Whatever
+        else it keeps is the index `score` reads: a score must not tokenize or
+        scan a passage's text again.
+        """
         self.passages, self.k1, self.b = list(passages), k1, b
+        # Nudge: a score is called for every passage of every query: keep what it needs, counted once.
+        # Hint 1: BM25 needs, per passage, how often each term occurs in it and its length; and,
+        #   over the whole collection, how many passages contain each term and the average
+        #   length. None of them depends on the query, so all of them are counted here, once.
+        # Hint 2: One Counter of terms per passage (tokenize its text); the lengths are their
+        #   totals; the average is their mean (0 with no passages); the document frequency counts
+        #   each term once per passage that contains it, not once per occurrence.
+        # Hint 3:
+        #   term_counts = [Counter(tokenize(p.text)) for p in passages]
+        #   lengths = [sum(c.values()) for c in term_counts]; average_length = mean(lengths) or 0
+        #   document_frequency = Counter(term for counts in term_counts for term in counts)
+        # BEGIN SOLUTION 6.8: A BM25 index and its score
         self.term_counts = [Counter(tokenize(p.text)) for p in self.passages]
         self.lengths = [sum(c.values()) for c in self.term_counts]
         self.average_length = sum(self.lengths) / len(self.lengths) if self.lengths else 0.0
         self.document_frequency = Counter(term for counts in self.term_counts for term in counts)
+        # END SOLUTION
 
     @classmethod
     def from_folder(cls, folder: str | Path, **kwargs) -> Retriever:
@@ -82,13 +102,11 @@ class Retriever:
             raise FileNotFoundError(f"--rag: no .md or .txt text under {folder}")
         return cls(passages, **kwargs)
 
-    # ANCHOR: bm25
     def score(self, query_terms: list[str], index: int) -> float:
-        """BM25 score of passage `index` for the query's terms (each distinct term counted once).
+        """The BM25 score (the page's formula, with this retriever's k1 and b) of passage `index` for a query.
 
-        idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))      N passages, df(t) of them contain t
-        score  = sum over terms t:  idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / average_length))
-        where tf is how often t occurs in the passage and length its number of terms.
+        A term the query repeats counts once; a term the passage lacks adds
+        nothing; a passage sharing no term with the query scores 0.
         """
         # Nudge: rare terms weigh more, repeats saturate, long passages are discounted.
         # Hint 1: The score sums one contribution per distinct query term that occurs in the
@@ -104,7 +122,7 @@ class Retriever:
         #       tf = term_counts[index].get(term, 0)
         #       if tf: df = document_frequency[term]; idf = log(1 + (N - df + 0.5) / (df + 0.5)); score += idf * tf * (k1 + 1) / (tf + norm)
         #   return score
-        # BEGIN SOLUTION 6.9: BM25 scoring
+        # BEGIN SOLUTION 6.8: A BM25 index and its score
         counts, total = self.term_counts[index], len(self.passages)
         norm = self.k1 * (1 - self.b + self.b * self.lengths[index] / self.average_length)
         score = 0.0

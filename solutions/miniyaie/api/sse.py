@@ -29,7 +29,7 @@ def sse_event(payload: dict | str) -> str:
     # Hint 3:
     #   data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     #   return f"data: {data}\n\n"
-    # BEGIN SOLUTION 6.7: Server-sent events
+    # BEGIN SOLUTION 6.7: Stream server-sent events, abort on disconnect
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     return f"data: {data}\n\n"
     # END SOLUTION

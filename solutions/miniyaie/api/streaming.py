@@ -176,7 +176,7 @@ async def event_stream(items: EngineItems, chunker: Chunker, timer: RequestTimer
     #       error = from_engine_error(exc); yield sse_event(error_body(error.status, error.message, error.param, error.code))
     #       yield sse_done()
     #   finally: await items.aclose()
-    # BEGIN SOLUTION 6.8: Stream chunks, abort on disconnect
+    # BEGIN SOLUTION 6.7: Stream server-sent events, abort on disconnect
     try:
         async for item in items:
             observe(item, timer)
@@ -217,7 +217,7 @@ async def count_unfinished(events: AsyncIterator[str], timer: RequestTimer) -> A
     #   finally:
     #       await events.aclose()
     #       if not timer.finished: timer.metrics.aborted.inc()
-    # BEGIN SOLUTION 6.8: Stream chunks, abort on disconnect
+    # BEGIN SOLUTION 6.7: Stream server-sent events, abort on disconnect
     try:
         async for event in events:
             yield event

@@ -15,7 +15,7 @@ from miniyaie.model import AttentionMetadata, LayerOps
 
 # ANCHOR: triton_backend
 class TritonAttentionBackend:
-    """Store the new K/V, then one attention launch for the whole step.
+    """Chapter 0's AttentionBackend on the Triton kernels: one attention launch for a whole step.
 
     A step where every sequence brings one token (pure decode) uses the
     split-KV decode kernel; any other step (prefill, chunked prefill, or
@@ -35,9 +35,9 @@ class TritonAttentionBackend:
         """(seq_lens, query_start, max_query_len) of the step, built once and shared by every layer.
 
         seq_lens: int32 [num_seqs] on q's device; query_start: int32 [num_seqs + 1] on q's device,
-        the exclusive prefix sum of meta.query_lens (sequence s owns the packed rows
-        query_start[s] .. query_start[s + 1] - 1); max_query_len: an int. Also sets
-        self._max_seq_len (an int) for the decode kernel. All from the metadata's host lists.
+        sequence s owning the packed rows query_start[s] .. query_start[s + 1] - 1 (the last
+        entry is the number of rows); max_query_len: an int. Also sets self._max_seq_len (an
+        int) for the decode kernel. Nothing is read back from a device tensor.
         """
         if meta is not self._meta:
             # Nudge: the kernels index packed rows by sequence; the sizes come from lists already on the host.
@@ -55,7 +55,7 @@ class TritonAttentionBackend:
             #   self._seq_lens = torch.tensor(meta.seq_lens, dtype=torch.int32, device=q.device)
             #   self._query_start = pad(query_lens.cumsum(0), (1, 0)).to(q.device, torch.int32)
             #   self._max_query_len = max(meta.query_lens); self._max_seq_len = max(meta.seq_lens)
-            # BEGIN SOLUTION 4.9: One attention launch per step
+            # BEGIN SOLUTION 4.7: One attention launch per step
             query_lens = torch.tensor(meta.query_lens, dtype=torch.int32)
             self._seq_lens = torch.tensor(meta.seq_lens, dtype=torch.int32, device=q.device)
             self._query_start = torch.nn.functional.pad(query_lens.cumsum(0), (1, 0)).to(q.device, torch.int32)
@@ -68,11 +68,13 @@ class TritonAttentionBackend:
         return self._seq_lens, self._query_start, self._max_query_len
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """Chapter 0's AttentionBackend.forward: store this step's K/V (k, v) at meta.slot_mapping, then attend.
+        """Chapter 0's AttentionBackend.forward: the attention of this step's queries, as TorchAttentionBackend gives it.
 
-        Pure decode (every sequence brings one token) runs decode_attention with the step's
+        Afterwards the pool holds this step's K/V (k, v) at meta.slot_mapping. A pure decode
+        step (every sequence brings one token) is one decode_attention launch with the step's
         split count and longest context (self._num_splits, self._max_seq_len); any other step
-        runs extend_attention with the longest query. Each launch counts in self.launches.
+        is one extend_attention launch with the longest query. Each launch counts in
+        self.launches["decode"] or ["extend"].
         """
         # Nudge: store first, then pick the kernel by the shape of the step.
         # Hint 1: Both kernels read every key, the new ones included, from the pool, so the new K/V
@@ -91,7 +93,7 @@ class TritonAttentionBackend:
         #       seq_lens, meta.block_size, scale, num_splits=self._num_splits, max_seq_len=self._max_seq_len)
         #   launches["extend"] += 1; return extend_attention(q, k_cache, v_cache, meta.block_tables, query_start, seq_lens,
         #       meta.block_size, scale, max_query_len)
-        # BEGIN SOLUTION 4.9: One attention launch per step
+        # BEGIN SOLUTION 4.7: One attention launch per step
         store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         seq_lens, query_start, max_query_len = self._step_values(meta, q, k_cache)
         if max_query_len == 1:

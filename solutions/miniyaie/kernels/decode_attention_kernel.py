@@ -160,11 +160,12 @@ def _merge_splits_kernel(
 ):
     """One program = one (sequence, query head): combine its splits' partial softmaxes.
 
-    With lse_i = log(sum of exp(scores) in split i), the exact result is
-    sum_i exp(lse_i - lse_max) * out_i / sum_i exp(lse_i - lse_max);
-    an empty split has lse = -inf and weighs 0. It reads the num_splits
-    [seq, head, split] rows of the partials (DecodePartials' layout, DIM_PAD
-    columns per output row) and writes out[seq, head, :HEAD_DIM] in out's dtype.
+    Reads the num_splits [seq, head, split] rows of the partials (DecodePartials'
+    layout: DIM_PAD float32 columns per output row, and each split's lse, -inf
+    for an empty split) and writes out[seq, head, :HEAD_DIM], in out's dtype: the
+    attention over all the sequence's tokens, as decode_attention_reference gives
+    it. It must stay finite and exact when the splits' lse lie far apart (scores
+    near +100 and -100) and whatever splits are empty (at least one never is).
     """
     seq = tl.program_id(0)
     head = tl.program_id(1)

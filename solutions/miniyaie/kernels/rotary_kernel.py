@@ -25,23 +25,35 @@ def rotary_reference(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: t
 @triton.jit
 def _rotate_heads(x_ptr, stride_t, stride_h, token, c, s, NUM_HEADS: tl.constexpr, HEADS_PAD: tl.constexpr,
                   HALF: tl.constexpr, HALF_PAD: tl.constexpr):
-    heads = tl.arange(0, HEADS_PAD)
-    cols = tl.arange(0, HALF_PAD)
-    ok = (heads < NUM_HEADS)[:, None] & (cols < HALF)[None, :]
-    first = x_ptr + token * stride_t + heads[:, None] * stride_h + cols[None, :]
+    """Rotate, in place, the NUM_HEADS heads of row `token` of x (q or k) as rotary_reference does.
+
+    c and s are this token's cos and sin, HALF_PAD values (valid below HALF =
+    head_dim / 2); head h starts at x_ptr + token * stride_t + h * stride_h. Within
+    the chapter's tolerance for x's dtype; padded heads and columns are neither
+    read nor written.
+    """
     # Nudge: rotate pairs (i, i + HALF) of every head by this token's angles, in place.
     # Hint 1: Llama's rotary embedding pairs dimension i with dimension i + HALF (not i + 1) and
     #   rotates each pair by the angle of its frequency at this token's position. Both halves
     #   must be read before either is written (in place!), in float32, and written back in x's
     #   dtype; padded heads and columns are masked.
-    # Hint 2: Load the first half of every head at `first` and the second half HALF further on,
+    # Hint 2: A [HEADS_PAD, HALF_PAD] tile covers the first halves of all heads: head h, column i
+    #   at x_ptr + token * stride_t + h * stride_h + i, valid for h < NUM_HEADS and i < HALF.
+    #   Load the first half of every head there and the second half HALF further on,
     #   both as float32. New first = x1 cos - x2 sin; new second = x2 cos + x1 sin (cos and sin
     #   broadcast over heads). Store both, masked, in x's element type.
     # Hint 3:
+    #   heads = arange(0, HEADS_PAD); cols = arange(0, HALF_PAD)
+    #   ok = (heads < NUM_HEADS)[:, None] & (cols < HALF)[None, :]
+    #   first = x_ptr + token * stride_t + heads[:, None] * stride_h + cols[None, :]
     #   x1 = load(first, mask=ok).to(float32); x2 = load(first + HALF, mask=ok).to(float32)
     #   store(first, (x1 * c[None, :] - x2 * s[None, :]).to(x dtype), mask=ok)
     #   store(first + HALF, (x2 * c[None, :] + x1 * s[None, :]).to(x dtype), mask=ok)
-    # BEGIN SOLUTION 4.6: Rotary embedding in place
+    # BEGIN SOLUTION 4.5: The layer's elementwise kernels
+    heads = tl.arange(0, HEADS_PAD)
+    cols = tl.arange(0, HALF_PAD)
+    ok = (heads < NUM_HEADS)[:, None] & (cols < HALF)[None, :]
+    first = x_ptr + token * stride_t + heads[:, None] * stride_h + cols[None, :]
     x1 = tl.load(first, mask=ok, other=0.0).to(tl.float32)
     x2 = tl.load(first + HALF, mask=ok, other=0.0).to(tl.float32)
     tl.store(first, (x1 * c[None, :] - x2 * s[None, :]).to(x_ptr.dtype.element_ty), mask=ok)

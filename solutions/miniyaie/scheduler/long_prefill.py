@@ -45,17 +45,17 @@ class LongPrefillBound:
         self.asked: dict[str, int] = {}  # request id -> the tokens it wanted, for each long request asked about
 
     def tokens_for(self, request: Request, budget: int) -> int:
-        """The tokens `request` may take now (budget >= 1).
+        """The tokens `request` may take now (budget >= 1): at most what it lacks, and at most `budget`.
 
-        wanted = what it lacks (num_tokens - num_computed_tokens), at most
-        `budget`. A request that is not long gets wanted. A long one gets at
-        most `threshold`, or 0 when `max_long` long requests already got
-        tokens this step; num_long counts those granted tokens, and every
-        long request asked about is recorded: self.asked[request_id] = wanted.
+        A request that is not long gets all of that. A long one gets at most
+        `threshold`, and in one step only the first `max_long` long requests
+        asked about get any: the others get 0. What top_up and lift need to
+        know about the long requests asked about this step is kept in
+        self.asked and self.num_long (start_step resets them).
         """
         wanted = min(request.num_tokens - request.num_computed_tokens, budget)
         if not self.threshold or self.lifted:
-            return wanted  # no bound (Tasks 1.2 to 1.7 are graded without it), or lifted for the leftover
+            return wanted  # no bound (Tasks 1.2 to 1.6 are graded without it), or lifted for the leftover
         # Nudge: the bound applies to long requests only, and to at most max_long of them a step.
         # Hint 1: A short request and a decode get all they want: the bound is there to protect
         #   them. A long request (more than threshold tokens still to compute) gets at most
@@ -71,7 +71,7 @@ class LongPrefillBound:
         #   if num_long >= max_long: return 0
         #   num_long += 1
         #   return min(wanted, threshold)
-        # BEGIN SOLUTION 1.8: Long prefills share the step
+        # BEGIN SOLUTION 1.7: Long prefills share the step
         if request.num_tokens - request.num_computed_tokens <= self.threshold:
             return wanted
         self.asked[request.request_id] = wanted
@@ -113,7 +113,7 @@ class LongPrefillBound:
         #           out.chunks[i] = ScheduledChunk(c.request, c.start, c.num_tokens + extra); budget -= extra
         #   got = {c.request.request_id: c.num_tokens for c in out.chunks}
         #   num_held += len(asked) - sum(got.get(rid) == wanted for rid, wanted in asked.items())
-        # BEGIN SOLUTION 1.8: Long prefills share the step
+        # BEGIN SOLUTION 1.7: Long prefills share the step
         for index, chunk in enumerate(out.chunks):
             request = chunk.request
             extra = min(request.num_tokens - chunk.start - chunk.num_tokens, budget)
@@ -140,7 +140,7 @@ class LongPrefillBound:
         # Hint 3:
         #   scheduled = {c.request.request_id for c in out.chunks}
         #   lifted = any(rid not in scheduled for rid in asked); return lifted
-        # BEGIN SOLUTION 1.8: Long prefills share the step
+        # BEGIN SOLUTION 1.7: Long prefills share the step
         scheduled = {chunk.request.request_id for chunk in out.chunks}
         self.lifted = any(rid not in scheduled for rid in self.asked)
         return self.lifted

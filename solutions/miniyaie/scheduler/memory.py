@@ -70,9 +70,11 @@ class TokenCountingMemory:
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
         """Whether the request can grow to hold num_computed_tokens + num_new_tokens tokens.
 
-        Only the slots it does not hold yet count against the free slots
-        (capacity - num_used_tokens); a request that already holds that
-        many (or more) always fits. Asking changes nothing.
+        True exactly when allocate(request, num_new_tokens) would succeed; a
+        request that already holds that many slots (or more) always fits.
+        Asking changes nothing. Example: capacity 10, request a holds 6; b
+        (num_computed_tokens 0) fits 4 new tokens but not 5; a, computed 6,
+        fits 4 more but not 5.
         """
         # Nudge: a request needs only the slots it does not hold yet.
         # Hint 1: Memory is a count per request id. The request must end up holding

@@ -105,7 +105,7 @@ class Scheduler:
         #   if request in waiting: waiting.remove(request)
         #   if request in running: running.remove(request)
         #   _finish(request, ABORT)
-        # BEGIN SOLUTION 1.7: Abort
+        # BEGIN SOLUTION 1.5: A request leaves early: preemption and abort
         if request in self.waiting:
             self.waiting.remove(request)
         if request in self.running:
@@ -140,14 +140,14 @@ class Scheduler:
     # ------------------------------------------------------------ one step
     # ANCHOR: schedule
     def schedule(self) -> SchedulerOutput:
-        """Decide one step: the running requests first, then admissions with the budget left.
+        """Decide one step: which requests compute which tokens, at most max_num_batched_tokens in all.
 
-        At most max_num_batched_tokens tokens in all. Running requests are
-        served first (self._schedule_running), so a request in flight always
-        progresses; waiting requests are admitted (self._admit_waiting) with
-        what is left of the budget, except in a step that preempted someone:
-        memory is tight, so the running requests drain first. Counts the step
-        in num_schedules.
+        Serving the running requests is _schedule_running's job (Task 1.4),
+        admitting waiting ones _admit_waiting's; this method shares the budget
+        between them. Its invariants: a running request is never passed over
+        for a waiting one (a request in flight always progresses), and no
+        request is admitted in a step that preempted one (memory is tight:
+        the running requests drain first). Adds one to num_schedules.
         """
         self.long_prefills.start_step()
         # Nudge: serve those in flight first; admit with what is left, unless memory just ran out.
@@ -176,19 +176,18 @@ class Scheduler:
 
     # ANCHOR: schedule_running
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> None:
-        """Give each running request, oldest first, its next tokens within `budget`; preempt the newest to make room.
+        """Schedule the running requests' next chunks into `out`, at most `budget` tokens in all.
 
-        A running request wants num_tokens - num_computed_tokens tokens (its
-        unfinished prompt, or the one token sampled last step), capped by
-        what is left of the budget and, when it is on, by the long-prefill
-        bound: self.long_prefills.tokens_for(request, budget) says how many.
-        Every scheduled chunk is allocated before it is added to `out`, and
-        no chunk is empty. When memory
-        cannot grow a request, the newest running request is preempted
-        (self._preempt) until it can; if the request itself is the newest,
-        it is preempted and the walk stops. Running requests are only asked
-        whether their chunk fits: the admission reserve (decode_reserve)
-        does not apply to them, or they could never finish.
+        A request's chunk is the tokens after its num_computed_tokens, as many
+        as self.long_prefills.tokens_for(request, budget left) grants; no
+        chunk is empty, and every chunk is allocated in memory. Older
+        requests (earlier in self.running) come first: a request gets
+        tokens only if every older one that wanted some got its grant.
+        When memory cannot hold a chunk, room is made by preemption
+        (self._preempt) of the newest running requests, never of an older
+        one; a request that is itself the newest left is preempted, and then
+        nobody after it is served. The admission reserve (decode_reserve)
+        does not apply to running requests, or they could never finish.
         """
         if not self.running:
             return  # nothing to serve yet (so Task 1.2's admission can be tried before this task is done)
@@ -254,7 +253,7 @@ class Scheduler:
         #   r.num_computed_tokens = 0; r.status = PREEMPTED
         #   r.num_preemptions += 1; self.num_preemptions += 1
         #   waiting.appendleft(r); out.preempted.append(r)
-        # BEGIN SOLUTION 1.5: Preemption by recompute
+        # BEGIN SOLUTION 1.5: A request leaves early: preemption and abort
         self.running.remove(request)
         self.memory.free(request)
         request.num_computed_tokens = 0
@@ -268,24 +267,23 @@ class Scheduler:
 
     # ANCHOR: admit_waiting
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
-        """Admit waiting requests in admission order while budget, seats and memory allow.
+        """Admit waiting requests, in the order self._admission_order() gives, within `budget`.
 
-        Admission stops (nothing is skipped) at the first request that finds
-        the budget spent, max_num_seqs requests running, or no room
-        (policy.fits_with_reserve); the one exception, a request granted 0
-        tokens by self.long_prefills.tokens_for (a long prompt held back),
-        stays waiting, untouched, and the next one is tried.
-        An admitted request starts after the prefix the memory already holds, self.memory.cached_prefix_len(request)
-        (the self.prefix_len oracle only orders the queue), but always
-        computes at least its last known token, whose logits give the next
-        token: num_computed_tokens = min(cached, num_tokens - 1), recorded in
-        request.num_cached_tokens too. Its chunk (the rest of its tokens,
-        capped by the budget: self.long_prefills.tokens_for) is allocated and
-        scheduled, and it moves from waiting to running with status RUNNING. A request
+        Admission never skips: it stops at the first request that finds the
+        budget spent, max_num_seqs requests running, or no room for its
+        chunk (policy.fits_with_reserve with config.decode_reserve). The one
+        exception: a request that self.long_prefills.tokens_for grants 0
+        tokens (a long prompt held back) stays waiting and the next is tried.
+        An admitted request is RUNNING, last in self.running, out of
+        self.waiting, and its first chunk (as many tokens as tokens_for
+        grants) is allocated and scheduled in `out`. Its chunk starts after
+        the prefix the memory already caches (self.memory.cached_prefix_len;
+        the self.prefix_len oracle only orders the queue), but it always
+        computes its last known token, whose logits give the next token;
+        request.num_cached_tokens records the tokens it skipped. A request
         that is not admitted is left exactly as it was (num_computed_tokens 0).
-        Last, what is left of the budget goes back to the long prefills the
-        bound cut (self.long_prefills.top_up), then, admitting once more with
-        the bound lifted, to the long prompts it held back (lift).
+        The code after yours hands what is left of the budget to the long
+        prefills (Task 1.7).
         """
         order = self._admission_order()
         # Nudge: admit in order until something does not fit; never skip ahead.
@@ -359,15 +357,16 @@ class Scheduler:
     def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
         """Record the step's progress and new tokens; returns the requests that finished, in chunk order.
 
-        Every chunk's request has computed chunk.num_tokens more tokens. A
+        Afterwards every chunk's request has computed its chunk's tokens. A
         chunk that reached the end of its request's known tokens
-        (samples_next_token) appends sampled[request_id] to its output; the
-        request then finishes with STOP when that token is one of its
-        eos_token_ids (unless ignore_eos), or with LENGTH when its output
-        reached max_tokens: it leaves `running`, its memory is freed and it
-        is no longer known by its id (self._finish). A chunk in the middle of
-        a prompt samples nothing. Chunks of requests aborted while the step
-        ran are skipped.
+        (samples_next_token) appends sampled[request_id] to the output; a
+        chunk in the middle of a prompt samples nothing. A request finishes
+        with STOP when its new token is one of its eos_token_ids (unless
+        ignore_eos), else with LENGTH when its output now has max_tokens
+        tokens (an end-of-sequence token that is also the last allowed one
+        is STOP); a finished request leaves `running`, holds no memory and is
+        no longer known by its id (self._finish). Chunks of requests aborted
+        while the step ran are skipped.
         """
         finished = []
         for chunk in out.chunks:
