@@ -3,7 +3,8 @@
 from miniyaie.structured.constraints import Constraints
 from miniyaie.structured.char_automaton import CharDFA
 from miniyaie.structured.fsm import DEAD, UTF8_SEQUENCES, ByteDFA, PatternError, compile_regex, live_states, spell_in_utf8
-from miniyaie.structured.guide import JSON_OBJECT, Guide, IndexCache, pattern_of
+from miniyaie.structured.guide import JSON_OBJECT, Guide, pattern_of
+from miniyaie.structured.index_cache import IndexCache
 from miniyaie.structured.json_schema import json_object_regex, object_regex, schema_to_regex
 from miniyaie.structured.limits import CompileCancelled, Limits
 from miniyaie.structured.token_index import TokenIndex, walk_vocabulary

@@ -1,6 +1,6 @@
 """Pattern compiles in a separate process, so that they do not hold the server's GIL.
 
-Compiling a pattern (regex -> byte DFA -> token index, guide.build_index)
+Compiling a pattern (regex -> byte DFA -> token index, index_cache.build_index)
 is pure Python: on a worker thread it holds the GIL, and the engine thread
 and the event loop wait for it in turns (a plain request took several
 times as long while json_object's first compile ran). A process has its
@@ -185,7 +185,7 @@ def _index_from_parts(parts: tuple, vocabulary: Vocabulary, model_vocab_size: in
 
 def _serve(conn, token_bytes, eos_token_ids, model_vocab_size: int, parent_pid: int) -> None:
     """The worker's loop: one job at a time, until the pipe closes or the server is gone."""
-    from miniyaie.structured.guide import build_index
+    from miniyaie.structured.index_cache import build_index
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server stops us
     threading.Thread(target=_exit_with, args=(parent_pid,), daemon=True).start()

@@ -18,17 +18,11 @@ stay closer to what the model would write); the text is the same.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import Counter, OrderedDict
-from collections.abc import Callable
-
-from miniyaie.structured.fsm import DEAD, PatternError, compile_regex
+from miniyaie.structured.fsm import DEAD, PatternError
 from miniyaie.structured.json_schema import json_object_regex, schema_to_regex
-from miniyaie.structured.limits import Budget, Limits, over
+from miniyaie.structured.limits import Limits, over
 from miniyaie.structured.token_index import TokenIndex
 from miniyaie.structured.trie_regex import alternation
-from miniyaie.structured.vocabulary import Vocabulary
 
 JSON_OBJECT = "json_object"  # json_schema value for OpenAI's {"type": "json_object"}
 
@@ -59,100 +53,6 @@ def pattern_of(params, limits: Limits | None = None) -> str | None:
 def keyword_of(params) -> str:
     """The request field a pattern came from, for the messages that refuse it."""
     return "guided_regex" if params.regex is not None else "guided_choice" if params.choice is not None else "json_schema"
-
-
-def build_index(pattern: str, budget: Budget, keyword: str, vocabulary: Vocabulary,
-                model_vocab_size: int) -> TokenIndex:
-    """Compile a pattern into its TokenIndex within `budget`, its first state's mask built (the slow part)."""
-    dfa = compile_regex(pattern, budget, keyword, built=keyword in ("json_schema", "guided_choice"))
-    index = TokenIndex(dfa, vocabulary, model_vocab_size)
-    budget.check()
-    if not index.mask(index.dfa.initial).any():  # the first vocabulary walk: fails fast, and is kept
-        raise PatternError(f"no token of this vocabulary can start a match of {keyword} {pattern[:80]!r}")
-    return index
-
-
-class IndexCache:
-    """Token indexes by pattern, kept within a byte budget: the least recently used go first, never one in use.
-
-    Thread-safe: request workers compile (take) while the engine thread decodes. An index is in use from
-    take(pattern) to its give_back(pattern); only indexes nobody uses are evicted.
-    """
-
-    def __init__(self, vocabulary: Vocabulary, model_vocab_size: int, limits: Limits | None = None,
-                 compiler: Callable[..., TokenIndex] | None = None):
-        """`compiler`: build_index's stand-in (a server's ProcessCompiler); None compiles on the calling thread."""
-        self.vocabulary, self.model_vocab_size = vocabulary, model_vocab_size
-        self.limits = limits or Limits()
-        self.compiler = compiler
-        self._indexes: OrderedDict[str, TokenIndex] = OrderedDict()
-        self._users: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self.evictions = 0
-        self.compiles = 0  # patterns compiled (a prepared request's start compiles nothing)
-
-    def get(self, pattern: str, budget: Budget | None = None, keyword: str = "regex") -> TokenIndex:
-        """The pattern's index, compiled within `budget` if it is not cached (not marked in use)."""
-        return self._get(pattern, budget, keyword, use=False)
-
-    def take(self, pattern: str, budget: Budget | None = None, keyword: str = "regex") -> TokenIndex:
-        """The pattern's index, marked in use until give_back(pattern): it is not evicted meanwhile."""
-        return self._get(pattern, budget, keyword, use=True)
-
-    def give_back(self, pattern: str) -> None:
-        with self._lock:
-            if self._users[pattern] > 0:
-                self._users[pattern] -= 1
-            if self._users[pattern] == 0:
-                del self._users[pattern]
-            self._evict()
-
-    def _get(self, pattern: str, budget: Budget | None, keyword: str, use: bool) -> TokenIndex:
-        with self._lock:
-            index = self._indexes.get(pattern)
-            if index is not None:
-                self._indexes.move_to_end(pattern)
-                if use:
-                    self._users[pattern] += 1
-                return index
-        index = self._compile(pattern, budget or Budget(self.limits), keyword)  # outside the lock: it is slow
-        with self._lock:
-            index = self._indexes.setdefault(pattern, index)  # another thread may have compiled it meanwhile
-            self._indexes.move_to_end(pattern)
-            if use:
-                self._users[pattern] += 1
-            self._evict()
-            return index
-
-    def _compile(self, pattern: str, budget: Budget, keyword: str) -> TokenIndex:
-        started = time.perf_counter()
-        with self._lock:
-            self.compiles += 1
-        index = (self.compiler or build_index)(pattern, budget, keyword, self.vocabulary, self.model_vocab_size)
-        index.compile_seconds = time.perf_counter() - started
-        return index
-
-    def _evict(self) -> None:
-        """Drop the least recently used indexes nobody uses until the rest fit the byte budget (lock held)."""
-        total = sum(index.nbytes for index in self._indexes.values())
-        for pattern in list(self._indexes):
-            if total <= self.limits.cache_bytes:
-                break
-            if self._users[pattern] == 0:
-                total -= self._indexes.pop(pattern).nbytes
-                self.evictions += 1
-
-    @property
-    def nbytes(self) -> int:
-        with self._lock:
-            return sum(index.nbytes for index in self._indexes.values())
-
-    def stats(self) -> dict:
-        """What /stats shows: the bytes held against the budget, the indexes kept and in use."""
-        with self._lock:
-            return {"index_cache_bytes": sum(index.nbytes for index in self._indexes.values()),
-                    "index_cache_budget_bytes": self.limits.cache_bytes, "indexes": len(self._indexes),
-                    "indexes_in_use": len(self._users), "evictions": self.evictions, "compiles": self.compiles}
 
 
 class Guide:

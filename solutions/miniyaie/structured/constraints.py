@@ -19,7 +19,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from miniyaie.structured.fsm import PatternError
-from miniyaie.structured.guide import JSON_OBJECT, Guide, IndexCache, keyword_of, pattern_of
+from miniyaie.structured.guide import JSON_OBJECT, Guide, keyword_of, pattern_of
+from miniyaie.structured.index_cache import IndexCache
 from miniyaie.structured.limits import Budget, Limits
 from miniyaie.structured.vocabulary import Vocabulary
 

@@ -1,0 +1,144 @@
+"""Task 8.6: the index cache keeps indexes within its byte budget, least recently used out first, never one in use.
+
+A stand-in compiler makes each pattern's index in no time, with a size of
+its own: pattern i weighs 2**i bytes, so the bytes the cache reports say
+exactly which indexes it holds. A state machine drives random gets, takes,
+give_backs and failing compiles, and compares every count with a model of
+the contract.
+"""
+
+import threading
+from collections import Counter
+
+import pytest
+from byte_vocabularies import byte_vocabulary
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from miniyaie.structured import IndexCache, Limits, PatternError
+
+PATTERNS = [f"p{i}" for i in range(5)]
+
+
+class FakeIndex:
+    def __init__(self, pattern: str):
+        self.pattern, self.nbytes = pattern, 2 ** int(pattern[1:])
+
+
+def fake_compiler(pattern, budget, keyword, vocabulary, model_vocab_size):
+    if pattern == "bad":
+        raise PatternError("bad is not a pattern")
+    return FakeIndex(pattern)
+
+
+class CacheMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.budget = 12  # bytes: holds p2 + p3 (4 + 8), not p4 (16) alone
+        self.cache = IndexCache(byte_vocabulary(), 300, Limits(cache_bytes=self.budget), compiler=fake_compiler)
+        self.order: list[str] = []  # the model: held patterns, least recently used first
+        self.users: Counter[str] = Counter()
+        self.compiles = self.evictions = 0
+        self.story: list[str] = []
+
+    def evict(self):
+        total = sum(2 ** int(p[1:]) for p in self.order)
+        for p in list(self.order):
+            if total <= self.budget:
+                break
+            if self.users[p] == 0:
+                self.order.remove(p)
+                total -= 2 ** int(p[1:])
+                self.evictions += 1
+
+    def use(self, pattern: str, take: bool):
+        self.story.append(f"{'take' if take else 'get'}({pattern})")
+        index = (self.cache.take if take else self.cache.get)(pattern)
+        assert isinstance(index, FakeIndex) and index.pattern == pattern, f"{self.story}: got the index of {index.pattern}"
+        compiled = pattern not in self.order
+        if compiled:
+            self.compiles += 1
+        else:
+            self.order.remove(pattern)
+        self.order.append(pattern)
+        if take:
+            self.users[pattern] += 1
+        if compiled:
+            self.evict()
+
+    @rule(pattern=st.sampled_from(PATTERNS))
+    def get(self, pattern):
+        self.use(pattern, take=False)
+
+    @rule(pattern=st.sampled_from(PATTERNS))
+    def take(self, pattern):
+        self.use(pattern, take=True)
+
+    @rule(pattern=st.sampled_from(PATTERNS))
+    def give_back(self, pattern):
+        self.story.append(f"give_back({pattern})")
+        self.cache.give_back(pattern)
+        if self.users[pattern] > 0:
+            self.users[pattern] -= 1
+        self.evict()
+
+    @rule()
+    def failing_compile(self):
+        self.story.append("get(bad)")
+        with pytest.raises(PatternError):
+            self.cache.get("bad")
+        self.compiles += 1
+
+    @invariant()
+    def counts_match_the_contract(self):
+        stats = self.cache.stats()
+        held = sum(2 ** int(p[1:]) for p in self.order)
+        assert stats["index_cache_bytes"] == held, (
+            f"after {self.story}: the cache should hold {sorted(self.order)} ({held} bytes; pattern pi weighs 2**i), "
+            f"it holds {stats['index_cache_bytes']} bytes ({[p for p in PATTERNS if stats['index_cache_bytes'] >> int(p[1:]) & 1]})")
+        assert stats["indexes"] == len(self.order), f"after {self.story}: {len(self.order)} indexes held, stats say {stats['indexes']}"
+        in_use = sum(1 for n in self.users.values() if n > 0)
+        assert stats["indexes_in_use"] == in_use, f"after {self.story}: {in_use} patterns in use, stats say {stats['indexes_in_use']}"
+        assert stats["compiles"] == self.compiles, f"after {self.story}: {self.compiles} compiles started, stats say {stats['compiles']}"
+        assert stats["evictions"] == self.evictions, f"after {self.story}: {self.evictions} evictions, stats say {stats['evictions']}"
+
+
+@pytest.mark.task("8.6")
+def test_the_cache_holds_what_the_contract_says_after_any_gets_takes_and_give_backs():
+    run_state_machine_as_test(CacheMachine, settings=settings(max_examples=150, stateful_step_count=30, deadline=None))
+
+
+@pytest.mark.task("8.6")
+def test_a_compile_holds_no_lock_and_two_compiles_of_one_pattern_keep_one_index():
+    """While one thread compiles, another is answered; two threads compiling one pattern get the same index."""
+    both_compiling = threading.Barrier(2, timeout=10)
+    answered = threading.Event()
+    waited = []
+
+    def compiler(pattern, budget, keyword, vocabulary, model_vocab_size):
+        if pattern == "p1":
+            both_compiling.wait()  # both threads are in here at once: neither holds the cache's lock
+            waited.append(answered.wait(timeout=10))
+        return FakeIndex(pattern)
+
+    cache = IndexCache(byte_vocabulary(), 300, Limits(), compiler=compiler)
+    cache.get("p0")
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.take("p1"))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    cache.get("p0")  # held: answered while p1 compiles
+    answered.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert waited == [True, True], (
+        "get('p0') (held) must be answered while p1 compiles in two threads: the compile must not hold the cache's lock")
+    assert len(results) == 2 and results[0] is results[1], "two compiles of one pattern: both return the index the cache keeps"
+    stats = cache.stats()
+    assert (stats["indexes"], stats["compiles"], stats["indexes_in_use"]) == (2, 3, 1), (
+        f"p0 and p1 held, 3 compiles started, p1 in use (taken twice): got {stats}")
+    cache.give_back("p1")
+    assert cache.stats()["indexes_in_use"] == 1, "taken twice, given back once: p1 is still in use"
+    cache.give_back("p1")
+    assert cache.stats()["indexes_in_use"] == 0, "taken twice, given back twice: p1 is no longer in use"
