@@ -96,6 +96,16 @@ def test_a_body_within_the_limit_reaches_the_app_whole_in_one_message(body, cuts
 
 
 @pytest.mark.task("6.2")
+def test_a_message_without_more_body_is_the_last_one():
+    client = Client([{"type": "http.request", "body": b'{"a": 1}'}])  # ASGI: more_body defaults to False
+    app = guarded(100, client)
+    assert app.called and app.body == b'{"a": 1}', (
+        f"an http.request without more_body ends the body (ASGI's default is False), but the app got "
+        f"{app.body!r} (called: {app.called}); the guard read on to {client.received} messages"
+    )
+
+
+@pytest.mark.task("6.2")
 @given(body=st.binary(min_size=1, max_size=60), cuts=st.lists(st.integers(0, 200), max_size=6), data=st.data())
 @example(body=b"ab", cuts=[1], data=None)
 def test_an_oversized_body_is_refused_as_soon_as_it_passes_the_limit(body, cuts, data):
