@@ -11,7 +11,7 @@ from tiny_models import save_tiny_model
 
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.engine import SamplingParams
-from miniyaie.structured import Guide, TokenIndex, compile_regex, schema_to_regex
+from miniyaie.structured import Guide, PatternError, TokenIndex, compile_regex, schema_to_regex
 
 PIECES = [b'{"', b"name", b'":', b'name":"', b'"}', b"ab"]
 
@@ -119,6 +119,35 @@ def test_forced_text_the_vocabulary_cannot_write_is_left_to_the_model():
         f"the guide stands after the bytes of the tokens it returned ('abc', state {walked(g, b'abc')}), not after "
         f"the whole forced text ('abcdab', state {walked(g, b'abcdab')}): got state {g.state}")
     assert g.forced_tokens() == [] and g.state == walked(g, b"abc"), "asked again, it forces nothing more and stays"
+
+
+@pytest.mark.task("8.4")
+def test_after_a_step_each_request_advances_jumps_within_its_room_and_ends_or_fails_alone():
+    from miniyaie.structured import Constraints
+
+    c = Constraints(byte_vocabulary([]), 300)  # single-byte tokens: a forced byte is one token
+    patterns = {"jump": r'\{"name":"[a-z]+"\}', "plain": r'\{"name":"[a-z]+"\}', "short": r'\{"name":"[a-z]+"\}',
+                "ends": "xyz", "bad": "xyz", "done": "xyz", "whole": "x", "last": "xy"}
+    for rid, pattern in patterns.items():
+        c.start([rid], SamplingParams(regex=pattern))
+    sampled = {"jump": ord("{"), "plain": ord("{"), "short": ord("{"), "ends": ord("x"), "bad": ord("q"),
+               "done": ord("x"), "whole": ord("x"), "last": ord("x")}
+    rooms = {"jump": 50, "plain": 50, "short": 3, "ends": 50, "bad": 50, "done": 50, "whole": 0, "last": 1}
+    asks = {rid: rid != "plain" for rid in patterns}
+    done_state = c.guides["done"].state
+    forced, ended, failed = c.after_step(sampled, {"done": "length"}, asks.__getitem__, rooms.__getitem__)
+    as_text = {rid: bytes(tokens).decode() for rid, tokens in forced.items()}
+    assert as_text == {"jump": '"name":"', "short": '"na', "ends": "yz", "last": "y"}, (
+        "forced text: '\"name\":\"' after '{' for a request that asked, nothing for one that did not ('plain'), "
+        "cut to the room left ('short': 3), 'yz' after 'x' of 'xyz', 'y' of 'xy' in its last room, nothing for a "
+        f"request already finished ('done') or complete ('whole'); got {as_text}")
+    assert ended == {"short": "length", "ends": "stop", "whole": "stop", "last": "stop"}, (
+        "'short' used its room on forced tokens (length); 'ends' and 'last' are complete after their forced tokens, "
+        f"'whole' after its sampled token (stop, even with no room left: the text is whole); got {ended}")
+    assert set(failed) == {"bad"} and isinstance(failed["bad"], PatternError), (
+        f"'q' does not continue 'xyz': that request alone fails with the guide's PatternError, got {failed}")
+    assert c.guides["done"].state == done_state, "a request finished for another reason is left alone (its guide unmoved)"
+    assert c.forced_tokens == 2 + 3 + 8 + 1, f"forced_tokens counts the tokens appended: 14, got {c.forced_tokens}"
 
 
 @pytest.mark.ungraded

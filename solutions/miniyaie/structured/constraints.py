@@ -137,14 +137,45 @@ class Constraints:
         guide = self.guides.get(request_id)
         return None if guide is None else guide.allowed()
 
+    # ANCHOR: after_step
     def after_step(self, sampled: dict[str, int], finished: dict[str, str], jump_forward: Callable[[str], bool],
                    room: Callable[[str], int]) -> tuple[dict[str, list[int]], dict[str, str], dict[str, Exception]]:
-        """Advance the guides over the sampled tokens; (forced tokens to append, requests the pattern ended,
-        requests whose guide failed: a fault in one guide fails its own request, not the step).
+        """Advance the guides over this step's sampled tokens, and jump forward where asked.
 
-        room(id): how many more tokens the request may take (its max_tokens);
-        jump_forward(id): whether it asked for jump-forward.
+        sampled: request id -> the token it sampled. finished: requests that ended this step for
+        another reason (end of sequence, max_tokens, a stop string): left alone, guide unmoved.
+        room(id): how many more tokens the request may take; jump_forward(id): whether it asked for
+        jump-forward. Returns (forced, ended, failed):
+        - forced[id]: the tokens appended without a model step (Task 8.4's forced_tokens), only for
+          requests that asked and whose pattern is not complete, at most room(id) of them; their
+          number is added to self.forced_tokens. No entry where there are none.
+        - ended[id]: "stop" where the pattern is complete (after the sampled and forced tokens);
+          otherwise "length" where no room is left after the forced tokens.
+        - failed[id]: the exception where the request's guide raised (a token it refuses): that
+          request alone fails; every other request gets what it would get without it.
+        Example (tests): "xy" after sampling "x", with jump-forward and room 1: forced ["y"],
+        ended "stop" (not "length").
         """
+        # Nudge: in what order do a request's sampled token, forced tokens and end come, and what may one bad guide spoil?
+        # Hint 1: Per request, in the order the text is written: the sampled token moves the
+        #   guide, then (if asked, and the pattern is not complete) the forced tokens, cut to the
+        #   room left. Only then is it known whether the pattern is complete ("stop" wins over
+        #   "length": the text is whole). A guide that raises fails its own request: catch per
+        #   request, record it, and go on with the next, before anything of it is recorded.
+        # Hint 2: For each sampled request with a guide and not in `finished`: in a try, advance
+        #   the guide, then take forced_tokens()[:room] if it asked for jump-forward and the guide
+        #   is not finished; on an exception record it in failed and continue. Record non-empty
+        #   forced tokens (and count them); then "stop" if the guide is finished, else "length"
+        #   if room minus the forced tokens is <= 0.
+        # Hint 3:
+        #   for rid, token in sampled: guide = guides.get(rid); skip if None or rid in finished
+        #       try: guide.advance(token)
+        #            tokens = guide.forced_tokens()[:room(rid)] if jump_forward(rid) and not guide.finished else []
+        #       except Exception as exc: failed[rid] = exc; continue
+        #       if tokens: forced[rid] = tokens; self.forced_tokens += len(tokens)
+        #       if guide.finished: ended[rid] = "stop"
+        #       elif room(rid) - len(tokens) <= 0: ended[rid] = "length"
+        # BEGIN SOLUTION 8.4: Jump-forward
         forced, ended, failed = {}, {}, {}
         for rid, token in sampled.items():
             guide = self.guides.get(rid)
@@ -161,9 +192,11 @@ class Constraints:
                 self.forced_tokens += len(tokens)
             if guide.finished:
                 ended[rid] = "stop"
-            elif room(rid) - len(forced.get(rid, ())) <= 0:
+            elif room(rid) - len(tokens) <= 0:
                 ended[rid] = "length"
         return forced, ended, failed
+        # END SOLUTION
+    # ANCHOR_END: after_step
 
     def follow(self, engine, sampled: dict, finished: dict[str, str]) -> tuple[dict[str, list[int]], dict[str, Exception]]:
         """Structured output after the update: guides advance, forced tokens join their requests' outputs
