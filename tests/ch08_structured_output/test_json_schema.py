@@ -1,9 +1,13 @@
-"""Task 8.3 (objects with optional members) and the schema-to-regex conversion around it.
+"""Task 8.3 (arrays, enums and objects) and the schema-to-regex conversion around it.
 
-The regex is checked against what it must accept (the compact JSON of
-values valid under the schema: hypothesis draws schemas and values) and
-what it must refuse (commas out of place, members out of order, a required
-member missing). `jsonschema` is the referee for validity.
+Each piece is checked against its language: the texts it must accept and
+the wrong texts next to them that it must refuse (commas out of place,
+members out of order, a required member missing, counts out of range, a
+text that is not one of the enum's). Then the whole conversion, on schemas
+hypothesis draws: the compact JSON of every value valid under a schema
+matches its regex, and every text its regex matches is JSON valid under
+the schema. `jsonschema` is the referee for validity. And the sizes: the
+compiler's time follows the regex's length.
 """
 
 import json
@@ -11,16 +15,18 @@ import re
 
 import jsonschema
 import pytest
-from hypothesis import example, given
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from miniyaie.structured import PatternError, object_regex, schema_to_regex
+from miniyaie.structured import PatternError, array_regex, object_regex, schema_to_regex
+from miniyaie.structured.trie_regex import alternation
 
 
 def compact(value) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+# ---------------------------------------------------------------- objects with optional members
 @st.composite
 def members_and_choice(draw):
     """Members m0..mk (regex "mi":i, required or not) and which optional ones a value includes."""
@@ -37,6 +43,8 @@ def member_text(i: int) -> str:
 @given(members_and_choice())
 @example(([True, False, False], [True, False, True])).via("required first, the middle optional one left out")
 @example(([False, False], [False, True])).via("the first member left out: no leading comma")
+@example(([False, True, False], [False, True, False])).via("an optional member before a required one, left out")
+@example(([False, True, False], [True, True, True])).via("an optional member before a required one, written")
 @example(([False], [False])).via("an empty object")
 def test_every_choice_of_optional_members_matches_in_order(case):
     required, present = case
@@ -48,6 +56,7 @@ def test_every_choice_of_optional_members_matches_in_order(case):
 @pytest.mark.task("8.3")
 @given(members_and_choice())
 @example(([True, False], [True, True]))
+@example(([False, True, False], [True, True, False]))
 def test_misplaced_commas_missing_required_and_reordered_members_do_not_match(case):
     required, present = case
     regex = object_regex([(re.escape(member_text(i)), r) for i, r in enumerate(required)])
@@ -65,49 +74,211 @@ def test_misplaced_commas_missing_required_and_reordered_members_do_not_match(ca
 
 
 @pytest.mark.task("8.3")
-@pytest.mark.parametrize("required", [[False] * 12, [True] * 12, [i % 3 == 0 for i in range(12)]],
-                         ids=["all optional", "all required", "mixed"])
-def test_the_object_regex_grows_with_the_square_of_its_members_not_with_their_choices(required):
-    """12 optional members have 4,096 subsets: the regex must not spell each (the compiler's time follows it)."""
+def test_an_object_without_members_is_only_the_empty_object():
+    assert re.fullmatch(object_regex([]), "{}"), f"no members: {{}} must match, the regex is {object_regex([])}"
+    assert not re.fullmatch(object_regex([]), "{,}")
+
+
+def check_object_size(build, required: list[bool]) -> None:
+    """The contract's bound: at most n x (the members' total length) + 6 n^2 + 8 characters."""
     members = [(re.escape(member_text(i)), r) for i, r in enumerate(required)]
-    regex = object_regex(members)
-    longest = max(len(m) for m, _ in members)
-    assert len(regex) <= len(members) ** 2 * (longest + 8) + 16, (
-        f"{len(regex)} characters for {len(members)} members of at most {longest}: at most about n^2 copies of a member")
-    assert re.fullmatch(regex, "{" + ",".join(member_text(i) for i in range(12) if i % 2 or required[i]) + "}")
+    n, total = len(members), sum(len(m) for m, _ in members)
+    bound = n * total + 6 * n * n + 8
+    length = len(build(members))
+    assert length <= bound, (
+        f"{n} members ({sum(not r for r in required)} optional, {total} characters of member regexes) gave a regex of "
+        f"{length} characters, over the bound n*total + 6n^2 + 8 = {bound}: some member's regex is written more than "
+        f"n times. Spelling 'with' and 'without' for each optional member copies everything after it twice: 2^n")
 
 
-# ---------------------------------------------------------------- the conversion around Task 8.3 (provided code)
-leaves = st.sampled_from([
-    {"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
-    {"type": "string", "maxLength": 5}, {"type": "string", "minLength": 1, "maxLength": 3},
-    {"type": "string", "enum": ["a", "b c", "ü"]}, {"const": 7}, {"type": ["integer", "null"]},
-    {"type": "string", "pattern": "[a-z]{2}[0-9]"},
-])
+SIZE_CASES = [[False] * 8, [False] * 16, [True] * 16, [i % 3 == 0 for i in range(16)], [i % 5 != 4 for i in range(16)]]
+SIZE_IDS = ["8 optional", "16 optional", "16 required", "16 mixed", "16 mostly required"]
+
+
+@pytest.mark.task("8.3")
+@pytest.mark.parametrize("required", SIZE_CASES, ids=SIZE_IDS)
+def test_the_object_regex_stays_polynomial_in_its_members_not_in_their_choices(required):
+    """16 optional members have 65,536 subsets: the regex must not spell them (the compiler's time follows it)."""
+    check_object_size(object_regex, required)
+    members = [(re.escape(member_text(i)), r) for i, r in enumerate(required)]
+    text = "{" + ",".join(member_text(i) for i in range(len(required)) if i % 2 or required[i]) + "}"
+    assert re.fullmatch(object_regex(members), text), f"{text} must match"
+
+
+def doubling_object_regex(members: list[tuple[str, bool]]) -> str:
+    """A correct construction whose size doubles with each optional member: each is spelled 'with' and 'without'."""
+    def rest(i: int, written: bool) -> str:
+        if i == len(members):
+            return ""
+        member, required = members[i]
+        now = ("," if written else "") + member + rest(i + 1, True)
+        return now if required else "(" + now + "|" + rest(i + 1, written) + ")"
+    return r"\{" + rest(0, False) + r"\}"
+
+
+@pytest.mark.ungraded
+@pytest.mark.parametrize("required", SIZE_CASES[:2], ids=SIZE_IDS[:2])
+def test_the_size_bound_refuses_a_construction_that_doubles(required):
+    """The bound above is not vacuous: the doubling construction (correct, but 2^n) fails it, and says why."""
+    members = [(re.escape(member_text(i)), r) for i, r in enumerate(required)]
+    assert re.fullmatch(doubling_object_regex(members), "{" + ",".join(member_text(i) for i in range(0, len(required), 3)) + "}")
+    with pytest.raises(AssertionError, match="more than n times"):
+        check_object_size(doubling_object_regex, required)
+
+
+# ---------------------------------------------------------------- arrays
+ITEM, ITEM_TEXTS = "(a|bc)", st.sampled_from(["a", "bc"])
+
+
+@pytest.mark.task("8.3")
+@given(st.integers(0, 4), st.one_of(st.none(), st.integers(0, 4)), st.lists(ITEM_TEXTS, max_size=9))
+@example(0, 0, []).via("maxItems 0: only the empty array")
+@example(0, 0, ["a"])
+@example(0, None, [])
+@example(1, 1, ["a"])
+@example(1, 1, ["a", "a"])
+@example(2, None, ["a"])
+@example(0, 1, ["bc"])
+@example(3, 3, ["a", "bc", "a"])
+def test_an_array_has_low_to_high_items_with_one_comma_between(low, extra, items):
+    high = None if extra is None else low + extra
+    regex = array_regex(ITEM, low, high)
+    text = "[" + ",".join(items) + "]"
+    fits = low <= len(items) and (high is None or len(items) <= high)
+    assert bool(re.fullmatch(regex, text)) == fits, (
+        f"minItems {low}, maxItems {high}: {text} ({len(items)} items) must {'' if fits else 'not '}match; "
+        f"the regex is {regex}")
+    wrong = {"leading comma": "[," + ",".join(items) + "]", "trailing comma": "[" + ",".join(items) + ",]",
+             "doubled comma": "[" + ",,".join(items) + "]" if len(items) > 1 else None,
+             "no brackets": ",".join(items), "an empty item": "[" + ",".join([*items, ""]) + "]" if items else None}
+    for what, bad in wrong.items():
+        if bad is not None:
+            assert not re.fullmatch(regex, bad), f"minItems {low}, maxItems {high}: {what} must not match: {bad}"
+
+
+@pytest.mark.task("8.3")
+@pytest.mark.parametrize("low,high", [(0, 200), (200, 256), (0, None), (1, 256)])
+def test_the_array_regex_does_not_grow_with_its_counts(low, high):
+    item = '"x":(a|bc)'
+    regex = array_regex(item, low, high)
+    assert len(regex) <= 3 * len(item) + 40, (
+        f"minItems {low}, maxItems {high}: {len(regex)} characters for an item of {len(item)}: write the count, "
+        "not the item once per count")
+    assert re.fullmatch(regex, "[" + ",".join([item.replace("(a|bc)", "a")] * max(low, 1)) + "]")
+
+
+# ---------------------------------------------------------------- enums: a list of texts, factored like a trie
+TRICKY = st.sampled_from(["a", "b", "é", ".", "*", "(", ")", "[", "]", "|", "?", "\\", "^", "$", " ", "{", "1", ","])
+texts_lists = st.lists(st.text(TRICKY, max_size=5), min_size=1, max_size=8)
+
+
+@pytest.mark.task("8.3")
+@given(texts_lists, st.text(TRICKY, max_size=6))
+@example(["a", "ab"], "abb").via("one text a prefix of another")
+@example(["ab", "a"], "").via("the same, in the other order")
+@example([""], "a").via("only the empty text")
+@example(["", "a"], "b")
+@example(["a.b", "[1,2]", "(x)?"], "axb").via("regex metacharacters taken literally")
+@example(["apple", "apricot", "banana"], "ap")
+@example(["a", "a"], "aa").via("a text twice")
+def test_a_list_of_texts_matches_exactly_those_texts(texts, other):
+    regex = alternation(texts)
+    for text in texts:
+        assert re.fullmatch(regex, text), f"{texts}: {text!r} must match, the regex is {regex!r}"
+        assert re.fullmatch("<" + regex + ">", "<" + text + ">"), (
+            f"{texts}: the regex must work next to others (no '|' outside a group): {regex!r}")
+    near = {other, *(t + "a" for t in texts), *(t[:-1] for t in texts if t), *("a" + t for t in texts)}
+    for text in near - set(texts):
+        assert not re.fullmatch(regex, text), f"{texts}: {text!r} is not one of the texts but matches {regex!r}"
+
+
+def prefixes(texts: list[str]) -> int:
+    return len({t[:i] for t in texts for i in range(1, len(t) + 1)})
+
+
+@pytest.mark.task("8.3")
+@pytest.mark.parametrize("texts", [
+    ["the same long prefix, then " + str(i) for i in range(200)],
+    [f"{i:04d}.{j}" for i in range(30) for j in range(10)],
+    ["x" * i for i in range(1, 60)],
+], ids=["shared prefix", "two levels", "each a prefix of the next"])
+def test_a_prefix_that_texts_share_is_written_once(texts):
+    regex = alternation(texts)
+    bound = 6 * prefixes(texts) + 3
+    assert len(regex) <= bound, (
+        f"{len(texts)} texts with {prefixes(texts)} distinct prefixes gave {len(regex)} characters (bound {bound}): "
+        "a prefix that several texts share must be written once")
+    assert all(re.fullmatch(regex, t) for t in texts[::7])
+
+
+# ---------------------------------------------------------------- the whole conversion
+ENUM_VALUES = ["a", "b c", "ü", "a.b", "[1]", "(x)?", 1.5, -2, 0, True, None, [1, "x"], {"k": None}, {"a": [True]}]
+leaves = st.one_of(
+    st.sampled_from([
+        {"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
+        {"type": "string", "maxLength": 5}, {"type": "string", "minLength": 1, "maxLength": 3},
+        {"type": "string", "enum": ["a", "b c", "ü"]}, {"const": 7}, {"type": ["integer", "null"]},
+        {"type": "string", "pattern": "[a-z]{2}[0-9]"}, {"const": {"k": [1, "é"]}},
+    ]),
+    st.lists(st.sampled_from(ENUM_VALUES), min_size=1, max_size=5).map(lambda values: {"enum": values}),
+)
 
 
 def objects(children):
-    return st.dictionaries(st.sampled_from(["id", "name", "tags", "x", "é"]), children, min_size=1, max_size=4).flatmap(
+    return st.dictionaries(st.sampled_from(["id", "name", "tags", "x", "é", "a.b"]), children, min_size=1,
+                           max_size=5).flatmap(
         lambda props: st.lists(st.sampled_from(sorted(props)), unique=True).map(
             lambda req: {"type": "object", "properties": props, "required": req}))
 
 
 def arrays(children):
-    return st.builds(lambda items, low, extra: {"type": "array", "items": items, "minItems": low, "maxItems": low + extra},
-                     children, st.integers(0, 2), st.integers(0, 2))
+    return st.builds(lambda items, low, extra: {"type": "array", "items": items, "minItems": low,
+                                                **({} if extra is None else {"maxItems": low + extra})},
+                     children, st.integers(0, 2), st.one_of(st.none(), st.integers(0, 2)))
 
 
 schemas = st.recursive(leaves, lambda children: st.one_of(objects(children), arrays(children)), max_leaves=6)
+EXAMPLE_SCHEMA = {"type": "object", "properties": {"a.b": {"enum": ["[1]", 1.5, {"k": None}]},
+                                                   "tags": {"type": "array", "items": {"const": "é"}, "maxItems": 2},
+                                                   "id": {"type": "integer"}}, "required": ["id"]}
 
 
-@pytest.mark.ungraded
-@given(schemas, st.data())
-def test_values_valid_under_a_schema_match_its_regex(schema, data):
+def with_value(schema):
     from hypothesis_jsonschema_lite import values_of
 
-    value = data.draw(values_of(schema))
+    return st.tuples(st.just(schema), values_of(schema))
+
+
+@pytest.mark.task("8.3")
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(schemas.flatmap(with_value))
+@example((EXAMPLE_SCHEMA, {"a.b": {"k": None}, "tags": ["é", "é"], "id": 0})).via("metacharacters, a const item, optionals")
+@example((EXAMPLE_SCHEMA, {"tags": [], "id": -3}))
+@example(({"type": "array", "items": {"enum": [[1, "x"], "a.b"]}, "minItems": 1}, [[1, "x"], "a.b", [1, "x"]]))
+def test_values_valid_under_a_schema_match_its_regex(case):
+    schema, value = case
     jsonschema.validate(value, schema)
     assert re.fullmatch(schema_to_regex(schema), compact(value)), f"{compact(value)} is valid under {schema}"
+
+
+def with_text(schema):
+    return st.tuples(st.just(schema), st.from_regex(schema_to_regex(schema), fullmatch=True))
+
+
+@pytest.mark.task("8.3")
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(schemas.flatmap(with_text))
+@example((EXAMPLE_SCHEMA, '{"a.b":1.5,"id":7}'))
+@example((EXAMPLE_SCHEMA, '{"tags":["é"],"id":-1}'))
+def test_every_text_the_regex_matches_is_valid_under_the_schema(case):
+    schema, text = case
+    assert re.fullmatch(schema_to_regex(schema), text), f"{text!r} (an explicit example) must match {schema}'s regex"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AssertionError(f"{text!r} matches the regex of {schema} but is not JSON: {exc}") from None
+    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(value)]
+    assert not errors, f"{text!r} matches the regex of {schema} but is not valid under it: {errors[0]}"
 
 
 @pytest.mark.ungraded

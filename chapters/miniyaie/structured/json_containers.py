@@ -1,0 +1,54 @@
+"""The regexes of JSON's two containers, arrays and objects, from the regexes of what they hold (Task 8.3).
+
+Compact JSON, as `json.dumps(value, separators=(",", ":"))` writes it:
+exactly one comma between two elements or members, no whitespace. The
+regexes given (an item's, a member's) are complete regexes that can be
+written next to others as they are: none has a `|` outside a group.
+json_schema.py turns a schema's `items`/`minItems`/`maxItems` and its
+`properties`/`required` into the calls below.
+"""
+
+from __future__ import annotations
+
+
+# ANCHOR: array_regex
+def array_regex(item: str, low: int, high: int | None) -> str:
+    r"""The regex of a JSON array of `low` to `high` items (`high` None: no upper bound), each matched by `item`.
+
+    It matches "[" + ",".join(items) + "]" for every count k with
+    low <= k <= high and every choice of texts that `item` matches, and no
+    other text: no leading, trailing or doubled comma, no count outside the
+    range. Requires 0 <= low and, when given, low <= high.
+    Examples with item "[0-9]": low 0, high None: [], [1], [1,2,3];
+    low 1, high 2: [1], [1,2] but not [], [1,2,3]; high 0: only [].
+    Its length is at most 3 * len(item) + 40: it grows with the item's
+    regex, not with `low` or `high` (200 items are not 200 copies).
+    """
+    # Idea: which item is the one not preceded by a comma, and what is left when there may be none?
+    # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
+    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+# ANCHOR_END: array_regex
+
+
+# ANCHOR: object_regex
+def object_regex(members: list[tuple[str, bool]]) -> str:
+    r"""The regex of a JSON object whose members come in this order, each present or, if optional, absent.
+
+    members: (regex of one `"key":value` member, required?) in the schema's
+    order. It matches "{" + ",".join(the members written) + "}" for every
+    choice of optional members left out (required ones always written, the
+    order kept), and no other text: no leading, trailing, doubled or missing
+    comma, no member out of order. Examples, with members A (required) and
+    B, C (optional): {A}, {A,B}, {A,C}, {A,B,C}; not {}, {,A}, {A,}, {A,,B},
+    {B,A}. No members: only {}.
+    Size: n members with 2^n choices must not give a regex of 2^n parts.
+    Its length is at most n * (the total length of the members' regexes)
+    + 6 * n**2 + 8: no member's regex written more than n times. The
+    compiler's time follows the regex's length.
+    """
+    # Idea: the comma belongs to the gap between two written members; decide what you carry from one member to the next.
+    # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
+    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+# ANCHOR_END: object_regex

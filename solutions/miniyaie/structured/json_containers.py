@@ -1,0 +1,106 @@
+"""The regexes of JSON's two containers, arrays and objects, from the regexes of what they hold (Task 8.3).
+
+Compact JSON, as `json.dumps(value, separators=(",", ":"))` writes it:
+exactly one comma between two elements or members, no whitespace. The
+regexes given (an item's, a member's) are complete regexes that can be
+written next to others as they are: none has a `|` outside a group.
+json_schema.py turns a schema's `items`/`minItems`/`maxItems` and its
+`properties`/`required` into the calls below.
+"""
+
+from __future__ import annotations
+
+
+# ANCHOR: array_regex
+def array_regex(item: str, low: int, high: int | None) -> str:
+    r"""The regex of a JSON array of `low` to `high` items (`high` None: no upper bound), each matched by `item`.
+
+    It matches "[" + ",".join(items) + "]" for every count k with
+    low <= k <= high and every choice of texts that `item` matches, and no
+    other text: no leading, trailing or doubled comma, no count outside the
+    range. Requires 0 <= low and, when given, low <= high.
+    Examples with item "[0-9]": low 0, high None: [], [1], [1,2,3];
+    low 1, high 2: [1], [1,2] but not [], [1,2,3]; high 0: only [].
+    Its length is at most 3 * len(item) + 40: it grows with the item's
+    regex, not with `low` or `high` (200 items are not 200 copies).
+    """
+    # Nudge: which item is the one not preceded by a comma, and what is left when there may be none?
+    # Hint 1: Every item but the first comes after a comma. So an array with at least one
+    #   item is one item followed by some number of ",item": the count of those is one less
+    #   than the count of items. A repetition count {m,n} says how many without copying the
+    #   item's regex. The empty array is the case with no first item at all.
+    # Hint 2: If high is 0, only "\[\]". Otherwise the body is item + "(," + item + "){a,b}"
+    #   with a = max(low - 1, 0) and b = high - 1 (nothing after the comma in {a,} when there
+    #   is no high). If low is 0 the whole body is optional: wrap it in "(...)?". Put the
+    #   brackets around it, escaped.
+    # Hint 3:
+    #   if high == 0: return r"\[\]"
+    #   more = "(," + item + "){" + str(max(low - 1, 0)) + "," + ("" if high is None else str(high - 1)) + "}"
+    #   body = item + more
+    #   if low == 0: body = "(" + body + ")?"
+    #   return r"\[" + body + r"\]"
+    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    if high == 0:
+        return r"\[\]"
+    more = f"(,{item}){{{max(low - 1, 0)},{'' if high is None else high - 1}}}"
+    body = item + more
+    return r"\[" + (body if low > 0 else f"({body})?") + r"\]"
+    # END SOLUTION
+# ANCHOR_END: array_regex
+
+
+# ANCHOR: object_regex
+def object_regex(members: list[tuple[str, bool]]) -> str:
+    r"""The regex of a JSON object whose members come in this order, each present or, if optional, absent.
+
+    members: (regex of one `"key":value` member, required?) in the schema's
+    order. It matches "{" + ",".join(the members written) + "}" for every
+    choice of optional members left out (required ones always written, the
+    order kept), and no other text: no leading, trailing, doubled or missing
+    comma, no member out of order. Examples, with members A (required) and
+    B, C (optional): {A}, {A,B}, {A,C}, {A,B,C}; not {}, {,A}, {A,}, {A,,B},
+    {B,A}. No members: only {}.
+    Size: n members with 2^n choices must not give a regex of 2^n parts.
+    Its length is at most n * (the total length of the members' regexes)
+    + 6 * n**2 + 8: no member's regex written more than n times. The
+    compiler's time follows the regex's length.
+    """
+    # Nudge: the comma belongs to the gap between two written members; decide what you carry from one member to the next.
+    # Hint 1: Read the members left to right and carry one regex: "the members so far, at
+    #   least one of them written" (commas correct inside it), plus one fact: "could every
+    #   member so far have been left out?" (true until the first required member). The
+    #   object is that regex, made optional if all members could be absent. Each step
+    #   writes the new member's regex at most twice and the carried regex once, so the
+    #   length grows linearly. (Spelling out "with or without" for each optional member
+    #   copies everything after it twice: 2^n.)
+    # Hint 2: Call the carried regex S (None before the first member). For member m:
+    #   if S is None, S = m. Otherwise, if every earlier member is optional (nothing may be
+    #   written yet): a required m gives "(S,)?m"; an optional m gives "(S(,m)?|m)" (m
+    #   after something, or m first, or nothing new). If some earlier member is required,
+    #   something is already written: "S,m" (required) or "S(,m)?" (optional). At the end:
+    #   "\{" + S + "\}", with S wrapped in "(...)?" if every member is optional; "\{\}" for
+    #   no members.
+    # Hint 3:
+    #   carried, all_optional = None, True
+    #   for m, required in members:
+    #       if carried is None: carried = m
+    #       elif all_optional: carried = "(" + carried + ",)?" + m if required else "(" + carried + "(," + m + ")?|" + m + ")"
+    #       else: carried = carried + "," + m if required else carried + "(," + m + ")?"
+    #       all_optional = all_optional and not required
+    #   if carried is None: return r"\{\}"
+    #   return r"\{" + ("(" + carried + ")?" if all_optional else carried) + r"\}"
+    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    carried, all_optional = None, True
+    for member, required in members:
+        if carried is None:
+            carried = member
+        elif all_optional:
+            carried = f"({carried},)?{member}" if required else f"({carried}(,{member})?|{member})"
+        else:
+            carried = f"{carried},{member}" if required else f"{carried}(,{member})?"
+        all_optional = all_optional and not required
+    if carried is None:
+        return r"\{\}"
+    return r"\{" + (f"({carried})?" if all_optional else carried) + r"\}"
+    # END SOLUTION
+# ANCHOR_END: object_regex
