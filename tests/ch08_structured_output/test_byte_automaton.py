@@ -1,4 +1,4 @@
-"""Task 8.1: the byte automaton reads exactly the UTF-8 spellings of what the character automaton reads.
+"""Task 8.1: from a regex to the byte automaton: the crawl that builds each automaton, the live states, UTF-8.
 
 The oracle is the definition, read with Python's own UTF-8 decoder: a byte
 string is alive in the byte automaton exactly when its complete characters
@@ -8,7 +8,8 @@ read next. Random character automata draw named characters of one to four
 bytes, ranges across a UTF-8 length boundary, characters that share their
 first bytes, lone surrogates and "any other character"; random byte
 strings draw stray continuation bytes, overlong forms, surrogates and
-bytes past U+10FFFF.
+bytes past U+10FFFF. The crawl is checked against interegular's own, and
+on states that cannot be hashed.
 """
 
 import codecs
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from miniyaie.structured import DEAD, CharDFA, PatternError, compile_regex, live_states, spell_in_utf8
-from miniyaie.structured.limits import Budget, Limits
+from miniyaie.structured.limits import Budget, Limits, running_under
 
 # Characters of 1 to 4 bytes, boundaries of each length, characters that share first bytes (è é, 東 杰, 😀 😁).
 POOL = ["a", "b", '"', "\x00", "\x7f", "\x80", "è", "é", "ß", "\u07ff", "\u0800", "東", "杰", "\ud7ff", "\ue000",
@@ -273,3 +274,72 @@ def test_the_budget_is_checked_as_states_are_made_and_stops_the_build():
     with pytest.raises(PatternError, match="max_states"):
         spell_in_utf8(chars, set(range(n + 1)), small)
     assert max(small.seen) <= 300 + 300, f"the build stops soon after passing max_states=300, not at {max(small.seen)} states"
+
+
+def build(pattern: str, crawler):
+    """interegular's character automaton of `pattern`, every automaton on the way built by `crawler`."""
+    import interegular
+    import interegular.fsm
+
+    saved = interegular.fsm.crawl
+    interegular.fsm.crawl = crawler
+    try:
+        return interegular.parse_pattern(pattern).to_fsm()
+    finally:
+        interegular.fsm.crawl = saved
+
+
+@pytest.mark.task("8.1")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pattern=nested(2), texts=st.lists(st.text(st.sampled_from(["a", "b", "é", "東", "😀", "p", "z"]), max_size=5), max_size=6))
+@example(pattern="(a|b)*a(a|b){3}", texts=["aaaa", "babab", "b"])
+@example(pattern="(ab)*", texts=["", "ab", "aba", "abab"])
+def test_the_crawl_builds_the_automaton_interegular_builds(pattern, texts):
+    from miniyaie.structured import char_automaton
+
+    char_automaton.install_budgeted_crawl()
+    ours, theirs = build(pattern, char_automaton.crawl), build(pattern, char_automaton.ORIGINAL_CRAWL)
+    assert len(ours.states) == len(theirs.states), (
+        f"{pattern!r}: interegular's own crawl finds {len(theirs.states)} distinct states, ours {len(ours.states)} "
+        f"(each reachable state numbered once)")
+    for text in texts:
+        assert ours.accepts(text) == theirs.accepts(text), f"{pattern!r} on {text!r}: interegular says {theirs.accepts(text)}"
+
+
+@pytest.mark.task("8.1")
+def test_the_crawl_knows_an_unhashable_state_seen_before_and_reads_the_budget():
+    from interegular.fsm import Alphabet, OblivionError
+
+    from miniyaie.structured.char_automaton import crawl
+
+    alphabet = Alphabet.from_groups({"a"}, {"b"})  # symbols 0 and 1
+
+    def follow(state, symbol):  # states are dicts: {"n": k}, k in 0..4; symbol 1 dies after 3
+        if symbol == 1 and state["n"] >= 3:
+            raise OblivionError
+        return {"n": (state["n"] + 1 + symbol) % 5}
+
+    budget = Recording(Limits(max_states=1000))
+    with running_under(budget):
+        fsm = crawl(alphabet, {"n": 0}, lambda state: state["n"] == 4, follow)
+    assert len(fsm.states) == 5 and fsm.initial == 0, f"five distinct dict states, the first numbered 0: got {len(fsm.states)}"
+
+    def walk(symbols):
+        state = 0
+        for symbol in symbols:
+            state = fsm.map[state][symbol]
+        return state
+
+    assert walk([0, 0, 0, 0]) in fsm.finals and walk([1, 0]) not in fsm.finals and walk([1, 1]) in fsm.finals, (
+        "aaaa and bb reach n=4 (accepting), ba does not")
+    n3 = walk([0, 0, 0])
+    assert set(fsm.map[n3]) == {0}, f"from n=3 only symbol 0 may follow (1 raises OblivionError): got {fsm.map[n3]}"
+    assert budget.seen, "the crawl reads the compile's budget (current_budget()) while it runs"
+
+    def endless(state, symbol):
+        return (state[0] + 1,)
+
+    small = Recording(Limits(max_states=100))
+    with running_under(small), pytest.raises(PatternError, match="max_states"):
+        crawl(alphabet, (0,), lambda state: False, endless)
+    assert max(small.seen) <= 100 + 2 * 16 + 2, f"the crawl stops within 16 states of max_states=100, it reached {max(small.seen)}"

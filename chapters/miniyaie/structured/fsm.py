@@ -77,7 +77,7 @@ def compile_regex(pattern: str, budget: Budget | None = None, keyword: str = "re
             parsed = interegular.parse_pattern(pattern)
             budget.check()
             fsm = parsed.to_fsm()  # not .reduce(): minimising cost more than it saved
-        except (PatternError, CompileCancelled):
+        except (PatternError, CompileCancelled, NotImplementedError):  # the last: a task still to do
             raise
         except Exception as exc:  # interegular's errors are of several types, some without a message
             raise PatternError(f"invalid regex in {keyword} {pattern[:80]!r}: {type(exc).__name__} {exc}".rstrip()) from None
@@ -98,8 +98,8 @@ def live_states(chars: CharDFA) -> set[int]:
     """
     # Idea: you can search from every state, or you can search once: which direction makes it once?
     # Stuck? `miniyaie hint 8.1` prints hints, one level at a time.
-    # TODO(Task 8.1): The byte automaton. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 1: The byte automaton — see book/src/ch08_structured_output.md')
+    # TODO(Task 8.1): Regex to byte automaton. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 1: Regex to byte automaton — see book/src/ch08_structured_output.md')
 # ANCHOR_END: live_states
 
 
@@ -130,6 +130,6 @@ def spell_in_utf8(chars: CharDFA, live: set[int], budget: Budget) -> ByteDFA:
     """
     # Idea: a character is a path of bytes: which intermediate states can all paths share, and which cannot?
     # Stuck? `miniyaie hint 8.1` prints hints, one level at a time.
-    # TODO(Task 8.1): The byte automaton. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 1: The byte automaton — see book/src/ch08_structured_output.md')
+    # TODO(Task 8.1): Regex to byte automaton. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 1: Regex to byte automaton — see book/src/ch08_structured_output.md')
 # ANCHOR_END: spell_in_utf8

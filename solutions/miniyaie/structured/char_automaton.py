@@ -5,9 +5,10 @@ interegular gives a DFA (not minimised: its minimisation cost seconds on a
 reach) whose transitions read *characters*, grouped into classes (one
 class, "anything else", stands for every character the pattern does not
 name). `char_dfa_of` copies it into a `CharDFA`, the plain form Task 8.1
-reads. Its automaton builder (`crawl`, the one loop interegular builds every
-automaton with) is replaced here by one that reads this thread's compile
-budget, so that a pattern of a million states is stopped, not built.
+spells in bytes. The loop interegular builds every automaton with, `crawl`,
+is Task 8.1's too: ours finds a state in a dict, not a list, and reads
+this thread's compile budget, so a pattern of a million states is stopped,
+not built.
 """
 
 from __future__ import annotations
@@ -53,14 +54,17 @@ def char_dfa_of(fsm) -> CharDFA:
 
 
 def install_budgeted_crawl() -> None:
-    """Give interegular a crawl (its one loop that builds automata) that checks this thread's budget.
-
-    interegular's own crawl finds a state with a list search (quadratic in the states); this one uses
-    a dict, and stops the compile when the budget says so (deadline, state cap, cancellation)."""
+    """Make interegular build every automaton with `crawl` below (its own finds a state with a list
+    search, quadratic in the states, and never stops for a budget). Its own is kept in ORIGINAL_CRAWL."""
     import interegular.fsm
 
-    if interegular.fsm.crawl is not _budgeted_crawl:
-        interegular.fsm.crawl = _budgeted_crawl
+    global ORIGINAL_CRAWL
+    if interegular.fsm.crawl is not crawl:
+        ORIGINAL_CRAWL = interegular.fsm.crawl
+        interegular.fsm.crawl = crawl
+
+
+ORIGINAL_CRAWL = None
 
 
 def _hashable(state):
@@ -74,20 +78,60 @@ def _hashable(state):
     return state
 
 
-def _key(state):
-    """The state itself where it can be hashed (frozensets, the common case), else its _hashable copy."""
+def key(state):
+    """A hashable key for one of interegular's states, equal exactly when the states are equal."""
     try:
         hash(state)
-        return state
+        return state  # frozensets, the common case
     except TypeError:
         return _hashable(state)
 
 
-def _budgeted_crawl(alphabet, initial, final, follow):
+# ANCHOR: crawl
+def crawl(alphabet, initial, final, follow):
+    """The deterministic automaton of every state reachable from `initial`: how interegular builds each one.
+
+    interegular turns a regex into a DFA by combining smaller automata (a concatenation, a
+    union, a repetition), and each combination is described by where it starts and how it moves;
+    this function makes the automaton out of that description.
+    - alphabet.by_transition: the symbols (character classes), in order.
+    - initial: the start, a value (a frozenset, a tuple, sometimes a dict or set: compare states
+      by equality; `key(state)` is hashable and equal exactly when the states are).
+    - final(state): whether `state` accepts. follow(state, symbol): the state after reading
+      `symbol`; it raises interegular.fsm.OblivionError where nothing may follow.
+    Returns interegular.fsm.FSM(alphabet=alphabet, states=range(n), initial=0, finals=...,
+    map=..., __no_validation__=True): number i stands for one distinct reachable state (0 for
+    `initial`), finals the numbers of the accepting ones, map[i] = {symbol: number of the state it
+    leads to} for every symbol that does not raise (every number in range(n) has a map entry).
+    Budget: the compile's (`current_budget()`, None outside one): call budget.check(states found
+    so far) at least once every 16 states found, so that a huge automaton stops early.
+    """
+    # Nudge: every state found must be followed exactly once: how do you know a state was seen before?
+    # Hint 1: This is the subset construction's outer loop: explore from the start, give each
+    #   new state a number the first time it is seen, and follow every symbol from every numbered
+    #   state. A state seen again must get its old number (compare by key(state), in a dict:
+    #   a list search would make the whole build quadratic), or a loop like a* never ends.
+    # Hint 2: A list of states in number order, a dict key -> number. Walk the list with an
+    #   index i while it grows: check the budget every 16 states, note state i as final if it
+    #   is, and for each symbol try follow(state, symbol): skip on OblivionError; number the
+    #   result if its key is new (append it); map[i][symbol] = its number.
+    # Hint 3:
+    #   states = [initial]; number = {key(initial): 0}; finals = set(); transitions = {}; i = 0
+    #   while i < len(states):
+    #       if budget and i % 16 == 0: budget.check(len(states))
+    #       if final(states[i]): finals.add(i)
+    #       transitions[i] = {}
+    #       for symbol in alphabet.by_transition:
+    #           try: nxt = follow(states[i], symbol) except OblivionError: continue
+    #           if key(nxt) not in number: number[key(nxt)] = len(states); states.append(nxt)
+    #           transitions[i][symbol] = number[key(nxt)]
+    #       i += 1
+    #   return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=transitions, __no_validation__=True)
+    # BEGIN SOLUTION 8.1: Regex to byte automaton
     from interegular.fsm import FSM, OblivionError
 
     budget = current_budget()
-    states, number, finals, transitions = [initial], {_key(initial): 0}, set(), {}
+    states, number, finals, transitions = [initial], {key(initial): 0}, set(), {}
     i = 0
     while i < len(states):
         if budget is not None and i % 16 == 0:  # a clock read per state would cost more than the states
@@ -96,16 +140,18 @@ def _budgeted_crawl(alphabet, initial, final, follow):
         if final(state):
             finals.add(i)
         transitions[i] = {}
-        for transition in alphabet.by_transition:
+        for symbol in alphabet.by_transition:
             try:
-                following = follow(state, transition)
+                following = follow(state, symbol)
             except OblivionError:
                 continue
-            key = _key(following)
-            if key not in number:
-                number[key] = len(states)
+            k = key(following)
+            if k not in number:
+                number[k] = len(states)
                 states.append(following)
-            transitions[i][transition] = number[key]
+            transitions[i][symbol] = number[k]
         i += 1
     return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=transitions,
                __no_validation__=True)
+    # END SOLUTION
+# ANCHOR_END: crawl

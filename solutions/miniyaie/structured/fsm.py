@@ -77,7 +77,7 @@ def compile_regex(pattern: str, budget: Budget | None = None, keyword: str = "re
             parsed = interegular.parse_pattern(pattern)
             budget.check()
             fsm = parsed.to_fsm()  # not .reduce(): minimising cost more than it saved
-        except (PatternError, CompileCancelled):
+        except (PatternError, CompileCancelled, NotImplementedError):  # the last: a task still to do
             raise
         except Exception as exc:  # interegular's errors are of several types, some without a message
             raise PatternError(f"invalid regex in {keyword} {pattern[:80]!r}: {type(exc).__name__} {exc}".rstrip()) from None
@@ -112,7 +112,7 @@ def live_states(chars: CharDFA) -> set[int]:
     #   live = {s accepting}; todo = list(live)
     #   while todo: for s in sources.get(todo.pop(), ()): if s not in live: live.add(s); todo.append(s)
     #   return live
-    # BEGIN SOLUTION 8.1: The byte automaton
+    # BEGIN SOLUTION 8.1: Regex to byte automaton
     usable = {k for k, c in enumerate(chars.classes) if k == chars.other or any(map(writable, c))}
     sources: dict[int, set[int]] = {}
     for state, moves in enumerate(chars.transitions):
@@ -191,7 +191,7 @@ def spell_in_utf8(chars: CharDFA, live: set[int], budget: Budget) -> ByteDFA:
     #   for s in sorted(live): budget.check(len(rows)); T = number[other's target] if it is live else None
     #       named = {c.encode(): number[t] or DEAD for each writable c of each class (only live ones if T is None)}
     #       children = {proper prefix: next bytes}; rows[number[s]] = fill(b"", [(r[0], r[1:]) for r in UTF8_SEQUENCES], ...)
-    # BEGIN SOLUTION 8.1: The byte automaton
+    # BEGIN SOLUTION 8.1: Regex to byte automaton
     order = sorted(live)
     number = {s: i for i, s in enumerate(order)}
     rows: list[list[int]] = [[DEAD] * 256 for _ in order]
