@@ -157,20 +157,18 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     # ANCHOR: completions_route
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        """One prompt or a batch: every prompt prepared before any is submitted, then all run at once.
+        """One prompt or a batch of them (each text, or token ids whose text engine.prepare decodes), all or nothing.
 
-        A prompt is text (encoded with engine.encode) or token ids (their text decoded by
-        engine.prepare once they are checked). Each gets its own SamplingParams
-        (sampling_params_for: its room in the context depends on its length, then
-        with_structured_output) and is prepared by engine.prepare (checked in full, its pattern
-        compiled). Preparing is slow work, so it runs off the event loop: preparation.prepare
-        takes one job per prompt (a function of the cancel event) and returns every
-        PreparedRequest, or raises the first refusal with no prompt submitted. Then
-        engine.submit_prepared puts them all in flight at once, prompt i as engine request
-        f"{request_id}-{i}", and they run concurrently (they share the engine's batches), under
-        unless_disconnected (a hang-up aborts them all). The answer lists each prompt's n
-        choices in prompt order (openai_format.text_completion). With stream (one prompt: checked
-        above) the answer is SSE, as in the chat route, chunked by openai_format.CompletionChunker.
+        If any prompt is refused (too long for the context, ids outside the vocabulary, a
+        parameter out of range), the answer is that refusal and no prompt has reached the
+        engine. Otherwise every prompt runs, prompt i as engine request f"{request_id}-{i}"
+        (openai_format.text_completion_id), concurrently: they share the engine's batches.
+        Each prompt gets its own sampling parameters, as the chat route's one prompt does
+        (its room in the context depends on its length). Preparing a prompt is slow work (a
+        pattern may compile) and never runs on the event loop. A client that hangs up aborts
+        every prompt of its batch. The answer lists each prompt's n choices in prompt order
+        (openai_format.text_completion); with stream (one prompt: checked above) it is SSE, as
+        in the chat route, chunked by openai_format.CompletionChunker.
         """
         started = time.perf_counter()
         check_model(body.model)

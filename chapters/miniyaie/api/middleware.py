@@ -69,9 +69,9 @@ class ApiKeyGuard:
     pass through untouched): the request reaches the app only when its authorization header is
     exactly b"Bearer " + the key. Otherwise the answer is 401, code "invalid_api_key", with the
     header `www-authenticate: Bearer` (how HTTP says which scheme to use), and the app never sees
-    the request (its body is not read). Compare in constant time (hmac.compare_digest): a
-    comparison that stops at the first wrong byte tells an attacker, by its timing, how many
-    leading bytes were right.
+    the request (its body is not read). The comparison takes as long however many leading
+    bytes are right: one that stops at the first wrong byte tells an attacker, by its timing,
+    how many were.
     """
 
     def __init__(self, app, api_key: str):
