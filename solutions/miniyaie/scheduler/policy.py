@@ -144,9 +144,9 @@ def admission_order(
     #   order (sorting every waiting request every step costs too much), and a request
     #   that has waited max_wait_steps schedules goes first whatever its match.
     # Hint 2: If more than lpm_max_queue requests wait, use the queue order. Otherwise sort
-    #   with the policy (POLICIES[policy]) and move the overdue requests to the front, in
-    #   queue order: a request is overdue when it was queued (queued_at(r)) at
-    #   or before now - max_wait_steps.
+    #   with the policy (POLICIES[policy]), then split the waiting requests in two: the
+    #   overdue ones, taken from the queue (so they keep its order), and the rest, taken from
+    #   the sorted list (so they keep its order); the overdue come first.
     # Hint 3:
     #   if len(waiting) > lpm_max_queue: order = fcfs_order(waiting, prefix_len)
     #   else:
