@@ -32,6 +32,9 @@ def test_an_event_is_one_data_line_and_a_blank_line(payload):
 def test_text_travels_as_itself_and_a_string_payload_is_sent_as_is():
     assert "caf\u00e9" in sse_event({"content": "caf\u00e9"}), "non-ASCII text was escaped (\\u00e9) instead of sent as UTF-8"
     assert sse_event("[DONE]") == "data: [DONE]\n\n", "a string payload is sent as it is, not JSON-quoted"
+    assert sse_event({"a": [1, 2], "b": "x y"}) == 'data: {"a":[1,2],"b":"x y"}\n\n', (
+        f"a dict travels as compact JSON (no space after ',' and ':'), got {sse_event({'a': [1, 2], 'b': 'x y'})!r}"
+    )
 
 
 @pytest.mark.task("6.7")  # events on the wire need the stream of Task 6.7
