@@ -146,7 +146,7 @@ class Constraints:
         another reason (end of sequence, max_tokens, a stop string): left alone, guide unmoved.
         room(id): how many more tokens the request may take; jump_forward(id): whether it asked for
         jump-forward. Returns (forced, ended, failed):
-        - forced[id]: the tokens appended without a model step (Task 8.4's forced_tokens), only for
+        - forced[id]: the tokens appended without a model step (Task 8.5's forced_tokens), only for
           requests that asked and whose pattern is not complete, at most room(id) of them; their
           number is added to self.forced_tokens. No entry where there are none.
         - ended[id]: "stop" where the pattern is complete (after the sampled and forced tokens);
@@ -157,9 +157,9 @@ class Constraints:
         ended "stop" (not "length").
         """
         # Idea: in what order do a request's sampled token, forced tokens and end come, and what may one bad guide spoil?
-        # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
-        # TODO(Task 8.4): Jump-forward. Replace this line with your code.
-        raise NotImplementedError('Chapter 8, Task 4: Jump-forward — see book/src/ch08_structured_output.md')
+        # Stuck? `miniyaie hint 8.5` prints hints, one level at a time.
+        # TODO(Task 8.5): Jump-forward. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 5: Jump-forward — see book/src/ch08_structured_output.md')
     # ANCHOR_END: after_step
 
     def follow(self, engine, sampled: dict, finished: dict[str, str]) -> tuple[dict[str, list[int]], dict[str, Exception]]:

@@ -146,7 +146,7 @@ class Constraints:
         another reason (end of sequence, max_tokens, a stop string): left alone, guide unmoved.
         room(id): how many more tokens the request may take; jump_forward(id): whether it asked for
         jump-forward. Returns (forced, ended, failed):
-        - forced[id]: the tokens appended without a model step (Task 8.4's forced_tokens), only for
+        - forced[id]: the tokens appended without a model step (Task 8.5's forced_tokens), only for
           requests that asked and whose pattern is not complete, at most room(id) of them; their
           number is added to self.forced_tokens. No entry where there are none.
         - ended[id]: "stop" where the pattern is complete (after the sampled and forced tokens);
@@ -175,7 +175,7 @@ class Constraints:
         #       if tokens: forced[rid] = tokens; self.forced_tokens += len(tokens)
         #       if guide.finished: ended[rid] = "stop"
         #       elif room(rid) - len(tokens) <= 0: ended[rid] = "length"
-        # BEGIN SOLUTION 8.4: Jump-forward
+        # BEGIN SOLUTION 8.5: Jump-forward
         forced, ended, failed = {}, {}, {}
         for rid, token in sampled.items():
             guide = self.guides.get(rid)
