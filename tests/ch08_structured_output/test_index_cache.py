@@ -16,6 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from miniyaie.engine import SamplingParams
 from miniyaie.structured import IndexCache, Limits, PatternError
 
 PATTERNS = [f"p{i}" for i in range(5)]
@@ -142,3 +143,84 @@ def test_a_compile_holds_no_lock_and_two_compiles_of_one_pattern_keep_one_index(
     assert cache.stats()["indexes_in_use"] == 1, "taken twice, given back once: p1 is still in use"
     cache.give_back("p1")
     assert cache.stats()["indexes_in_use"] == 0, "taken twice, given back twice: p1 is no longer in use"
+
+
+HELD = [r"[ab]x", r"[ab]y"]
+
+
+class HoldsMachine(RuleBasedStateMachine):
+    """Constraints over a cache of 1 byte: an index nobody uses is dropped at once, so every compile counted
+    says whether each use was given back exactly once (a leaked use keeps an index; an extra give-back
+    drops one a guide still reads, and the next use compiles it again)."""
+
+    def __init__(self):
+        super().__init__()
+        from miniyaie.structured import Constraints
+
+        self.c = Constraints(byte_vocabulary([]), 300, Limits(cache_bytes=1))
+        self.uses: Counter[str] = Counter()
+        self.holds: Counter[str] = Counter()
+        self.guides: dict[str, str] = {}
+        self.compiles = 0
+        self.story: list[str] = []
+
+    def need(self, pattern: str):
+        if self.uses[pattern] == 0:
+            self.compiles += 1
+        self.uses[pattern] += 1
+
+    def forget_model(self, rid: str):
+        if rid in self.guides:
+            self.uses[self.guides.pop(rid)] -= 1
+
+    @rule(pattern=st.sampled_from(HELD))
+    def prepare(self, pattern):
+        self.story.append(f"prepare({pattern})")
+        self.c.prepare(SamplingParams(regex=pattern))
+        self.need(pattern)
+        self.holds[pattern] += 1
+
+    @rule(pattern=st.sampled_from(HELD))
+    def release(self, pattern):
+        self.story.append(f"release({pattern})")
+        self.c.release(SamplingParams(regex=pattern))
+        if self.holds[pattern] > 0:
+            self.holds[pattern] -= 1
+            self.uses[pattern] -= 1
+
+    @rule(pattern=st.sampled_from(HELD), ids=st.lists(st.sampled_from(["r1", "r2", "r3"]), min_size=1, max_size=2, unique=True))
+    def start(self, pattern, ids):
+        self.story.append(f"start({ids}, {pattern})")
+        self.c.start(ids, SamplingParams(regex=pattern))
+        held = self.holds[pattern] > 0
+        if held:
+            self.holds[pattern] -= 1
+        for rid in ids:
+            self.forget_model(rid)
+            self.need(pattern)
+            self.guides[rid] = pattern
+        if held:
+            self.uses[pattern] -= 1
+
+    @rule(rid=st.sampled_from(["r1", "r2", "r3", "r4"]))
+    def forget(self, rid):
+        self.story.append(f"forget({rid})")
+        self.c.forget(rid)
+        self.forget_model(rid)
+
+    @invariant()
+    def every_use_is_given_back_once(self):
+        stats = self.c.stats()
+        in_use = sorted(p for p, n in self.uses.items() if n > 0)
+        assert stats["compiles"] == self.compiles, (
+            f"after {self.story}: {self.compiles} compiles expected, {stats['compiles']} happened (an index dropped "
+            f"while a guide or hold used it compiles again; a prepared index is used by start without compiling)")
+        assert stats["indexes_in_use"] == len(in_use), (
+            f"after {self.story}: patterns in use (by guides or holds) {in_use}, the cache counts {stats['indexes_in_use']}")
+        for rid in ["r1", "r2", "r3", "r4"]:
+            assert (rid in self.c.guides) == (rid in self.guides), f"after {self.story}: {rid} should {'' if rid in self.guides else 'not '}have a guide"
+
+
+@pytest.mark.task("8.4")
+def test_guides_and_prepared_holds_give_back_each_use_of_an_index_once():
+    run_state_machine_as_test(HoldsMachine, settings=settings(max_examples=60, stateful_step_count=20, deadline=None))

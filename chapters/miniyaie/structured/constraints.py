@@ -118,20 +118,21 @@ class Constraints:
                     "indexes_in_use": 0, "evictions": 0, "compiles": 0}
         return self._cache.stats()
 
+    # ANCHOR: start
     def start(self, ids: list[str], params) -> None:
-        """A guide per completion; the index prepared for these params if there is one, else compiled now."""
-        pattern = pattern_of(params, self.limits)
-        if pattern is None:
-            return
-        cache, held = self._indexes(), self._unhold(pattern)
-        try:
-            for rid in ids:
-                self.forget(rid)  # a guide it may still have (its index back)
-                self.guides[rid] = Guide(cache.take(pattern, self._budget(params), keyword_of(params)))
-                self._patterns[rid] = pattern
-        finally:
-            if held:
-                cache.give_back(pattern)
+        """A guide per completion id, each holding one use of the pattern's index until forget(id).
+
+        If a prepare(params) holds the pattern's index, start consumes that hold (`_unhold`) and
+        compiles nothing; the hold's own use is given back once the guides hold theirs (also
+        when a take raises), so each prepare's use is given back exactly once. An id that still
+        has a guide is forgotten first. Unconstrained params: nothing. Every use the cache
+        counts is one guide's or one hold's (`stats()["indexes_in_use"]`).
+        """
+        # Idea: between giving back the hold and taking the guides' uses, could the index be evicted?
+        # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
+        # TODO(Task 8.4): The index cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 4: The index cache — see book/src/ch08_structured_output.md')
+    # ANCHOR_END: start
 
     def mask(self, request_id: str):
         guide = self.guides.get(request_id)
@@ -194,8 +195,11 @@ class Constraints:
             return error
         return exc
 
+    # ANCHOR: forget
     def forget(self, request_id: str) -> None:
-        self.guides.pop(request_id, None)
-        pattern = self._patterns.pop(request_id, None)
-        if pattern is not None:
-            self._indexes().give_back(pattern)
+        """Drop the request's guide and give back its use of the index (an id with none: nothing)."""
+        # Idea: what must forgetting an id twice, or an id that never had a guide, do to the cache?
+        # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
+        # TODO(Task 8.4): The index cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 4: The index cache — see book/src/ch08_structured_output.md')
+    # ANCHOR_END: forget

@@ -118,8 +118,30 @@ class Constraints:
                     "indexes_in_use": 0, "evictions": 0, "compiles": 0}
         return self._cache.stats()
 
+    # ANCHOR: start
     def start(self, ids: list[str], params) -> None:
-        """A guide per completion; the index prepared for these params if there is one, else compiled now."""
+        """A guide per completion id, each holding one use of the pattern's index until forget(id).
+
+        If a prepare(params) holds the pattern's index, start consumes that hold (`_unhold`) and
+        compiles nothing; the hold's own use is given back once the guides hold theirs (also
+        when a take raises), so each prepare's use is given back exactly once. An id that still
+        has a guide is forgotten first. Unconstrained params: nothing. Every use the cache
+        counts is one guide's or one hold's (`stats()["indexes_in_use"]`).
+        """
+        # Nudge: between giving back the hold and taking the guides' uses, could the index be evicted?
+        # Hint 1: Every take must meet exactly one give_back: a leaked use pins an index for
+        #   ever, an extra one lets the cache evict an index a guide still reads. The hold keeps
+        #   the prepared index in use; give it back only after the guides have taken theirs, or
+        #   the cache may drop it in between and compile it again.
+        # Hint 2: Find the pattern (None: return). Consume a hold if there is one. Then, in a
+        #   try whose finally gives back the hold's use if one was consumed: for each id, forget
+        #   it, take the pattern's index, make its Guide, remember the id's pattern.
+        # Hint 3:
+        #   pattern = pattern_of(params, limits); if None: return
+        #   cache, held = self._indexes(), self._unhold(pattern)
+        #   try: for rid in ids: forget(rid); guides[rid] = Guide(cache.take(pattern, budget, keyword)); _patterns[rid] = pattern
+        #   finally: if held: cache.give_back(pattern)
+        # BEGIN SOLUTION 8.4: The index cache
         pattern = pattern_of(params, self.limits)
         if pattern is None:
             return
@@ -132,6 +154,8 @@ class Constraints:
         finally:
             if held:
                 cache.give_back(pattern)
+        # END SOLUTION
+    # ANCHOR_END: start
 
     def mask(self, request_id: str):
         guide = self.guides.get(request_id)
@@ -230,8 +254,20 @@ class Constraints:
             return error
         return exc
 
+    # ANCHOR: forget
     def forget(self, request_id: str) -> None:
+        """Drop the request's guide and give back its use of the index (an id with none: nothing)."""
+        # Nudge: what must forgetting an id twice, or an id that never had a guide, do to the cache?
+        # Hint 1: The guide's use of the index is given back once: the id's pattern is the
+        #   record that a use is outstanding, so taking it away and giving back go together.
+        # Hint 2: Pop the id's guide; pop its pattern; if there was one, give the pattern back.
+        # Hint 3:
+        #   guides.pop(rid, None); pattern = _patterns.pop(rid, None)
+        #   if pattern is not None: self._indexes().give_back(pattern)
+        # BEGIN SOLUTION 8.4: The index cache
         self.guides.pop(request_id, None)
         pattern = self._patterns.pop(request_id, None)
         if pattern is not None:
             self._indexes().give_back(pattern)
+        # END SOLUTION
+    # ANCHOR_END: forget
