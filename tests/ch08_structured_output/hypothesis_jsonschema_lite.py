@@ -1,16 +1,20 @@
 """Values valid under the schemas of test_json_schema.py's strategy (a small, exact generator for that subset)."""
 
+import jsonschema
 from hypothesis import strategies as st
 
 ALPHABET = st.characters(codec="utf-8", exclude_categories=["Cs"])
+ANNOTATIONS = {"title", "description", "$schema", "$id", "examples", "default", "$comment"}
 
 
 def values_of(schema: dict):
-    if "const" in schema:
-        return st.just(schema["const"])
-    if "enum" in schema:
-        return st.sampled_from(schema["enum"])
-    kind = schema.get("type")
+    if "const" in schema or "enum" in schema:
+        values = [schema["const"]] if "const" in schema else schema["enum"]
+        rest = {k: v for k, v in schema.items() if k not in ANNOTATIONS | {"enum", "const"}}
+        return st.sampled_from([v for v in values if jsonschema.Draft202012Validator(rest).is_valid(v)])
+    if "anyOf" in schema:
+        return st.one_of([values_of(branch) for branch in schema["anyOf"]])
+    kind = schema.get("type", "object" if "properties" in schema else None)
     if isinstance(kind, list):
         return st.one_of([values_of({**schema, "type": k}) for k in kind])
     if kind == "integer":
@@ -26,9 +30,10 @@ def values_of(schema: dict):
             return st.from_regex(schema["pattern"], fullmatch=True)
         return st.text(ALPHABET, min_size=schema.get("minLength", 0), max_size=schema.get("maxLength", 8))
     if kind == "array":
-        return st.lists(values_of(schema["items"]), min_size=schema.get("minItems", 0), max_size=schema.get("maxItems", 3))
+        items = schema.get("items", {"type": ["string", "number", "boolean", "null"]})
+        return st.lists(values_of(items), min_size=schema.get("minItems", 0), max_size=schema.get("maxItems", 3))
     if kind == "object":
-        props, required = schema["properties"], set(schema.get("required", []))
+        props, required = schema.get("properties", {}), set(schema.get("required", []))
 
         def build(present):
             members = st.fixed_dictionaries({k: values_of(props[k]) for k in props if k in present})

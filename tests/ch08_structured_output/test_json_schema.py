@@ -18,8 +18,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from miniyaie.structured import PatternError, array_regex, object_regex, schema_to_regex
+from miniyaie.structured import PatternError, array_regex, json_object_regex, object_regex, schema_to_regex
 from miniyaie.structured.trie_regex import alternation
+
+
+ALPHABET_JSON = st.characters(codec="utf-8", exclude_categories=["Cs"])
 
 
 def compact(value) -> str:
@@ -219,6 +222,10 @@ leaves = st.one_of(
         {"type": "string", "maxLength": 5}, {"type": "string", "minLength": 1, "maxLength": 3},
         {"type": "string", "enum": ["a", "b c", "ü"]}, {"const": 7}, {"type": ["integer", "null"]},
         {"type": "string", "pattern": "[a-z]{2}[0-9]"}, {"const": {"k": [1, "é"]}},
+        {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 2}, {"const": [None]}]},
+        {"type": ["string", "array", "null"], "maxLength": 2, "maxItems": 1, "items": {"type": "boolean"}},
+        {"type": "string", "enum": [1, "a", "é", None, "long"], "maxLength": 2}, {"type": "integer", "enum": [1.5, 2, True]},
+        {"type": "array"}, {"type": "object"}, {"properties": {"q": {"type": "null"}}, "required": ["q"]},
     ]),
     st.lists(st.sampled_from(ENUM_VALUES), min_size=1, max_size=5).map(lambda values: {"enum": values}),
 )
@@ -255,6 +262,8 @@ def with_value(schema):
 @example((EXAMPLE_SCHEMA, {"a.b": {"k": None}, "tags": ["é", "é"], "id": 0})).via("metacharacters, a const item, optionals")
 @example((EXAMPLE_SCHEMA, {"tags": [], "id": -3}))
 @example(({"type": "array", "items": {"enum": [[1, "x"], "a.b"]}, "minItems": 1}, [[1, "x"], "a.b", [1, "x"]]))
+@example(({"type": "object", "properties": {"v": {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 2}]},
+                                           "w": {"type": ["null", "boolean"]}}}, {"v": "ab", "w": True}))
 def test_values_valid_under_a_schema_match_its_regex(case):
     schema, value = case
     jsonschema.validate(value, schema)
@@ -270,15 +279,70 @@ def with_text(schema):
 @given(schemas.flatmap(with_text))
 @example((EXAMPLE_SCHEMA, '{"a.b":1.5,"id":7}'))
 @example((EXAMPLE_SCHEMA, '{"tags":["é"],"id":-1}'))
+@example(({"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}, "null"))
 def test_every_text_the_regex_matches_is_valid_under_the_schema(case):
     schema, text = case
-    assert re.fullmatch(schema_to_regex(schema), text), f"{text!r} (an explicit example) must match {schema}'s regex"
+    if not re.fullmatch(schema_to_regex(schema), text):
+        return  # only an explicit example can miss (a text a wrong regex would let through); drawn texts match
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise AssertionError(f"{text!r} matches the regex of {schema} but is not JSON: {exc}") from None
     errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(value)]
     assert not errors, f"{text!r} matches the regex of {schema} but is not valid under it: {errors[0]}"
+
+
+@pytest.mark.task("8.3")
+@pytest.mark.parametrize("schema,keyword", [
+    ({"type": "string", "enum": [1, 2]}, "enum"),
+    ({"type": "string", "const": 5}, "const"),
+    ({"type": "integer", "enum": [1.5, "1"]}, "enum"),
+    ({"enum": ["abc"], "type": "string", "maxLength": 2}, "enum"),
+    ({}, "type"),
+    ({"title": "no type"}, "type"),
+], ids=["enum of no string", "const of the wrong type", "enum of no integer", "enum too long", "empty", "annotations only"])
+def test_a_schema_that_leaves_nothing_to_write_is_refused_by_name(schema, keyword):
+    with pytest.raises(PatternError, match=keyword) as refused:
+        schema_to_regex(schema)
+    assert keyword in str(refused.value), f"{schema}: the refusal must name {keyword!r}: {refused.value}"
+
+
+@pytest.mark.task("8.3")
+def test_enum_values_the_other_keywords_refuse_are_left_out():
+    regex = schema_to_regex({"type": "string", "enum": [1, "a", "é", None, "long", [1]], "maxLength": 2})
+    assert re.fullmatch(regex, '"a"') and re.fullmatch(regex, '"é"'), f"the strings of the enum must match: {regex}"
+    for text in ["1", "null", '"long"', "[1]"]:
+        assert not re.fullmatch(regex, text), f"{text} is in the enum but not a string of at most 2: {regex}"
+
+
+def nesting(value) -> int:
+    """Levels of objects and arrays: 0 for a scalar, 1 for [] or {"a": 1}, 2 for [[1]]."""
+    children = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else None
+    return 0 if children is None else 1 + max(map(nesting, children), default=0)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-1000, 1000) | st.floats(-1e3, 1e3, allow_nan=False).map(lambda x: round(x, 2))
+    | st.text(ALPHABET_JSON, max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(ALPHABET_JSON, max_size=3), inner, max_size=3),
+    max_leaves=8)
+
+
+@pytest.mark.task("8.3")
+@given(st.integers(0, 3), json_values)
+@example(2, {"a": [{"b": 1}], "c": {}})
+@example(2, {"a": [[[1]]]})
+@example(0, {})
+@example(0, {"a": []})
+@example(1, [1])
+@example(1, "x")
+@example(1, {"a": 'q"\\\n\t\x01é😀', "q\"": None}).via("escapes in values and keys")
+def test_the_json_object_regex_matches_objects_nested_at_most_depth_levels(depth, value):
+    text = compact(value)
+    fits = isinstance(value, dict) and nesting(value) <= depth + 1
+    assert bool(re.fullmatch(json_object_regex(depth), text)) == fits, (
+        f"depth {depth}: {text} ({'an object' if isinstance(value, dict) else 'not an object'} of {nesting(value)} "
+        f"levels) must {'' if fits else 'not '}match")
 
 
 @pytest.mark.ungraded

@@ -5,10 +5,19 @@ exactly one comma between two elements or members, no whitespace. The
 regexes given (an item's, a member's) are complete regexes that can be
 written next to others as they are: none has a `|` outside a group.
 json_schema.py turns a schema's `items`/`minItems`/`maxItems` and its
-`properties`/`required` into the calls below.
+`properties`/`required` into the calls below; `json_object_regex` is
+OpenAI's "json_object" response format: any object.
 """
 
 from __future__ import annotations
+
+INTEGER = r"-?(0|[1-9][0-9]*)"
+NUMBER = INTEGER + r"(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+# A character of a JSON string: not a quote, backslash or control character; or an escape (never a
+# \u escape of a lone surrogate half, which would make one character count as two).
+STRING_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'
+SCALARS = {"integer": INTEGER, "number": NUMBER, "boolean": "(true|false)", "null": "null"}
+
 
 
 # ANCHOR: array_regex
@@ -52,3 +61,22 @@ def object_regex(members: list[tuple[str, bool]]) -> str:
     # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
     raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
 # ANCHOR_END: object_regex
+
+
+# ANCHOR: json_object_regex
+def json_object_regex(depth: int = 2) -> str:
+    r"""Any compact JSON object (OpenAI's "json_object" response format) whose values nest at most `depth` levels.
+
+    Strings: any JSON string whose characters STRING_CHAR matches (escapes
+    included); numbers as NUMBER; true, false, null; objects with
+    any keys, in any order, repeats allowed. An object or array holding
+    only scalars (or nothing) is one level: with depth 2, {} and
+    {"a":[{"b":1}],"c":{}} match, {"a":[[[1]]]} does not. Only objects at
+    the top: not [1], not "x". Its length grows with depth, and by a
+    constant factor per level, never with the number of members.
+    """
+    # Idea: describe "a value at most k levels deep" for k = 0, 1, ..., depth.
+    # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
+    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+# ANCHOR_END: json_object_regex

@@ -5,10 +5,19 @@ exactly one comma between two elements or members, no whitespace. The
 regexes given (an item's, a member's) are complete regexes that can be
 written next to others as they are: none has a `|` outside a group.
 json_schema.py turns a schema's `items`/`minItems`/`maxItems` and its
-`properties`/`required` into the calls below.
+`properties`/`required` into the calls below; `json_object_regex` is
+OpenAI's "json_object" response format: any object.
 """
 
 from __future__ import annotations
+
+INTEGER = r"-?(0|[1-9][0-9]*)"
+NUMBER = INTEGER + r"(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+# A character of a JSON string: not a quote, backslash or control character; or an escape (never a
+# \u escape of a lone surrogate half, which would make one character count as two).
+STRING_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'
+SCALARS = {"integer": INTEGER, "number": NUMBER, "boolean": "(true|false)", "null": "null"}
+
 
 
 # ANCHOR: array_regex
@@ -104,3 +113,47 @@ def object_regex(members: list[tuple[str, bool]]) -> str:
     return r"\{" + (f"({carried})?" if all_optional else carried) + r"\}"
     # END SOLUTION
 # ANCHOR_END: object_regex
+
+
+# ANCHOR: json_object_regex
+def json_object_regex(depth: int = 2) -> str:
+    r"""Any compact JSON object (OpenAI's "json_object" response format) whose values nest at most `depth` levels.
+
+    Strings: any JSON string whose characters STRING_CHAR matches (escapes
+    included); numbers as NUMBER; true, false, null; objects with
+    any keys, in any order, repeats allowed. An object or array holding
+    only scalars (or nothing) is one level: with depth 2, {} and
+    {"a":[{"b":1}],"c":{}} match, {"a":[[[1]]]} does not. Only objects at
+    the top: not [1], not "x". Its length grows with depth, and by a
+    constant factor per level, never with the number of members.
+    """
+    # Nudge: describe "a value at most k levels deep" for k = 0, 1, ..., depth.
+    # Hint 1: A value that nests at most 0 levels is a scalar. A value that nests at most
+    #   k + 1 levels is a value of at most k levels, or an object or array whose members
+    #   and items are values of at most k levels. The answer is an object whose values
+    #   nest at most `depth` levels. Build the regex level by level (a loop), each level
+    #   from the one below it, and group every alternation.
+    # Hint 2: string = '"' + STRING_CHAR + '*"'; value = the scalars joined with "|". Then
+    #   depth times: inner = "(" + value + ")"; object = \{ + optional (string:inner then
+    #   any number of ,string:inner) + \}; array = \[ + optional (inner then any number of
+    #   ,inner) + \]; value = value | object | array. Finally the object of values:
+    #   \{ + optional (string:(value) then any number of ,string:(value)) + \}.
+    # Hint 3:
+    #   string = f'"{STRING_CHAR}*"'; value = "|".join([string, NUMBER, "true", "false", "null"])
+    #   repeat depth times:
+    #       inner = f"({value})"
+    #       obj = r"\{(" + string + ":" + inner + "(," + string + ":" + inner + r")*)?\}"
+    #       arr = r"\[(" + inner + "(," + inner + r")*)?\]"
+    #       value = f"{value}|{obj}|{arr}"
+    #   return r"\{(" + string + ":(" + value + ")(," + string + ":(" + value + r"))*)?\}"
+    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    string = f'"{STRING_CHAR}*"'
+    value = "|".join([string, NUMBER, "true", "false", "null"])
+    for _ in range(depth):
+        inner = f"({value})"
+        obj = rf"\{{({string}:{inner}(,{string}:{inner})*)?\}}"
+        arr = rf"\[({inner}(,{inner})*)?\]"
+        value = f"{value}|{obj}|{arr}"
+    return rf"\{{({string}:({value})(,{string}:({value}))*)?\}}"
+    # END SOLUTION
+# ANCHOR_END: json_object_regex

@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 import re
 
-from miniyaie.structured.json_containers import array_regex, object_regex
+from miniyaie.structured.json_containers import (NUMBER, SCALARS, STRING_CHAR, array_regex, json_object_regex,  # noqa: F401
+                                                 object_regex)
 from miniyaie.structured.limits import Limits, PatternError, over
 from miniyaie.structured.regex_check import json_string_regex
 from miniyaie.structured.schema_values import check_value, short, value_text
@@ -34,13 +35,7 @@ IGNORED = {"title", "description", "$schema", "$id", "examples", "default", "$co
 KNOWN = {"type", "properties", "required", "enum", "const", "anyOf", "minLength", "maxLength", "pattern", "items",
          "minItems", "maxItems", "additionalProperties"} | IGNORED
 TYPES = {"object", "array", "string", "integer", "number", "boolean", "null"}
-
-INTEGER = r"-?(0|[1-9][0-9]*)"
-NUMBER = INTEGER + r"(\.[0-9]+)?([eE][+-]?[0-9]+)?"
-# A character of a JSON string: not a quote, backslash or control character; or an escape (never a
-# \u escape of a lone surrogate half, which would make one character count as two).
-STRING_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'
-SCALARS = {"integer": INTEGER, "number": NUMBER, "boolean": "(true|false)", "null": "null"}
+ANY_ITEM = {"type": ["string", "number", "boolean", "null"]}  # an array's items when the schema names none
 
 
 def literal(value) -> str:
@@ -66,55 +61,131 @@ def schema_to_regex(schema: dict | str, depth: int = 0, limits: Limits | None = 
     if unknown:
         raise PatternError(f"unsupported JSON schema keyword {unknown[0]!r}")
     _check_keywords(schema, depth, limits)
-    regex = _regex(schema, depth, limits)
+    _check_structure(schema, limits)
+    regex = schema_regex(schema, depth, limits)
     if len(regex) > limits.max_regex_length:
         raise over("json_schema: the regex's length", len(regex), limits.max_regex_length, "max_regex_length")
     return regex
 
 
-def _regex(schema: dict, depth: int, limits: Limits) -> str:
-    rest = {k: v for k, v in schema.items() if k not in IGNORED | {"enum", "const"}}
+def _check_structure(schema: dict, limits: Limits) -> None:
+    """What the conversion reads, checked before it reads it: enum/const values, anyOf's branches, counts, names."""
     if "const" in schema or "enum" in schema:
-        values = [schema["const"]] if "const" in schema else _list(schema, "enum", "a list of values")
+        keyword = "const" if "const" in schema else "enum"
+        values = [schema["const"]] if keyword == "const" else _list(schema, "enum", "a list of values")
         if len(values) > limits.max_enum:
             raise over("enum: entries", len(values), limits.max_enum, "max_enum")
-        texts = [value_text(v, "const" if "const" in schema else "enum") for v in values]
-        if rest:  # keep the values the schema's other keywords allow (by their own regex)
-            allowed = re.compile(schema_to_regex(rest, depth, limits))
-            texts = [t for t in texts if allowed.fullmatch(t)]
-        if not texts:
-            raise PatternError(f"{'const' if 'const' in schema else 'enum'}: no value is allowed (empty, or none "
-                               "satisfies the schema's other keywords): nothing could be written")
-        return alternation(texts)
+        for value in values:
+            value_text(value, keyword)
+        return
     if "anyOf" in schema:
         branches = _list(schema, "anyOf", "a list of schemas")
         if not branches:
             raise PatternError("anyOf is empty: no value can match it")
         if len(branches) > limits.max_enum:
             raise over("anyOf: entries", len(branches), limits.max_enum, "max_enum")
-        if set(rest) - {"anyOf"}:
-            raise PatternError(f"anyOf with other keywords ({sorted(set(rest) - {'anyOf'})[0]!r}) is not supported: "
-                               "put them inside each anyOf branch")
-        return "(" + "|".join(schema_to_regex(s, depth + 1, limits, "anyOf") for s in branches) + ")"
+        others = sorted(set(schema) - IGNORED - {"anyOf"})
+        if others:
+            raise PatternError(f"anyOf with other keywords ({others[0]!r}) is not supported: put them inside each "
+                               "anyOf branch")
+        return
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "object" in kinds or (kind is None and "properties" in schema):
+        for name in schema.get("properties", {}):
+            check_value(name, "properties", 0)
+        missing = sorted(set(schema.get("required", [])) - set(schema.get("properties", {})))
+        if missing:
+            raise PatternError(f"required property {missing[0]!r} is not in properties")
+    for low, high, what in (("minItems", "maxItems", "array"), ("minLength", "maxLength", "string")):
+        if what in kinds and schema.get(high) is not None and schema[high] < schema.get(low, 0):
+            raise PatternError(f"{high} {schema[high]} is below {low} {schema.get(low, 0)}: no {what} can match")
+
+
+# ANCHOR: schema_regex
+def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
+    r"""The regex of the compact JSON texts valid under `schema`, a schema that schema_to_regex has checked.
+
+    Compact: as json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    writes it. The regex matches the compact text of every value valid
+    under the schema (an object's members in the schema's order), and only
+    texts that are JSON valid under it. Checked already: every keyword
+    known and of the right kind, sizes within `limits`, enum/const values
+    that JSON can write, required names among the properties, anyOf alone.
+    - const, enum: exactly those values, less the ones the schema's other
+      keywords refuse ({"type": "string", "enum": [1, "a"]} allows only
+      "a"); a PatternError naming const or enum if none is left.
+    - anyOf: a value valid under any branch. type, a list: any of the types.
+    - integer, number, boolean, null: SCALARS; string: _string(schema, limits).
+    - array: `items` (default ANY_ITEM), minItems (default 0) to maxItems
+      (default: no bound) of them.
+    - object, or no type but `properties`: the listed properties, the
+      required ones always written, no others.
+    - otherwise (no type, no properties): a PatternError naming the type.
+    A subschema (a branch, items, a property's schema) one level deeper
+    becomes schema_to_regex(sub, depth + 1, limits, its keyword): the
+    limits and the depth cap hold all the way down.
+    """
+    # Nudge: the enum's "other keywords" are a schema too.
+    # Hint 1: Dispatch on what the schema says, most specific first: const/enum, then
+    #   anyOf, then a list of types, then one type. The enum is the subtle one: its values
+    #   must also satisfy whatever else the schema says (a type, a maxLength), and the rest
+    #   of the schema is itself a schema: convert it, and keep the values its regex matches.
+    #   Every alternation you build goes inside a group, so it can sit inside a member or an
+    #   item. Property names are texts like enum values: literal(name).
+    # Hint 2: rest = the schema without enum, const and IGNORED keywords. const/enum: the
+    #   values' compact JSON texts; if rest is not empty, keep the texts that
+    #   re.fullmatch(schema_to_regex(rest, depth, limits)) accepts; none left: PatternError;
+    #   else alternation(texts). anyOf: "(" + "|".join(branch regexes) + ")". A list of
+    #   types: the same over schema_regex({**schema, "type": k}) for each k. Scalars and
+    #   strings: the helpers. array: array_regex(item regex, minItems or 0, maxItems or
+    #   None). object: object_regex([(literal(name) + ":" + regex of its schema, name in
+    #   required) for each property in order]).
+    # Hint 3:
+    #   rest = {k: v for k, v in schema.items() if k not in IGNORED | {"enum", "const"}}
+    #   if "const" in schema or "enum" in schema:
+    #       texts = [compact JSON of v for v in ([schema["const"]] if "const" in schema else schema["enum"])]
+    #       if rest: allowed = re.compile(schema_to_regex(rest, depth, limits)); texts = [t for t in texts if allowed.fullmatch(t)]
+    #       if not texts: raise PatternError("enum: no value is allowed ...")
+    #       return alternation(texts)
+    #   if "anyOf" in schema: return "(" + "|".join(schema_to_regex(s, depth + 1, limits, "anyOf") for s in schema["anyOf"]) + ")"
+    #   kind = schema.get("type")
+    #   if kind is a list: return "(" + "|".join(schema_regex({**schema, "type": k}, depth, limits) for k in kind) + ")"
+    #   if kind in SCALARS: return SCALARS[kind]; if kind == "string": return _string(schema, limits)
+    #   if kind == "array": return array_regex(schema_to_regex(items or ANY_ITEM, depth + 1, limits, "items"), low, high)
+    #   if kind == "object" or "properties" in schema: return object_regex([...members in order...])
+    #   raise PatternError(f"unsupported or missing JSON schema type {kind!r}")
+    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    rest = {k: v for k, v in schema.items() if k not in IGNORED | {"enum", "const"}}
+    if "const" in schema or "enum" in schema:
+        keyword = "const" if "const" in schema else "enum"
+        texts = [value_text(v, keyword) for v in ([schema["const"]] if keyword == "const" else schema["enum"])]
+        if rest:  # keep the values the schema's other keywords allow (by their own regex)
+            allowed = re.compile(schema_to_regex(rest, depth, limits))
+            texts = [t for t in texts if allowed.fullmatch(t)]
+        if not texts:
+            raise PatternError(f"{keyword}: no value is allowed (empty, or none satisfies the schema's other "
+                               "keywords): nothing could be written")
+        return alternation(texts)
+    if "anyOf" in schema:
+        return "(" + "|".join(schema_to_regex(s, depth + 1, limits, "anyOf") for s in schema["anyOf"]) + ")"
     kind = schema.get("type")
     if isinstance(kind, list):
-        if not kind:
-            raise PatternError("type is an empty list: no value can match it")
-        for k in kind:
-            if not isinstance(k, str) or k not in TYPES:
-                raise PatternError(f"type: each entry must be one of {', '.join(sorted(TYPES))}, got {short(k)}")
-        return "(" + "|".join(_regex({**schema, "type": k}, depth, limits) for k in dict.fromkeys(kind)) + ")"
-    if kind is not None and (not isinstance(kind, str) or kind not in TYPES):
-        raise PatternError(f"type must be one of {', '.join(sorted(TYPES))} or a list of them, got {short(kind)}")
+        return "(" + "|".join(schema_regex({**schema, "type": k}, depth, limits) for k in kind) + ")"
     if kind in SCALARS:
         return SCALARS[kind]
     if kind == "string":
         return _string(schema, limits)
     if kind == "array":
-        return _array(schema, depth, limits)
+        item = schema_to_regex(schema.get("items", ANY_ITEM), depth + 1, limits, "items")
+        return array_regex(item, schema.get("minItems", 0), schema.get("maxItems"))
     if kind == "object" or "properties" in schema:
-        return _object(schema, depth, limits)
+        required = schema.get("required", [])
+        return object_regex([(literal(name) + ":" + schema_to_regex(sub, depth + 1, limits, "properties"),
+                              name in required) for name, sub in schema.get("properties", {}).items()])
     raise PatternError(f"unsupported or missing JSON schema type {kind!r}")
+    # END SOLUTION
+# ANCHOR_END: schema_regex
 
 
 def _check_keywords(schema: dict, depth: int, limits: Limits) -> None:
@@ -165,53 +236,10 @@ def _count(schema: dict, keyword: str, default, cap: int, name: str):
     return value
 
 
-def _object(schema: dict, depth: int, limits: Limits) -> str:
-    properties = schema.get("properties", {})
-    if not isinstance(properties, dict):
-        raise PatternError(f"properties must be an object of schemas, got {type(properties).__name__}")
-    required = schema.get("required", [])
-    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
-        raise PatternError(f"required must be a list of property names (strings), got {short(required)}")
-    for name in properties:
-        check_value(name, "properties", 0)
-    missing = sorted(set(required) - set(properties))
-    if missing:
-        raise PatternError(f"required property {missing[0]!r} is not in properties")
-    members = [(literal(name) + ":" + schema_to_regex(sub, depth + 1, limits, "properties"), name in required)
-               for name, sub in properties.items()]
-    return object_regex(members)
-
-
 def _string(schema: dict, limits: Limits) -> str:
     if "pattern" in schema:
         if schema.get("minLength") is not None or schema.get("maxLength") is not None:
             raise PatternError("a string schema with 'pattern' cannot also have 'minLength' or 'maxLength'")
         return '"(' + json_string_regex(schema["pattern"], limits, "pattern") + ')"'
-    low = _count(schema, "minLength", 0, limits.max_string_length, "max_string_length")
-    high = _count(schema, "maxLength", None, limits.max_string_length, "max_string_length")
-    if high is not None and high < low:
-        raise PatternError(f"maxLength {high} is below minLength {low}: no string can match")
+    low, high = schema.get("minLength", 0), schema.get("maxLength")
     return f'"{STRING_CHAR}{{{low},{"" if high is None else high}}}"'
-
-
-def _array(schema: dict, depth: int, limits: Limits) -> str:
-    low = _count(schema, "minItems", 0, limits.max_items, "max_items")
-    high = _count(schema, "maxItems", None, limits.max_items, "max_items")
-    if high is not None and high < low:
-        raise PatternError(f"maxItems {high} is below minItems {low}: no array can match")
-    items = schema.get("items", {"type": ["string", "number", "boolean", "null"]})
-    if not isinstance(items, dict):
-        raise PatternError(f"items must be a schema (an object), got {type(items).__name__}")
-    return array_regex(schema_to_regex(items, depth + 1, limits, "items"), low, high)
-
-
-def json_object_regex(depth: int = 2) -> str:
-    """Any JSON object nested at most `depth` levels (OpenAI's "json_object" response format)."""
-    string = f'"{STRING_CHAR}*"'
-    value = "|".join([string, NUMBER, "true", "false", "null"])
-    for _ in range(depth):
-        inner = f"({value})"
-        obj = rf"\{{({string}:{inner}(,{string}:{inner})*)?\}}"
-        arr = rf"\[({inner}(,{inner})*)?\]"
-        value = f"{value}|{obj}|{arr}"
-    return rf"\{{({string}:({value})(,{string}:({value}))*)?\}}"
