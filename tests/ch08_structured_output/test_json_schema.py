@@ -82,6 +82,23 @@ def test_an_object_without_members_is_only_the_empty_object():
     assert not re.fullmatch(object_regex([]), "{,}")
 
 
+@pytest.mark.task("8.3")
+@pytest.mark.parametrize("required", [[], [False], [True], [False, True, False], [True, False, True], [False] * 4],
+                         ids=["no members", "one optional", "one required", "o r o", "r o r", "four optional"])
+@settings(max_examples=25)
+@given(st.data())
+def test_every_text_an_object_regex_matches_is_such_an_object(required, data):
+    regex = object_regex([(re.escape(member_text(i)), r) for i, r in enumerate(required)])
+    text = data.draw(st.from_regex(regex, fullmatch=True), label="a text the regex matches")
+    parts = text[1:-1].split(",") if text != "{}" else []
+    written = [i for i in range(len(required)) if member_text(i) in parts]
+    assert text[:1] == "{" and text[-1:] == "}" and len(written) == len(parts), (
+        f"members {required} (True: required): {text!r} matches {regex} but is not an object of those members")
+    assert written == sorted(written) and [member_text(i) for i in written] == parts, f"{text!r}: members out of order"
+    missing = [i for i, r in enumerate(required) if r and i not in written]
+    assert not missing, f"members {required} (True: required): {text!r} matches {regex} without m{missing[0]}"
+
+
 def check_object_size(build, required: list[bool]) -> None:
     """The contract's bound: at most n x (the members' total length) + 6 n^2 + 8 characters."""
     members = [(re.escape(member_text(i)), r) for i, r in enumerate(required)]
@@ -160,6 +177,20 @@ def test_an_array_has_low_to_high_items_with_one_comma_between(low, extra, items
 
 
 @pytest.mark.task("8.3")
+@pytest.mark.parametrize("low,high", [(0, 0), (0, 1), (0, None), (1, 1), (1, 3), (2, None), (3, 3)])
+@settings(max_examples=25)
+@given(st.data())
+def test_every_text_an_array_regex_matches_is_such_an_array(low, high, data):
+    regex = array_regex(ITEM, low, high)
+    text = data.draw(st.from_regex(regex, fullmatch=True), label="a text the regex matches")
+    items = text[1:-1].split(",") if text != "[]" else []
+    assert text[:1] == "[" and text[-1:] == "]" and all(i in ("a", "bc") for i in items), (
+        f"minItems {low}, maxItems {high}: {text!r} matches {regex} but is not an array of a / bc")
+    assert low <= len(items) and (high is None or len(items) <= high), (
+        f"minItems {low}, maxItems {high}: {text!r} ({len(items)} items) matches {regex}")
+
+
+@pytest.mark.task("8.3")
 @pytest.mark.parametrize("low,high", [(0, 200), (200, 256), (0, None), (1, 256)])
 def test_the_array_regex_does_not_grow_with_its_counts(low, high):
     item = '"x":(a|bc)'
@@ -193,6 +224,14 @@ def test_a_list_of_texts_matches_exactly_those_texts(texts, other):
     near = {other, *(t + "a" for t in texts), *(t[:-1] for t in texts if t), *("a" + t for t in texts)}
     for text in near - set(texts):
         assert not re.fullmatch(regex, text), f"{texts}: {text!r} is not one of the texts but matches {regex!r}"
+
+
+@pytest.mark.task("8.3")
+def test_a_text_of_thousands_of_characters_is_no_problem():
+    """A 5,000-character const is a legal request (chapter 8's Limits): no recursion one level per character."""
+    texts = ["x" * 5000, "x" * 4999 + "y", "z"]
+    regex = alternation(texts)
+    assert all(re.fullmatch(regex, t) for t in texts) and not re.fullmatch(regex, "x" * 4999)
 
 
 def prefixes(texts: list[str]) -> int:
@@ -305,6 +344,26 @@ def test_a_schema_that_leaves_nothing_to_write_is_refused_by_name(schema, keywor
     with pytest.raises(PatternError, match=keyword) as refused:
         schema_to_regex(schema)
     assert keyword in str(refused.value), f"{schema}: the refusal must name {keyword!r}: {refused.value}"
+
+
+def nested(keyword: str, levels: int) -> dict:
+    schema = {"type": "integer"}
+    for _ in range(levels):
+        schema = {"items": {"type": "array", "items": schema}, "properties": {"type": "object", "properties": {"p": schema}},
+                  "anyOf": {"anyOf": [schema]}}[keyword]
+    return schema
+
+
+@pytest.mark.task("8.3")
+@pytest.mark.parametrize("keyword", ["items", "properties", "anyOf"])
+def test_each_subschema_is_one_level_deeper(keyword):
+    """The depth cap (MAX_DEPTH levels below the top) holds through every keyword that holds a subschema."""
+    from miniyaie.structured.json_schema import MAX_DEPTH
+
+    assert schema_to_regex(nested(keyword, MAX_DEPTH)), f"{MAX_DEPTH} levels of {keyword} are within the cap"
+    with pytest.raises(PatternError, match="deeper") as refused:
+        schema_to_regex(nested(keyword, MAX_DEPTH + 1))
+    assert "deeper" in str(refused.value), f"{MAX_DEPTH + 1} levels of {keyword} must be refused: {refused.value}"
 
 
 @pytest.mark.task("8.3")

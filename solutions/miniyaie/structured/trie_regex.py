@@ -21,8 +21,10 @@ def alternation(texts: list[str]) -> str:
     `|` outside a group); it is the empty regex when the only text is "".
     Factored: a prefix that several texts share is written once, so the
     length is at most 6 characters per distinct non-empty prefix of the
-    texts, plus 3. Example: ["apple", "apricot", "banana"] gives a regex
-    such as (ap(ple|ricot)|banana); ["a", "ab"] one such as (a(b)?).
+    texts, plus 3. A text of thousands of characters (a 5,000-character
+    const is a legal request) must not cost a call per character on the
+    stack. Example: ["apple", "apricot", "banana"] gives a regex such as
+    (ap(ple|ricot)|banana); ["a", "ab"] one such as (a(b)?).
     """
     # Nudge: a text can end where another goes on; decide where that fact lives in your structure.
     # Hint 1: Build a trie: one node per distinct prefix, a child per next character, and
