@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from miniyaie.engine import SamplingParams
 from miniyaie.engine.sampler import Sampler, SamplingRow
-from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits
+from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits, token_histories
 
 
 def rows_of_logits(batch: int, vocab: int, seed: int) -> torch.Tensor:
@@ -44,6 +44,33 @@ def test_penalties_follow_their_definitions(seed, repetition, presence, frequenc
             x = x / repetition if x > 0 else x * repetition
         x -= frequency * output.count(t) + (presence if t in output else 0.0)
         assert got[0, t].item() == pytest.approx(x, rel=1e-5, abs=1e-5), f"token {t}"
+
+
+@pytest.mark.task("5.2")
+@given(rows=st.lists(st.tuples(st.lists(st.integers(0, 11), max_size=6), st.lists(st.integers(0, 11), max_size=8)),
+                     min_size=1, max_size=4))
+@example(rows=[([], [])])
+@example(rows=[([], []), ([], [])])
+@example(rows=[([3, 3], []), ([], [11, 11, 11, 0])])
+@example(rows=[([0, 1, 2, 3, 4, 5], [5]), ([11], [])])
+def test_histories_mark_every_token_seen_and_count_the_outputs_row_by_row(rows):
+    """Ragged rows (empty lists too, the last id of the vocabulary, repeats): each row's own history, nothing from
+    its neighbours, and padding that counts for nothing."""
+    vocab = 12
+    prompts, outputs = [p for p, _ in rows], [o for _, o in rows]
+    seen, counts = token_histories(prompts, outputs, vocab)
+    assert tuple(seen.shape) == tuple(counts.shape) == (len(rows), vocab), (
+        f"expected [B, V] = [{len(rows)}, {vocab}] for both, got {tuple(seen.shape)} and {tuple(counts.shape)}")
+    assert seen.dtype == torch.bool, f"seen must be a bool tensor, got {seen.dtype}"
+    for b, (prompt, output) in enumerate(rows):
+        want_seen = [t in prompt or t in output for t in range(vocab)]
+        want_counts = [float(output.count(t)) for t in range(vocab)]
+        assert seen[b].tolist() == want_seen, (
+            f"row {b} (prompt {prompt}, output {output}): seen {seen[b].nonzero().flatten().tolist()}, "
+            f"expected the tokens of its prompt or output {[t for t in range(vocab) if want_seen[t]]}")
+        assert counts[b].tolist() == want_counts, (
+            f"row {b} (prompt {prompt}, output {output}): counts {counts[b].tolist()}, expected how often each "
+            f"token is in the output (the prompt does not count) {want_counts}")
 
 
 @pytest.mark.task("5.2")

@@ -247,3 +247,31 @@ def test_each_states_mask_is_computed_once_and_kept_one_bit_per_token():
     assert held <= len(seen) * -(-index.size // 8), (
         f"{len(seen)} masks of {index.size} tokens kept one bit per token take at most {len(seen) * -(-index.size // 8)} "
         f"bytes, they take {held}")
+
+
+@pytest.mark.task("8.2")
+@pytest.mark.parametrize("pattern", ["(ab|c)+", "é?x", "(café|naïve)+"])
+def test_the_state_after_one_token_is_where_its_bytes_lead(pattern):
+    from miniyaie.structured import Vocabulary
+
+    pieces = [b"ab", "é".encode()[:1], "é".encode()[1:], b"caf", "én".encode(), b""]
+    tokens = [bytes([b]) for b in range(256)] + pieces + [None, None]  # EOS is id 263, 264 is no token
+    vocabulary = Vocabulary(tokens, (len(tokens) - 2,))
+    index = TokenIndex(compile_regex(pattern), vocabulary, model_vocab_size=300)
+    eos = vocabulary.eos_token_ids[0]
+    table, accepting = index.dfa.next_state, index.dfa.accepting
+    for state in range(min(len(table), 12)):
+        for token in [*range(250, 264), ord("a"), ord("c"), ord("x"), 0xC3, eos, 264, 280, 299, -1]:
+            data = tokens[token] if 0 <= token < len(tokens) else None
+            if token == eos:
+                want = state if accepting[state] else DEAD
+            elif not data:
+                want = DEAD
+            else:
+                want = state
+                for byte in data:
+                    want = int(table[want, byte]) if want != DEAD else DEAD
+            got = index.next_state(state, token)
+            assert got == want, (
+                f"{pattern!r}: from state {state}, token {token} ({data!r}{', end of sequence' if token == eos else ''}) "
+                f"leads to {want} (-1: dead; end of sequence keeps an accepting state, an id with no bytes is dead), got {got}")

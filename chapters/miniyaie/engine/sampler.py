@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from miniyaie.engine.sampling_params import SamplingParams
-from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits
+from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits, token_histories
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Sampler:
         - logprobs (when params.logprobs is not None) are the model's own: log_softmax of the raw
           logits, before any penalty, mask or temperature (self._outputs reports them);
         - penalties (Task 5.2) apply to every row that asks for one, greedy rows included, over the
-          row's prompt and output (self._histories);
+          row's prompt and output (token_histories);
         - while a row has fewer than params.min_tokens output tokens, none of its stop_token_ids
           (ids >= V ignored) can be chosen;
         - a row with `allowed` (structured output) can choose only an allowed token;
@@ -79,20 +79,6 @@ class Sampler:
         # TODO(Task 5.8): One sampler for the whole batch. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 8: One sampler for the whole batch — see book/src/ch05_engine.md')
         return self._outputs(tokens, raw_logprobs, want_logprobs)
-
-    @staticmethod
-    def _histories(rows: Sequence[SamplingRow], vocab: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(seen, counts) for the penalties of Task 5.2, for the whole batch at once.
-
-        seen [B, V] bool: True where token v is in row b's prompt or output; counts [B, V]
-        float32: how many times v is in row b's output (the prompt does not count). Rows may
-        have empty prompts or outputs and lists of different lengths. Built with a few tensor
-        operations for the batch (no Python loop over the vocabulary, nor one per token).
-        """
-        # Idea: pad the ragged lists into one tensor, and let the padding land in a column that is thrown away.
-        # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
-        # TODO(Task 5.8): One sampler for the whole batch. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 8: One sampler for the whole batch — see book/src/ch05_engine.md')
 
     @staticmethod
     def _outputs(tokens: torch.Tensor, raw_logprobs: torch.Tensor | None, want: list[int | None]) -> list[SampledToken]:

@@ -61,7 +61,7 @@ class SamplingParams:
 
     # ANCHOR: validate
     def _validate(self) -> None:
-        """Refuse, with InvalidRequestError, the first field (in this order) whose value is outside its domain.
+        """Refuse, with InvalidRequestError, a request with any field whose value is outside its domain.
 
         Values arrive from JSON bodies and keyword arguments, so any Python value can arrive in
         any field. Two kinds of number: whole numbers (n, max_tokens, min_tokens, top_k, seed,
@@ -81,9 +81,10 @@ class SamplingParams:
             stop                   self._validate_stop() (below, yours too)
             stop_token_ids         whole numbers >= 0
             logprobs               None, or a whole number in 0 .. MAX_LOGPROBS
-        A field is judged whole (its kind, then its range) before the next one. Every message
-        starts with the field's name and says its rule and the value given (bad(name, rule)
-        builds it).
+        The message starts with the name of a field that is wrong (with several wrong, any one
+        of them) and says its rule and the value given (bad(name, rule) builds it). A value of
+        the wrong kind is refused, never compared or converted: it must not raise anything but
+        InvalidRequestError.
         """
         def bad(name: str, rule: str) -> InvalidRequestError:
             return InvalidRequestError(f"{name} {rule}, got {getattr(self, name)!r}")
@@ -97,10 +98,10 @@ class SamplingParams:
         """At most MAX_STOP_STRINGS strings of 1 to MAX_STOP_STRING_LENGTH characters.
 
         Refused with InvalidRequestError, whose message starts with `rule` and then says what was
-        wrong, checking in this order: an item that is not a string (the items' type names, as
-        ['str', 'int']), too many strings ("17 strings"), an empty string ("an empty one"), a
-        string too long (the longest's length, "257 characters"). The message never echoes the
-        strings themselves.
+        wrong: an item that is not a string (the items' type names, as ['str', 'int']), too many
+        strings ("17 strings"), an empty string ("an empty one"), a string too long (the longest
+        one's length, "257 characters"). A list wrong in several ways is refused for any one of
+        them. The message never echoes the strings themselves.
         """
         rule = f"stop must be at most {MAX_STOP_STRINGS} strings of 1 to {MAX_STOP_STRING_LENGTH} characters each"
         # Idea: the same rule for every way a stop list can be wrong, and never the strings themselves.

@@ -1,6 +1,7 @@
 """The sampler's stages, each over a whole batch of rows with a setting per row (Tasks 5.2-5.4).
 
-    penalties      repetition (prompt + output), presence and frequency (output)
+    penalties      the rows' ragged histories as tensors; repetition (prompt + output),
+                   presence and frequency (output)
     filters        top_k, top_p and min_p, all from one sort
     draw           inverse-CDF sampling, one uniform number per row (a seeded row's from its own generator)
 
@@ -15,6 +16,23 @@ import torch
 
 
 # ANCHOR: penalties
+def token_histories(
+    prompts: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]], vocab: int, device=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the penalties need to know about B rows' histories: (seen, output_counts).
+
+    prompts[b] and outputs[b] are row b's token ids (ids in [0, vocab)); the lists may be empty
+    and of any lengths. seen [B, V] bool: True where token v occurs in row b's prompt or output.
+    output_counts [B, V] float32: how many times v occurs in row b's output (the prompt does not
+    count). Both on `device`. The cost is a few tensor operations for the whole batch: no
+    Python loop over the vocabulary, nor one per token.
+    """
+    # Idea: B lists of different lengths become one tensor once the short ones are padded; where does the padding go?
+    # Stuck? `miniyaie hint 5.2` prints hints, one level at a time.
+    # TODO(Task 5.2): Penalties. Replace this line with your code.
+    raise NotImplementedError('Chapter 5, Task 2: Penalties — see book/src/ch05_engine.md')
+
+
 def apply_penalties(
     logits: torch.Tensor,
     seen: torch.Tensor,
@@ -29,9 +47,13 @@ def apply_penalties(
     output_counts [B, V]: how often the token occurs in the output.
     repetition, presence, frequency [B]: each row's penalties.
 
-    repetition (as in CTRL and transformers): a seen token's logit is divided
-    by the penalty when positive and multiplied by it when negative.
-    presence / frequency (as in OpenAI): logit -= presence * (count > 0) + frequency * count.
+    repetition (CTRL's, as transformers applies it): a penalty above 1 makes every seen token
+    less likely whatever the sign of its logit (below 1, more likely); an unseen token's logit is
+    left exactly as it was. With 2.0 a seen logit 3.0 becomes 1.5 and -1.0 becomes -2.0.
+    presence and frequency (OpenAI's): a token of the output loses presence once and frequency
+    for each time it occurs there; the prompt does not count. With presence 0.5 and frequency
+    0.25, a token generated 3 times loses 1.25.
+    Each row is penalised by its own settings and history alone.
     """
     # Idea: three penalties, every row at once: no Python loop over rows or tokens.
     # Stuck? `miniyaie hint 5.2` prints hints, one level at a time.

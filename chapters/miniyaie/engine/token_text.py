@@ -29,12 +29,12 @@ _alphabets: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer
 # ANCHOR: byte_level_table
 @cache
 def byte_level_table() -> dict[str, int]:
-    """GPT-2's printable stand-in character for each byte, inverted: character -> byte (256 entries).
+    """GPT-2's printable stand-in character for each byte (as this page's byte-level BPE paragraph
+    describes it), inverted: character -> byte, 256 entries, one per byte.
 
-    Byte-level BPE wants every byte to be a visible character of its vocabulary file. A byte
-    whose Latin-1 character (chr(byte)) is visible, that is printable and not the space,
-    stands for itself. The others are moved, in byte order, to the characters from U+0100 up:
-    byte 0 is "Ā" (U+0100), space (0x20) is "Ġ" (U+0120), newline (0x0A) is "Ċ" (U+010A).
+    Examples the tests check: "A" -> 0x41, "é" -> 0xE9, "Ā" -> 0x00, "Ġ" -> 0x20 (space),
+    "Ċ" -> 0x0A (newline); and for every character, the same byte as the `tokenizers`
+    library's own ByteLevel decoder.
     """
     # Idea: which 188 bytes can stand for themselves, and where do the other 68 go?
     # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.
@@ -84,18 +84,16 @@ def decoder_kind(decoder: dict | None) -> str:
 
 # ANCHOR: token_bytes
 def token_bytes(tokenizer, token_id: int) -> bytes:
-    """The bytes that token `token_id` stands for, from its symbol (tokenizer.convert_ids_to_tokens).
+    """The bytes that token `token_id` stands for, read back from its symbol (convert_ids_to_tokens).
 
+    For byte-level and SentencePiece tokenizers (alphabet_of(tokenizer).kind), joining the bytes
+    of consecutive tokens gives the UTF-8 of the text they encode, and a token holding part of a
+    character is exactly that part. Besides:
     - an id with no symbol: b"";
-    - a special or added token (its id in alphabet_of(tokenizer).added_ids): its symbol, UTF-8;
-    - byte-level BPE (alphabet kind "byte_level"): each character of the symbol is one byte,
-      through byte_level_table(); a symbol with a character outside the table (a tokenizer
-      that added plain-text pieces) is its own UTF-8;
-    - SentencePiece ("sentencepiece"): a byte-fallback piece "<0xNN>" (two hex digits)
-      is that one byte; any other piece is its UTF-8 with every "▁" read as a space;
-    - any other tokenizer ("other"): tokenizer.decode([token_id], skip_special_tokens=False), UTF-8.
-    For the first two families, joining the bytes of consecutive tokens gives the bytes of the
-    text they encode.
+    - a special or added token (alphabet_of(tokenizer).added_ids): its symbol's UTF-8;
+    - in a byte-level vocabulary, a plain-text piece (a symbol that is no byte-level spelling):
+      its own UTF-8;
+    - any other tokenizer ("other"): the UTF-8 of the token decoded alone, special tokens kept.
     """
     # Idea: a symbol is a disguise for bytes; each tokenizer family has its own disguise.
     # Stuck? `miniyaie hint 5.7` prints hints, one level at a time.

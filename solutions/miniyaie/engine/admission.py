@@ -43,16 +43,19 @@ class Admission:
 
         Refused, with nothing changed (no request queued, no counter moved, every id still free):
         a request check_request refuses, and one whose id, or the id of one of its completions
-        (child_request_id(request_id, i) for i in 1..n-1), belongs to a request or completion that
-        has not ended (InvalidRequestError, "already in use").
-        Accepted: the scheduler gets a Request of the prompt with max_tokens_for(prompt, params),
-        eos_token_ids and ignore_eos. Each completion id remembers the params, its stop ids
-        (eos_token_ids then params.stop_token_ids, no duplicates) and, for a seeded request, its
-        own torch.Generator on the runner's device, seeded from the request's seed and i so that
-        the completions differ and a rerun repeats them (None otherwise). With n > 1 the engine records the completions still to fork (self._children)
-        and the whole family (self._family); a
-        structured request starts its guides (given, after your part); and
-        counters["prompt_tokens"] grows by the prompt's length.
+        (child_request_id(request_id, i) for i in 1..n-1), is still in use by a request or
+        completion that has not ended (InvalidRequestError, "already in use").
+        Accepted, what the step (Task 5.11) reads back:
+        - the scheduler holds a Request of the prompt with max_tokens_for(prompt, params),
+          eos_token_ids and ignore_eos;
+        - for every completion id: self._params[id] its params; self._stop_ids[id] the ids that
+          end it (eos_token_ids and params.stop_token_ids); self._generators[id] None for an
+          unseeded request, else a torch.Generator on the runner's device of its own, such that
+          a seeded request's completions differ from each other and the same seed repeats them;
+        - with n > 1: self._children[request_id] the completion ids still to fork (all but the
+          request's own), self._family[request_id] all of its completion ids;
+        - counters["prompt_tokens"] is the number of prompt tokens of all requests accepted.
+        A structured request's guides are started after your part (given).
         """
         params = SamplingParams.coerce(params)
         prompt = list(prompt_token_ids)
@@ -67,7 +70,8 @@ class Admission:
         #   own first), and refuse if any is in the scheduler's requests, in self._params or
         #   in self._family. Make the Request (max_tokens from max_tokens_for) and add it to
         #   the scheduler. For each completion i: params, stop ids (dict.fromkeys keeps the
-        #   order and drops repeats), generator (seed + i). Then the n > 1 bookkeeping and
+        #   order and drops repeats), generator (seeded with seed + i: completion i differs from
+        #   the others, and a rerun repeats it). Then the n > 1 bookkeeping and
         #   the counter; the structured guides after the region are given.
         # Hint 3:
         #   self.check_request(prompt, params)
@@ -111,7 +115,8 @@ class Admission:
     def check_request(self, prompt: Sequence[int], params: SamplingParams, *, pattern: bool = True) -> None:
         """Refuse a request that can never run here; reads the configuration only, changes nothing.
 
-        In this order: an empty prompt (InvalidRequestError); a prompt of at least the model's
+        Refused (for any one of the reasons, when several hold): an empty prompt
+        (InvalidRequestError); a prompt of at least the model's
         context length (PromptTooLongRequestError, naming both lengths); a token id that is not a
         whole number in [0, vocab_size), bools included (InvalidRequestError); and a request whose
         worst case, len(prompt) + n * max_tokens_for(prompt, params), exceeds the pool's capacity in
@@ -127,8 +132,8 @@ class Admission:
         #   the configuration is checked here. The KV check is about the worst case: the
         #   prompt once (its blocks are shared) plus every completion's longest output, after
         #   the context has capped max_tokens.
-        # Hint 2: Test each rule in the contract's order and raise its error with a message that
-        #   names the limit. A token id must be an int but not a bool (bool is a subclass of
+        # Hint 2: Test each rule (the prompt's emptiness and length, then its ids, then the
+        #   worst case) and raise its error with a message that names the limit. A token id must be an int but not a bool (bool is a subclass of
         #   int) and inside the vocabulary. Compare len(prompt) + n * capped max_tokens with
         #   self.memory.capacity_tokens.
         # Hint 3:

@@ -124,11 +124,12 @@ class OutputProcessor:
         """One new token of one completion, turned into text and handed to `_emit`.
 
         A failed completion's event carries its error: raise it (the engine loop's fault
-        boundary then ends this request alone). Otherwise: the request's cached_tokens comes
-        from completion 0's events; the token's logprob entry (self._token_logprob) is made
-        only when the completion records logprobs; the token goes through the completion's
-        detokenizer, and when the event finishes the completion, the detokenizer's held-back
-        text is added; then _emit(request, completion, [token], text, finish_reason, logprob).
+        boundary then ends this request alone). Otherwise: the request's cached_tokens is what
+        completion 0's events report; the text handed on never holds half a character while the
+        completion runs, and once an event finishes it, the completion's text is all of its
+        tokens' text (as decoding them at once gives, an unfinished last character as U+FFFD);
+        a logprob entry (self._token_logprob) is made only for a completion that records
+        logprobs; _emit gets the token, its text, the event's finish_reason and that entry.
         """
         # Nudge: one event, one token: find its completion, turn the token into text, let _emit do the rest.
         # Hint 1: Events come per completion (by engine id), text is made per completion. The
@@ -159,8 +160,9 @@ class OutputProcessor:
         # END SOLUTION
 
     def abort(self, request: RequestState) -> None:
-        """End the request now: its blocks come back, and each completion not finished yet ends with
-        "abort" through _emit (no tokens; the text its detokenizer still held back)."""
+        """End the request now: its blocks come back; each completion not finished yet ends with
+        "abort" and its caller hears it as any end (with the text still held back, no new token);
+        a completion already finished keeps its reason; the caller then gets the result."""
         # Nudge: the engine frees the blocks; the caller must still hear how each completion ended.
         # Hint 1: Aborting in the LLMEngine ends every completion there at once, but the caller
         #   waits for each completion's end and then for the result: a completion that simply

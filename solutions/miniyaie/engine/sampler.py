@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from miniyaie.engine.sampling_params import SamplingParams
-from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits
+from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits, token_histories
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Sampler:
         - logprobs (when params.logprobs is not None) are the model's own: log_softmax of the raw
           logits, before any penalty, mask or temperature (self._outputs reports them);
         - penalties (Task 5.2) apply to every row that asks for one, greedy rows included, over the
-          row's prompt and output (self._histories);
+          row's prompt and output (token_histories);
         - while a row has fewer than params.min_tokens output tokens, none of its stop_token_ids
           (ids >= V ignored) can be chosen;
         - a row with `allowed` (structured output) can choose only an allowed token;
@@ -82,7 +82,7 @@ class Sampler:
         #   draw touch the sampled rows alone. `logits.float()` may return the caller's own
         #   tensor, so every edit must make a new tensor (or clone first).
         # Hint 2: raw_logprobs = log_softmax of the logits if any row wants logprobs, else None.
-        #   If any row has a penalty, build seen/counts with self._histories and call
+        #   If any row has a penalty, build seen/counts with token_histories and call
         #   apply_penalties with one column per setting. Collect (row, stop id) pairs for the
         #   rows still under min_tokens and set those logits to -inf out of place. Mask the rows
         #   with `allowed`. tokens = argmax of every row. For the non-greedy rows: divide by
@@ -90,7 +90,7 @@ class Sampler:
         #   their generators; write those tokens over the argmax.
         # Hint 3:
         #   raw_logprobs = log_softmax(logits) if any(k is not None for k in want_logprobs) else None
-        #   if any penalty: seen, counts = self._histories(rows, vocab, device); logits = apply_penalties(...)
+        #   if any penalty: seen, counts = token_histories(prompts, outputs, vocab, device); logits = apply_penalties(...)
         #   banned = [(i, t) for rows under min_tokens for t in stop_token_ids if t < vocab]
         #   if banned: logits = logits.index_put((rows, ids), -inf)   # not index_put_
         #   masked = rows with allowed: logits = logits.clone(); logits[masked] = masked_fill(~allowed, -inf)
@@ -102,7 +102,8 @@ class Sampler:
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in want_logprobs) else None
 
         if any(p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params):
-            seen, counts = self._histories(rows, vocab, device)
+            seen, counts = token_histories([row.prompt_token_ids for row in rows],
+                                           [row.output_token_ids for row in rows], vocab, device)
             logits = apply_penalties(
                 logits, seen, counts,
                 column([p.repetition_penalty for p in params]),
@@ -135,44 +136,6 @@ class Sampler:
             tokens[rows_index] = draw(probs, [rows[i].generator for i in sampled])
         # END SOLUTION
         return self._outputs(tokens, raw_logprobs, want_logprobs)
-
-    @staticmethod
-    def _histories(rows: Sequence[SamplingRow], vocab: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(seen, counts) for the penalties of Task 5.2, for the whole batch at once.
-
-        seen [B, V] bool: True where token v is in row b's prompt or output; counts [B, V]
-        float32: how many times v is in row b's output (the prompt does not count). Rows may
-        have empty prompts or outputs and lists of different lengths. Built with a few tensor
-        operations for the batch (no Python loop over the vocabulary, nor one per token).
-        """
-        # Nudge: pad the ragged lists into one tensor, and let the padding land in a column that is thrown away.
-        # Hint 1: B lists of different lengths become one [B, L] tensor of ids if the short ones are
-        #   padded; the padding must count for nothing. Give the padding its own column: fill
-        #   with the id V (one past the vocabulary), scatter into [B, V + 1], then drop the last
-        #   column. A scatter_add_ of ones counts; a scatter_ of True marks.
-        # Hint 2: padded(lists) -> [B, max(1, longest)] int64 filled with vocab, each row's ids at its
-        #   start. counts = zeros [B, V + 1] scatter_add_ (dim 1) of ones at padded(outputs).
-        #   seen = zeros bool [B, V + 1] scatter_ True at padded(prompts). Return
-        #   seen[:, :V] | (counts[:, :V] > 0) and counts[:, :V].
-        # Hint 3:
-        #   outputs = padded([row.output_token_ids ...]); counts = zeros(B, V + 1).scatter_add_(1, outputs, ones_like(outputs, float))
-        #   seen = zeros(B, V + 1, bool); seen.scatter_(1, padded([row.prompt_token_ids ...]), True)
-        #   return seen[:, :V] | (counts[:, :V] > 0), counts[:, :V]
-        # BEGIN SOLUTION 5.8: One sampler for the whole batch
-        def padded(lists):
-            width = max(1, max(len(x) for x in lists))
-            ids = torch.full((len(lists), width), vocab, dtype=torch.int64, device=device)  # vocab = padding column
-            for i, x in enumerate(lists):
-                if x:
-                    ids[i, : len(x)] = torch.as_tensor(list(x), dtype=torch.int64, device=device)
-            return ids
-
-        outputs = padded([row.output_token_ids for row in rows])
-        counts = torch.zeros(len(rows), vocab + 1, device=device).scatter_add_(1, outputs, torch.ones_like(outputs, dtype=torch.float32))
-        seen = torch.zeros(len(rows), vocab + 1, dtype=torch.bool, device=device)
-        seen.scatter_(1, padded([row.prompt_token_ids for row in rows]), True)
-        return seen[:, :vocab] | (counts[:, :vocab] > 0), counts[:, :vocab]
-        # END SOLUTION
 
     @staticmethod
     def _outputs(tokens: torch.Tensor, raw_logprobs: torch.Tensor | None, want: list[int | None]) -> list[SampledToken]:

@@ -61,7 +61,7 @@ class SamplingParams:
 
     # ANCHOR: validate
     def _validate(self) -> None:
-        """Refuse, with InvalidRequestError, the first field (in this order) whose value is outside its domain.
+        """Refuse, with InvalidRequestError, a request with any field whose value is outside its domain.
 
         Values arrive from JSON bodies and keyword arguments, so any Python value can arrive in
         any field. Two kinds of number: whole numbers (n, max_tokens, min_tokens, top_k, seed,
@@ -81,9 +81,10 @@ class SamplingParams:
             stop                   self._validate_stop() (below, yours too)
             stop_token_ids         whole numbers >= 0
             logprobs               None, or a whole number in 0 .. MAX_LOGPROBS
-        A field is judged whole (its kind, then its range) before the next one. Every message
-        starts with the field's name and says its rule and the value given (bad(name, rule)
-        builds it).
+        The message starts with the name of a field that is wrong (with several wrong, any one
+        of them) and says its rule and the value given (bad(name, rule) builds it). A value of
+        the wrong kind is refused, never compared or converted: it must not raise anything but
+        InvalidRequestError.
         """
         def bad(name: str, rule: str) -> InvalidRequestError:
             return InvalidRequestError(f"{name} {rule}, got {getattr(self, name)!r}")
@@ -95,11 +96,12 @@ class SamplingParams:
         #   value < low or value > high" lets NaN through, while "refuse unless low <= value <=
         #   high" does not; inf is a float but no temperature. Every message names its field,
         #   so that a client (chapter 6) can point at it.
-        # Hint 2: Two small checks that return the value they checked: whole(name) raises unless it
-        #   is an int and not a bool; number(name) raises unless it is an int or a float, not a
-        #   bool, and math.isfinite. Then one check per row of the table, in its order, each
-        #   written as "refuse unless inside", raising bad(name, rule). seed and logprobs are
-        #   checked only when not None; stop is self._validate_stop().
+        # Hint 2: Judge each field whole, its kind and then its range, before the next, so that a
+        #   range is never compared against a string. Two small checks that return the value they
+        #   checked: whole(name) raises unless it is an int and not a bool; number(name) raises
+        #   unless it is an int or a float, not a bool, and math.isfinite. Then one check per row
+        #   of the table, each written as "refuse unless inside", raising bad(name, rule). seed
+        #   and logprobs are checked only when not None; stop is self._validate_stop().
         # Hint 3:
         #   def whole(name): v = getattr(self, name); if isinstance(v, bool) or not isinstance(v, int): raise bad(...); return v
         #   def number(name): ...; if bool or not (int, float) or not math.isfinite(v): raise bad(...); return v
@@ -150,10 +152,10 @@ class SamplingParams:
         """At most MAX_STOP_STRINGS strings of 1 to MAX_STOP_STRING_LENGTH characters.
 
         Refused with InvalidRequestError, whose message starts with `rule` and then says what was
-        wrong, checking in this order: an item that is not a string (the items' type names, as
-        ['str', 'int']), too many strings ("17 strings"), an empty string ("an empty one"), a
-        string too long (the longest's length, "257 characters"). The message never echoes the
-        strings themselves.
+        wrong: an item that is not a string (the items' type names, as ['str', 'int']), too many
+        strings ("17 strings"), an empty string ("an empty one"), a string too long (the longest
+        one's length, "257 characters"). A list wrong in several ways is refused for any one of
+        them. The message never echoes the strings themselves.
         """
         rule = f"stop must be at most {MAX_STOP_STRINGS} strings of 1 to {MAX_STOP_STRING_LENGTH} characters each"
         # Nudge: the same rule for every way a stop list can be wrong, and never the strings themselves.
@@ -162,8 +164,10 @@ class SamplingParams:
         #   one too long (holding back a possible stop string costs its length squared per
         #   token). The message states the rule and what was wrong, but never echoes the
         #   strings: they may be long, and they are the client's text.
-        # Hint 2: In that order, raise InvalidRequestError(f"{rule}; got ...") saying the types of
-        #   the items, how many strings, "an empty one", or the length of the longest.
+        # Hint 2: Check the types first (the other checks call len() on the items), then the count,
+        #   then an empty string, then the lengths; raise InvalidRequestError(f"{rule}; got ...")
+        #   saying the types of the items, how many strings, "an empty one", or the length of the
+        #   longest.
         # Hint 3:
         #   if not all(isinstance(s, str) ...): raise ...(f"{rule}; got {[type(s).__name__ for s in self.stop]}")
         #   if len(self.stop) > MAX_STOP_STRINGS: ...; if "" in self.stop: ...

@@ -21,12 +21,14 @@ class StepAccounting:
     def _note_admissions(self, out: SchedulerOutput, was_running: set[str]) -> int:
         """Count the prefix cache's hits of this step; returns the prompt tokens it gave (for the StepRecord).
 
-        A request admitted this step (not in `was_running`) whose first chunk starts at c.start > 0
-        found c.start tokens in the prefix cache. On its first admission they are a hit of its
-        prompt: added to counters["cached_tokens"] and remembered in self._prompt_cached[id] (its
-        events report it). A request coming back after preemption (request.num_preemptions > 0)
-        finds its own earlier work there instead: that goes to counters["resumed_cached_tokens"]
-        alone, so that cached_tokens never exceeds the prompt tokens and agrees with the events.
+        `was_running`: the ids running before this step was scheduled. Afterwards:
+        - counters["cached_tokens"] is, over every request admitted so far, the prompt tokens the
+          prefix cache gave it the first time it was admitted; it never exceeds the prompt
+          tokens, and it agrees with the events (self._prompt_cached[id] is that number for
+          request id, and what its events report);
+        - counters["resumed_cached_tokens"] is, over every admission after a preemption, the
+          tokens the request found again in the cache (its own earlier work, not a prompt hit);
+        - the value returned is this step's share of counters["cached_tokens"].
         """
         # Nudge: a hit of the prompt and a preempted request finding its own work are different facts.
         # Hint 1: The scheduler admits a request at the first token the cache does not hold, so the
@@ -61,11 +63,14 @@ class StepAccounting:
                     sampled: dict[str, SampledToken], finished: dict[str, str]) -> None:
         """The step's counters and, when self.on_step is set, its StepRecord.
 
-        counters: "steps" + 1; "computed_tokens" + the batch's tokens (out.num_batched_tokens);
-        "max_used_blocks" the largest used_blocks seen; "output_tokens" + the tokens sampled;
-        "finished_requests" + the requests finished. The StepRecord (outputs.py) splits the
-        batch's tokens into decode tokens (a chunk of one token past its prompt) and prefill
-        tokens (the rest), and reports the queues and the blocks as they are after the step.
+        After every step the counters read: "steps" the steps taken (empty schedules are no
+        step); "computed_tokens" the tokens computed (out.num_batched_tokens, over all steps);
+        "max_used_blocks" the most blocks used in any step (used_blocks is this step's);
+        "output_tokens" the tokens sampled; "finished_requests" the completions that ended
+        normally (stop, length, a stop string), never an abort. The StepRecord (outputs.py, its fields) describes this step
+        alone: a decode token is the single token of a chunk that extends a request past its
+        prompt; every other computed token is prefill; queues and blocks are as the step left
+        them. The records' tokens add up to the counters.
         """
         # Nudge: every number here is one a test or a plot adds up; each is counted once, where it happens.
         # Hint 1: A decode is a chunk of one token that starts past the end of its prompt; every

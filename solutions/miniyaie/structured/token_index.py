@@ -171,8 +171,28 @@ class TokenIndex:
             masks = sum(m.nbytes for m in self._masks.values())
         return masks + self.dfa.next_state.nbytes + self.dfa.accepting.nbytes
 
+    # ANCHOR: next_state
     def next_state(self, state: int, token_id: int) -> int:
-        """The state after `token_id` (DEAD if it was not allowed; an end-of-sequence token keeps the state)."""
+        """The state after `token_id` from `state`: where its bytes lead, DEAD if the automaton dies on them.
+
+        An end-of-sequence token (vocabulary.eos_token_ids) keeps the state where the pattern may
+        end (accepting) and is DEAD elsewhere. An id the vocabulary does not have, or a token with
+        no bytes (None, b""), is DEAD. Called once per generated token: one token, not the vocabulary.
+        """
+        # Nudge: only one token is needed here, and the end of the text is a token with no bytes.
+        # Hint 1: The masks say which tokens are allowed; the state after the chosen one is found
+        #   by reading its few bytes through the table, one at a time (a walk of the whole
+        #   vocabulary would cost a mask's build per step). End-of-sequence has its own rule.
+        # Hint 2: If token_id is an end-of-sequence id: state if accepting[state] else DEAD. Else
+        #   get its bytes (DEAD if the id is out of range or the token is empty) and follow
+        #   next_state[state, byte] for each byte, stopping at DEAD.
+        # Hint 3:
+        #   if token_id in eos_token_ids: return state if accepting[state] else DEAD
+        #   data = token_bytes[token_id] if 0 <= token_id < len(vocabulary) else None
+        #   if not data: return DEAD
+        #   for byte in data: state = table[state, byte]; if state == DEAD: return DEAD
+        #   return state
+        # BEGIN SOLUTION 8.2: The token index
         if token_id in self.vocabulary.eos_token_ids:
             return state if bool(self.dfa.accepting[state]) else DEAD
         data = self.vocabulary.token_bytes[token_id] if 0 <= token_id < len(self.vocabulary) else None
@@ -184,6 +204,8 @@ class TokenIndex:
             if state == DEAD:
                 return DEAD
         return state
+        # END SOLUTION
+    # ANCHOR_END: next_state
 
     def build_all(self) -> int:
         """Walk every reachable state now (to measure the whole index); returns the number of states."""
