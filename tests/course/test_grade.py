@@ -113,3 +113,45 @@ def test_a_syntax_error_in_your_code_is_named_with_its_file_and_line(tmp_path):
     assert "could not load" in out and "SyntaxError" in out, out[-2000:]
     assert f"request.py, line {at + 1}" in out, f"the file and line of the error: {out[-2000:]}"
     assert "no tests ran" in out
+
+
+def test_grade_shows_hypothesis_whole_story_with_the_step_that_fails_last():
+    """A state machine's shrunk story can be long, and the step that breaks the invariant is its last line:
+    the plugin keeps the whole example and grade prints every line of it (no cut after a dozen lines)."""
+    from types import SimpleNamespace
+
+    from hypothesis import settings
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+    from miniyaie.course.grade import failure_text
+    from miniyaie.course.pytest_plugin import _failing_example
+
+    class Counter(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        @rule()
+        def add_one(self):
+            self.count += 1
+
+        @rule()
+        def add_two(self):
+            self.count += 2
+
+        @invariant()
+        def below_forty(self):
+            assert self.count < 40, "the count reached 40"
+
+    with pytest.raises(AssertionError) as info:
+        run_state_machine_as_test(Counter, settings=settings(max_examples=500, stateful_step_count=60,
+                                                             derandomize=True, database=None, deadline=None))
+    report = SimpleNamespace(longrepr=SimpleNamespace(reprcrash=SimpleNamespace(message=info.exconly())))
+    example = _failing_example(report)
+    steps = [line for line in example.splitlines() if "state.add_" in line]
+    assert len(steps) >= 20, f"the shrunk story should take 20 steps or more to reach 40:\n{example}"
+    assert "state.teardown()" in example.splitlines(), f"the story's end is missing:\n{example}"
+    shown = failure_text(TestResult("tests/ch02_paged_kv_cache/test_x.py::test_machine", 2, ["2.1"], False, True,
+                                    "failed", "AssertionError: the count reached 40", example=example))
+    for line in example.splitlines():
+        assert f"      {line}" in shown.splitlines(), f"grade dropped the story's line {line!r}:\n{shown}"

@@ -13,7 +13,6 @@ from miniyaie.course.testrun import TestResult, run_tests
 
 
 END_TO_END = "all"
-MAX_EXAMPLE_LINES = 12  # of a failing hypothesis example shown under its test
 _STUB = re.compile(r"NotImplementedError: Chapter (\d+), Task (\d+):")  # the message of a region's stub
 
 
@@ -79,6 +78,15 @@ def load_errors(results: list[TestResult]) -> list[TestResult]:
     return [r for r in results if r.message.startswith(LOAD_ERROR)]
 
 
+def failure_text(result: TestResult) -> str:
+    """A failing test's lines under the table: its message, then hypothesis's whole minimal example.
+
+    The example is never cut: in a state machine's story the step that breaks
+    an invariant is the last one, so a shortened story would hide it.
+    """
+    return "\n".join([f"  {result.nodeid}: {result.message}", *(f"      {line}" for line in result.example.splitlines())])
+
+
 def count_tests(results: list[TestResult]) -> tuple[int, int]:
     """(tests passed, tests) counting test functions as the book lists them: a parametrised test
     passes when every one of its cases does."""
@@ -115,9 +123,7 @@ def grade(number: int, impl: str | None = None, verbose: bool = False, task: str
               f"{', ...' if len(files) > 3 else ''})")
     failing = [r for r in results if r.graded and r.outcome == "failed" and r not in unloaded]
     for r in failing[:10]:
-        print(f"  {r.nodeid}: {r.message}")
-        for line in r.example.splitlines()[:MAX_EXAMPLE_LINES]:
-            print(f"      {line}")
+        print(failure_text(r))
     if len(failing) > 10:
         print(f"  ... and {len(failing) - 10} more failing tests (pytest {ch.tests} --impl {impl} shows them all)")
     tasks = [row for row in rows if row[0] != END_TO_END]

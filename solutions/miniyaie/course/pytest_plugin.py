@@ -193,11 +193,11 @@ _EXAMPLE = re.compile(r"^(Failing test case|Failing explicit example|Falsifying 
 
 
 def _failing_example(report) -> str:
-    """Hypothesis's minimal failing example (the calls of a state machine), from the crash message."""
+    """Hypothesis's minimal failing example (the calls of a state machine), whole, from the crash message."""
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else ""
     m = _EXAMPLE.search(text)
-    return text[m.start() :][:2000] if m else ""
+    return text[m.start() :] if m else ""
 
 
 _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
