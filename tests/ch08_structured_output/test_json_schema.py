@@ -11,6 +11,7 @@ compiler's time follows the regex's length.
 """
 
 import json
+import math
 import re
 
 import jsonschema
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from miniyaie.structured import PatternError, array_regex, json_object_regex, object_regex, schema_to_regex
+from miniyaie.structured.schema_values import MAX_VALUE_DEPTH, check_value
 from miniyaie.structured.trie_regex import alternation
 
 
@@ -415,3 +417,78 @@ def test_the_json_object_regex_matches_objects_nested_at_most_depth_levels(depth
 def test_an_unsupported_keyword_is_refused_by_name(schema, keyword):
     with pytest.raises(PatternError, match=re.escape(repr(keyword))):
         schema_to_regex(schema)
+
+
+# ---------------------------------------------------------------- the values a schema carries
+def deepest(value, depth: int = 0) -> int:
+    """The level of the deepest thing in value: the value at 0, list items and dict keys/values one below."""
+    todo, worst = [(value, depth)], depth
+    while todo:
+        item, level = todo.pop()
+        worst = max(worst, level)
+        if isinstance(item, list):
+            todo += [(x, level + 1) for x in item]
+        elif isinstance(item, dict):
+            todo += [(x, level + 1) for pair in item.items() for x in pair]
+    return worst
+
+
+def unwritable(value) -> bool:
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in item):
+            return True
+        todo += item if isinstance(item, list) else [x for pair in item.items() for x in pair] if isinstance(item, dict) else []
+    return False
+
+
+def wrapped(value, levels: int):
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def in_dicts(value, levels: int):
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+carried_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(st.characters(codec="utf-8") | st.sampled_from(["\ud800", "\udfff"]), max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2) | st.just("\udc00"), inner, max_size=2),
+    max_leaves=6).flatmap(lambda v: st.sampled_from([v, wrapped(v, 30), wrapped(v, 33)]))
+
+
+@pytest.mark.task("8.3")
+@given(carried_values, st.sampled_from(["enum", "const", "properties"]))
+@example(wrapped(1, 32), "enum").via("32 levels: the limit")
+@example(wrapped(1, 33), "enum").via("33 levels")
+@example(wrapped([], 32), "const").via("an empty list at 32 holds nothing deeper")
+@example(wrapped({"k": 1}, 31), "const").via("a dict at 31: its key and value at 32")
+@example(in_dicts(1, 32), "enum").via("32 dicts around 1")
+@example(in_dicts(1, 33), "enum").via("33 dicts around 1")
+@example(["a\udfff"], "enum").via("the last surrogate")
+@example({"a": {"\ud800": 1}}, "properties").via("a surrogate in a key")
+@example([1.5, math.inf], "enum")
+@example([math.nan], "enum")
+@example(1e400, "const").via("1e400 is infinity")
+def test_a_value_json_or_utf8_cannot_write_is_refused_naming_its_keyword(value, keyword):
+    bad = unwritable(value) or deepest(value) > MAX_VALUE_DEPTH
+    if not bad:
+        assert check_value(value, keyword) is None
+        return
+    with pytest.raises(PatternError) as refused:
+        check_value(value, keyword)
+    assert str(refused.value).startswith(keyword), f"the refusal must start with {keyword!r}: {refused.value}"
+
+
+@pytest.mark.task("8.3")
+def test_a_value_nested_far_too_deep_is_refused_without_recursing_over_it():
+    value = wrapped("x", 100_000)
+    with pytest.raises(PatternError, match="enum") as refused:
+        check_value(value, "enum")
+    assert "deep" in str(refused.value), f"a value nested 100,000 lists deep must be refused as too deep: {refused.value}"

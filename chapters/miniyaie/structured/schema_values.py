@@ -11,6 +11,8 @@ import math
 
 from miniyaie.structured.limits import PatternError
 
+MAX_VALUE_DEPTH = 32
+
 
 def short(value) -> str:
     """A value as the client wrote it, cut short (and safe for one nested too deep to print)."""
@@ -21,6 +23,28 @@ def short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# ANCHOR: check_value
+def check_value(value, keyword: str, depth: int = 0) -> None:
+    """Refuse a value that JSON or UTF-8 cannot write; return None for any other.
+
+    Refused, with a PatternError whose message starts with `keyword`:
+    a string (a dict's key included) holding a lone surrogate (U+D800 to
+    U+DFFF: no UTF-8 spelling), a float that is not finite (NaN, infinity:
+    JSON has neither, and "1e400" parses as infinity), and anything more
+    than MAX_VALUE_DEPTH levels down (the value itself sits at `depth`, each
+    item of a list and each key and value of a dict one level below it).
+    Nothing else is raised, however deep the value: one nested 100,000
+    lists deep (which no recursion can walk) is refused as too deep.
+    Examples: [1, "a", {"k": None}] passes; [1.5, float("inf")] and
+    {"\\ud800": 1} are refused; 32 nested lists around 1 pass, 33 do not.
+    """
+    # Idea: a check that recurses must refuse before it recurses.
+    # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
+    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+# ANCHOR_END: check_value
+
+
 def value_text(value, keyword: str) -> str:
     """The compact JSON of an enum/const value, refused if JSON cannot carry it (checked all the way down)."""
     check_value(value, keyword, 0)
@@ -28,20 +52,3 @@ def value_text(value, keyword: str) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise PatternError(f"{keyword}: a value JSON cannot write ({exc})") from None
-
-
-def check_value(value, keyword: str, depth: int = 0) -> None:
-    """Refuse (naming keyword) a value with a lone surrogate or a non-finite number, or nested over 32 deep."""
-    if depth > 32:
-        raise PatternError(f"{keyword}: a value nests deeper than 32 levels")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise PatternError(f"{keyword}: {value} is not a finite number (JSON has no NaN or Infinity)")
-    if isinstance(value, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in value):
-        raise PatternError(f"{keyword}: a string holds a lone surrogate (not a character UTF-8 can write)")
-    if isinstance(value, list):
-        for item in value:
-            check_value(item, keyword, depth + 1)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            check_value(key, keyword, depth + 1)
-            check_value(item, keyword, depth + 1)
