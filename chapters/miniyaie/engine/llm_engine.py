@@ -149,7 +149,8 @@ class LLMEngine(Admission, StepAccounting):
         The child: a Request with the parent's prompt, limits and stop settings, its prompt all computed
         and as cached as the parent's (its events report the parent's cached prompt tokens); it shares the parent's blocks
         (no copy), runs via the scheduler's add_forked and counts in counters["forked_requests"].
-        Returns a zero-token chunk at the end of the prompt, for the step's update."""
+        Returns the child's ScheduledChunk for this step's update: through it the update records the
+        child's first token, and the child computes nothing this step."""
         # Idea: the child starts where the parent's prompt ends, on the parent's blocks.
         # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
         # TODO(Task 5.11): The engine step. Replace this line with your code.

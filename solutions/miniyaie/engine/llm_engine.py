@@ -183,7 +183,8 @@ class LLMEngine(Admission, StepAccounting):
         The child: a Request with the parent's prompt, limits and stop settings, its prompt all computed
         and as cached as the parent's (its events report the parent's cached prompt tokens); it shares the parent's blocks
         (no copy), runs via the scheduler's add_forked and counts in counters["forked_requests"].
-        Returns a zero-token chunk at the end of the prompt, for the step's update."""
+        Returns the child's ScheduledChunk for this step's update: through it the update records the
+        child's first token, and the child computes nothing this step."""
         # Nudge: the child starts where the parent's prompt ends, on the parent's blocks.
         # Hint 1: The parent's last prompt chunk produced logits that the child samples from in this
         #   same step, so the child needs nothing computed: its prompt is done the moment it
