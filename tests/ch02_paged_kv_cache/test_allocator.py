@@ -149,7 +149,7 @@ def test_allocator_state_machine():
     run_state_machine_as_test(AllocatorMachine, settings=MACHINE_SETTINGS)
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.1")
 def test_copy_on_write_state_machine():
     run_state_machine_as_test(CopyOnWriteMachine, settings=MACHINE_SETTINGS)
 
@@ -199,7 +199,7 @@ def test_a_block_returns_to_the_free_list_with_its_last_owner():
     assert allocator.ref_count(block) == 0 and allocator.num_free == 2
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.1")
 def test_copy_on_write_copies_only_shared_blocks():
     allocator = BlockAllocator(3)
     block = allocator.allocate()

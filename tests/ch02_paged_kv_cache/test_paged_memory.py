@@ -1,4 +1,4 @@
-"""Task 2.7: PagedMemory, the scheduler's KV memory on blocks.
+"""Task 2.5: PagedMemory, the scheduler's KV memory on blocks.
 
 The contract the scheduler relies on holds for any KVMemory, so the same
 state machine also runs on chapter 1's TokenCountingMemory (ungraded). The
@@ -250,7 +250,7 @@ class PagedMemoryMachine(KVMemoryContract):
                 )
 
 
-@pytest.mark.task("2.7")
+@pytest.mark.task("2.5")
 def test_paged_memory_state_machine():
     run_state_machine_as_test(PagedMemoryMachine, settings=MACHINE_SETTINGS)
 
@@ -260,7 +260,7 @@ def test_token_counting_memory_meets_the_same_contract():
     run_state_machine_as_test(TokenCountingContract, settings=MACHINE_SETTINGS)
 
 
-@pytest.mark.task("2.7")
+@pytest.mark.task("2.5")
 @given(num_blocks=st.integers(1, 10), block_size=st.sampled_from([1, 2, 7, 16]), lengths=st.lists(st.integers(1, 60), max_size=6))
 @example(num_blocks=3, block_size=1, lengths=[1, 2, 1])  # block size 1: then the pool is full
 @example(num_blocks=5, block_size=16, lengths=[16, 32, 17])  # prompts ending exactly on a block boundary
@@ -296,7 +296,7 @@ def test_prompts_take_exactly_the_blocks_they_need(num_blocks, block_size, lengt
     assert memory.num_free_blocks == num_blocks and memory.num_used_blocks == 0
 
 
-@pytest.mark.task("2.7")
+@pytest.mark.task("2.5")
 @pytest.mark.parametrize("block_size", [1, 7, 16])
 def test_decode_adds_a_block_only_when_crossing_a_block_boundary(block_size):
     memory = PagedMemory(45, block_size)
@@ -313,7 +313,7 @@ def test_decode_adds_a_block_only_when_crossing_a_block_boundary(block_size):
         assert memory.num_used_blocks == used + new_blocks
 
 
-@pytest.mark.task("2.7")
+@pytest.mark.task("2.5")
 @pytest.mark.parametrize("prompt_len", [10, 8])  # the last block partly filled, or exactly full
 def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     memory = PagedMemory(10, 4)
@@ -351,7 +351,7 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     assert memory.num_used_blocks == 0
 
 
-@pytest.mark.task("2.7")
+@pytest.mark.task("2.5")
 @pytest.mark.parametrize("who_is_freed", ["the child", "another request"])
 def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
     memory = PagedMemory(6, 4)
@@ -374,3 +374,36 @@ def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
         assert copies == [(memory.block_table("parent")[1], memory.block_table("child")[1])], (
             f"queued copies {copies}: freeing another request must not drop the child's copy-on-write"
         )
+
+
+@pytest.mark.task("2.5")
+@pytest.mark.parametrize("freed", ["the parent", "the child, forked again first"])
+def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
+    """free drops a queued copy exactly when its destination block has no owner left.
+
+    Not "the copies of the freed request's blocks": freeing the parent (the copy's source owner) or the
+    child that queued the copy, after the child was forked again (its new block now has a second owner),
+    leaves a request that will read the destination: the copy must still reach the pool."""
+    memory = PagedMemory(8, 4)
+    parent, child = Request("parent", [1] * 6, max_tokens=4), Request("child", [1] * 6, max_tokens=4)
+    memory.allocate(parent, 6)
+    parent.num_computed_tokens = child.num_computed_tokens = 6
+    memory.fork("parent", "child")
+    source = memory.block_table("parent")[1]
+    memory.allocate(child, 1)  # queues (source, the child's private copy of block 1)
+    destination = memory.block_table("child")[1]
+    if freed == "the parent":
+        memory.free(parent)  # the source keeps its K/V until the step runs: the child still needs the copy
+        reader = "child"
+    else:
+        grandchild = Request("grandchild", [1] * 6, max_tokens=4)
+        grandchild.num_computed_tokens = 7
+        memory.fork("child", "grandchild")  # the grandchild shares the child's new block
+        memory.free(child)
+        reader = "grandchild"
+    copies = memory.take_block_copies()
+    assert copies == [(source, destination)], (
+        f"queued copies {copies} after freeing {freed}: the copy ({source}, {destination}) must stay, since "
+        f"{reader!r} still owns block {destination} and reads it after the step"
+    )
+    assert memory.block_table(reader)[1] == destination

@@ -1,4 +1,4 @@
-"""Task 3.5: the prefix cache behind the scheduler's memory interface (fake model, real scheduler)."""
+"""Task 3.4: the prefix cache behind the scheduler's memory interface (fake model, real scheduler)."""
 
 import pytest
 from fake_model import Driver, reference_output
@@ -26,7 +26,7 @@ def run(memory, prompts, max_tokens=4, budget=32, seqs=4, policy="fcfs", one_by_
     return requests, driver
 
 
-@pytest.mark.task("3.5")
+@pytest.mark.task("3.4")
 @given(block_size=st.sampled_from([1, 2, 4, 16]), shared=st.integers(1, 40), suffix=st.integers(1, 9))
 @example(block_size=4, shared=8, suffix=1)  # the shared part ends on a block boundary
 @example(block_size=16, shared=5, suffix=3)  # less than one block shared: nothing to reuse
@@ -45,7 +45,7 @@ def test_a_request_starts_after_the_cached_prefix(block_size, shared, suffix):
         assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens)
 
 
-@pytest.mark.task("3.5")
+@pytest.mark.task("3.4")
 def test_a_full_hit_still_computes_the_last_token():
     memory = RadixMemory(num_blocks=32, block_size=4)
     prompt = list(range(1, 17))  # four whole blocks
@@ -59,7 +59,7 @@ def test_a_full_hit_still_computes_the_last_token():
     assert b.output_token_ids == a.output_token_ids == reference_output(prompt, 4)
 
 
-@pytest.mark.task("3.5")
+@pytest.mark.task("3.4")
 @given(
     groups=st.integers(1, 3),
     per_group=st.integers(1, 4),
@@ -84,7 +84,7 @@ def test_shared_prefix_workloads_reuse_and_return_every_block(groups, per_group,
     assert memory.num_free_blocks == num_blocks, f"{num_blocks - memory.num_free_blocks} blocks lost after a reset"
 
 
-@pytest.mark.task("3.5")
+@pytest.mark.task("3.4")
 def test_lpm_admits_the_request_with_the_longest_cached_prefix():
     memory = RadixMemory(num_blocks=64, block_size=2)
     run(memory, [[5] * 12], max_tokens=1)  # leaves [5]*12 in the cache

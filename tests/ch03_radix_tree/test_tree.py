@@ -1,4 +1,4 @@
-"""Tasks 3.1-3.4: the radix tree, one behaviour at a time, each needing only the tasks before it."""
+"""Tasks 3.1-3.3: the radix tree, one behaviour at a time, each needing only the tasks before it."""
 
 import pytest
 from hypothesis import example, given
@@ -124,7 +124,7 @@ def test_insert_stores_each_shared_prefix_once(sequences, block_size):
         tree.check_integrity()
 
 
-@pytest.mark.task("3.4")
+@pytest.mark.task("3.3")
 @given(sequences=st.lists(tokens, min_size=1, max_size=5), pick=st.integers(0, 4), block_size=st.sampled_from([1, 2]))
 def test_locked_paths_are_never_evicted(sequences, pick, block_size):
     tree = cache_with(sequences, block_size)

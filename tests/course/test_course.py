@@ -117,3 +117,49 @@ def test_ci_runs_the_readmes_test_command():
     ci = (REPO / ".ci" / "run").read_text()
     assert len(commands) >= 2, "the README starts with its two commands"
     assert commands[1] in ci, ".ci/run must run exactly the README's second command"
+
+
+def _names_after_a_stub_that_only_the_region_defined(stub: str) -> list[str]:
+    """In `stub` (a generated file), names read after a stub's raise in the same block that neither the
+    stub's function nor the module defines: code the learner cannot run and must guess a name for."""
+    import ast
+    import builtins
+
+    tree = ast.parse(stub)
+    module = set(dir(builtins))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            module.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            module |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        else:
+            module |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        defined = module | {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+        defined |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        for block in ast.walk(function):
+            body = getattr(block, "body", None)
+            if not isinstance(body, list):
+                continue
+            for i, statement in enumerate(body):
+                if isinstance(statement, ast.Raise) and "NotImplementedError('Chapter" in ast.unparse(statement):
+                    found += [f"{function.name}: {name.id!r} (line {after.lineno})" for after in body[i + 1 :]
+                              for name in ast.walk(after)
+                              if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Load) and name.id not in defined]
+    return found
+
+
+@pytest.mark.parametrize("number", [2, 3])  # the chapters whose stubs end at their raise (others keep code after it)
+def test_no_stub_keeps_code_after_its_raise_that_reads_a_name_only_the_region_defined(number):
+    """A region that assigns a name the code after END SOLUTION reads leaves, in the stub, unreachable code
+    using a name the learner must guess: the region must take that code in."""
+    ch = chapter(number)
+    problems = []
+    for solution in sorted(ch.solution_dir.rglob("*.py")):
+        stub = REPO / "chapters" / "miniyaie" / solution.relative_to(ch.solution_dir.parent)
+        problems += [f"{stub.relative_to(REPO)}: {p}" for p in
+                     _names_after_a_stub_that_only_the_region_defined(stub.read_text())]
+    assert not problems, "\n".join(problems)

@@ -46,14 +46,14 @@ def test_every_chapter_has_a_limit_between_one_and_two_minutes():
 
 
 def test_a_tree_walk_that_never_advances_fails_at_the_chapter_limit_naming_its_task(tmp_path, monkeypatch):
-    """Task 3.4's lock walk, planted so that it never moves up the tree: no --timeout given, the table decides."""
+    """Task 3.3's lock walk, planted so that it never moves up the tree: no --timeout given, the table decides."""
     root = planted(tmp_path, 3, "tree.py", "            node.lock_ref += 1\n            node = node.parent\n",
                    "            node.lock_ref += 1\n")
     result = run_scaled("tests/ch03_radix_tree/test_tree.py::test_locked_paths_are_never_evicted", f"radix={root}",
                         monkeypatch)
     limit = CHAPTER_LIMITS_S[3] * SCALE
     assert result.outcome == "failed"
-    assert "Task 3.4" in result.message and f"its {limit:g} s time limit" in result.message, result.message
+    assert "Task 3.3" in result.message and f"its {limit:g} s time limit" in result.message, result.message
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="a CPU run: the kernel runs in Triton's interpreter")

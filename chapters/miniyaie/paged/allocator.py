@@ -57,10 +57,10 @@ class BlockAllocator:
 
         Raises OutOfBlocksError, changing nothing, when no block is free.
         """
-        # Idea: a free block is one with no owner; taking it makes the caller its only owner.
+        # Idea: two views of one state (the counts, the free list): which must change together?
         # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
-        # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
+        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     def allocate_many(self, n: int) -> list[int]:
         """Take `n` free blocks (distinct), or none.
@@ -69,10 +69,10 @@ class BlockAllocator:
         asked for and how many are free, and changing nothing, when fewer
         than `n` are free; ValueError for a negative `n`.
         """
-        # Idea: all or nothing: check that n fit before taking the first one.
+        # Idea: when can you know that all n fit, and what must not have happened yet if they do not?
         # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
-        # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
+        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: allocate
 
     # ANCHOR: free
@@ -84,10 +84,10 @@ class BlockAllocator:
         the pool is a ValueError too.
         """
         self._check(block)
-        # Idea: count owners down; the last one out puts the block back.
+        # Idea: when exactly does a block become free again, and what must a free never do?
         # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
-        # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
+        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     def share(self, block: int) -> None:
         """Add an owner to a block in use (a forked request, a prefix cache entry).
@@ -96,10 +96,10 @@ class BlockAllocator:
         nothing to share), and nothing changes.
         """
         self._check(block)
-        # Idea: one more owner; only a block that someone owns can be shared.
+        # Idea: what may be shared, and what does sharing cost the pool?
         # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
-        # TODO(Task 2.1): Allocate and free blocks with reference counts. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 1: Allocate and free blocks with reference counts — see book/src/ch02_paged_kv_cache.md')
+        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: free
 
     # ANCHOR: copy_on_write
@@ -116,10 +116,10 @@ class BlockAllocator:
         self._check(block)
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is free: nobody may write into it")
-        # Idea: alone, write in place; shared, take a fresh block first, then let go of the old one.
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): Copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: Copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Idea: who else would see the write, and what must still be true if the pool is full?
+        # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
+        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: copy_on_write
 
     def _check(self, block: int) -> None:

@@ -20,11 +20,14 @@ from miniyaie.paged.allocator import BlockAllocator
 
 # ANCHOR: blocks_needed
 def blocks_needed(num_tokens: int, block_size: int) -> int:
-    """The fewest blocks that hold `num_tokens` tokens (the last one may be partly empty); 0 for 0 tokens."""
-    # Idea: a ceiling division.
-    # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-    # TODO(Task 2.3): Grow a block table. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 3: Grow a block table — see book/src/ch02_paged_kv_cache.md')
+    """The fewest blocks of `block_size` slots that hold `num_tokens` tokens; 0 for 0 tokens.
+
+    Examples (asserted): 16 tokens in blocks of 16 need 1 block, 17 need 2.
+    """
+    # Idea: which block does the last token land in?
+    # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+    # TODO(Task 2.2): Block tables, slot mapping and a step's metadata. Replace this line with your code.
+    raise NotImplementedError("Chapter 2, Task 2: Block tables, slot mapping and a step's metadata — see book/src/ch02_paged_kv_cache.md")
 # ANCHOR_END: blocks_needed
 
 
@@ -36,10 +39,10 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     shrink here). All or nothing: when the allocator cannot give every
     missing block, OutOfBlocksError is raised and `table` is unchanged.
     """
-    # Idea: the table lacks blocks_needed(num_tokens) - len(table) blocks: take them all at once.
-    # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-    # TODO(Task 2.3): Grow a block table. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 3: Grow a block table — see book/src/ch02_paged_kv_cache.md')
+    # Idea: what must the table look like when the pool cannot give everything?
+    # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+    # TODO(Task 2.2): Block tables, slot mapping and a step's metadata. Replace this line with your code.
+    raise NotImplementedError("Chapter 2, Task 2: Block tables, slot mapping and a step's metadata — see book/src/ch02_paged_kv_cache.md")
 # ANCHOR_END: grow_block_table
 
 
@@ -47,18 +50,20 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
 def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> list[int]:
     """The pool slots of positions start..end-1 of the request whose block table is `table`, in order.
 
-    Position p lives in block table[p // block_size] at offset p % block_size:
-    slot table[p // block_size] * block_size + p % block_size. Positions
-    outside the table's blocks are a ValueError.
+    Block b of the pool owns slots b * block_size .. (b + 1) * block_size - 1;
+    table[i] is the pool block holding the request's i-th block of tokens.
+    Example (asserted): block_size 2, table [3, 0, 2], positions 0..5 ->
+    slots [6, 7, 0, 1, 4, 5]. Positions outside the table's blocks are a
+    ValueError.
     """
     if not 0 <= start <= end <= len(table) * block_size:
         raise ValueError(
             f"positions {start}..{end - 1} are outside a table of {len(table)} blocks of {block_size} slots"
         )
-    # Idea: the block table is a page table: block number, then offset inside the block.
-    # Stuck? `miniyaie hint 2.4` prints hints, one level at a time.
-    # TODO(Task 2.4): Slot mapping. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 4: Slot mapping — see book/src/ch02_paged_kv_cache.md')
+    # Idea: the block table is a page table.
+    # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+    # TODO(Task 2.2): Block tables, slot mapping and a step's metadata. Replace this line with your code.
+    raise NotImplementedError("Chapter 2, Task 2: Block tables, slot mapping and a step's metadata — see book/src/ch02_paged_kv_cache.md")
 # ANCHOR_END: slot_mapping
 
 
@@ -77,7 +82,7 @@ def attention_metadata(
     table padded with block 0 to the longest. Tensors int64, on `device`.
     """
     # Idea: everything chapter 0's backend needs, read off the block tables.
-    # Stuck? `miniyaie hint 2.8` prints hints, one level at a time.
-    # TODO(Task 2.8): Attention metadata for a step. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 8: Attention metadata for a step — see book/src/ch02_paged_kv_cache.md')
+    # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+    # TODO(Task 2.2): Block tables, slot mapping and a step's metadata. Replace this line with your code.
+    raise NotImplementedError("Chapter 2, Task 2: Block tables, slot mapping and a step's metadata — see book/src/ch02_paged_kv_cache.md")
 # ANCHOR_END: attention_metadata

@@ -69,33 +69,31 @@ class PagedMemory:
 
         Empty when end <= start; blocks the table does not have yet are not counted.
         """
-        # Idea: from the block of the first position written to the last block the table has.
-        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
-        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Idea: which blocks does a write touch that could already be someone else's?
+        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
+        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
         """Indexes into `table` of the blocks that positions start..end-1 write into and that others share."""
-        # Idea: a block written into is copied first exactly when someone else also owns it.
-        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
-        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Idea: the copy-on-write decision: when must a block be copied before a write?
+        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
+        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
         """Whether allocate(request, num_new_tokens) would succeed; asking changes nothing.
 
-        It succeeds when the free blocks cover the blocks the table lacks to
-        hold num_computed_tokens + num_new_tokens tokens, plus one copy for
-        every shared block among those that positions num_computed_tokens..
-        are written into.
+        Exactly: True if and only if allocate would not raise OutOfBlocksError
+        (the scheduler admits on this answer, then allocates).
         """
         table = self.tables.get(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Idea: count the new blocks AND the copies: a shared block written into costs a block too.
-        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
-        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Idea: list every block allocate would take, not just the ones the table lacks.
+        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
+        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: can_allocate
 
     # ANCHOR: allocate
@@ -115,10 +113,10 @@ class PagedMemory:
         table = self.tables.setdefault(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Idea: copy the shared blocks you will write into, then grow the table.
-        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
-        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Idea: which blocks must change before this step's tokens are written, and what must the runner be told?
+        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
+        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: allocate
 
     # ANCHOR: free
@@ -126,14 +124,17 @@ class PagedMemory:
         """Drop the request's share of every block it holds (finished, aborted or preempted).
 
         Its table is forgotten; a block goes back to the pool when its last
-        owner lets go. A copy queued for one of the request's blocks and not
-        yet taken (take_block_copies) is dropped: the block may already be
-        someone else's. Freeing a request that holds nothing does nothing.
+        owner lets go. Queued copies (not yet taken by take_block_copies)
+        follow one rule: a copy whose destination block no longer has any
+        owner is dropped (that block is free, and may be handed out before
+        the step runs); every other queued copy stays, in order, whoever
+        queued it and whoever owned its source. Freeing a request that holds
+        nothing does nothing.
         """
-        # Idea: give back every block, and cancel the copies queued into blocks nobody owns now.
-        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
-        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Idea: a queued copy outlives the allocate that queued it: which copies may still run?
+        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
+        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: free
 
     # ------------------------------------------------------------ sharing
@@ -144,14 +145,15 @@ class PagedMemory:
         The request takes one reference on each (allocator.share); it reads
         them freely and copies any of them on its first write into it. Its
         table is a new list: later changes to `blocks` do not reach it. A
-        request that already holds blocks is a ValueError, and nothing
-        changes. Used by `fork`, and by chapter 3 to start a request on a
-        cached prefix.
+        request that already holds blocks is a ValueError, and so is a list
+        holding a free block (nobody filled it); either way nothing changes:
+        no block gains a reference. Used by `fork`, and by chapter 3 to start
+        a request on a cached prefix.
         """
-        # Idea: sharing is one more reference per block, never a copy.
-        # Stuck? `miniyaie hint 2.6` prints hints, one level at a time.
-        # TODO(Task 2.6): Share blocks between requests. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 6: Share blocks between requests — see book/src/ch02_paged_kv_cache.md')
+        # Idea: what does the pool look like if the third of five blocks cannot be shared?
+        # Stuck? `miniyaie hint 2.4` prints hints, one level at a time.
+        # TODO(Task 2.4): Share blocks between requests. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 4: Share blocks between requests — see book/src/ch02_paged_kv_cache.md')
 
     def fork(self, parent_request_id: str, child_request_id: str) -> None:
         """Give the child every block of the parent, shared (parallel sampling: n > 1).
@@ -160,10 +162,10 @@ class PagedMemory:
         two continue from the same cached tokens and diverge from there. A
         parent that holds no blocks is a KeyError.
         """
-        # Idea: a fork is share_blocks with the parent's table.
-        # Stuck? `miniyaie hint 2.6` prints hints, one level at a time.
-        # TODO(Task 2.6): Share blocks between requests. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 6: Share blocks between requests — see book/src/ch02_paged_kv_cache.md')
+        # Idea: what does the child start on?
+        # Stuck? `miniyaie hint 2.4` prints hints, one level at a time.
+        # TODO(Task 2.4): Share blocks between requests. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 4: Share blocks between requests — see book/src/ch02_paged_kv_cache.md')
 
     def take_block_copies(self) -> list[tuple[int, int]]:
         """The (src, dst) block copies queued by copy-on-write since the last call, in order; the queue is then empty.
@@ -171,9 +173,9 @@ class PagedMemory:
         The runner applies them (copy_blocks) before the forward pass.
         """
         # Idea: hand the queue over and start a new one.
-        # Stuck? `miniyaie hint 2.7` prints hints, one level at a time.
-        # TODO(Task 2.7): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 7: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
+        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: sharing
 
     # ------------------------------------------------------------ for the model runner

@@ -29,16 +29,10 @@ def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: in
     A pool of that many blocks takes at most budget_bytes; one block more
     would not fit. A budget too small for one block is a ValueError.
     """
-    # Idea: divide the budget by the bytes of one block, rounding down.
-    # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
-    # TODO(Task 2.5): Size the pool and copy its blocks. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 5: Size the pool and copy its blocks — see book/src/ch02_paged_kv_cache.md')
-    if num_blocks < 1:
-        raise ValueError(
-            f"a KV budget of {budget_bytes} bytes holds no block of {block_size} tokens "
-            f"({block_bytes(config, block_size, dtype)} bytes each)"
-        )
-    return num_blocks
+    # Idea: what does one block cost, and can a pool hold part of a block?
+    # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+    # TODO(Task 2.3): Size the pool and copy its blocks. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 3: Size the pool and copy its blocks — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: budget
 
 
@@ -64,8 +58,8 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
     copies = list(copies)
     if not copies:
         return
-    # Idea: a block is block_size consecutive slots: turn block ids into slot indexes, copy once.
-    # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
-    # TODO(Task 2.5): Size the pool and copy its blocks. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 5: Size the pool and copy its blocks — see book/src/ch02_paged_kv_cache.md')
+    # Idea: the allocator speaks in blocks, the tensor in slots.
+    # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+    # TODO(Task 2.3): Size the pool and copy its blocks. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 3: Size the pool and copy its blocks — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: copy_blocks

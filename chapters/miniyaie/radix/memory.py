@@ -73,21 +73,24 @@ class RadixMemory(PagedMemory):
     def allocate(self, request: Request, num_new_tokens: int) -> None:
         """Chapter 2's allocate, on top of the prefix cache.
 
-        A request being admitted with num_computed_tokens > 0 (the scheduler
-        found that many tokens cached) starts on the cached blocks that hold
-        them, shared, not copied, and locked (on the node where they end)
-        until it is freed; hit_tokens grows by num_computed_tokens. A running
-        request first caches the whole blocks the last step computed. Then
-        unlocked cached blocks are evicted if the pool is short, and the
-        table grows as in chapter 2 (writing into a shared block copies it).
-        Raises OutOfBlocksError, changing nothing, when can_allocate says no.
+        Afterwards, as in chapter 2, the request's table holds
+        num_computed_tokens + num_new_tokens tokens and a write into a shared
+        block goes to a private copy. A request admitted with
+        num_computed_tokens > 0 (the scheduler found that many tokens cached)
+        has the cached blocks holding them at the start of its table, shared
+        with the tree, not copied; no eviction may take them while it runs
+        (they stay locked until it is freed); hit_tokens has grown by
+        num_computed_tokens. A running request's whole computed blocks are in
+        the tree. Unlocked cached blocks may have been evicted, least recently
+        used first, to make room. Raises OutOfBlocksError, changing nothing,
+        when can_allocate says no.
         """
         if not self.can_allocate(request, num_new_tokens):
             raise OutOfBlocksError(f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens")
-        # Idea: take the cached prefix first (and lock it), then make room, then grow as chapter 2 does.
-        # Stuck? `miniyaie hint 3.5` prints hints, one level at a time.
-        # TODO(Task 3.5): Start on the cached prefix, cache what is computed. Replace this line with your code.
-        raise NotImplementedError('Chapter 3, Task 5: Start on the cached prefix, cache what is computed — see book/src/ch03_radix_tree.md')
+        # Idea: making room evicts: what must already be protected when it runs?
+        # Stuck? `miniyaie hint 3.4` prints hints, one level at a time.
+        # TODO(Task 3.4): Start on the cached prefix, cache what is computed. Replace this line with your code.
+        raise NotImplementedError('Chapter 3, Task 4: Start on the cached prefix, cache what is computed — see book/src/ch03_radix_tree.md')
     # ANCHOR_END: allocate
 
     # ANCHOR: cache_computed

@@ -77,7 +77,7 @@ class RadixCache:
         the least recently used leaf first. A peek (the scheduler's
         prefix-length oracle) passes touch=False and changes nothing.
         """
-        # Idea: walk down block by block; an edge may match in full (descend) or only in part (stop inside it).
+        # Idea: where can a match end, and which node then protects every block it matched?
         # Stuck? `miniyaie hint 3.2` prints hints, one level at a time.
         # TODO(Task 3.2): Match the longest cached prefix. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 2: Match the longest cached prefix — see book/src/ch03_radix_tree.md')
@@ -98,7 +98,7 @@ class RadixCache:
         next(_clock), in last_access. Inserting no tokens returns the root.
         """
         assert len(tokens) == len(blocks) * self.block_size, "insert whole blocks only"
-        # Idea: follow the path the tokens spell; split where they leave an edge; hang the rest as a leaf.
+        # Idea: what must stay true of paths and blocks when the tokens leave an edge halfway?
         # Stuck? `miniyaie hint 3.1` prints hints, one level at a time.
         # TODO(Task 3.1): Insert with node split. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 1: Insert with node split — see book/src/ch03_radix_tree.md')
@@ -106,11 +106,12 @@ class RadixCache:
     def _split(self, child: Node, num_blocks: int) -> Node:
         """Cut `child`'s edge after `num_blocks` blocks (0 < num_blocks < its length); returns the new upper node.
 
-        The upper node takes the first num_blocks blocks of the edge, its
-        parent, lock count and last_access; `child` keeps the rest and hangs
-        below it. No block changes owner, so no counter changes.
+        Afterwards the upper node's path from the root spells the edge's first
+        num_blocks blocks, and `child`'s path still spells what it spelled
+        before; every path keeps its blocks, locks and last use. No block
+        changes owner, so no counter changes.
         """
-        # Idea: one edge becomes two: a new node in the middle takes the first part.
+        # Idea: only the shape changes: what must a node put in the middle inherit?
         # Stuck? `miniyaie hint 3.1` prints hints, one level at a time.
         # TODO(Task 3.1): Insert with node split. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 1: Insert with node split — see book/src/ch03_radix_tree.md')
@@ -120,26 +121,26 @@ class RadixCache:
     def lock(self, node: Node) -> None:
         """Protect the path from `node` to the root from eviction (one more user).
 
-        Adds one to lock_ref of `node` and of every node above it, the root
-        included; a node locked for the first time (0 -> 1) stops counting in
-        evictable_blocks.
+        Afterwards every node on that path, the root included, counts one
+        more lock in lock_ref, and evictable_blocks still counts exactly the
+        blocks of the nodes whose lock_ref is 0.
         """
-        # Idea: a lock counts on every node up to the root.
-        # Stuck? `miniyaie hint 3.4` prints hints, one level at a time.
-        # TODO(Task 3.4): Lock and unlock. Replace this line with your code.
-        raise NotImplementedError('Chapter 3, Task 4: Lock and unlock — see book/src/ch03_radix_tree.md')
+        # Idea: which counter moves, and at which transition only?
+        # Stuck? `miniyaie hint 3.3` prints hints, one level at a time.
+        # TODO(Task 3.3): The radix tree's locks and eviction. Replace this line with your code.
+        raise NotImplementedError("Chapter 3, Task 3: The radix tree's locks and eviction — see book/src/ch03_radix_tree.md")
 
     def unlock(self, node: Node) -> None:
-        """One user fewer on the path from `node` to the root.
+        """One user fewer on the path from `node` to the root: undoes one lock(node).
 
-        The mirror of lock: a node unlocked for the last time (1 -> 0) counts
-        in evictable_blocks again. Unlocking a node that is not locked
-        (lock_ref 0) is a caller's bug: ValueError, and nothing changes.
+        evictable_blocks still counts exactly the blocks of the nodes whose
+        lock_ref is 0. Unlocking a node that is not locked (lock_ref 0) is a
+        caller's bug: ValueError, and nothing changes.
         """
-        # Idea: the mirror image of lock; a count must never go below 0.
-        # Stuck? `miniyaie hint 3.4` prints hints, one level at a time.
-        # TODO(Task 3.4): Lock and unlock. Replace this line with your code.
-        raise NotImplementedError('Chapter 3, Task 4: Lock and unlock — see book/src/ch03_radix_tree.md')
+        # Idea: what must be checked before anything changes?
+        # Stuck? `miniyaie hint 3.3` prints hints, one level at a time.
+        # TODO(Task 3.3): The radix tree's locks and eviction. Replace this line with your code.
+        raise NotImplementedError("Chapter 3, Task 3: The radix tree's locks and eviction — see book/src/ch03_radix_tree.md")
     # ANCHOR_END: lock
 
     # ANCHOR: evict
@@ -154,10 +155,10 @@ class RadixCache:
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
-        # Idea: a heap of unlocked leaves by last use; a parent left childless joins the heap.
+        # Idea: which nodes are candidates, and can a new one appear while you evict?
         # Stuck? `miniyaie hint 3.3` prints hints, one level at a time.
-        # TODO(Task 3.3): Evict least recently used leaves. Replace this line with your code.
-        raise NotImplementedError('Chapter 3, Task 3: Evict least recently used leaves — see book/src/ch03_radix_tree.md')
+        # TODO(Task 3.3): The radix tree's locks and eviction. Replace this line with your code.
+        raise NotImplementedError("Chapter 3, Task 3: The radix tree's locks and eviction — see book/src/ch03_radix_tree.md")
     # ANCHOR_END: evict
 
     def _nodes(self) -> list[Node]:

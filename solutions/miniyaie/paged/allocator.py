@@ -57,7 +57,7 @@ class BlockAllocator:
 
         Raises OutOfBlocksError, changing nothing, when no block is free.
         """
-        # Nudge: a free block is one with no owner; taking it makes the caller its only owner.
+        # Nudge: two views of one state (the counts, the free list): which must change together?
         # Hint 1: Two views of the same state must agree at all times: the free list holds exactly
         #   the blocks whose reference count is 0. Taking a block moves it from one side to the
         #   other: off the free list, count 1.
@@ -66,7 +66,7 @@ class BlockAllocator:
         # Hint 3:
         #   if not free: raise OutOfBlocksError("all N blocks are in use")
         #   block = free.popleft(); ref_counts[block] = 1; return block
-        # BEGIN SOLUTION 2.1: Allocate and free blocks with reference counts
+        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
         if not self._free:
             raise OutOfBlocksError(f"all {self._num_blocks} blocks are in use")
         block = self._free.popleft()
@@ -81,7 +81,7 @@ class BlockAllocator:
         asked for and how many are free, and changing nothing, when fewer
         than `n` are free; ValueError for a negative `n`.
         """
-        # Nudge: all or nothing: check that n fit before taking the first one.
+        # Nudge: when can you know that all n fit, and what must not have happened yet if they do not?
         # Hint 1: A request that gets half of the blocks it needs is worse off than one that gets
         #   none: it holds memory and still cannot run. So decide up front, from the free count,
         #   whether all n can be taken; only then take them.
@@ -92,7 +92,7 @@ class BlockAllocator:
         #   if n < 0: raise ValueError
         #   if n > len(free): raise OutOfBlocksError(f"need {n} blocks but only {len(free)} ... are free")
         #   return [allocate() for _ in range(n)]
-        # BEGIN SOLUTION 2.1: Allocate and free blocks with reference counts
+        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
         if n < 0:
             raise ValueError(f"cannot allocate {n} blocks")
         if n > len(self._free):
@@ -112,7 +112,7 @@ class BlockAllocator:
         the pool is a ValueError too.
         """
         self._check(block)
-        # Nudge: count owners down; the last one out puts the block back.
+        # Nudge: when exactly does a block become free again, and what must a free never do?
         # Hint 1: A block with several owners (shared) stays in use until the last of them lets go;
         #   only then is it free again. A count never goes below 0: freeing a free block is a
         #   caller's bug (a double free), refused at once rather than turned into a block that
@@ -123,7 +123,7 @@ class BlockAllocator:
         #   if ref_counts[block] == 0: raise ValueError("block ... is already free (double free)")
         #   ref_counts[block] -= 1
         #   if ref_counts[block] == 0: free.append(block)
-        # BEGIN SOLUTION 2.1: Allocate and free blocks with reference counts
+        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is already free (double free)")
         self._ref_counts[block] -= 1
@@ -138,7 +138,7 @@ class BlockAllocator:
         nothing to share), and nothing changes.
         """
         self._check(block)
-        # Nudge: one more owner; only a block that someone owns can be shared.
+        # Nudge: what may be shared, and what does sharing cost the pool?
         # Hint 1: Sharing adds an owner without copying anything: the block's count goes up by one
         #   and it stays off the free list. A free block holds nothing worth sharing, and sharing
         #   it would give it an owner while it sits on the free list.
@@ -146,7 +146,7 @@ class BlockAllocator:
         # Hint 3:
         #   if ref_counts[block] == 0: raise ValueError("block ... is free")
         #   ref_counts[block] += 1
-        # BEGIN SOLUTION 2.1: Allocate and free blocks with reference counts
+        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is free: only a block in use can be shared")
         self._ref_counts[block] += 1
@@ -167,7 +167,7 @@ class BlockAllocator:
         self._check(block)
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is free: nobody may write into it")
-        # Nudge: alone, write in place; shared, take a fresh block first, then let go of the old one.
+        # Nudge: who else would see the write, and what must still be true if the pool is full?
         # Hint 1: The invariant is that no owner ever sees another owner's writes. A block with one
         #   owner can be written in place; a shared one must not be touched, so the writer moves
         #   to a private block. Order matters: when the pool is full the call must fail before
@@ -180,7 +180,7 @@ class BlockAllocator:
         #   new = allocate()        # may raise: nothing changed
         #   free(block)             # the others keep it
         #   return new
-        # BEGIN SOLUTION 2.2: Copy-on-write
+        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
         if self._ref_counts[block] == 1:
             return block
         new_block = self.allocate()

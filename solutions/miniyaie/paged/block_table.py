@@ -20,14 +20,17 @@ from miniyaie.paged.allocator import BlockAllocator
 
 # ANCHOR: blocks_needed
 def blocks_needed(num_tokens: int, block_size: int) -> int:
-    """The fewest blocks that hold `num_tokens` tokens (the last one may be partly empty); 0 for 0 tokens."""
-    # Nudge: a ceiling division.
+    """The fewest blocks of `block_size` slots that hold `num_tokens` tokens; 0 for 0 tokens.
+
+    Examples (asserted): 16 tokens in blocks of 16 need 1 block, 17 need 2.
+    """
+    # Nudge: which block does the last token land in?
     # Hint 1: Every block holds block_size tokens and only the last may be partly filled: 16 tokens
     #   in blocks of 16 need 1 block, 17 need 2, 0 need 0.
     # Hint 2: Divide rounding up. In integers, -(-a // b) rounds up without floats.
     # Hint 3:
     #   return -(-num_tokens // block_size)      # or (num_tokens + block_size - 1) // block_size
-    # BEGIN SOLUTION 2.3: Grow a block table
+    # BEGIN SOLUTION 2.2: Block tables, slot mapping and a step's metadata
     return -(-num_tokens // block_size)
     # END SOLUTION
 # ANCHOR_END: blocks_needed
@@ -41,7 +44,7 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     shrink here). All or nothing: when the allocator cannot give every
     missing block, OutOfBlocksError is raised and `table` is unchanged.
     """
-    # Nudge: the table lacks blocks_needed(num_tokens) - len(table) blocks: take them all at once.
+    # Nudge: what must the table look like when the pool cannot give everything?
     # Hint 1: The table only ever grows, by whole blocks, and only when the tokens reach a block it
     #   does not have yet. All or nothing: if the pool cannot give every missing block, the
     #   table must be exactly as it was (allocate_many already behaves that way).
@@ -52,7 +55,7 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     #   missing = blocks_needed(num_tokens, block_size) - len(table)
     #   if missing <= 0: return []
     #   new = allocator.allocate_many(missing); table.extend(new); return new
-    # BEGIN SOLUTION 2.3: Grow a block table
+    # BEGIN SOLUTION 2.2: Block tables, slot mapping and a step's metadata
     missing = blocks_needed(num_tokens, block_size) - len(table)
     if missing <= 0:
         return []
@@ -67,15 +70,17 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
 def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> list[int]:
     """The pool slots of positions start..end-1 of the request whose block table is `table`, in order.
 
-    Position p lives in block table[p // block_size] at offset p % block_size:
-    slot table[p // block_size] * block_size + p % block_size. Positions
-    outside the table's blocks are a ValueError.
+    Block b of the pool owns slots b * block_size .. (b + 1) * block_size - 1;
+    table[i] is the pool block holding the request's i-th block of tokens.
+    Example (asserted): block_size 2, table [3, 0, 2], positions 0..5 ->
+    slots [6, 7, 0, 1, 4, 5]. Positions outside the table's blocks are a
+    ValueError.
     """
     if not 0 <= start <= end <= len(table) * block_size:
         raise ValueError(
             f"positions {start}..{end - 1} are outside a table of {len(table)} blocks of {block_size} slots"
         )
-    # Nudge: the block table is a page table: block number, then offset inside the block.
+    # Nudge: the block table is a page table.
     # Hint 1: Blocks can lie anywhere in the pool and in any order; only the table knows where.
     #   A position's block is the table entry for its block number (p // block_size), and the
     #   position sits at offset p % block_size inside it.
@@ -83,7 +88,7 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
     #   block_size to get the block's first slot, add the offset.
     # Hint 3:
     #   return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
-    # BEGIN SOLUTION 2.4: Slot mapping
+    # BEGIN SOLUTION 2.2: Block tables, slot mapping and a step's metadata
     return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
     # END SOLUTION
 # ANCHOR_END: slot_mapping
@@ -118,7 +123,7 @@ def attention_metadata(
     #   return AttentionMetadata(query_lens=[end - start, ...], seq_lens=[end, ...],
     #       slot_mapping=tensor(slots, int64), block_tables=tensor([t + [0] * (width - len(t)), ...], int64),
     #       block_size=block_size)
-    # BEGIN SOLUTION 2.8: Attention metadata for a step
+    # BEGIN SOLUTION 2.2: Block tables, slot mapping and a step's metadata
     width = max(len(t) for t in tables)
     slots = [s for table, (_, start, end) in zip(tables, batch) for s in slot_mapping(table, start, end, block_size)]
     return AttentionMetadata(

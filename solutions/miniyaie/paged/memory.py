@@ -69,7 +69,7 @@ class PagedMemory:
 
         Empty when end <= start; blocks the table does not have yet are not counted.
         """
-        # Nudge: from the block of the first position written to the last block the table has.
+        # Nudge: which blocks does a write touch that could already be someone else's?
         # Hint 1: Writing positions start .. end - 1 touches the blocks from start // block_size up
         #   to the block of position end - 1. Of those, only the ones already in the table can be
         #   shared; the rest will be fresh blocks.
@@ -79,7 +79,7 @@ class PagedMemory:
         # Hint 3:
         #   if end <= start: return range(0)
         #   return range(start // block_size, min(len(table), blocks_needed(end, block_size)))
-        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
         if end <= start:
             return range(0)
         return range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)))
@@ -87,7 +87,7 @@ class PagedMemory:
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
         """Indexes into `table` of the blocks that positions start..end-1 write into and that others share."""
-        # Nudge: a block written into is copied first exactly when someone else also owns it.
+        # Nudge: the copy-on-write decision: when must a block be copied before a write?
         # Hint 1: This is the copy-on-write decision: a block is shared when its reference count is
         #   above 1 (this request plus at least one other owner). Only blocks the write touches
         #   matter; a shared block the request only reads stays shared.
@@ -95,22 +95,20 @@ class PagedMemory:
         #   count above 1.
         # Hint 3:
         #   return [i for i in _blocks_written(table, start, end) if allocator.ref_count(table[i]) > 1]
-        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
         return [i for i in self._blocks_written(table, start, end) if self.allocator.ref_count(table[i]) > 1]
         # END SOLUTION
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
         """Whether allocate(request, num_new_tokens) would succeed; asking changes nothing.
 
-        It succeeds when the free blocks cover the blocks the table lacks to
-        hold num_computed_tokens + num_new_tokens tokens, plus one copy for
-        every shared block among those that positions num_computed_tokens..
-        are written into.
+        Exactly: True if and only if allocate would not raise OutOfBlocksError
+        (the scheduler admits on this answer, then allocates).
         """
         table = self.tables.get(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Nudge: count the new blocks AND the copies: a shared block written into costs a block too.
+        # Nudge: list every block allocate would take, not just the ones the table lacks.
         # Hint 1: can_allocate must say yes exactly when allocate would succeed, or the scheduler
         #   admits a request that then fails. allocate takes two kinds of blocks: the ones the
         #   table lacks, and one private copy per shared block the new tokens land in.
@@ -121,7 +119,7 @@ class PagedMemory:
         #   missing = max(0, blocks_needed(end, block_size) - len(table))
         #   copies = len(_shared_blocks_to_write(table, start, end))
         #   return missing + copies <= allocator.num_free
-        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
         missing = max(0, blocks_needed(end, self.block_size) - len(table))
         copies = len(self._shared_blocks_to_write(table, start, end))
         return missing + copies <= self.allocator.num_free
@@ -145,7 +143,7 @@ class PagedMemory:
         table = self.tables.setdefault(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Nudge: copy the shared blocks you will write into, then grow the table.
+        # Nudge: which blocks must change before this step's tokens are written, and what must the runner be told?
         # Hint 1: A shared block is read-only: before the step writes into it, the request gets a
         #   private copy (copy_on_write) in its table, and the pool must be told to copy the K/V,
         #   which the model runner does from the queued (old, new) pairs before the forward
@@ -158,7 +156,7 @@ class PagedMemory:
         #   for i in _shared_blocks_to_write(table, start, end):
         #       new = allocator.copy_on_write(table[i]); copies.append((table[i], new)); table[i] = new
         #   grow_block_table(table, end, block_size, allocator)
-        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
         for i in self._shared_blocks_to_write(table, start, end):
             new_block = self.allocator.copy_on_write(table[i])
             self._copies.append((table[i], new_block))
@@ -172,21 +170,27 @@ class PagedMemory:
         """Drop the request's share of every block it holds (finished, aborted or preempted).
 
         Its table is forgotten; a block goes back to the pool when its last
-        owner lets go. A copy queued for one of the request's blocks and not
-        yet taken (take_block_copies) is dropped: the block may already be
-        someone else's. Freeing a request that holds nothing does nothing.
+        owner lets go. Queued copies (not yet taken by take_block_copies)
+        follow one rule: a copy whose destination block no longer has any
+        owner is dropped (that block is free, and may be handed out before
+        the step runs); every other queued copy stays, in order, whoever
+        queued it and whoever owned its source. Freeing a request that holds
+        nothing does nothing.
         """
-        # Nudge: give back every block, and cancel the copies queued into blocks nobody owns now.
+        # Nudge: a queued copy outlives the allocate that queued it: which copies may still run?
         # Hint 1: Each table entry is one reference; freeing drops them all. A subtle case: the
         #   request may have queued a copy-on-write copy in this step and be freed (preempted)
         #   before the step runs. The copy's destination is then free, maybe handed out already:
-        #   the runner must not write the old K/V over its next owner's.
+        #   the runner must not write the old K/V over its next owner's. But a copy is not the
+        #   request's alone: after a fork its destination may have another owner, and freeing
+        #   the source's owner leaves the source intact until the step runs. Decide by the
+        #   destination's owners, not by who queued the copy.
         # Hint 2: Pop the request's table (an empty one if it has none) and free each block. Then
         #   keep only the queued (src, dst) copies whose dst still has an owner (ref_count > 0).
         # Hint 3:
         #   for block in tables.pop(request_id, []): allocator.free(block)
         #   copies = [(src, dst) for src, dst in copies if allocator.ref_count(dst) > 0]
-        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
         for block in self.tables.pop(request.request_id, []):
             self.allocator.free(block)
         # a queued copy into a block nobody owns any more must not land on its next owner
@@ -202,23 +206,31 @@ class PagedMemory:
         The request takes one reference on each (allocator.share); it reads
         them freely and copies any of them on its first write into it. Its
         table is a new list: later changes to `blocks` do not reach it. A
-        request that already holds blocks is a ValueError, and nothing
-        changes. Used by `fork`, and by chapter 3 to start a request on a
-        cached prefix.
+        request that already holds blocks is a ValueError, and so is a list
+        holding a free block (nobody filled it); either way nothing changes:
+        no block gains a reference. Used by `fork`, and by chapter 3 to start
+        a request on a cached prefix.
         """
-        # Nudge: sharing is one more reference per block, never a copy.
+        # Nudge: what does the pool look like if the third of five blocks cannot be shared?
         # Hint 1: No block is allocated and no K/V moves: the request becomes one more owner of
         #   each block, and copy-on-write protects everyone when someone writes later. Refuse to
-        #   replace a table the request already has (its blocks would leak).
-        # Hint 2: If the request already has a non-empty table, raise ValueError. Otherwise share
-        #   every block with the allocator and store a copy of the list as its table.
+        #   replace a table the request already has (its blocks would leak). All or nothing:
+        #   allocator.share refuses a free block, and if it does so at the third block the first
+        #   two have already gained a reference that nobody will ever drop.
+        # Hint 2: If the request already has a non-empty table, raise ValueError. Check every block
+        #   before sharing any (a free one, ref_count 0, is a ValueError), or undo the shares
+        #   already taken when one fails. Then share every block and store a copy of the list.
         # Hint 3:
         #   if tables.get(request_id): raise ValueError("already holds blocks")
+        #   if any(allocator.ref_count(b) == 0 for b in blocks): raise ValueError("block ... is free")
         #   for b in blocks: allocator.share(b)
         #   tables[request_id] = list(blocks)
-        # BEGIN SOLUTION 2.6: Share blocks between requests
+        # BEGIN SOLUTION 2.4: Share blocks between requests
         if self.tables.get(request_id):
             raise ValueError(f"request {request_id!r} already holds blocks")
+        free = [block for block in blocks if self.allocator.ref_count(block) == 0]
+        if free:
+            raise ValueError(f"blocks {free} are free: only blocks in use can be shared")
         for block in blocks:
             self.allocator.share(block)
         self.tables[request_id] = list(blocks)
@@ -231,7 +243,7 @@ class PagedMemory:
         two continue from the same cached tokens and diverge from there. A
         parent that holds no blocks is a KeyError.
         """
-        # Nudge: a fork is share_blocks with the parent's table.
+        # Nudge: what does the child start on?
         # Hint 1: The child starts where the parent is, on the same blocks: no copy now, one
         #   reference more on each block; the first write into the shared last block copies it.
         # Hint 2: Raise KeyError if the parent has no table; otherwise share the parent's blocks
@@ -239,7 +251,7 @@ class PagedMemory:
         # Hint 3:
         #   if parent not in tables: raise KeyError
         #   share_blocks(child, tables[parent])
-        # BEGIN SOLUTION 2.6: Share blocks between requests
+        # BEGIN SOLUTION 2.4: Share blocks between requests
         if parent_request_id not in self.tables:
             raise KeyError(f"request {parent_request_id!r} holds no blocks")
         self.share_blocks(child_request_id, self.tables[parent_request_id])
@@ -255,7 +267,7 @@ class PagedMemory:
         # Hint 2: Return the queued list and leave an empty one in its place.
         # Hint 3:
         #   copies, self._copies = self._copies, []; return copies
-        # BEGIN SOLUTION 2.7: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
         copies, self._copies = self._copies, []
         return copies
         # END SOLUTION

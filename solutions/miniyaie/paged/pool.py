@@ -29,22 +29,25 @@ def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: in
     A pool of that many blocks takes at most budget_bytes; one block more
     would not fit. A budget too small for one block is a ValueError.
     """
-    # Nudge: divide the budget by the bytes of one block, rounding down.
+    # Nudge: what does one block cost, and can a pool hold part of a block?
     # Hint 1: A block is K and V of block_size tokens in every layer, so its size in bytes is
     #   fixed by the model's shape and the dtype. Whole blocks only: round down.
     # Hint 2: Bytes of one token: config.kv_bytes_per_token(dtype.itemsize) (K and V, every
-    #   layer). Bytes of one block: that times block_size. Integer-divide the budget by it.
+    #   layer). Bytes of one block: that times block_size. Integer-divide the budget by it; no
+    #   whole block fitting is the ValueError, with a message giving the budget and a block's size.
     # Hint 3:
     #   num_blocks = budget_bytes // (block_size * config.kv_bytes_per_token(dtype.itemsize))
-    # BEGIN SOLUTION 2.5: Size the pool and copy its blocks
+    #   if num_blocks < 1: raise ValueError(f"a KV budget of {budget_bytes} bytes holds no block ...")
+    #   return num_blocks
+    # BEGIN SOLUTION 2.3: Size the pool and copy its blocks
     num_blocks = budget_bytes // (block_size * config.kv_bytes_per_token(dtype.itemsize))
-    # END SOLUTION
     if num_blocks < 1:
         raise ValueError(
             f"a KV budget of {budget_bytes} bytes holds no block of {block_size} tokens "
             f"({block_bytes(config, block_size, dtype)} bytes each)"
         )
     return num_blocks
+    # END SOLUTION
 # ANCHOR_END: budget
 
 
@@ -70,7 +73,7 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
     copies = list(copies)
     if not copies:
         return
-    # Nudge: a block is block_size consecutive slots: turn block ids into slot indexes, copy once.
+    # Nudge: the allocator speaks in blocks, the tensor in slots.
     # Hint 1: The pool is [num_layers, num_slots, kv_heads, head_dim] for K and for V; block b owns
     #   slots b * block_size .. (b + 1) * block_size - 1 of every layer. A copy of a block is a
     #   copy of those slots, in every layer, for K and for V. One indexed copy does all pairs.
@@ -83,7 +86,7 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
     #   src = (tensor(sources)[:, None] * block_size + offsets).flatten()
     #   dst = (tensor(destinations)[:, None] * block_size + offsets).flatten()
     #   pool.k[:, dst] = pool.k[:, src]; pool.v[:, dst] = pool.v[:, src]
-    # BEGIN SOLUTION 2.5: Size the pool and copy its blocks
+    # BEGIN SOLUTION 2.3: Size the pool and copy its blocks
     device = pool.k.device
     offsets = torch.arange(block_size, device=device)
     src = (torch.tensor([s for s, _ in copies], device=device)[:, None] * block_size + offsets).flatten()

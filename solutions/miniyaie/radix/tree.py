@@ -77,7 +77,7 @@ class RadixCache:
         the least recently used leaf first. A peek (the scheduler's
         prefix-length oracle) passes touch=False and changes nothing.
         """
-        # Nudge: walk down block by block; an edge may match in full (descend) or only in part (stop inside it).
+        # Nudge: where can a match end, and which node then protects every block it matched?
         # Hint 1: Children are keyed by the first block of their edge, so the next block of the
         #   query picks at most one child. An edge is several blocks long and may match only
         #   partly: the match then ends inside that edge, and that edge's node is the one to
@@ -129,7 +129,7 @@ class RadixCache:
         next(_clock), in last_access. Inserting no tokens returns the root.
         """
         assert len(tokens) == len(blocks) * self.block_size, "insert whole blocks only"
-        # Nudge: follow the path the tokens spell; split where they leave an edge; hang the rest as a leaf.
+        # Nudge: what must stay true of paths and blocks when the tokens leave an edge halfway?
         # Hint 1: The invariant: every cached block-aligned prefix is spelled by exactly one path
         #   and held by exactly one block, and every edge is a whole number of blocks. So walk
         #   down as far as the tree already spells the tokens; where they leave an edge partway,
@@ -192,11 +192,12 @@ class RadixCache:
     def _split(self, child: Node, num_blocks: int) -> Node:
         """Cut `child`'s edge after `num_blocks` blocks (0 < num_blocks < its length); returns the new upper node.
 
-        The upper node takes the first num_blocks blocks of the edge, its
-        parent, lock count and last_access; `child` keeps the rest and hangs
-        below it. No block changes owner, so no counter changes.
+        Afterwards the upper node's path from the root spells the edge's first
+        num_blocks blocks, and `child`'s path still spells what it spelled
+        before; every path keeps its blocks, locks and last use. No block
+        changes owner, so no counter changes.
         """
-        # Nudge: one edge becomes two: a new node in the middle takes the first part.
+        # Nudge: only the shape changes: what must a node put in the middle inherit?
         # Hint 1: Paths must keep spelling the same sequences and blocks must keep their owners:
         #   only the shape changes. The new upper node sits where child was (same parent, same
         #   key in the parent's children), and carries child's lock count (a lock below it
@@ -228,11 +229,11 @@ class RadixCache:
     def lock(self, node: Node) -> None:
         """Protect the path from `node` to the root from eviction (one more user).
 
-        Adds one to lock_ref of `node` and of every node above it, the root
-        included; a node locked for the first time (0 -> 1) stops counting in
-        evictable_blocks.
+        Afterwards every node on that path, the root included, counts one
+        more lock in lock_ref, and evictable_blocks still counts exactly the
+        blocks of the nodes whose lock_ref is 0.
         """
-        # Nudge: a lock counts on every node up to the root.
+        # Nudge: which counter moves, and at which transition only?
         # Hint 1: A request using a prefix needs every block on its path to stay, so the lock goes
         #   on the whole path: a node's lock count is the number of users below or at it, never
         #   less than any child's. evictable_blocks counts the blocks of unlocked nodes, so it
@@ -243,7 +244,7 @@ class RadixCache:
         #   while node is not None:
         #       if node.lock_ref == 0: evictable_blocks -= len(node.blocks)
         #       node.lock_ref += 1; node = node.parent
-        # BEGIN SOLUTION 3.4: Lock and unlock
+        # BEGIN SOLUTION 3.3: The radix tree's locks and eviction
         while node is not None:
             if node.lock_ref == 0:
                 self.evictable_blocks -= len(node.blocks)
@@ -252,13 +253,13 @@ class RadixCache:
         # END SOLUTION
 
     def unlock(self, node: Node) -> None:
-        """One user fewer on the path from `node` to the root.
+        """One user fewer on the path from `node` to the root: undoes one lock(node).
 
-        The mirror of lock: a node unlocked for the last time (1 -> 0) counts
-        in evictable_blocks again. Unlocking a node that is not locked
-        (lock_ref 0) is a caller's bug: ValueError, and nothing changes.
+        evictable_blocks still counts exactly the blocks of the nodes whose
+        lock_ref is 0. Unlocking a node that is not locked (lock_ref 0) is a
+        caller's bug: ValueError, and nothing changes.
         """
-        # Nudge: the mirror image of lock; a count must never go below 0.
+        # Nudge: what must be checked before anything changes?
         # Hint 1: Every lock is undone by exactly one unlock of the same node. A count reaching 0
         #   makes its node evictable again; a count below 0 would hide a bug (an unlock too
         #   many), so refuse it before changing anything (the counts on a path only grow towards
@@ -271,7 +272,7 @@ class RadixCache:
         #       node.lock_ref -= 1
         #       if node.lock_ref == 0: evictable_blocks += len(node.blocks)
         #       node = node.parent
-        # BEGIN SOLUTION 3.4: Lock and unlock
+        # BEGIN SOLUTION 3.3: The radix tree's locks and eviction
         while node is not None:
             if node.lock_ref <= 0:
                 raise ValueError("unlock of a node that is not locked")
@@ -294,7 +295,7 @@ class RadixCache:
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
-        # Nudge: a heap of unlocked leaves by last use; a parent left childless joins the heap.
+        # Nudge: which nodes are candidates, and can a new one appear while you evict?
         # Hint 1: Leaves only, so a shared prefix outlives the suffixes hanging off it; unlocked
         #   only, so no running request loses its prefix; oldest first (LRU). The counters
         #   (cached_blocks, evictable_blocks) must match the tree after every eviction. The root
@@ -313,7 +314,7 @@ class RadixCache:
         #       parent = leaf.parent; del parent.children[first block of leaf.key]
         #       if parent.is_leaf and parent.lock_ref == 0 and parent is not root: heappush(heap, parent)
         #   return freed
-        # BEGIN SOLUTION 3.3: Evict least recently used leaves
+        # BEGIN SOLUTION 3.3: The radix tree's locks and eviction
         heap = [(n.last_access, id(n), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0 and n is not self.root]
         heapq.heapify(heap)
         freed = 0
