@@ -126,7 +126,7 @@ def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
     becomes schema_to_regex(sub, depth + 1, limits, its keyword): the
     limits and the depth cap hold all the way down.
     """
-    # Idea: the enum's "other keywords" are a schema too.
+    # Idea: an enum value must also satisfy everything else the schema says; what do you already have that can ask?
     # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
     # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
     raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')

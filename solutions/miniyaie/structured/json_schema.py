@@ -126,7 +126,7 @@ def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
     becomes schema_to_regex(sub, depth + 1, limits, its keyword): the
     limits and the depth cap hold all the way down.
     """
-    # Nudge: the enum's "other keywords" are a schema too.
+    # Nudge: an enum value must also satisfy everything else the schema says; what do you already have that can ask?
     # Hint 1: Dispatch on what the schema says, most specific first: const/enum, then
     #   anyOf, then a list of types, then one type. The enum is the subtle one: its values
     #   must also satisfy whatever else the schema says (a type, a maxLength), and the rest
