@@ -34,7 +34,7 @@ def token_histories(
     #   [B, V + 1], then drop the last column. A scatter_add_ of ones counts; a scatter_ of
     #   True marks.
     # Hint 2: padded(lists) -> [B, max(1, longest)] int64 filled with vocab, each row's ids at its
-    #   start (at least one column, so that a batch of empty lists still scatters). counts =
+    #   start. counts =
     #   zeros [B, V + 1] scatter_add_ (dim 1) of ones at padded(outputs). seen = zeros bool
     #   [B, V + 1] scatter_ True at padded(prompts). Return seen[:, :V] | (counts[:, :V] > 0)
     #   and counts[:, :V].
