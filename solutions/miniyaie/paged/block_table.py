@@ -105,8 +105,11 @@ def attention_metadata(
     the request's `end` tokens (the memory allocated them). In batch order:
     query_lens[i] = end - start, seq_lens[i] = end; slot_mapping lists the
     slots of every request's positions start..end-1 (slot_mapping above),
-    one request after the other; block_tables has one row per request, its
-    table padded with block 0 to the longest. Tensors int64, on `device`.
+    one request after the other; block_tables has one row per request,
+    starting with its table, all rows as wide as the longest table; a
+    row's padding must be a block id that exists in every pool (a kernel
+    may read a whole row), and the tests assert that choice. Tensors int64,
+    on `device`.
     """
     # Nudge: everything chapter 0's backend needs, read off the block tables.
     # Hint 1: One row per request, in the batch's order, so that the packed tokens, their
