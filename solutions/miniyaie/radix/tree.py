@@ -121,12 +121,14 @@ class RadixCache:
         The part already cached is left as it is (the caller's duplicate
         blocks stay the caller's); the tree takes one allocator reference on
         each block of the new part and counts it in cached_blocks (and in
-        evictable_blocks, its node being unlocked). Where the tokens leave an
-        edge partway, the edge is split at that block boundary. A request
-        caching its next blocks ends on the leaf it inserted before: that
-        leaf's edge grows instead of a chain of one node per block. Every
-        node passed, split or created is stamped with one fresh time,
-        next(_clock), in last_access. Inserting no tokens returns the root.
+        evictable_blocks, its node being unlocked). Afterwards every cached
+        block-aligned prefix is spelled by exactly one path and held by
+        exactly one block, every edge is a whole number of blocks, and a node
+        ends exactly where `tokens` ends (even partway along an old edge);
+        the shape is otherwise yours. Every node below the root on the path
+        to the returned node is stamped with one fresh time, next(_clock),
+        in last_access.
+        Inserting no tokens returns the root.
         """
         assert len(tokens) == len(blocks) * self.block_size, "insert whole blocks only"
         # Nudge: what must stay true of paths and blocks when the tokens leave an edge halfway?
