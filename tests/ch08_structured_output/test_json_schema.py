@@ -368,6 +368,40 @@ def test_each_subschema_is_one_level_deeper(keyword):
     assert "deeper" in str(refused.value), f"{MAX_DEPTH + 1} levels of {keyword} must be refused: {refused.value}"
 
 
+NULL = {"type": "null"}
+
+
+@pytest.mark.task("8.3")
+@pytest.mark.parametrize("schema,named", [
+    ({"enum": 5}, "enum"), ({"enum": list(range(1001))}, "max_enum"), ({"const": {1, 2}}, "const"),
+    ({"enum": [1, [math.inf]]}, "enum"), ({"const": "\udfff"}, "const"),
+    ({"anyOf": 5}, "anyOf"), ({"anyOf": []}, "anyOf"), ({"anyOf": [NULL] * 1001}, "max_enum"),
+    ({"anyOf": [NULL], "type": "null"}, "'type'"), ({"anyOf": [NULL], "title": "t", "maxItems": 2}, "'maxItems'"),
+    ({"type": "object", "properties": {"\ud800": NULL}}, "properties"),
+    ({"properties": {"a": NULL}, "required": ["a", "b"]}, "'b'"),
+    ({"type": ["null", "object"], "properties": {}, "required": ["b"]}, "'b'"),
+    ({"type": "array", "minItems": 3, "maxItems": 2}, "maxItems"), ({"type": "array", "maxItems": 0, "minItems": 1}, "maxItems"),
+    ({"type": ["null", "string"], "minLength": 3, "maxLength": 2}, "maxLength"),
+], ids=lambda v: None if isinstance(v, dict) else v)
+def test_a_schema_the_conversion_cannot_honour_is_refused_by_name(schema, named):
+    with pytest.raises(PatternError) as refused:
+        schema_to_regex(schema)
+    assert named in str(refused.value), f"{str(schema)[:80]}: the refusal must name {named}: {refused.value}"
+
+
+@pytest.mark.task("8.3")
+@pytest.mark.parametrize("schema,text", [
+    ({"anyOf": [NULL], "title": "t", "description": "d"}, "null"), ({"type": "array", "maxItems": 0}, "[]"),
+    ({"type": "array", "minItems": 2, "maxItems": 2, "items": NULL}, "[null,null]"),
+    ({"type": "string", "minLength": 1, "maxLength": 1}, '"x"'), ({"enum": list(range(1000))}, "999"),
+    ({"anyOf": [{"const": i} for i in range(1000)]}, "999"), ({"const": [[[1]]]}, "[[[1]]]"),
+    ({"properties": {"a": NULL}, "required": ["a"]}, '{"a":null}'),
+    ({"type": "string", "properties": {"a": NULL}, "required": ["b"]}, '"x"'),
+], ids=lambda v: None if isinstance(v, dict) else v)
+def test_a_schema_within_the_rules_is_not_refused(schema, text):
+    assert re.fullmatch(schema_to_regex(schema), text), f"{str(schema)[:80]} must be converted and match {text}"
+
+
 @pytest.mark.task("8.3")
 def test_enum_values_the_other_keywords_refuse_are_left_out():
     regex = schema_to_regex({"type": "string", "enum": [1, "a", "é", None, "long", [1]], "maxLength": 2})
