@@ -1,4 +1,4 @@
-"""Task 7.4 (and 7.1-7.3 through it): the engine on N ranks answers exactly what it answers on one.
+"""Task 7.4 (and 7.1-7.3 through it; the real-checkpoint loading test is 7.3's): the engine on N ranks answers exactly what it answers on one.
 
 The oracle is transformers' greedy generate. Each model runs on thread
 ranks with chunked prefill, the prefix cache and a pool small enough to
@@ -104,12 +104,40 @@ def test_copy_on_write_copies_reach_every_rank(tiny_checkpoint):
         f"(a worker that never copies the shared block reads another completion's K/V)")
 
 
-@pytest.mark.task("7.1")
-@pytest.mark.parametrize("name", ["llama-kv1", "qwen2-kv2"])
-def test_each_rank_loads_only_its_slices_of_the_checkpoint(tiny_checkpoint, name):
+def merged_copy(path, out):
+    """`path`'s checkpoint rewritten as fused checkpoints store it: qkv_proj and gate_up_proj, in two files."""
+    import json
+    import shutil
+
+    from safetensors.torch import save_file
+
+    with safe_open(str(path / "model.safetensors"), framework="pt") as f:
+        state = {key: f.get_tensor(key) for key in f.keys()}
+    for key in [k for k in state if k.endswith("q_proj.weight") or k.endswith("q_proj.bias")]:
+        stem, kind = key.rsplit(".q_proj.", 1)
+        state[f"{stem}.qkv_proj.{kind}"] = torch.cat([state.pop(f"{stem}.{p}_proj.{kind}") for p in "qkv"])
+    for key in [k for k in state if k.endswith("gate_proj.weight")]:
+        stem = key.rsplit(".gate_proj.", 1)[0]
+        state[f"{stem}.gate_up_proj.weight"] = torch.cat([state.pop(f"{stem}.{p}_proj.weight") for p in ("gate", "up")])
+    out.mkdir()
+    shutil.copy(path / "config.json", out / "config.json")
+    keys = sorted(state)
+    files = {"model-00001-of-00002.safetensors": keys[::2], "model-00002-of-00002.safetensors": keys[1::2]}
+    for file, names in files.items():
+        save_file({k: state[k].contiguous() for k in names}, str(out / file))
+    weight_map = {k: file for file, names in files.items() for k in names}
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return out
+
+
+@pytest.mark.task("7.3")
+@pytest.mark.parametrize("name,merged", [("llama-kv1", False), ("qwen2-kv2", False), ("qwen2-kv2", True)])
+def test_each_rank_loads_only_its_slices_of_the_checkpoint(tiny_checkpoint, tmp_path, name, merged):
+    """A real checkpoint directory (safetensors), as saved or merged into qkv_proj / gate_up_proj over two files."""
     path, _ = tiny_checkpoint(name)
     config = read_config(path)
-    models = ThreadRanks(2).run(lambda group: load_rank_model(path, group))
+    source = merged_copy(path, tmp_path / "merged") if merged else path
+    models = ThreadRanks(2).run(lambda group: load_rank_model(source, group))
     with safe_open(str(path / "model.safetensors"), framework="pt") as f:
         for rank, model in enumerate(models):
             params = dict(model.named_parameters())
@@ -118,7 +146,9 @@ def test_each_rank_loads_only_its_slices_of_the_checkpoint(tiny_checkpoint, name
                     continue
                 full, part = f.get_tensor(key), weight_slice(key, config, rank, 2)
                 want = full if part is None else full.narrow(part[0], part[1], part[2] - part[1])
-                assert torch.equal(params[key], want), f"rank {rank}: {key} is not its slice {part} of the checkpoint"
+                assert torch.equal(params[key], want), (
+                    f"rank {rank}: {key} is not its slice {part} of the checkpoint"
+                    + (" (read from the merged qkv_proj / gate_up_proj, two files)" if merged else ""))
             sharded = params["model.layers.0.mlp.gate_proj.weight"].numel()
             assert sharded * 2 == config.intermediate_size * config.hidden_size, f"rank {rank} holds more than half of gate_proj"
 

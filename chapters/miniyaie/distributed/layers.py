@@ -19,10 +19,11 @@ from miniyaie.distributed.sharding import shard_range
 
 
 class RowParallelLinear(nn.Module):
-    """y = x @ W.T + b where this rank holds W's columns for its slice of x's features.
+    """A linear layer split by input features: this rank holds W's columns for its slice of x.
 
-    The weight is [out_features, in_features / N]; x is this rank's slice of
-    the input (the output of the column-parallel layer before it).
+    The weight is [out_features, local_in_features]; x is this rank's slice
+    of the input (the output of the column-parallel layer before it). The
+    bias, if any, is whole on every rank.
     """
 
     def __init__(self, local_in_features: int, out_features: int, bias: bool, group: TPGroup):
@@ -33,35 +34,45 @@ class RowParallelLinear(nn.Module):
 
     # ANCHOR: row_parallel
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The full y on every rank: the sum over ranks of x_r @ W_r.T, plus the bias once."""
-        # Idea: each rank holds one term of a sum; the bias belongs to the sum, not to the terms.
+        """What the unsplit layer gives for the whole input (x @ W.T + b), the same on every rank."""
+        # Idea: what does each rank hold of the answer, and which part of the layer must be counted once?
         # Stuck? `miniyaie hint 7.2` prints hints, one level at a time.
-        # TODO(Task 7.2): Row-parallel linear and vocab-parallel embedding. Replace this line with your code.
-        raise NotImplementedError('Chapter 7, Task 2: Row-parallel linear and vocab-parallel embedding — see book/src/ch07_tensor_parallel.md')
+        # TODO(Task 7.2): The layers that talk to the other ranks. Replace this line with your code.
+        raise NotImplementedError('Chapter 7, Task 2: The layers that talk to the other ranks — see book/src/ch07_tensor_parallel.md')
     # ANCHOR_END: row_parallel
 
 
 class VocabParallelEmbedding(nn.Module):
-    """Each rank holds the embedding rows of one range of the vocabulary (`shard_range`)."""
+    """Each rank holds the embedding rows of one range of the vocabulary, [self.start, self.end).
+
+    The ranges are `shard_range`'s: a rank's range may be short, or empty
+    (a vocabulary of 4 over 3 ranks gives the last rank none).
+    """
 
     def __init__(self, vocab_size: int, hidden_size: int, group: TPGroup):
         super().__init__()
-        self.start, self.end = shard_range(vocab_size, group.rank, group.world_size)
-        self.weight = nn.Parameter(torch.empty(self.end - self.start, hidden_size), requires_grad=False)
         self.group = group
+        # Idea: which rows of the whole table does this rank keep, and what shape is its weight then?
+        # Stuck? `miniyaie hint 7.2` prints hints, one level at a time.
+        # TODO(Task 7.2): The layers that talk to the other ranks. Replace this line with your code.
+        raise NotImplementedError('Chapter 7, Task 2: The layers that talk to the other ranks — see book/src/ch07_tensor_parallel.md')
 
     # ANCHOR: vocab_embedding
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """Every id's full embedding row on every rank, [*ids.shape, hidden]."""
-        # Idea: a rank can look up only the ids in its range; make every other id contribute nothing.
+        """Every id's full embedding row, [*ids.shape, hidden], the same on every rank.
+
+        Ids may belong to any rank's range, and every rank takes part in the
+        collective, even a rank whose range is empty.
+        """
+        # Idea: a rank can look up only the ids in its range: what should it contribute for the others?
         # Stuck? `miniyaie hint 7.2` prints hints, one level at a time.
-        # TODO(Task 7.2): Row-parallel linear and vocab-parallel embedding. Replace this line with your code.
-        raise NotImplementedError('Chapter 7, Task 2: Row-parallel linear and vocab-parallel embedding — see book/src/ch07_tensor_parallel.md')
+        # TODO(Task 7.2): The layers that talk to the other ranks. Replace this line with your code.
+        raise NotImplementedError('Chapter 7, Task 2: The layers that talk to the other ranks — see book/src/ch07_tensor_parallel.md')
     # ANCHOR_END: vocab_embedding
 
 
 class ParallelLMHead(nn.Module):
-    """Scores this rank's range of the vocabulary; the logits are all-gathered so every rank has them all.
+    """Scores this rank's range of the vocabulary; every rank ends with the logits of the whole vocabulary.
 
     All-gather rather than gather-to-rank-0: the logits of one step are small
     (a row of vocab_size floats per sampled sequence), and with them on every
@@ -71,15 +82,21 @@ class ParallelLMHead(nn.Module):
     def __init__(self, vocab_size: int, hidden_size: int, group: TPGroup):
         super().__init__()
         self.vocab_size = vocab_size
-        start, end = shard_range(vocab_size, group.rank, group.world_size)
-        self.weight = nn.Parameter(torch.empty(end - start, hidden_size), requires_grad=False)
         self.group = group
+        # Idea: the head scores the same ids this rank embeds: which rows, what shape?
+        # Stuck? `miniyaie hint 7.2` prints hints, one level at a time.
+        # TODO(Task 7.2): The layers that talk to the other ranks. Replace this line with your code.
+        raise NotImplementedError('Chapter 7, Task 2: The layers that talk to the other ranks — see book/src/ch07_tensor_parallel.md')
 
     # ANCHOR: lm_head
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits [rows, vocab_size], the same on every rank, columns in vocabulary order."""
-        # Idea: an all-gather needs every rank to send the same shape, and the last rank's range may be short.
-        # Stuck? `miniyaie hint 7.3` prints hints, one level at a time.
-        # TODO(Task 7.3): The LM head, all-gathered. Replace this line with your code.
-        raise NotImplementedError('Chapter 7, Task 3: The LM head, all-gathered — see book/src/ch07_tensor_parallel.md')
+        """Logits [rows, vocab_size], equal to the unsplit head's, the same on every rank.
+
+        `group.all_gather_last_dim` requires one shape from every rank; the
+        ranks' ranges (`shard_range`) may differ in length.
+        """
+        # Idea: an all-gather needs every rank to send the same shape, and a rank's range may be short.
+        # Stuck? `miniyaie hint 7.2` prints hints, one level at a time.
+        # TODO(Task 7.2): The layers that talk to the other ranks. Replace this line with your code.
+        raise NotImplementedError('Chapter 7, Task 2: The layers that talk to the other ranks — see book/src/ch07_tensor_parallel.md')
     # ANCHOR_END: lm_head

@@ -83,7 +83,6 @@ class ParallelModelRunner(ModelRunner):
         # Stuck? `miniyaie hint 7.4` prints hints, one level at a time.
         # TODO(Task 7.4): Rank 0 schedules, the workers replay. Replace this line with your code.
         raise NotImplementedError('Chapter 7, Task 4: Rank 0 schedules, the workers replay — see book/src/ch07_tensor_parallel.md')
-        return super().prepare(out)
 
     def forward(self, input_ids, positions, meta, logit_rows):
         """The same forward on every rank: the workers get the step, then all ranks compute it together.
@@ -92,7 +91,6 @@ class ParallelModelRunner(ModelRunner):
         the ranks are out of step for good: it is kept in self.failure and
         raised as TensorParallelError, now and on every later step.
         """
-        self.check_health()
         # Idea: a worker can only replay what it is told; and once a collective has failed, none can be trusted.
         # Stuck? `miniyaie hint 7.4` prints hints, one level at a time.
         # TODO(Task 7.4): Rank 0 schedules, the workers replay. Replace this line with your code.
@@ -100,14 +98,21 @@ class ParallelModelRunner(ModelRunner):
     # ANCHOR_END: parallel_runner
 
     def check_health(self) -> None:
-        if self.failure is not None:
-            raise TensorParallelError(f"a tensor-parallel rank failed earlier: {type(self.failure).__name__}: {self.failure}")
+        """Raise TensorParallelError (naming the failure) once any step has failed; None while healthy."""
+        # Idea: what did forward keep when a collective failed?
+        # Stuck? `miniyaie hint 7.4` prints hints, one level at a time.
+        # TODO(Task 7.4): Rank 0 schedules, the workers replay. Replace this line with your code.
+        raise NotImplementedError('Chapter 7, Task 4: Rank 0 schedules, the workers replay — see book/src/ch07_tensor_parallel.md')
 
 
+# ANCHOR: attach_engine
 def attach_engine(llm, group: TPGroup, attention_backend: str) -> None:
-    """Make rank 0's LLMEngine parallel: the workers mirror its pool, its runner drives them."""
-    group.broadcast_object(WorkerSetup(llm.memory.num_blocks, llm.memory.block_size, attention_backend))
-    llm.runner = ParallelModelRunner(llm.model, llm.pool, llm.memory, group)
+    """Make rank 0's LLMEngine parallel: the workers (in `serve_as_worker`) get a WorkerSetup, its runner drives them."""
+    # Idea: what must a worker know, once, before rank 0's first step can name its blocks?
+    # Stuck? `miniyaie hint 7.4` prints hints, one level at a time.
+    # TODO(Task 7.4): Rank 0 schedules, the workers replay. Replace this line with your code.
+    raise NotImplementedError('Chapter 7, Task 4: Rank 0 schedules, the workers replay — see book/src/ch07_tensor_parallel.md')
+# ANCHOR_END: attach_engine
 
 
 # ANCHOR: worker_loop
@@ -124,15 +129,18 @@ def replay_steps(group: TPGroup, runner: ModelRunner, block_size: int) -> int:
 # ANCHOR_END: worker_loop
 
 
+# ANCHOR: serve_as_worker
 def serve_as_worker(group: TPGroup, model: CausalLM, device: str | torch.device = "cpu") -> int:
-    """A worker's life after loading: get rank 0's pool size, make the same pool, replay steps."""
-    setup = group.broadcast_object()
-    if setup is None:  # rank 0 gave up during start-up
-        return 0
-    use_backend(model, setup.attention_backend, device)
-    dtype = model.lm_head.weight.dtype
-    pool = make_pool(model.config, setup.num_blocks, setup.block_size, dtype, device)
-    return replay_steps(group, ModelRunner(model, pool, memory=None), setup.block_size)
+    """A worker's life after loading: rank 0's WorkerSetup, a pool like rank 0's, then `replay_steps`.
+
+    Returns the number of steps replayed; 0 when rank 0 sends None instead
+    of a setup (it gave up during start-up).
+    """
+    # Idea: what does this worker's pool share with rank 0's, and what is its own?
+    # Stuck? `miniyaie hint 7.4` prints hints, one level at a time.
+    # TODO(Task 7.4): Rank 0 schedules, the workers replay. Replace this line with your code.
+    raise NotImplementedError('Chapter 7, Task 4: Rank 0 schedules, the workers replay — see book/src/ch07_tensor_parallel.md')
+# ANCHOR_END: serve_as_worker
 
 
 def _worker_main(rank: int, world_size: int, port: int, path: str, dtype: torch.dtype, device: str,

@@ -2,9 +2,13 @@
 
 What the tests and the notebook use to watch tensor parallelism without
 starting processes: every rank runs in its own thread, and each collective
-is an exchange through shared slots. The arithmetic is the same as gloo's
-(sum in rank order, concatenate in rank order); the engine itself runs on
-real process groups (process_group.py).
+is an exchange through shared slots. Each rank tags what it puts in its
+slot with the collective it is in, so ranks that call different
+collectives at the same point (one broadcasting a step while another
+all-reduces) fail at once with a message naming both, instead of reading
+each other's values. The arithmetic is the same as gloo's (sum in rank
+order, concatenate in rank order); the engine itself runs on real process
+groups (process_group.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from typing import Any, Callable
 import torch
 
 from miniyaie.distributed.process_group import TPGroup
+
+
+class CollectiveMismatchError(RuntimeError):
+    """Ranks met in different collectives: the ranks are out of step (a bug in whoever calls them)."""
 
 
 class ThreadRanks:
@@ -57,26 +65,32 @@ class ThreadRanks:
 class ThreadGroup(TPGroup):
     ranks: ThreadRanks | None = field(default=None, repr=False)
 
-    def _exchange(self, value: Any) -> list[Any]:
-        self.ranks.slots[self.rank] = value
+    def _exchange(self, kind: str, value: Any) -> list[Any]:
+        self.ranks.slots[self.rank] = (kind, value)
         self.ranks.barrier.wait()  # everyone has written
-        values = list(self.ranks.slots)
+        tagged = list(self.ranks.slots)
         self.ranks.barrier.wait()  # everyone has read: the slots may be reused
-        return values
+        kinds = [k for k, _ in tagged]
+        if any(k != kind for k in kinds):
+            where = ", ".join(f"rank {r} in {k}" for r, k in enumerate(kinds))
+            raise CollectiveMismatchError(
+                f"rank {self.rank}: the ranks called different collectives at the same point ({where}); "
+                f"every rank must make the same collective calls in the same order")
+        return [v for _, v in tagged]
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        values = self._exchange(x.clone())
+        values = self._exchange("all_reduce", x.clone())
         total = values[0]
         for value in values[1:]:
             total = total + value
         return x.copy_(total)
 
     def all_gather_last_dim(self, x: torch.Tensor) -> torch.Tensor:
-        values = self._exchange(x)
+        values = self._exchange("all_gather_last_dim", x)
         shapes = {tuple(v.shape) for v in values}
         if len(shapes) > 1:
             raise RuntimeError(f"all_gather needs one shape from every rank, got {sorted(shapes)}")
         return torch.cat(values, dim=-1)
 
     def broadcast_object(self, obj: Any = None) -> Any:
-        return self._exchange(obj)[0]
+        return self._exchange("broadcast_object", obj)[0]

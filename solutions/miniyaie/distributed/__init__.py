@@ -5,7 +5,7 @@ from miniyaie.distributed.process_group import TPGroup, join, join_from_env, lea
 from miniyaie.distributed.runtime import (
     ParallelModelRunner, TensorParallelError, TensorParallelRuntime, attach_engine, replay_steps, serve_as_worker,
 )
-from miniyaie.distributed.thread_group import ThreadGroup, ThreadRanks
+from miniyaie.distributed.thread_group import CollectiveMismatchError, ThreadGroup, ThreadRanks
 from miniyaie.distributed.shard_loader import build_rank_model, load_rank_model
 from miniyaie.distributed.sharding import (
     TensorParallelSizeError, check_tensor_parallel_size, kv_head_range, local_config, shard_range, weight_slice,
@@ -15,7 +15,7 @@ __all__ = [
     "ParallelLMHead", "RowParallelLinear", "VocabParallelEmbedding",
     "TPGroup", "join", "join_from_env", "leave",
     "ParallelModelRunner", "TensorParallelError", "TensorParallelRuntime", "attach_engine", "replay_steps",
-    "serve_as_worker", "ThreadGroup", "ThreadRanks",
+    "serve_as_worker", "CollectiveMismatchError", "ThreadGroup", "ThreadRanks",
     "build_rank_model", "load_rank_model",
     "TensorParallelSizeError", "check_tensor_parallel_size", "kv_head_range", "local_config", "shard_range",
     "weight_slice",

@@ -88,11 +88,12 @@ class ParallelModelRunner(ModelRunner):
         # Hint 3:
         #   self._copies = self.memory.take_block_copies()
         #   copy_blocks(self.pool, self._copies, self.memory.block_size)
+        #   return super().prepare(out)
         # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
         self._copies = self.memory.take_block_copies()
         copy_blocks(self.pool, self._copies, self.memory.block_size)
-        # END SOLUTION
         return super().prepare(out)
+        # END SOLUTION
 
     def forward(self, input_ids, positions, meta, logit_rows):
         """The same forward on every rank: the workers get the step, then all ranks compute it together.
@@ -101,7 +102,6 @@ class ParallelModelRunner(ModelRunner):
         the ranks are out of step for good: it is kept in self.failure and
         raised as TensorParallelError, now and on every later step.
         """
-        self.check_health()
         # Nudge: a worker can only replay what it is told; and once a collective has failed, none can be trusted.
         # Hint 1: The workers wait in group.broadcast_object for the next Step; once every rank
         #   has it, all ranks run ModelRunner.forward together (its collectives pair up). Send
@@ -116,6 +116,7 @@ class ParallelModelRunner(ModelRunner):
         #   try: broadcast(step); return super().forward(input_ids, positions, meta, logit_rows)
         #   except Exception as exc: self.failure = exc; raise TensorParallelError(...) from exc
         # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
+        self.check_health()
         step = Step(input_ids, positions, meta, list(logit_rows), self._copies).to(torch.device("cpu"))
         try:
             self.group.broadcast_object(step)
@@ -127,14 +128,37 @@ class ParallelModelRunner(ModelRunner):
     # ANCHOR_END: parallel_runner
 
     def check_health(self) -> None:
+        """Raise TensorParallelError (naming the failure) once any step has failed; None while healthy."""
+        # Nudge: what did forward keep when a collective failed?
+        # Hint 1: A failed collective leaves the ranks out of step for good: every later check fails.
+        # Hint 2: If self.failure is set, raise TensorParallelError naming its type and message.
+        # Hint 3:
+        #   if self.failure is not None: raise TensorParallelError(f"... {type(failure).__name__}: {failure}")
+        # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
         if self.failure is not None:
             raise TensorParallelError(f"a tensor-parallel rank failed earlier: {type(self.failure).__name__}: {self.failure}")
+        # END SOLUTION
 
 
+# ANCHOR: attach_engine
 def attach_engine(llm, group: TPGroup, attention_backend: str) -> None:
-    """Make rank 0's LLMEngine parallel: the workers mirror its pool, its runner drives them."""
+    """Make rank 0's LLMEngine parallel: the workers (in `serve_as_worker`) get a WorkerSetup, its runner drives them."""
+    # Nudge: what must a worker know, once, before rank 0's first step can name its blocks?
+    # Hint 1: Rank 0's block tables name blocks of rank 0's pool; a worker's pool must have the
+    #   same blocks (count and size) for those names to mean the same slots, and the same
+    #   attention backend to compute the same way. After that, rank 0's engine runs through a
+    #   runner that sends each step.
+    # Hint 2: Broadcast a WorkerSetup of the engine's memory (num_blocks, block_size) and the
+    #   backend name; then replace llm.runner with a ParallelModelRunner over the engine's model,
+    #   pool and memory.
+    # Hint 3:
+    #   group.broadcast_object(WorkerSetup(llm.memory.num_blocks, llm.memory.block_size, backend))
+    #   llm.runner = ParallelModelRunner(llm.model, llm.pool, llm.memory, group)
+    # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
     group.broadcast_object(WorkerSetup(llm.memory.num_blocks, llm.memory.block_size, attention_backend))
     llm.runner = ParallelModelRunner(llm.model, llm.pool, llm.memory, group)
+    # END SOLUTION
+# ANCHOR_END: attach_engine
 
 
 # ANCHOR: worker_loop
@@ -168,8 +192,25 @@ def replay_steps(group: TPGroup, runner: ModelRunner, block_size: int) -> int:
 # ANCHOR_END: worker_loop
 
 
+# ANCHOR: serve_as_worker
 def serve_as_worker(group: TPGroup, model: CausalLM, device: str | torch.device = "cpu") -> int:
-    """A worker's life after loading: get rank 0's pool size, make the same pool, replay steps."""
+    """A worker's life after loading: rank 0's WorkerSetup, a pool like rank 0's, then `replay_steps`.
+
+    Returns the number of steps replayed; 0 when rank 0 sends None instead
+    of a setup (it gave up during start-up).
+    """
+    # Nudge: what does this worker's pool share with rank 0's, and what is its own?
+    # Hint 1: The block count and size are rank 0's (its block tables must mean the same slots
+    #   here); the heads and dtype are this rank's model's (its local config: only its KV
+    #   heads). The backend is the one rank 0 uses.
+    # Hint 2: Receive the setup (None: return 0). use_backend(model, setup.attention_backend,
+    #   device); make_pool(model.config, setup.num_blocks, setup.block_size, the model's dtype,
+    #   device); replay_steps with a ModelRunner over the model and that pool, memory None.
+    # Hint 3:
+    #   setup = group.broadcast_object(); if setup is None: return 0
+    #   use_backend(...); pool = make_pool(model.config, ..., model.lm_head.weight.dtype, device)
+    #   return replay_steps(group, ModelRunner(model, pool, memory=None), setup.block_size)
+    # BEGIN SOLUTION 7.4: Rank 0 schedules, the workers replay
     setup = group.broadcast_object()
     if setup is None:  # rank 0 gave up during start-up
         return 0
@@ -177,6 +218,8 @@ def serve_as_worker(group: TPGroup, model: CausalLM, device: str | torch.device 
     dtype = model.lm_head.weight.dtype
     pool = make_pool(model.config, setup.num_blocks, setup.block_size, dtype, device)
     return replay_steps(group, ModelRunner(model, pool, memory=None), setup.block_size)
+    # END SOLUTION
+# ANCHOR_END: serve_as_worker
 
 
 def _worker_main(rank: int, world_size: int, port: int, path: str, dtype: torch.dtype, device: str,
