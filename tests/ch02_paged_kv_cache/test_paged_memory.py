@@ -88,7 +88,7 @@ class KVMemoryContract(RuleBasedStateMachine):
         """The commonest step: one more token."""
         self._allocate(self.pick(i), 1, run=True)
 
-    def _allocate(self, request: Request, n: int, run: bool) -> None:
+    def _allocate(self, request: Request, n: int, run: bool, copies_now: bool = True) -> None:
         before = self.snapshot()
         fits = self.memory.can_allocate(request, n)
         assert self.snapshot() == before, "can_allocate only asks"
@@ -106,6 +106,8 @@ class KVMemoryContract(RuleBasedStateMachine):
         self.memory.allocate(request, n)
         rid = request.request_id
         self.held[rid] = max(self.held[rid], request.num_computed_tokens + n)
+        if not copies_now:
+            return
         self.after_allocate()
         if run:  # the step runs: these tokens' K/V are now in the cache
             self.after_step(request, n)
@@ -121,7 +123,9 @@ class KVMemoryContract(RuleBasedStateMachine):
     @precondition(lambda self: self.requests)
     @rule(i=st.integers(0, 10**6))
     def preempt(self, i):
-        request = self.pick(i)
+        self._preempt(self.pick(i))
+
+    def _preempt(self, request: Request) -> None:
         self.memory.free(request)
         request.num_computed_tokens = 0  # it will recompute from the start
         self.held[request.request_id] = 0
@@ -218,6 +222,18 @@ class PagedMemoryMachine(KVMemoryContract):
         self.add(child)
         self.held[child.request_id] = self.held[parent.request_id]
         self.expected[child.request_id] = list(self.expected[parent.request_id])
+
+    @precondition(lambda self: len(self.requests) >= 2)
+    @rule(i=st.integers(0, 10**6), j=st.integers(0, 10**6), n=st.integers(1, 8))
+    def grow_one_then_preempt_another(self, i, j, n):
+        """One scheduling step: a request grows (queueing its copies), another is preempted, then the runner
+        applies what is still queued. A copy whose destination someone still owns must survive the free."""
+        request, victim = self.pick(i), self.pick(j)
+        if request is victim or not self.memory.can_allocate(request, n):
+            return
+        self._allocate(request, n, run=False, copies_now=False)
+        self._preempt(victim)
+        self.after_allocate()
 
     @invariant()
     def tables_and_counts_agree(self):
