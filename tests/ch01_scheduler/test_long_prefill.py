@@ -102,6 +102,45 @@ def test_at_most_max_long_partial_prefills_long_prompts_take_tokens(max_long):
     )
 
 
+class CachedPrefixMemory(TokenCountingMemory):
+    """A prefix cache that holds the first 10 tokens of every prompt."""
+
+    def cached_prefix_len(self, request):
+        return 10
+
+
+@pytest.mark.task("1.7")
+def test_a_long_prompt_held_back_with_a_cached_prefix_is_left_untouched():
+    config = SchedulerConfig(8, 8, long_prefill_token_threshold=4, max_long_partial_prefills=1)
+    s = Scheduler(config, CachedPrefixMemory(2000))
+    first, second = request(100), request(100)
+    s.add_request(first)
+    s.add_request(second)
+    out = s.schedule()
+    assert tokens(out) == {first.request_id: 8}, (
+        f"got {tokens(out)}: the first long prompt takes the threshold, then the budget left (top_up); the second is held back"
+    )
+    assert second in s.waiting and second.num_computed_tokens == 0, (
+        f"the long prompt held back (tokens_for granted 0) has num_computed_tokens {second.num_computed_tokens}: "
+        "admission set it to its cached prefix to ask tokens_for, and must put it back (a request not admitted is "
+        "left exactly as it was)"
+    )
+
+
+@pytest.mark.task("1.7")
+def test_a_long_prompt_still_queued_when_the_budget_runs_out_is_not_counted_as_held():
+    s, driver = bounded(budget=4, threshold=4)
+    short, long = request(4), request(100)
+    driver.add(short)
+    driver.add(long)
+    out = driver.step()
+    assert tokens(out) == {short.request_id: 4}, f"got {tokens(out)}: the short prompt came first and spends the budget"
+    assert s.stats()["num_long_prefills_held"] == 0, (
+        "admission stops at a spent budget, so the long prompt behind was never offered tokens: it waits its turn "
+        "(first come, first served), the bound did not hold it back (tokens_for is asked with a budget of at least 1)"
+    )
+
+
 @pytest.mark.ungraded
 def test_the_threshold_zero_turns_the_bound_off():
     config = SchedulerConfig(16, 8)

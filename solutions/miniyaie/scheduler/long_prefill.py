@@ -25,7 +25,9 @@ class LongPrefillBound:
     request's end, and lift lets the scheduler admit the long prompts held
     back with what is still left: a long prompt alone still fills the step. `num_held`
     counts the long requests that ended a step with fewer tokens than they
-    wanted (a counter: the bound is on the hot path). threshold 0: no bound.
+    wanted (a counter: the bound is on the hot path); a request still queued
+    when the budget ran out was never asked about (tokens_for is asked with a
+    budget of at least 1) and is not counted. threshold 0: no bound.
 
     Example (threshold 256, max_long 1, budget 512): an 8,000-token prompt
     alone gets 256 from tokens_for and 256 more from top_up. With a 4-token
