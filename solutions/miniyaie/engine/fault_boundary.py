@@ -97,10 +97,11 @@ class FaultBoundary:
     def _fail(self, requests: list[RequestState], exc: Exception, what: str) -> None:
         """End requests with an error: an EngineError as it is, anything else as RequestFailedError("what: ...").
 
-        Each request is dropped from the processor first (its blocks come
-        back; if that raises, the engine's state cannot be trusted: let it
-        propagate, and the loop stops, see _run), then ended (self._end) with
-        the error, whose __cause__ is the original exception.
+        A caller that hears of its request's failure (self._end) finds the
+        request's blocks already given back (self.processor.drop), and the
+        error's __cause__ is the original exception. If giving the blocks back
+        raises, the engine's state cannot be trusted: that exception goes on up
+        (the loop stops, see _run).
         """
         # Nudge: the caller gets an error it can read; the engine gets its blocks back, before anything else.
         # Hint 1: A caller should see a RequestFailedError saying what failed and why, except for
