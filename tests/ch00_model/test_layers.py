@@ -1,11 +1,11 @@
-"""Tasks 0.1-0.3: RMSNorm, RoPE and SwiGLU, each against its mathematical definition."""
+"""Task 0.1: RMSNorm, SwiGLU and the fused residual norm; Task 0.2: RoPE, each against its mathematical definition."""
 
 import pytest
 import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from miniyaie.model import ModelConfig, apply_rotary, rms_norm, rope_cos_sin, rope_inverse_frequencies, swiglu
+from miniyaie.model import LayerOps, ModelConfig, apply_rotary, rms_norm, rope_cos_sin, rope_inverse_frequencies, swiglu
 
 shapes = st.tuples(st.integers(1, 5), st.integers(1, 48))
 
@@ -45,6 +45,34 @@ def _config(head_dim: int, **rope) -> ModelConfig:
     )
 
 
+def _table(config, positions):
+    """The angle table by its definition (float64 angles), as rope_cos_sin lays it out."""
+    angles = positions.double()[:, None] * rope_inverse_frequencies(config).double()[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().float(), angles.sin().float()
+
+
+@pytest.mark.task("0.2")
+@given(
+    head_dim=st.sampled_from([2, 8, 24, 80]),
+    positions=st.lists(st.integers(0, 5000), min_size=1, max_size=6),
+    rope=st.sampled_from([{}, {"rope_type": "linear", "factor": 4.0}]),
+    int32=st.booleans(),
+)
+@example(head_dim=2, positions=[0], rope={}, int32=False)  # position 0: cos 1, sin 0
+@example(head_dim=8, positions=[3, 1, 4000], rope={}, int32=True)
+def test_rope_table_holds_each_pairs_angle_twice(head_dim, positions, rope, int32):
+    """Row t is token t; columns i and i + head_dim/2 both hold position * inv_freq[i]."""
+    config = _config(head_dim, **rope)
+    pos = torch.tensor(positions, dtype=torch.int32 if int32 else torch.int64)
+    cos, sin = rope_cos_sin(config, pos, rope_inverse_frequencies(config))
+    assert cos.shape == sin.shape == (len(positions), head_dim), f"cos, sin are [num_tokens, head_dim], got {tuple(cos.shape)}"
+    assert cos.dtype == sin.dtype == torch.float32, "cos and sin are float32"
+    want_cos, want_sin = _table(config, pos.long())
+    torch.testing.assert_close(cos, want_cos, rtol=1e-4, atol=1e-4, msg=lambda m: f"cos of position * inv_freq[i mod head_dim/2]: {m}")
+    torch.testing.assert_close(sin, want_sin, rtol=1e-4, atol=1e-4, msg=lambda m: f"sin of position * inv_freq[i mod head_dim/2]: {m}")
+
+
 @pytest.mark.task("0.2")
 @given(
     head_dim=st.sampled_from([2, 8, 64, 80]),
@@ -58,7 +86,7 @@ def test_apply_rotary_matches_complex_rotation(head_dim, num_heads, positions, s
     config = _config(head_dim)
     pos = torch.tensor(positions)
     x = torch.randn(len(positions), num_heads, head_dim, generator=torch.Generator().manual_seed(seed))
-    cos, sin = rope_cos_sin(config, pos, rope_inverse_frequencies(config))
+    cos, sin = _table(config, pos)
     half = head_dim // 2
     z = torch.complex(x[..., :half].double(), x[..., half:].double())
     turn = torch.complex(cos[:, :half].double(), sin[:, :half].double())  # e^(j pos theta_i)
@@ -72,12 +100,11 @@ def test_apply_rotary_matches_complex_rotation(head_dim, num_heads, positions, s
 def test_rotary_scores_depend_only_on_distance(m, n, shift, seed):
     """<RoPE(q, m), RoPE(k, n)> depends on m - n only, and rotation keeps vector norms."""
     config = _config(16)
-    inv_freq = rope_inverse_frequencies(config)
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(1, 1, 16, generator=g), torch.randn(1, 1, 16, generator=g)
 
     def rotate(x, position):
-        cos, sin = rope_cos_sin(config, torch.tensor([position]), inv_freq)
+        cos, sin = _table(config, torch.tensor([position]))
         return apply_rotary(x, cos, sin)
 
     score = (rotate(q, m) * rotate(k, n)).sum()
@@ -86,7 +113,7 @@ def test_rotary_scores_depend_only_on_distance(m, n, shift, seed):
     torch.testing.assert_close(rotate(q, m).norm(), q.norm(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.task("0.3")
+@pytest.mark.task("0.1")
 @given(tokens=st.integers(1, 5), hidden=st.integers(1, 24), inner=st.integers(1, 40), bias=st.booleans(), seed=st.integers(0, 2**16))
 def test_swiglu_matches_definition(tokens, hidden, inner, bias, seed):
     torch.manual_seed(seed)
@@ -97,3 +124,17 @@ def test_swiglu_matches_definition(tokens, hidden, inner, bias, seed):
         g = gate(x)
         expected = down(g * torch.sigmoid(g) * up(x))
         torch.testing.assert_close(swiglu(x, gate, up, down), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.task("0.1")
+@given(tokens=st.integers(1, 4), hidden=st.integers(1, 16), with_residual=st.booleans(), seed=st.integers(0, 2**16))
+@example(tokens=2, hidden=8, with_residual=True, seed=0)
+@example(tokens=2, hidden=8, with_residual=False, seed=0)
+def test_layer_ops_norm_adds_the_residual_first(tokens, hidden, with_residual, seed):
+    """LayerOps.rms_norm(x, w, eps, residual) is (rms_norm(x + residual), x + residual); without one, (rms_norm(x), x)."""
+    g = torch.Generator().manual_seed(seed)
+    x, residual, weight = torch.randn(tokens, hidden, generator=g), torch.randn(tokens, hidden, generator=g), torch.randn(hidden, generator=g)
+    summed = x + residual if with_residual else x
+    normed, out_sum = LayerOps().rms_norm(x, weight, 1e-6, residual if with_residual else None)
+    torch.testing.assert_close(out_sum, summed, msg=lambda m: f"the second value is the stream {'x + residual' if with_residual else 'x'}: {m}")
+    torch.testing.assert_close(normed, rms_norm(summed, weight, 1e-6), msg=lambda m: f"the first value is rms_norm of that stream: {m}")

@@ -36,16 +36,6 @@ class Generation:
     finish_reason: str
 
 
-def _check_prompts(prompts: Sequence[Sequence[int]], context_len: int) -> None:
-    for i, prompt in enumerate(prompts):
-        if len(prompt) == 0:
-            raise ValueError(f"prompt {i} is empty")
-        if len(prompt) >= context_len:
-            raise PromptTooLongError(
-                f"prompt has {len(prompt)} tokens but the model's context is {context_len} tokens"
-            )
-
-
 # ANCHOR: generate_stream
 def generate_stream(
     model: CausalLM,
@@ -53,63 +43,55 @@ def generate_stream(
     params: SamplingParams,
     eos_token_ids: Sequence[int] = (),
 ) -> Iterator[TokenEvent]:
-    """Yield every new token of every prompt as soon as it is sampled."""
-    context_len = model.config.max_position_embeddings
-    _check_prompts(prompts, context_len)
-    device = model.lm_head.weight.device
-    max_lens = [min(len(p) + params.max_tokens, context_len) for p in prompts]
-    block_size = max(max_lens)  # one contiguous block per sequence
-    cache = KVCache(model.config, len(prompts) * block_size, model.lm_head.weight.dtype, device)
-    generator = torch.Generator(device).manual_seed(params.seed) if params.seed is not None else None
+    """Generate for every prompt at once, yielding each new token as soon as it is sampled.
 
-    tokens = [list(p) for p in prompts]  # prompt + output so far
-    computed = [0] * len(prompts)  # tokens whose K/V are in the cache
-    running = list(range(len(prompts)))
-    while running:
-        # Every running sequence feeds the tokens not yet in the cache:
-        # the whole prompt on the first step (prefill), then one token (decode).
-        new = [tokens[s][computed[s]:] for s in running]
-        input_ids = torch.tensor([t for chunk in new for t in chunk], device=device)
-        positions = torch.tensor([p for s in running for p in range(computed[s], len(tokens[s]))], device=device)
-        meta = AttentionMetadata(
-            query_lens=[len(chunk) for chunk in new],
-            seq_lens=[len(tokens[s]) for s in running],
-            slot_mapping=positions + torch.tensor(
-                [s * block_size for s, chunk in zip(running, new) for _ in chunk], device=device
-            ),
-            block_tables=torch.tensor([[s] for s in running], device=device),
-            block_size=block_size,
-        )
-        hidden = model(input_ids, positions, cache, meta)
-        last_rows = torch.tensor(meta.query_lens, device=device).cumsum(0) - 1
-        next_tokens = sample(model.compute_logits(hidden[last_rows]), params, generator).tolist()
+    Errors, raised before any token: ValueError for an empty prompt,
+    PromptTooLongError for a prompt of len >= max_position_embeddings (no
+    room for one new token).
 
-        still_running = []
-        for s, token in zip(running, next_tokens):
-            computed[s] = len(tokens[s])
-            tokens[s].append(token)
-            if token in eos_token_ids and not params.ignore_eos:
-                reason = "stop"
-            elif len(tokens[s]) >= max_lens[s]:
-                reason = "length"
-            else:
-                reason = None
-                still_running.append(s)
-            yield TokenEvent(s, token, reason)
-        running = still_running
+    Each step yields one TokenEvent per sequence still running, in prompt
+    order; a sequence's events come in the order of its tokens. A sequence
+    finishes with the event of its last token, whose finish_reason is
+    "stop" when that token is in eos_token_ids (unless params.ignore_eos;
+    the end-of-sequence token is yielded), else "length" when prompt plus
+    output reach len(prompt) + params.max_tokens or the model's context,
+    whichever is smaller; "stop" wins when both hold. Every other event has
+    finish_reason None.
+
+    Tokens come from `sample` (model/sampling.py) on the logits of each
+    sequence's last position, with one torch.Generator seeded by
+    params.seed when it is set (the same seed gives the same tokens). With
+    temperature 0 the tokens equal transformers' greedy generate.
+
+    The KV cache does the work: every prompt token and every generated
+    token except the last goes through `model` exactly once, the prompts
+    all together in the first call, then one token per running sequence
+    per call. The cache and the AttentionMetadata are this function's to
+    build (KVCache, model/attention.py); the model's dtype and device are
+    those of model.lm_head.weight.
+    """
+    # Idea: what goes into the model at each step, where does each token's K/V live, and when does a sequence leave?
+    # Stuck? `miniyaie hint 0.6` prints hints, one level at a time.
+    # TODO(Task 0.6): Sampling and the prefill-decode loop. Replace these lines with your code.
+    raise NotImplementedError('Chapter 0, Task 6: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
+    yield  # never runs: it keeps this function a generator, as its callers expect
 # ANCHOR_END: generate_stream
 
 
+# ANCHOR: generate
 def generate(
     model: CausalLM,
     prompts: Sequence[Sequence[int]],
     params: SamplingParams,
     eos_token_ids: Sequence[int] = (),
 ) -> list[Generation]:
-    """The new tokens of every prompt, once all are finished."""
-    outputs = [Generation([], "") for _ in prompts]
-    for event in generate_stream(model, prompts, params, eos_token_ids):
-        outputs[event.seq].token_ids.append(event.token_id)
-        if event.finish_reason:
-            outputs[event.seq].finish_reason = event.finish_reason
-    return outputs
+    """The new tokens of every prompt, once all are finished: one Generation per prompt, in prompt order.
+
+    Same tokens, finish reasons and errors as generate_stream (each
+    Generation holds a prompt's new tokens in order and its finish_reason).
+    """
+    # Idea: the stream interleaves the prompts: how do its events find their Generation?
+    # Stuck? `miniyaie hint 0.6` prints hints, one level at a time.
+    # TODO(Task 0.6): Sampling and the prefill-decode loop. Replace this line with your code.
+    raise NotImplementedError('Chapter 0, Task 6: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
+# ANCHOR_END: generate

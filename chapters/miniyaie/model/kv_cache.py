@@ -7,6 +7,7 @@ import torch
 from miniyaie.model.config import ModelConfig
 
 
+# ANCHOR: kv_cache
 class KVCache:
     """K and V of every layer, `num_slots` token slots each.
 
@@ -15,17 +16,23 @@ class KVCache:
     """
 
     def __init__(self, config: ModelConfig, num_slots: int, dtype: torch.dtype, device: str | torch.device = "cpu"):
-        shape = (config.num_layers, num_slots, config.num_kv_heads, config.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        # Idea: one tensor for K and one for V: which of the four dimensions comes first, and why?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
 
     @property
     def num_slots(self) -> int:
         return self.k.shape[1]
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.k[index], self.v[index]
+        """Layer `index`'s K and V, [num_slots, num_kv_heads, head_dim] each: views, so writes land in the cache."""
+        # Idea: a copy would be written to and thrown away: how do you hand out a part that stays in the cache?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
 
     @property
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
+# ANCHOR_END: kv_cache

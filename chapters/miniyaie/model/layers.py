@@ -15,17 +15,19 @@ from miniyaie.model.config import ModelConfig
 
 # ANCHOR: rms_norm
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Root-mean-square normalisation over the last dimension, then a learned scale.
+    """RMSNorm over the last dimension, then the learned per-feature scale `weight`.
 
-    Returns weight * x / sqrt(mean(x ** 2 over the last dim) + eps), same shape
-    and dtype as x; eps keeps an all-zero row at zero instead of NaN. Computed
-    in float32 whatever the input dtype (a bf16 sum of squares loses too
-    much), and cast back to x's dtype before the scale, as Llama does.
+    Each row comes out with a root mean square of 1 before the scale; no
+    mean is subtracted, and eps (added to the mean square) keeps an all-zero
+    row at zero instead of NaN. Same shape and dtype as x; bfloat16 input is
+    reduced in float32 (a bfloat16 sum of squares loses too much).
+    Asserted: rms_norm(c * x, w, eps) == rms_norm(x, w, eps) for c > 0 (eps
+    negligible), rms_norm(zeros) == zeros, and a float64 definition to 1e-5.
     """
-    # Idea: unlike LayerNorm nothing is subtracted: divide by the root mean square, then scale.
+    # Idea: which dtype does the reduction run in, and where does the result go back to x's dtype?
     # Stuck? `miniyaie hint 0.1` prints hints, one level at a time.
-    # TODO(Task 0.1): RMSNorm. Replace this line with your code.
-    raise NotImplementedError('Chapter 0, Task 1: RMSNorm — see book/src/ch00_model.md')
+    # TODO(Task 0.1): The layer's pieces: RMSNorm and SwiGLU. Replace this line with your code.
+    raise NotImplementedError("Chapter 0, Task 1: The layer's pieces: RMSNorm and SwiGLU — see book/src/ch00_model.md")
 # ANCHOR_END: rms_norm
 
 
@@ -60,31 +62,36 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
 
 # ANCHOR: rope_cos_sin
 def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of every position's angles, shape [num_tokens, head_dim] (float32).
+    """cos and sin of every token's rotation angles: two float32 tensors [num_tokens, head_dim].
 
-    head_dim/2 angles, written twice side by side: column i and column
-    i + head_dim/2 hold the same angle, because those two dimensions are
-    rotated together ("rotate half").
+    positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2] from
+    rope_inverse_frequencies (pair i turns by position * inv_freq[i]).
+    Layout (apply_rotary and chapter 4's kernels read it): row t is token t;
+    column i and column i + head_dim/2 hold the same angle, the angle of the
+    pair (i, i + head_dim/2), for i < head_dim/2.
     """
-    freqs = positions.float()[:, None] * inv_freq[None, :]
-    angles = torch.cat([freqs, freqs], dim=-1)
-    return angles.cos(), angles.sin()
+    # Idea: one angle per token and pair: which outer product gives them, and how do they fill head_dim columns?
+    # Stuck? `miniyaie hint 0.2` prints hints, one level at a time.
+    # TODO(Task 0.2): Rotary position embedding. Replace this line with your code.
+    raise NotImplementedError('Chapter 0, Task 2: Rotary position embedding — see book/src/ch00_model.md')
 # ANCHOR_END: rope_cos_sin
 
 
 # ANCHOR: apply_rotary
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each head's (first half, second half) dimension pairs by its position's angle.
+    """Rotate every head of every token by its token's angles (the Hugging Face "rotate half" layout).
 
-    x: [num_tokens, num_heads, head_dim]; cos, sin: [num_tokens, head_dim].
-    This is the Hugging Face "rotate half" layout: dimension i is paired with
-    dimension i + head_dim / 2, and the pair turns by angle a (cos[:, i] and
-    sin[:, i] hold it): (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a).
-    Returns a tensor of x's shape and dtype, computed in float32. Meta's and
-    GGUF checkpoints pair neighbours (2i, 2i+1); converting them permutes the
-    q/k projection rows to this layout.
+    x: [num_tokens, num_heads, head_dim]; cos, sin: [num_tokens, head_dim] as
+    rope_cos_sin lays them out. Dimension i is paired with dimension
+    i + head_dim/2; read as the complex number x[i] + j*x[i + head_dim/2],
+    the pair is multiplied by e^(j*a), a being its angle. Returns a tensor of
+    x's shape and dtype, computed in float32. Asserted: the complex
+    definition to 1e-4, norms kept, and a query-key score unchanged when
+    both positions shift by the same amount. (Meta's and GGUF checkpoints
+    pair neighbours (2i, 2i+1); converting them permutes the q/k projection
+    rows to this layout.)
     """
-    # Idea: pair dimension i with i + head_dim/2 and turn each pair like a complex number.
+    # Idea: the heads share their token's angles: how do cos and sin meet a tensor with a heads dimension?
     # Stuck? `miniyaie hint 0.2` prints hints, one level at a time.
     # TODO(Task 0.2): Rotary position embedding. Replace this line with your code.
     raise NotImplementedError('Chapter 0, Task 2: Rotary position embedding — see book/src/ch00_model.md')
@@ -93,14 +100,16 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 # ANCHOR: swiglu
 def swiglu(x: torch.Tensor, gate_proj, up_proj, down_proj) -> torch.Tensor:
-    """The gated MLP of Llama-family models: down(silu(gate(x)) * up(x)), silu(g) = g * sigmoid(g).
+    """The gated MLP of Llama-family models (SwiGLU, as the chapter's overview writes it): [..., hidden] in and out.
 
-    The projections are callables (nn.Linear modules) so biases come for free.
+    The projections are callables (nn.Linear modules, with or without bias):
+    call them, never read their weights (other backends swap them for
+    merged or sharded ones). Asserted against the definition to 1e-5.
     """
-    # Idea: the gate decides, element by element, how much of the up projection passes.
-    # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
-    # TODO(Task 0.3): SwiGLU MLP. Replace this line with your code.
-    raise NotImplementedError('Chapter 0, Task 3: SwiGLU MLP — see book/src/ch00_model.md')
+    # Idea: which projection goes through the activation, and what multiplies what?
+    # Stuck? `miniyaie hint 0.1` prints hints, one level at a time.
+    # TODO(Task 0.1): The layer's pieces: RMSNorm and SwiGLU. Replace this line with your code.
+    raise NotImplementedError("Chapter 0, Task 1: The layer's pieces: RMSNorm and SwiGLU — see book/src/ch00_model.md")
 # ANCHOR_END: swiglu
 
 
@@ -119,8 +128,11 @@ class LayerOps:
         return tuple(projection(x) for projection in projections)
 
     def rms_norm(self, x, weight, eps: float, residual=None) -> tuple[torch.Tensor, torch.Tensor]:
-        summed = x if residual is None else x + residual
-        return rms_norm(summed, weight, eps), summed
+        """(rms_norm of s, s) where s is x, or x + residual when a residual is given."""
+        # Idea: what is normalised when a residual comes along, and what is handed back beside it?
+        # Stuck? `miniyaie hint 0.1` prints hints, one level at a time.
+        # TODO(Task 0.1): The layer's pieces: RMSNorm and SwiGLU. Replace this line with your code.
+        raise NotImplementedError("Chapter 0, Task 1: The layer's pieces: RMSNorm and SwiGLU — see book/src/ch00_model.md")
 
     def rotary(self, q, k, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

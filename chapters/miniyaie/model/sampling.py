@@ -24,24 +24,33 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
+# ANCHOR: sampling
 def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero all but the smallest set of most likely tokens whose mass reaches top_p.
+    """Keep the smallest set of most likely tokens whose mass reaches top_p, per row; renormalised.
 
-    The token that crosses the threshold is kept: a token is dropped only if
-    the tokens ranked above it already reach top_p. Renormalised.
+    probs: [num_rows, vocab], rows summing to 1. A token is dropped only if
+    the tokens ranked above it already reach top_p, so the token that
+    crosses the threshold is kept (and with top_p = 1 nothing is dropped).
+    Returns probabilities of the same shape, zero outside the kept set,
+    each row summing to 1. Example: [0.4, 0.35, 0.25] at top_p 0.6 keeps the
+    first two ([0.533, 0.467, 0]).
     """
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
-    kept = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    return kept / kept.sum(dim=-1, keepdim=True)
+    # Idea: for each token, what decides whether it stays: its own mass, or the mass ranked above it?
+    # Stuck? `miniyaie hint 0.6` prints hints, one level at a time.
+    # TODO(Task 0.6): Sampling and the prefill-decode loop. Replace this line with your code.
+    raise NotImplementedError('Chapter 0, Task 6: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One next token per row of `logits` [num_rows, vocab]."""
-    if params.temperature == 0:
-        return logits.argmax(dim=-1)
-    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
-    if params.top_p < 1:
-        probs = top_p_filter(probs, params.top_p)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    """One next token id per row of `logits` [num_rows, vocab]: an int64 tensor [num_rows].
+
+    temperature 0 is greedy: the most likely token, no randomness.
+    Otherwise a draw from softmax(logits / temperature), restricted by
+    top_p_filter when top_p < 1, with every random number taken from
+    `generator` (so the same seed gives the same tokens).
+    """
+    # Idea: greedy is a special case that must not touch the generator; where do temperature and top-p act?
+    # Stuck? `miniyaie hint 0.6` prints hints, one level at a time.
+    # TODO(Task 0.6): Sampling and the prefill-decode loop. Replace this line with your code.
+    raise NotImplementedError('Chapter 0, Task 6: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
+# ANCHOR_END: sampling

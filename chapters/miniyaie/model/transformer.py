@@ -16,92 +16,124 @@ from miniyaie.model.kv_cache import KVCache
 from miniyaie.model.layers import LayerOps, rms_norm, rope_cos_sin, rope_inverse_frequencies
 
 
+# ANCHOR: decoder
 class RMSNorm(nn.Module):
+    """The checkpoint's norms: one learned `weight` of `size` numbers (it starts at ones), and eps."""
+
     def __init__(self, size: int, eps: float):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
+        # Idea: what must the weight be for the checkpoint to load into it?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
+    """The checkpoint's `self_attn`: nn.Linear q_proj, k_proj, v_proj, o_proj, and with
+    config.qk_norm RMSNorm q_norm, k_norm; shapes and biases such that the
+    checkpoint's tensors load as they are (strictly: nothing missing, nothing extra)."""
+
     def __init__(self, config: ModelConfig, layer_index: int):
         super().__init__()
         self.config, self.layer_index = config, layer_index
-        heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, heads * head_dim, bias=config.qkv_bias)
-        self.k_proj = nn.Linear(config.hidden_size, kv_heads * head_dim, bias=config.qkv_bias)
-        self.v_proj = nn.Linear(config.hidden_size, kv_heads * head_dim, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(heads * head_dim, config.hidden_size, bias=config.o_bias)
-        if config.qk_norm:
-            self.q_norm = RMSNorm(head_dim, config.rms_norm_eps)
-            self.k_norm = RMSNorm(head_dim, config.rms_norm_eps)
-        self.scale = head_dim**-0.5
+        self.scale = config.head_dim**-0.5
+        # Idea: with grouped-query attention, which projections are narrower, and which flag gives which one a bias?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
 
     # ANCHOR: attention_forward
     def forward(self, x, cos, sin, kv_cache: KVCache, meta: AttentionMetadata, backend: AttentionBackend, ops: LayerOps):
-        c = self.config
-        q, k, v = ops.project(x, self.q_proj, self.k_proj, self.v_proj)
-        q = q.view(-1, c.num_heads, c.head_dim)  # ops.project may return slices of one merged matmul: view, not copy
-        k = k.view(-1, c.num_kv_heads, c.head_dim)
-        v = v.view(-1, c.num_kv_heads, c.head_dim)
-        if c.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = ops.rotary(q, k, cos, sin)
-        k_cache, v_cache = kv_cache.layer(self.layer_index)
-        out = backend.forward(q, k, v, k_cache, v_cache, meta, self.scale)
-        return self.o_proj(out.reshape(-1, c.num_heads * c.head_dim))
+        """Self-attention of this layer for a packed batch: [num_tokens, hidden] in, [num_tokens, hidden] out.
+
+        Writes the step's K and V into this layer's part of `kv_cache` (rows
+        `meta.slot_mapping`) and attends through `backend`, which does both.
+        cos, sin: [num_tokens, head_dim], the rotation of every token's position.
+        Heads, head_dim and features come from `self.config` (chapter 7 builds a
+        layer with a rank's share of the heads). The q, k and v projections run
+        through `ops.project`, which may hand back views of one merged matmul,
+        and the rotation through `ops.rotary`; with config.qk_norm (Qwen3) the
+        layer's q_norm and k_norm take part where the chapter's overview puts
+        them. Every projection is called as a module, never read as a weight
+        (other backends and chapter 7 swap the modules).
+        """
+        # Idea: which tensors must have a heads dimension, and which shape does the backend give back?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
     # ANCHOR_END: attention_forward
 
 
 class MLP(nn.Module):
+    """The checkpoint's `mlp`: nn.Linear gate_proj, up_proj, down_proj (bias: config.mlp_bias)."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=config.mlp_bias)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        # Idea: which two projections widen, and which one narrows?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
 
     def forward(self, x: torch.Tensor, ops: LayerOps) -> torch.Tensor:
         return ops.swiglu(x, self.gate_proj, self.up_proj, self.down_proj)
 
 
 class DecoderLayer(nn.Module):
+    """The checkpoint's `layers.i`: input_layernorm, self_attn, post_attention_layernorm, mlp."""
+
     def __init__(self, config: ModelConfig, layer_index: int):
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config, layer_index)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = MLP(config)
+        # Idea: which of these norms see the whole hidden vector?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
 
     # ANCHOR: decoder_layer
     def forward(self, x, cos, sin, kv_cache, meta, backend, ops: LayerOps):
-        normed, _ = ops.rms_norm(x, self.input_layernorm.weight, self.input_layernorm.eps)
-        h = self.self_attn(normed, cos, sin, kv_cache, meta, backend, ops)
-        h, x = ops.rms_norm(h, self.post_attention_layernorm.weight, self.post_attention_layernorm.eps, residual=x)
-        return x + self.mlp(h, ops)  # above: x = x + attention, h = its norm (one fused op)
+        """One pre-norm decoder layer (the chapter's overview): the residual stream [num_tokens, hidden] in, the same shape out.
+
+        Its norms are input_layernorm (before attention) and
+        post_attention_layernorm (before the MLP); they run through
+        `ops.rms_norm` (LayerOps: it can add a residual in the same call),
+        the MLP through `self.mlp(h, ops)`.
+        """
+        # Idea: what does each block add to, and what does it read?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
     # ANCHOR_END: decoder_layer
 
 
 class DecoderModel(nn.Module):
+    """The checkpoint's `model`: embed_tokens (nn.Embedding), layers (nn.ModuleList), norm."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        # Idea: how does a layer learn which part of the cache is its own?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
 
 
 class CausalLM(nn.Module):
-    """The whole model: token ids in, next-token logits out, K/V kept in the cache."""
+    """The whole model: token ids in, next-token logits out, K/V kept in the cache.
+
+    Modules: `model` (DecoderModel) and `lm_head` (nn.Linear, no bias), named
+    as in the checkpoint. With config.tie_word_embeddings the checkpoint has
+    no lm_head.weight: lm_head and the embedding share one Parameter (the
+    same tensor, so that loading the embedding sets both).
+    """
 
     def __init__(self, config: ModelConfig, backend: AttentionBackend | None = None):
         super().__init__()
         self.config = config
-        self.model = DecoderModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        # Idea: what does "tied" mean for the object lm_head.weight is?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
         self.backend = backend or TorchAttentionBackend()
         self.ops = LayerOps()  # the engine swaps in fused kernels with the Triton backend
         # Kept in float32 and out of the state dict, whatever dtype the weights take.
@@ -110,17 +142,30 @@ class CausalLM(nn.Module):
     # ANCHOR: model_forward
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
-        """Hidden states [num_tokens, hidden] of a packed batch; writes each token's K/V."""
+        """Hidden states [num_tokens, hidden] of a packed batch, final norm applied; writes each token's K/V.
+
+        input_ids, positions: [num_tokens] (int64); positions[t] is token t's
+        place in its own sequence (0 for a prompt's first token), so that
+        the tokens of a decode step continue where their sequences stopped.
+        After the call, every layer's K/V of every token sit in `kv_cache` at
+        meta.slot_mapping. Uses self.backend for attention and self.ops for
+        the norms, rotation and MLP; calls the embedding as a module (chapter
+        7 swaps in a vocabulary-parallel one). self.inv_freq holds the
+        rotation speeds (rope_cos_sin turns them into cos and sin).
+        """
         if self.inv_freq.device != positions.device:
             self.inv_freq = self.inv_freq.to(positions.device)
-        cos, sin = rope_cos_sin(self.config, positions, self.inv_freq)
-        x = self.model.embed_tokens(input_ids)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, kv_cache, meta, self.backend, self.ops)
-        return self.ops.rms_norm(x, self.model.norm.weight, self.model.norm.eps)[0]
+        # Idea: what do all the layers of one step share, and what is computed once for all of them?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits in float32 for the rows whose next token we sample."""
-        return self.lm_head(hidden).float()
+        """Next-token logits [rows, vocab_size] in float32 of the given rows, through the lm_head module."""
+        # Idea: which module maps hidden states to the vocabulary, and in which dtype do logits leave?
+        # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
+        # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')
     # ANCHOR_END: model_forward
+# ANCHOR_END: decoder

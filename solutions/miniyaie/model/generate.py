@@ -36,16 +36,6 @@ class Generation:
     finish_reason: str
 
 
-def _check_prompts(prompts: Sequence[Sequence[int]], context_len: int) -> None:
-    for i, prompt in enumerate(prompts):
-        if len(prompt) == 0:
-            raise ValueError(f"prompt {i} is empty")
-        if len(prompt) >= context_len:
-            raise PromptTooLongError(
-                f"prompt has {len(prompt)} tokens but the model's context is {context_len} tokens"
-            )
-
-
 # ANCHOR: generate_stream
 def generate_stream(
     model: CausalLM,
@@ -53,9 +43,71 @@ def generate_stream(
     params: SamplingParams,
     eos_token_ids: Sequence[int] = (),
 ) -> Iterator[TokenEvent]:
-    """Yield every new token of every prompt as soon as it is sampled."""
+    """Generate for every prompt at once, yielding each new token as soon as it is sampled.
+
+    Errors, raised before any token: ValueError for an empty prompt,
+    PromptTooLongError for a prompt of len >= max_position_embeddings (no
+    room for one new token).
+
+    Each step yields one TokenEvent per sequence still running, in prompt
+    order; a sequence's events come in the order of its tokens. A sequence
+    finishes with the event of its last token, whose finish_reason is
+    "stop" when that token is in eos_token_ids (unless params.ignore_eos;
+    the end-of-sequence token is yielded), else "length" when prompt plus
+    output reach len(prompt) + params.max_tokens or the model's context,
+    whichever is smaller; "stop" wins when both hold. Every other event has
+    finish_reason None.
+
+    Tokens come from `sample` (model/sampling.py) on the logits of each
+    sequence's last position, with one torch.Generator seeded by
+    params.seed when it is set (the same seed gives the same tokens). With
+    temperature 0 the tokens equal transformers' greedy generate.
+
+    The KV cache does the work: every prompt token and every generated
+    token except the last goes through `model` exactly once, the prompts
+    all together in the first call, then one token per running sequence
+    per call. The cache and the AttentionMetadata are this function's to
+    build (KVCache, model/attention.py); the model's dtype and device are
+    those of model.lm_head.weight.
+    """
+    # Nudge: what goes into the model at each step, where does each token's K/V live, and when does a sequence leave?
+    # Hint 1: Keep, per sequence, its tokens so far and how many of them the cache already holds:
+    #   the tokens not yet cached are the ones to run (the whole prompt first, then the one token
+    #   sampled last). Give each sequence a contiguous run of slots as long as the longest it can
+    #   get (prompt + max_tokens, capped at the context): one block per sequence. A step packs the
+    #   running sequences' new tokens together; only each sequence's last row is sampled.
+    # Hint 2: Check the prompts. max_len[s] = min(len(prompt) + max_tokens, context); block_size =
+    #   max of them; KVCache with len(prompts) * block_size slots in lm_head's dtype and device;
+    #   a seeded Generator if params.seed is set. While some sequence runs: for each running s take
+    #   tokens[s][computed[s]:]; input_ids = them concatenated; positions = computed[s] ..
+    #   len(tokens[s]) - 1 per sequence; slot = s * block_size + position; block_tables = [[s]] per
+    #   running s; query_lens and seq_lens from the chunks; run the model, take the row at the end
+    #   of each sequence's chunk (cumsum of query_lens - 1), compute_logits, sample. For each
+    #   sequence: mark its tokens computed, append the token, decide stop (eos, unless
+    #   ignore_eos) before length (len(tokens) >= max_len), yield the event, keep it if unfinished.
+    # Hint 3:
+    #   check every prompt (empty -> ValueError, len >= context -> PromptTooLongError)
+    #   max_lens = [min(len(p) + max_tokens, context) for p in prompts]; block = max(max_lens)
+    #   cache = KVCache(config, len(prompts) * block, lm_head dtype, device); generator if seed
+    #   tokens = copies of prompts; computed = [0] * n; running = [0 .. n-1]
+    #   while running:
+    #       new = [tokens[s][computed[s]:] for s in running]
+    #       positions = concat of range(computed[s], len(tokens[s])) over running s
+    #       meta = AttentionMetadata(query_lens=[len(c) for c in new], seq_lens=[len(tokens[s])...],
+    #                                slot_mapping=positions + s * block per token, block_tables=[[s] ...], block_size=block)
+    #       hidden = model(concat(new), positions, cache, meta)
+    #       next = sample(model.compute_logits(hidden[cumsum(query_lens) - 1]), params, generator)
+    #       for s, token in zip(running, next):
+    #           computed[s] = len(tokens[s]); tokens[s].append(token)
+    #           reason = "stop" if token in eos and not ignore_eos else "length" if len(tokens[s]) >= max_lens[s] else None
+    #           yield TokenEvent(s, token, reason); keep s running if reason is None
+    # BEGIN SOLUTION 0.6: Sampling and the prefill-decode loop
     context_len = model.config.max_position_embeddings
-    _check_prompts(prompts, context_len)
+    for i, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"prompt {i} is empty")
+        if len(prompt) >= context_len:
+            raise PromptTooLongError(f"prompt has {len(prompt)} tokens but the model's context is {context_len} tokens")
     device = model.lm_head.weight.device
     max_lens = [min(len(p) + params.max_tokens, context_len) for p in prompts]
     block_size = max(max_lens)  # one contiguous block per sequence
@@ -97,19 +149,39 @@ def generate_stream(
                 still_running.append(s)
             yield TokenEvent(s, token, reason)
         running = still_running
+    # END SOLUTION
 # ANCHOR_END: generate_stream
 
 
+# ANCHOR: generate
 def generate(
     model: CausalLM,
     prompts: Sequence[Sequence[int]],
     params: SamplingParams,
     eos_token_ids: Sequence[int] = (),
 ) -> list[Generation]:
-    """The new tokens of every prompt, once all are finished."""
+    """The new tokens of every prompt, once all are finished: one Generation per prompt, in prompt order.
+
+    Same tokens, finish reasons and errors as generate_stream (each
+    Generation holds a prompt's new tokens in order and its finish_reason).
+    """
+    # Nudge: the stream interleaves the prompts: how do its events find their Generation?
+    # Hint 1: Every event names its prompt (event.seq); a prompt's tokens arrive in order, and
+    #   only its last event carries a finish reason.
+    # Hint 2: Start one empty Generation per prompt; for every event of generate_stream append
+    #   its token to outputs[event.seq] and, when it has a finish reason, record it.
+    # Hint 3:
+    #   outputs = [Generation([], "") for each prompt]
+    #   for event in generate_stream(model, prompts, params, eos_token_ids):
+    #       outputs[event.seq].token_ids.append(event.token_id)
+    #       if event.finish_reason: outputs[event.seq].finish_reason = event.finish_reason
+    #   return outputs
+    # BEGIN SOLUTION 0.6: Sampling and the prefill-decode loop
     outputs = [Generation([], "") for _ in prompts]
     for event in generate_stream(model, prompts, params, eos_token_ids):
         outputs[event.seq].token_ids.append(event.token_id)
         if event.finish_reason:
             outputs[event.seq].finish_reason = event.finish_reason
     return outputs
+    # END SOLUTION
+# ANCHOR_END: generate

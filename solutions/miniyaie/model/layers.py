@@ -15,17 +15,20 @@ from miniyaie.model.config import ModelConfig
 
 # ANCHOR: rms_norm
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Root-mean-square normalisation over the last dimension, then a learned scale.
+    """RMSNorm over the last dimension, then the learned per-feature scale `weight`.
 
-    Returns weight * x / sqrt(mean(x ** 2 over the last dim) + eps), same shape
-    and dtype as x; eps keeps an all-zero row at zero instead of NaN. Computed
-    in float32 whatever the input dtype (a bf16 sum of squares loses too
-    much), and cast back to x's dtype before the scale, as Llama does.
+    Each row comes out with a root mean square of 1 before the scale; no
+    mean is subtracted, and eps (added to the mean square) keeps an all-zero
+    row at zero instead of NaN. Same shape and dtype as x; bfloat16 input is
+    reduced in float32 (a bfloat16 sum of squares loses too much).
+    Asserted: rms_norm(c * x, w, eps) == rms_norm(x, w, eps) for c > 0 (eps
+    negligible), rms_norm(zeros) == zeros, and a float64 definition to 1e-5.
     """
-    # Nudge: unlike LayerNorm nothing is subtracted: divide by the root mean square, then scale.
+    # Nudge: which dtype does the reduction run in, and where does the result go back to x's dtype?
     # Hint 1: Each row (the last dimension) is divided by its own root mean square, so
     #   rms_norm(c * x) == rms_norm(x) for any c > 0. Precision is the invariant to keep:
-    #   square and average in float32 even when x is bfloat16.
+    #   square and average in float32 even when x is bfloat16; Llama casts back to x's dtype
+    #   before multiplying by the weight.
     # Hint 2: Cast x to float32; take the mean of its squares over the last dimension
     #   (keep that dimension so it broadcasts); multiply x by 1 / sqrt(mean + eps)
     #   (torch.rsqrt); cast the result back to x's dtype; multiply by weight.
@@ -34,7 +37,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     #   mean_square = mean of x32 ** 2 over dim -1, keepdim
     #   normed = x32 * rsqrt(mean_square + eps)
     #   return weight * (normed cast to x.dtype)
-    # BEGIN SOLUTION 0.1: RMSNorm
+    # BEGIN SOLUTION 0.1: The layer's pieces: RMSNorm and SwiGLU
     x32 = x.float()
     variance = x32.pow(2).mean(dim=-1, keepdim=True)
     normed = x32 * torch.rsqrt(variance + eps)
@@ -74,34 +77,50 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
 
 # ANCHOR: rope_cos_sin
 def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of every position's angles, shape [num_tokens, head_dim] (float32).
+    """cos and sin of every token's rotation angles: two float32 tensors [num_tokens, head_dim].
 
-    head_dim/2 angles, written twice side by side: column i and column
-    i + head_dim/2 hold the same angle, because those two dimensions are
-    rotated together ("rotate half").
+    positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2] from
+    rope_inverse_frequencies (pair i turns by position * inv_freq[i]).
+    Layout (apply_rotary and chapter 4's kernels read it): row t is token t;
+    column i and column i + head_dim/2 hold the same angle, the angle of the
+    pair (i, i + head_dim/2), for i < head_dim/2.
     """
+    # Nudge: one angle per token and pair: which outer product gives them, and how do they fill head_dim columns?
+    # Hint 1: The angle of pair i at position p is p * inv_freq[i]: a [num_tokens, head_dim/2] table.
+    #   Both members of a pair turn by the same angle, so the table is written twice, side by side.
+    # Hint 2: Turn positions into float32, take the outer product with inv_freq, concatenate the
+    #   result with itself on the last dimension, and return its cos and sin.
+    # Hint 3:
+    #   freqs = positions.float()[:, None] * inv_freq[None, :]
+    #   angles = cat([freqs, freqs], dim=-1)
+    #   return angles.cos(), angles.sin()
+    # BEGIN SOLUTION 0.2: Rotary position embedding
     freqs = positions.float()[:, None] * inv_freq[None, :]
     angles = torch.cat([freqs, freqs], dim=-1)
     return angles.cos(), angles.sin()
+    # END SOLUTION
 # ANCHOR_END: rope_cos_sin
 
 
 # ANCHOR: apply_rotary
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each head's (first half, second half) dimension pairs by its position's angle.
+    """Rotate every head of every token by its token's angles (the Hugging Face "rotate half" layout).
 
-    x: [num_tokens, num_heads, head_dim]; cos, sin: [num_tokens, head_dim].
-    This is the Hugging Face "rotate half" layout: dimension i is paired with
-    dimension i + head_dim / 2, and the pair turns by angle a (cos[:, i] and
-    sin[:, i] hold it): (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a).
-    Returns a tensor of x's shape and dtype, computed in float32. Meta's and
-    GGUF checkpoints pair neighbours (2i, 2i+1); converting them permutes the
-    q/k projection rows to this layout.
+    x: [num_tokens, num_heads, head_dim]; cos, sin: [num_tokens, head_dim] as
+    rope_cos_sin lays them out. Dimension i is paired with dimension
+    i + head_dim/2; read as the complex number x[i] + j*x[i + head_dim/2],
+    the pair is multiplied by e^(j*a), a being its angle. Returns a tensor of
+    x's shape and dtype, computed in float32. Asserted: the complex
+    definition to 1e-4, norms kept, and a query-key score unchanged when
+    both positions shift by the same amount. (Meta's and GGUF checkpoints
+    pair neighbours (2i, 2i+1); converting them permutes the q/k projection
+    rows to this layout.)
     """
-    # Nudge: pair dimension i with i + head_dim/2 and turn each pair like a complex number.
-    # Hint 1: The pair (x[i], x[i + d/2]) is the complex number x[i] + j*x[i + d/2]; RoPE
-    #   multiplies it by cos + j*sin of its position's angle. A rotation keeps every
-    #   vector's length, and a query-key score then depends only on their distance.
+    # Nudge: the heads share their token's angles: how do cos and sin meet a tensor with a heads dimension?
+    # Hint 1: Write the complex product out in real numbers: the first member of a pair becomes
+    #   x1*cos - x2*sin, the second x2*cos + x1*sin. Both halves of the head change at once, each
+    #   needing the other half: build the partner of every dimension as one tensor, then it is
+    #   two element-wise products. Every head of a token uses the same angles.
     # Hint 2: Build rotate_half(x): the second half negated, followed by the first half.
     #   The result is x * cos + rotate_half(x) * sin; cos and sin hold one row per token,
     #   so give them a heads dimension (dim 1) to broadcast. Work in float32 and cast
@@ -122,12 +141,14 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 # ANCHOR: swiglu
 def swiglu(x: torch.Tensor, gate_proj, up_proj, down_proj) -> torch.Tensor:
-    """The gated MLP of Llama-family models: down(silu(gate(x)) * up(x)), silu(g) = g * sigmoid(g).
+    """The gated MLP of Llama-family models (SwiGLU, as the chapter's overview writes it): [..., hidden] in and out.
 
-    The projections are callables (nn.Linear modules) so biases come for free.
+    The projections are callables (nn.Linear modules, with or without bias):
+    call them, never read their weights (other backends swap them for
+    merged or sharded ones). Asserted against the definition to 1e-5.
     """
-    # Nudge: the gate decides, element by element, how much of the up projection passes.
-    # Hint 1: Two projections of the same x; the gate one goes through SiLU (x * sigmoid(x))
+    # Nudge: which projection goes through the activation, and what multiplies what?
+    # Hint 1: Two projections of the same x; the gate one goes through SiLU (g * sigmoid(g))
     #   and multiplies the other element-wise; the product is projected back down. The
     #   projections are callables: call them, do not reach for their weights (biases come free).
     # Hint 2: Compute gate_proj(x) and up_proj(x); apply torch.nn.functional.silu to the
@@ -135,8 +156,9 @@ def swiglu(x: torch.Tensor, gate_proj, up_proj, down_proj) -> torch.Tensor:
     # Hint 3:
     #   gated = silu(gate_proj(x)) * up_proj(x)
     #   return down_proj(gated)
-    # BEGIN SOLUTION 0.3: SwiGLU MLP
-    return down_proj(torch.nn.functional.silu(gate_proj(x)) * up_proj(x))
+    # BEGIN SOLUTION 0.1: The layer's pieces: RMSNorm and SwiGLU
+    gated = torch.nn.functional.silu(gate_proj(x)) * up_proj(x)
+    return down_proj(gated)
     # END SOLUTION
 # ANCHOR_END: swiglu
 
@@ -156,8 +178,18 @@ class LayerOps:
         return tuple(projection(x) for projection in projections)
 
     def rms_norm(self, x, weight, eps: float, residual=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rms_norm of s, s) where s is x, or x + residual when a residual is given."""
+        # Nudge: what is normalised when a residual comes along, and what is handed back beside it?
+        # Hint 1: The decoder adds a block's output to the stream and normalises the new stream for
+        #   the next block: one call does both, returning the normalised sum and the sum itself.
+        # Hint 2: The sum is x when residual is None, else x + residual; return rms_norm of it and it.
+        # Hint 3:
+        #   summed = x if residual is None else x + residual
+        #   return rms_norm(summed, weight, eps), summed
+        # BEGIN SOLUTION 0.1: The layer's pieces: RMSNorm and SwiGLU
         summed = x if residual is None else x + residual
         return rms_norm(summed, weight, eps), summed
+        # END SOLUTION
 
     def rotary(self, q, k, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
