@@ -153,6 +153,22 @@ def test_each_rank_loads_only_its_slices_of_the_checkpoint(tiny_checkpoint, tmp_
             assert sharded * 2 == config.intermediate_size * config.hidden_size, f"rank {rank} holds more than half of gate_proj"
 
 
+class Counting:
+    """A group that counts rank 0's collective calls (and makes them)."""
+
+    def __init__(self, group):
+        self.group, self.calls = group, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.group, name)
+        if name in ("broadcast_object", "all_reduce", "all_gather_last_dim"):
+            def counted(*args, **kwargs):
+                self.calls += 1
+                return attr(*args, **kwargs)
+            return counted
+        return attr
+
+
 @pytest.mark.task("7.4")
 def test_a_worker_that_raises_fails_the_step_and_every_later_one(tiny_checkpoint):
     """The worker's third forward raises: rank 0's step raises TensorParallelError, and so does every later step."""
@@ -178,7 +194,9 @@ def test_a_worker_that_raises_fails_the_step_and_every_later_one(tiny_checkpoint
         engine.add_request([1, 2, 3, 4], SamplingParams(max_tokens=10, ignore_eos=True))
         errors = []
         try:
-            for _ in range(4):
+            for step in range(4):
+                if step == 3:  # after the failure: count what rank 0 still sends
+                    engine.runner.group = Counting(engine.runner.group)
                 try:
                     engine.step()
                     errors.append(None)
@@ -191,6 +209,7 @@ def test_a_worker_that_raises_fails_the_step_and_every_later_one(tiny_checkpoint
                     errors.append(exc)
         finally:
             seen.append(errors)
+            seen.append(getattr(engine.runner.group, "calls", None))
             group.broadcast_object(None)  # a worker still waiting for steps ends (a dead one broke the barrier: raises)
 
     try:
@@ -198,7 +217,7 @@ def test_a_worker_that_raises_fails_the_step_and_every_later_one(tiny_checkpoint
         ended = None
     except RuntimeError as exc:  # run() re-raises the worker's error once all ranks ended
         ended = exc
-    (errors,) = seen
+    errors, calls_after_failure = seen
     step_results, health = errors[0::2], errors[1::2]
     assert step_results[:2] == [None, None] and health[:2] == ["healthy", "healthy"], f"the first two steps should succeed: {errors}"
     for i in (2, 3):
@@ -206,5 +225,34 @@ def test_a_worker_that_raises_fails_the_step_and_every_later_one(tiny_checkpoint
             f"step {i + 1} (the worker failed in step 3) should raise TensorParallelError, got {step_results[i]!r}")
         assert isinstance(health[i], TensorParallelError), (
             f"after the failure check_health should raise TensorParallelError, got {health[i]!r}")
+    assert calls_after_failure == 0, (
+        f"step 4 came after a failed step: it must raise at once, without a message to any rank; "
+        f"rank 0 made {calls_after_failure} collective call(s)")
     assert ended is not None and "planted" in str(ended), (
         f"the worker's own error should end the run once every rank stopped, got {ended!r}")
+
+
+@pytest.mark.task("7.4")
+def test_a_worker_takes_rank_0s_backend_and_ends_when_rank_0_gives_up(tiny_checkpoint):
+    """A worker runs the backend rank 0 names; a rank 0 that sends None instead of a setup ends it with 0 steps."""
+    from miniyaie.backends.choose import make_attention_backend
+
+    path, _ = tiny_checkpoint("qwen2-kv2")
+
+    def rank(group):
+        model = load_rank_model(path, group)
+        if group.rank != 0:
+            steps = serve_as_worker(group, model)
+            return steps, type(model.backend).__name__
+        engine = LLMEngine(model, EngineConfig(block_size=4, num_blocks=16, attention_backend="torch"))
+        attach_engine(engine, group, "torch")
+        group.broadcast_object(None)
+        return None
+
+    _, (steps, backend) = ThreadRanks(2, timeout_s=30).run(rank)
+    want = type(make_attention_backend("torch", "cpu")).__name__
+    assert (steps, backend) == (0, want), (
+        f"a worker told to use the 'torch' backend should run {want} and replay 0 steps, got {backend}, {steps}")
+    gave_up = ThreadRanks(2, timeout_s=30).run(
+        lambda group: group.broadcast_object(None) if group.rank == 0 else serve_as_worker(group, model=None))
+    assert gave_up == [None, 0], f"rank 0 gave up before sending a setup: the worker should return 0, got {gave_up[1]!r}"

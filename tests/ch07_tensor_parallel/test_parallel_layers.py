@@ -57,6 +57,10 @@ def test_vocab_parallel_embedding_equals_the_whole_table(tp, vocab, data):
     def rank(group):
         layer = VocabParallelEmbedding(vocab, 5, group)
         start, end = shard_range(vocab, group.rank, tp)
+        assert (layer.start, layer.end) == (start, end) and layer.weight.shape == (end - start, 5), (
+            f"rank {group.rank}: the embedding should hold rows {start}..{end} of the vocabulary, "
+            f"got start/end {layer.start}..{layer.end} and a weight of {tuple(layer.weight.shape)}")
+        assert not layer.weight.requires_grad, "the embedding's weight is inference-only: no gradient"
         layer.weight.data.copy_(table[start:end])
         return layer(ids)
 
@@ -79,6 +83,9 @@ def test_lm_head_logits_equal_the_whole_head_on_every_rank(tp, vocab, rows):
     def rank(group):
         head = ParallelLMHead(vocab, 6, group)
         start, end = shard_range(vocab, group.rank, tp)
+        assert head.weight.shape == (end - start, 6), (
+            f"rank {group.rank}: the head should hold rows {start}..{end}, got a weight of {tuple(head.weight.shape)}")
+        assert not head.weight.requires_grad, "the head's weight is inference-only: no gradient"
         head.weight.data.copy_(weight[start:end])
         return head(hidden)
 

@@ -89,7 +89,8 @@ class ParallelModelRunner(ModelRunner):
 
         A failure of any collective (a rank died, raised or timed out) means
         the ranks are out of step for good: it is kept in self.failure and
-        raised as TensorParallelError, now and on every later step.
+        raised as TensorParallelError, now and on every later step; a later
+        step raises at once, without a message to any rank.
         """
         # Idea: a worker can only replay what it is told; and once a collective has failed, none can be trusted.
         # Stuck? `miniyaie hint 7.4` prints hints, one level at a time.

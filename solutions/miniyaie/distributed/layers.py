@@ -56,7 +56,9 @@ class VocabParallelEmbedding(nn.Module):
     """Each rank holds the embedding rows of one range of the vocabulary, [self.start, self.end).
 
     The ranges are `shard_range`'s: a rank's range may be short, or empty
-    (a vocabulary of 4 over 3 ranks gives the last rank none).
+    (a vocabulary of 4 over 3 ranks gives the last rank none). The weight,
+    [end - start, hidden_size], is a Parameter without gradient (inference
+    only), like every weight of the model.
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, group: TPGroup):
@@ -109,6 +111,8 @@ class ParallelLMHead(nn.Module):
     All-gather rather than gather-to-rank-0: the logits of one step are small
     (a row of vocab_size floats per sampled sequence), and with them on every
     rank a rank could sample without another message. Only rank 0 samples here.
+    The weight holds the rows of this rank's vocabulary range (`shard_range`),
+    a Parameter without gradient (inference only).
     """
 
     def __init__(self, vocab_size: int, hidden_size: int, group: TPGroup):
