@@ -64,10 +64,11 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     """Attention of one sequence's new queries over its whole context (cached + new).
 
     q: [num_new, num_heads, head_dim]; k, v: [context_len, num_kv_heads, head_dim]
-    with context_len >= num_new. The new tokens are the last num_new of the
-    context, so query i sits at position context_len - num_new + i and may
-    see keys 0..that position. Grouped-query attention: query head h reads
-    kv head h // (num_heads // num_kv_heads).
+    with context_len >= num_new; returns [num_new, num_heads, head_dim] in q's
+    dtype. The new tokens are the last num_new of the context, and each sees
+    the keys up to its own position, none after it. Grouped-query attention:
+    the query heads form num_kv_heads consecutive groups of equal size, and
+    group g reads K/V head g.
     """
     # Idea: the causal mask is shifted: the new queries are the last num_new tokens of the context.
     # Stuck? `miniyaie hint 0.4` prints hints, one level at a time.

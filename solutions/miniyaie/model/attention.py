@@ -42,9 +42,8 @@ class AttentionMetadata:
         #   so its first ceil(seq_len / block_size) entries hold it and the rest is padding.
         #   The answer has exactly seq_len slots: the last block may be partly filled.
         # Hint 2: Take the first ceil(seq_len / block_size) entries of the sequence's row
-        #   of block_tables; turn every block b into the slots b * block_size + 0 ..
-        #   b * block_size + block_size - 1 (an outer sum with arange(block_size)); flatten
-        #   in order and keep the first seq_len.
+        #   of block_tables; expand every block into its block_size slots in order (an outer
+        #   sum with arange(block_size)); flatten and keep the first seq_len.
         # Hint 3:
         #   length = seq_lens[seq]
         #   blocks = block_tables[seq, : ceil(length / block_size)]
@@ -80,10 +79,11 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     """Attention of one sequence's new queries over its whole context (cached + new).
 
     q: [num_new, num_heads, head_dim]; k, v: [context_len, num_kv_heads, head_dim]
-    with context_len >= num_new. The new tokens are the last num_new of the
-    context, so query i sits at position context_len - num_new + i and may
-    see keys 0..that position. Grouped-query attention: query head h reads
-    kv head h // (num_heads // num_kv_heads).
+    with context_len >= num_new; returns [num_new, num_heads, head_dim] in q's
+    dtype. The new tokens are the last num_new of the context, and each sees
+    the keys up to its own position, none after it. Grouped-query attention:
+    the query heads form num_kv_heads consecutive groups of equal size, and
+    group g reads K/V head g.
     """
     # Nudge: the causal mask is shifted: the new queries are the last num_new tokens of the context.
     # Hint 1: Query i is the token at position context_len - num_new + i, so it may see keys

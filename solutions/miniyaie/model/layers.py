@@ -112,9 +112,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     the pair is multiplied by e^(j*a), a being its angle. Returns a tensor of
     x's shape and dtype, computed in float32. Asserted: the complex
     definition to 1e-4, norms kept, and a query-key score unchanged when
-    both positions shift by the same amount. (Meta's and GGUF checkpoints
-    pair neighbours (2i, 2i+1); converting them permutes the q/k projection
-    rows to this layout.)
+    both positions shift by the same amount.
     """
     # Nudge: the heads share their token's angles: how do cos and sin meet a tensor with a heads dimension?
     # Hint 1: Write the complex product out in real numbers: the first member of a pair becomes
