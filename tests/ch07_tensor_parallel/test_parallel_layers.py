@@ -30,6 +30,10 @@ def test_row_parallel_linear_equals_the_whole_layer(tp, in_features, rows, bias)
     def rank(group):
         start, end = shard_range(in_features, group.rank, tp)
         layer = RowParallelLinear(end - start, 6, bias, group)
+        assert layer.weight.shape == (6, end - start), (
+            f"rank {group.rank}: the weight should be [out, local in] = {(6, end - start)}, got {tuple(layer.weight.shape)}")
+        assert (layer.bias is not None) == bias and not any(p.requires_grad for p in layer.parameters()), (
+            f"rank {group.rank}: a whole bias only when asked for (bias={bias}, got {layer.bias}), and no gradients")
         layer.weight.data.copy_(weight[:, start:end])
         if bias:
             layer.bias.data.copy_(b)

@@ -23,14 +23,17 @@ class RowParallelLinear(nn.Module):
 
     The weight is [out_features, local_in_features]; x is this rank's slice
     of the input (the output of the column-parallel layer before it). The
-    bias, if any, is whole on every rank.
+    bias, if any, is whole on every rank, and None without one. Weight and
+    bias are Parameters without gradient (inference only).
     """
 
     def __init__(self, local_in_features: int, out_features: int, bias: bool, group: TPGroup):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_features, local_in_features), requires_grad=False)
-        self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
         self.group = group
+        # Idea: which dimension of the weight is this rank's, and which part of the layer is not split at all?
+        # Stuck? `miniyaie hint 7.2` prints hints, one level at a time.
+        # TODO(Task 7.2): The layers that talk to the other ranks. Replace this line with your code.
+        raise NotImplementedError('Chapter 7, Task 2: The layers that talk to the other ranks — see book/src/ch07_tensor_parallel.md')
 
     # ANCHOR: row_parallel
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -23,14 +23,25 @@ class RowParallelLinear(nn.Module):
 
     The weight is [out_features, local_in_features]; x is this rank's slice
     of the input (the output of the column-parallel layer before it). The
-    bias, if any, is whole on every rank.
+    bias, if any, is whole on every rank, and None without one. Weight and
+    bias are Parameters without gradient (inference only).
     """
 
     def __init__(self, local_in_features: int, out_features: int, bias: bool, group: TPGroup):
         super().__init__()
+        self.group = group
+        # Nudge: which dimension of the weight is this rank's, and which part of the layer is not split at all?
+        # Hint 1: The rank holds the columns of its input features: all output rows, its inputs.
+        #   The bias belongs to the whole output, so it is whole on every rank.
+        # Hint 2: An uninitialised weight of out_features by local_in_features, and a bias of
+        #   out_features when asked for (else None); both Parameters with requires_grad=False.
+        # Hint 3:
+        #   self.weight = nn.Parameter(torch.empty(out, local_in), requires_grad=False)
+        #   self.bias = nn.Parameter(torch.empty(out), requires_grad=False) if bias else None
+        # BEGIN SOLUTION 7.2: The layers that talk to the other ranks
         self.weight = nn.Parameter(torch.empty(out_features, local_in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
-        self.group = group
+        # END SOLUTION
 
     # ANCHOR: row_parallel
     def forward(self, x: torch.Tensor) -> torch.Tensor:
