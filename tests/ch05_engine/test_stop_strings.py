@@ -29,6 +29,7 @@ def expected_text(text: str, stops: list[str]) -> str:
 @example(text="><<", stops=["<", "><<"], cuts=[])  # a longer stop begins earlier but completes later
 @example(text="><<", stops=["<", "><<"], cuts=[1, 2])  # ... the same text in pieces: the same answer
 @example(text="xab", stops=["b", "ab"], cuts=[])  # two stops complete together: cut before the longer
+@example(text="ab<x>cd<x>e", stops=["<x>"], cuts=[5, 7])  # pushes after the stop show nothing, a stop in them neither
 def test_released_text_is_the_text_cut_before_the_first_stop(text, stops, cuts):
     bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})
     deltas = [text[a:b] for a, b in zip(bounds, bounds[1:])]
