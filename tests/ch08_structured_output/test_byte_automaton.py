@@ -335,6 +335,10 @@ def test_the_crawl_knows_an_unhashable_state_seen_before_and_reads_the_budget():
 
     assert walk([0, 0, 0, 0]) in fsm.finals and walk([1, 0]) not in fsm.finals and walk([1, 1]) in fsm.finals, (
         "aaaa and bb reach n=4 (accepting), ba does not")
+    assert set(fsm.map) == set(range(5)) and fsm.finals <= set(range(5)), (
+        f"map and finals hold the numbers 0..4 only: got map keys {sorted(fsm.map)}, finals {sorted(fsm.finals)}")
+    assert walk([0] * 9) in fsm.finals and walk([0] * 5) == 0, (
+        "nine a's go round the cycle back through the start ({'n': 0}, number 0) to n=4: a state seen again keeps its number")
     n3 = walk([0, 0, 0])
     assert set(fsm.map[n3]) == {0}, f"from n=3 only symbol 0 may follow (1 raises OblivionError): got {fsm.map[n3]}"
     assert budget.seen, "the crawl reads the compile's budget (current_budget()) while it runs"

@@ -102,7 +102,7 @@ def crawl(alphabet, initial, final, follow):
     Returns interegular.fsm.FSM(alphabet=alphabet, states=range(n), initial=0, finals=...,
     map=..., __no_validation__=True): number i stands for one distinct reachable state (0 for
     `initial`), finals the numbers of the accepting ones, map[i] = {symbol: number of the state it
-    leads to} for every symbol that does not raise (every number in range(n) has a map entry).
+    leads to} for every symbol that does not raise (map's keys are exactly range(n)).
     Budget: the compile's (`current_budget()`, None outside one): call budget.check(states found
     so far) at least once every 16 states found, so that a huge automaton stops early.
     """
