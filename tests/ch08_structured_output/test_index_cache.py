@@ -223,4 +223,9 @@ class HoldsMachine(RuleBasedStateMachine):
 
 @pytest.mark.task("8.4")
 def test_guides_and_prepared_holds_give_back_each_use_of_an_index_once():
+    from miniyaie.structured import Constraints
+
+    c = Constraints(byte_vocabulary([]), 300, Limits(cache_bytes=1))
+    c.start(["r0"], SamplingParams())  # unconstrained: nothing to hold, nothing to compile
+    assert "r0" not in c.guides and c.stats()["compiles"] == 0, f"an unconstrained start makes no guide and compiles nothing: {c.stats()}"
     run_state_machine_as_test(HoldsMachine, settings=settings(max_examples=60, stateful_step_count=20, deadline=None))
