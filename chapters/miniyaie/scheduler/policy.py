@@ -114,7 +114,6 @@ def admission_order(
     # Stuck? `miniyaie hint 1.6` prints hints, one level at a time.
     # TODO(Task 1.6): Longest-prefix-match order. Replace this line with your code.
     raise NotImplementedError('Chapter 1, Task 6: Longest-prefix-match order — see book/src/ch01_scheduler.md')
-    return order
 # ANCHOR_END: admission_order
 
 

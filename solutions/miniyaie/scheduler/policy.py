@@ -154,6 +154,7 @@ def admission_order(
     #       limit = now - max_wait_steps
     #       overdue = [r for r in waiting if queued_at(r) <= limit]
     #       order = overdue + [r for r in order if queued_at(r) > limit]
+    #   return order
     # BEGIN SOLUTION 1.6: Longest-prefix-match order
     if len(waiting) > config.lpm_max_queue:
         order = fcfs_order(waiting, prefix_len)
@@ -162,8 +163,8 @@ def admission_order(
         limit = now - config.max_wait_steps
         overdue = [r for r in waiting if queued_at(r) <= limit]
         order = overdue + [r for r in order if queued_at(r) > limit]
-    # END SOLUTION
     return order
+    # END SOLUTION
 # ANCHOR_END: admission_order
 
 
