@@ -277,6 +277,14 @@ def test_the_budget_is_checked_as_states_are_made_and_stops_the_build():
     with pytest.raises(PatternError, match="max_states"):
         spell_in_utf8(chars, set(range(n + 1)), small)
     assert max(small.seen) <= 300 + 300, f"the build stops soon after passing max_states=300, not at {max(small.seen)} states"
+    loop = CharDFA([frozenset()], 0, [{0: 0}], [True])  # any character, any number of times: 1 character state
+    whole = spell_in_utf8(loop, {0}, Recording(Limits()))
+    assert len(whole.next_state) > 3, f"reading any character takes more byte states than 3, got {len(whole.next_state)}"
+    tiny = Recording(Limits(max_states=3))
+    with pytest.raises(PatternError, match="max_states"):
+        spell_in_utf8(loop, {0}, tiny)
+        raise AssertionError(f"{len(whole.next_state)} byte states with max_states=3: the check of the total must refuse it "
+                             f"(budget.check saw only {tiny.seen})")
 
 
 def build(pattern: str, crawler):

@@ -145,6 +145,39 @@ def test_a_compile_holds_no_lock_and_two_compiles_of_one_pattern_keep_one_index(
     assert cache.stats()["indexes_in_use"] == 0, "taken twice, given back twice: p1 is no longer in use"
 
 
+@pytest.mark.task("8.4")
+def test_a_pattern_compiled_twice_at_once_is_the_most_recent_and_compiles_get_a_fresh_budget():
+    """A get whose compile lost the race to another thread's still makes its pattern the most recently used."""
+    from miniyaie.structured.limits import Budget
+
+    gate, started, budgets, calls = threading.Event(), threading.Event(), [], Counter()
+
+    def compiler(pattern, budget, keyword, vocabulary, model_vocab_size):
+        budgets.append(budget)
+        calls[pattern] += 1
+        if pattern == "p1" and calls[pattern] == 1:
+            started.set()
+            gate.wait(timeout=10)
+        return FakeIndex(pattern)
+
+    limits = Limits(cache_bytes=6)  # p1 (2 bytes) and p2 (4 bytes) fit, p0 (1 byte) more does not
+    cache = IndexCache(byte_vocabulary(), 300, limits, compiler=compiler)
+    slow = threading.Thread(target=cache.get, args=("p1",))
+    slow.start()
+    assert started.wait(timeout=10), "the first get('p1') reaches the compiler"
+    cache.get("p1")  # compiled again, on this thread, and kept first
+    cache.get("p2")
+    gate.set()
+    slow.join(timeout=30)  # its get('p1') ends last: p1 is now the most recently used
+    cache.get("p0")  # over the budget: the least recently used, p2, goes
+    compiles = cache.stats()["compiles"]
+    cache.get("p1")
+    assert cache.stats()["compiles"] == compiles, (
+        "the slower of two compiles of p1 ended after get('p2'), so p1 was the most recently used and p2 had to go "
+        "when p0 came: p1 was evicted instead")
+    assert all(isinstance(b, Budget) and b.limits == limits for b in budgets), (
+        f"get with no budget compiles with a fresh Budget(limits) of the cache's limits, the compiler got {budgets}")
+
 HELD = [r"[ab]x", r"[ab]y"]
 
 

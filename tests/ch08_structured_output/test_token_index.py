@@ -252,12 +252,19 @@ def test_each_states_mask_is_computed_once_and_kept_one_bit_per_token():
 @pytest.mark.task("8.2")
 @pytest.mark.parametrize("pattern", ["(ab|c)+", "é?x", "(café|naïve)+"])
 def test_the_state_after_one_token_is_where_its_bytes_lead(pattern):
+    pieces = [b"ab", "é".encode()[:1], "é".encode()[1:], b"caf", "én".encode(), b""]
+    dfa = compile_regex(pattern)
+    # EOS is id 262; the last id, 263, is no token, then (second vocabulary) "ab": id -1 is no token, not the last one
+    for last in (None, b"ab"):
+        tokens = [bytes([b]) for b in range(256)] + pieces + [None, last]
+        check_one_token_steps(pattern, dfa, tokens)
+
+
+def check_one_token_steps(pattern, dfa, tokens):
     from miniyaie.structured import Vocabulary
 
-    pieces = [b"ab", "é".encode()[:1], "é".encode()[1:], b"caf", "én".encode(), b""]
-    tokens = [bytes([b]) for b in range(256)] + pieces + [None, None]  # EOS is id 263, 264 is no token
     vocabulary = Vocabulary(tokens, (len(tokens) - 2,))
-    index = TokenIndex(compile_regex(pattern), vocabulary, model_vocab_size=300)
+    index = TokenIndex(dfa, vocabulary, model_vocab_size=300)
     eos = vocabulary.eos_token_ids[0]
     table, accepting = index.dfa.next_state, index.dfa.accepting
     for state in range(min(len(table), 12)):
@@ -274,4 +281,4 @@ def test_the_state_after_one_token_is_where_its_bytes_lead(pattern):
             got = index.next_state(state, token)
             assert got == want, (
                 f"{pattern!r}: from state {state}, token {token} ({data!r}{', end of sequence' if token == eos else ''}) "
-                f"leads to {want} (-1: dead; end of sequence keeps an accepting state, an id with no bytes is dead), got {got}")
+                f"leads to {want} (-1: dead; end of sequence keeps an accepting state, an id with no bytes or outside 0..{len(tokens) - 1} is dead), got {got}")

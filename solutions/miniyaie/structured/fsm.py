@@ -137,8 +137,8 @@ def spell_in_utf8(chars: CharDFA, live: set[int], budget: Budget) -> ByteDFA:
 
     chars: the character automaton (initial state 0). live: `live_states(chars)`, 0 among them.
     budget: the compile's allowance; call `budget.check(states)` with the number of byte states
-    made so far at least once per character state, and let what it raises go through
-    (PatternError past max_states or the deadline, CompileCancelled).
+    made so far at least once per character state and once more with the total when done, and
+    let what it raises go through (PatternError past max_states or the deadline, CompileCancelled).
 
     Returns ByteDFA(next_state [S, 256] int64 with DEAD = -1, accepting [S] bool, initial 0,
     char_states = len(live)), where:
