@@ -358,3 +358,7 @@ def test_the_crawl_knows_an_unhashable_state_seen_before_and_reads_the_budget():
     with running_under(small), pytest.raises(PatternError, match="max_states"):
         crawl(alphabet, (0,), lambda state: False, endless)
     assert max(small.seen) <= 100 + 2 * 16 + 2, f"the crawl stops within 16 states of max_states=100, it reached {max(small.seen)}"
+    gaps = [later - earlier for earlier, later in zip(small.seen, small.seen[1:])]
+    assert max(gaps) <= 16, (
+        f"each state here finds one new state: checks at least once every 16 states found are at most 16 apart, "
+        f"the counts checked were {small.seen}")
