@@ -191,6 +191,7 @@ def spell_in_utf8(chars: CharDFA, live: set[int], budget: Budget) -> ByteDFA:
     #   for s in sorted(live): budget.check(len(rows)); T = number[other's target] if it is live else None
     #       named = {c.encode(): number[t] or DEAD for each writable c of each class (only live ones if T is None)}
     #       children = {proper prefix: next bytes}; rows[number[s]] = fill(b"", [(r[0], r[1:]) for r in UTF8_SEQUENCES], ...)
+    #   budget.check(len(rows)); return ByteDFA(tensor(rows), tensor(accepting), 0, len(live))
     # BEGIN SOLUTION 8.1: Regex to byte automaton
     order = sorted(live)
     number = {s: i for i, s in enumerate(order)}
