@@ -59,9 +59,10 @@ def install_budgeted_crawl() -> None:
     import interegular.fsm
 
     global ORIGINAL_CRAWL
-    if interegular.fsm.crawl is not crawl:
-        ORIGINAL_CRAWL = interegular.fsm.crawl
-        interegular.fsm.crawl = crawl
+    if not hasattr(interegular.fsm, "miniyaie_original_crawl"):  # once per process: a reloaded copy of this
+        interegular.fsm.miniyaie_original_crawl = interegular.fsm.crawl  # module must not take another's for it
+    ORIGINAL_CRAWL = interegular.fsm.miniyaie_original_crawl
+    interegular.fsm.crawl = crawl
 
 
 ORIGINAL_CRAWL = None
