@@ -140,15 +140,18 @@ def test_min_tokens_holds_back_stop_tokens_from_sampled_rows_too():
 
 
 @pytest.mark.task("5.8")
-def test_the_models_logits_are_left_as_they_were():
+@pytest.mark.parametrize("batch", ["every stage at once", "a mask alone"])
+def test_the_models_logits_are_left_as_they_were(batch):
+    """Each stage edits out of place, also when it is the only stage that runs (a mask alone edits first)."""
     logits = torch.tensor([[0.0, 8.0, 1.0, 2.0, 3.0]] * 4)
     before = logits.clone()
+    masked = SamplingRow(SamplingParams(), [0], [], allowed=torch.tensor([True, False, True, False, False]))
     rows = [
         SamplingRow(SamplingParams(repetition_penalty=2.0, presence_penalty=1.0), [1], [1]),
         SamplingRow(SamplingParams(min_tokens=2), [0], [], stop_token_ids=[1]),
         SamplingRow(SamplingParams(temperature=0.7, top_k=2), [0], [], generator=torch.Generator().manual_seed(0)),
-        SamplingRow(SamplingParams(), [0], [], allowed=torch.tensor([True, False, True, False, False])),
-    ]
+        masked,
+    ] if batch == "every stage at once" else [SamplingRow(SamplingParams(), [0], []) for _ in range(3)] + [masked]
     Sampler()(logits, rows)
     assert torch.equal(logits, before), (
         "the sampler changed the logits it was given (they may be the model's output, read again by the "
@@ -238,11 +241,11 @@ def test_a_row_with_a_single_filter_is_filtered(setting):
 
 
 @pytest.mark.task("5.8")
-@pytest.mark.parametrize("setting", [dict(repetition_penalty=3.0), dict(presence_penalty=2.0), dict(frequency_penalty=2.0)],
-                         ids=["repetition", "presence", "frequency"])
+@pytest.mark.parametrize("setting", [dict(repetition_penalty=3.0), dict(repetition_penalty=2.0), dict(presence_penalty=2.0),
+                                     dict(frequency_penalty=2.0)], ids=["repetition", "repetition-2", "presence", "frequency"])
 def test_a_batch_whose_only_penalty_is_one_kind_is_penalised(setting):
     """Every row greedy with one penalty alone, token 0 (the model's favourite) in its output: penalised,
-    token 0 falls below token 1 (log 0.5 * 3 < log 0.3; log 0.5 - 2 < log 0.3), so token 1 is chosen."""
+    token 0 falls below token 1 (log 0.5 * 3 and log 0.5 * 2 < log 0.3; log 0.5 - 2 < log 0.3), so token 1 is chosen."""
     rows = [SamplingRow(SamplingParams(temperature=0.0, **setting), [2], [0]) for _ in range(2)]
     got = [s.token_id for s in Sampler()(LOGITS.repeat(2, 1), rows)]
     assert got == [1, 1], f"with only {setting} the rows chose {got}, expected [1, 1]: a penalty set alone must still apply"

@@ -250,3 +250,20 @@ def test_a_completion_cut_inside_a_character_still_gets_its_held_back_text(engin
         "the text its detokenizer still holds back (finish()) must be added")
     assert "".join(d.text for d in deltas) == expected, "the streamed deltas must carry the released text too"
     engine.llm.abort(request.request_id)
+
+
+@pytest.mark.task("5.12")
+def test_an_event_carrying_an_error_raises_that_error_and_tells_nothing(engine):
+    """A failed completion's event carries its error: on_event raises it (the engine's fault boundary ends
+    that request alone), and no text is handed on for it."""
+    from miniyaie.engine.outputs import RequestEvent
+
+    request = engine.submit(PROMPT, max_tokens=4, ignore_eos=True)
+    token = engine.tokenizer("a", add_special_tokens=False)["input_ids"][0]
+    error = RuntimeError("its guide failed")
+    with pytest.raises(RuntimeError) as raised:
+        engine.processor.on_event(RequestEvent(request.request_id, token, None, error=error))
+    assert raised.value is error, f"on_event raised {raised.value!r}, not the event's own error {error!r}"
+    assert not engine.told.get(request.request_id), (
+        f"an event carrying an error handed on {engine.told[request.request_id]}: raise its error instead")
+    engine.llm.abort(request.request_id)

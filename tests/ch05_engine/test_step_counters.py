@@ -1,6 +1,8 @@
 """Task 5.11: the step's counters mean what they say — the proof that the cache, the batch and preemption
 are on the hot path (get_stats, the StepRecords of notebook 5, usage.cached_tokens)."""
 
+import time
+
 import pytest
 from tiny_models import save_tiny_model
 
@@ -56,9 +58,15 @@ def test_step_records_add_up_to_the_counters(tiny_model):
     records = []
     engine.on_step = records.append
     prompts = [[5] * 9 + [i] for i in range(4)]  # a shared prefix, chunked prefill, and a pool too small for all
+    began = time.perf_counter()
     engine.generate(prompts, SamplingParams(max_tokens=6, ignore_eos=True))
+    elapsed = time.perf_counter() - began
     stats = engine.stats
     assert [r.step for r in records] == list(range(1, stats["steps"] + 1))
+    assert all(began <= r.started and 0 <= r.seconds <= elapsed for r in records), (
+        f"a step record's time is not within the run's {elapsed:.3f} s: "
+        f"{[(round(r.started - began, 3), round(r.seconds, 3)) for r in records]} (started is "
+        "time.perf_counter() when the step began, seconds how long it took)")
     assert sum(r.prefill_tokens + r.decode_tokens for r in records) == stats["computed_tokens"]
     assert sum(r.sampled_tokens for r in records) == stats["output_tokens"] == 24
     assert sum(r.decode_tokens for r in records) <= 4 * 5  # a decode is one of the 5 tokens after each first one
