@@ -152,7 +152,7 @@ def _names_after_a_stub_that_only_the_region_defined(stub: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])  # the chapters whose stubs end at their raise (others keep code after it)
+@pytest.mark.parametrize("number", [ch.number for ch in CHAPTERS])
 def test_no_stub_keeps_code_after_its_raise_that_reads_a_name_only_the_region_defined(number):
     """A region that assigns a name the code after END SOLUTION reads leaves, in the stub, unreachable code
     using a name the learner must guess: the region must take that code in."""

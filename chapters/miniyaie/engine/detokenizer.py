@@ -44,8 +44,6 @@ class IncrementalDetokenizer:
         # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
         # TODO(Task 5.5): Incremental detokenization. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 5: Incremental detokenization — see book/src/ch05_engine.md')
-        self.text += delta
-        return delta
     # ANCHOR_END: push
 
     # ANCHOR: finish
@@ -62,6 +60,4 @@ class IncrementalDetokenizer:
         # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
         # TODO(Task 5.5): Incremental detokenization. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 5: Incremental detokenization — see book/src/ch05_engine.md')
-        self.prefix_offset = self.read_offset = len(self.token_ids)  # the window starts after everything emitted
-        return delta
     # ANCHOR_END: finish

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 
@@ -29,19 +29,19 @@ from miniyaie.backends.choose import use_backend
 from miniyaie.engine.config import EngineConfig
 from miniyaie.backends.cuda_graphs import decode_graphs_mode, kv_budget_bytes, make_decode_graphs
 from miniyaie.engine.model_runner import ModelRunner
+from miniyaie.engine.offline_generate import OfflineGeneration
 from miniyaie.engine.outputs import RequestEvent, StepRecord
 from miniyaie.engine.plugins import STRUCTURED_OUTPUT, plugin
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.step_accounting import StepAccounting
-from miniyaie.model import CausalLM, Generation
-from miniyaie.model import SamplingParams as BasicSamplingParams
+from miniyaie.model import CausalLM
 from miniyaie.paged import PagedMemory, make_pool, num_blocks_for_budget
 from miniyaie.radix import RadixMemory
 from miniyaie.scheduler import Request, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
 
 
-class LLMEngine(Admission, StepAccounting):
+class LLMEngine(Admission, StepAccounting, OfflineGeneration):
     def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None, decode_graphs="auto"):
         """`vocabulary`: the tokenizer's tokens as bytes (a miniyaie.structured.Vocabulary, or a function
         that makes one on first use), needed only by requests with structured output (chapter 8).
@@ -100,16 +100,7 @@ class LLMEngine(Admission, StepAccounting):
     # ------------------------------------------------------------ one step
     # ANCHOR: step
     def step(self) -> list[RequestEvent]:
-        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events.
-
-        The part you write turns the non-empty step `out` into `sampled` (request id
-        -> SampledToken, for every chunk that reaches its end and every completion
-        forked this step) and `finished` (request id -> "stop" | "length"). The
-        scheduler records every sampled token (and finishes and frees on EOS or
-        max_tokens). n > 1: the other completions fork after the prompt's last chunk,
-        sample from its logits with their own settings and share its blocks. A token
-        in stop_token_ids ends a request with "stop" (even with ignore_eos).
-        """
+        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events."""
         started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
         out = self.scheduler.schedule()
@@ -117,10 +108,7 @@ class LLMEngine(Admission, StepAccounting):
             return []
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
-        # Idea: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
-        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
-        # TODO(Task 5.11): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
+        sampled, finished = self._sample_and_record(out)
         forced, failed = self._constraints.follow(self, sampled, finished) if self._constraints is not None else ({}, {})
         self._count_step(out, started, used_blocks, cached, sampled, finished)
         events = []
@@ -136,6 +124,21 @@ class LLMEngine(Admission, StepAccounting):
         for rid in (*finished, *failed):
             self._forget(rid)
         return events
+
+    def _sample_and_record(self, out: SchedulerOutput) -> tuple[dict[str, SampledToken], dict[str, str]]:
+        """Run the non-empty step `out` and record its tokens: returns (sampled, finished).
+
+        `sampled` maps request id -> SampledToken for every chunk that reaches its end and
+        every completion forked this step; `finished` maps request id -> "stop" | "length".
+        The scheduler records every sampled token (and finishes and frees on EOS or
+        max_tokens). n > 1: the other completions fork after the prompt's last chunk,
+        sample from its logits with their own settings and share its blocks. A token
+        in stop_token_ids ends a request with "stop" (even with ignore_eos).
+        """
+        # Idea: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
+        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
+        # TODO(Task 5.11): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: step
 
     def _unforked_children(self, parent_id: str) -> list[str]:
@@ -179,19 +182,3 @@ class LLMEngine(Admission, StepAccounting):
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: finish
-
-    # ANCHOR: offline_generate
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        params: SamplingParams | BasicSamplingParams | None = None,
-        eos_token_ids: Sequence[int] = (),
-    ) -> list[Generation]:
-        """Run every prompt to completion, all in the same batches; outputs in prompt order (completion 0
-        of each when n > 1: the others run, and are left out). A failed request's error (an event
-        that carries one) is raised."""
-        # Idea: add them all first, then step until nothing is left, sorting each event to its prompt.
-        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
-        # TODO(Task 5.11): The engine step. Replace this line with your code.
-        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
-    # ANCHOR_END: offline_generate

@@ -143,18 +143,14 @@ class OutputProcessor:
         and the engine stops computing it at once, its blocks returned; when a
         completion ends otherwise, the text held back is released; its tokens and
         logprob are recorded; once finished, the completion (by its engine id, which
-        differs from the request id when n > 1) is no longer tracked.
+        differs from the request id when n > 1) is no longer tracked. A caller that asked
+        for deltas hears a CompletionDelta of what was shown; once every completion of
+        the request has finished, it hears the request's result.
         """
         # Idea: the stop filter decides what is shown and whether the completion is over.
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')
-        if request.deltas:
-            self.tell(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
-                                               [logprob] if logprob is not None else None))
-        if request.finished:
-            self._started.discard(request.request_id)
-            self.tell(request, request.result())
     # ANCHOR_END: emit
 
     def _token_logprob(self, event: RequestEvent) -> TokenLogprob:

@@ -78,7 +78,6 @@ class Sampler:
         # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
         # TODO(Task 5.8): One sampler for the whole batch. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 8: One sampler for the whole batch — see book/src/ch05_engine.md')
-        return self._outputs(tokens, raw_logprobs, want_logprobs)
 
     @staticmethod
     def _outputs(tokens: torch.Tensor, raw_logprobs: torch.Tensor | None, want: list[int | None]) -> list[SampledToken]:

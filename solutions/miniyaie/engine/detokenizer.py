@@ -50,13 +50,14 @@ class IncrementalDetokenizer:
         #   are new. Decode the window without and with the new tokens. If the second is not
         #   longer, or ends with INCOMPLETE, emit nothing and keep waiting. Otherwise the delta
         #   is the second text past the first's length; slide the window (the context starts at
-        #   the old read_offset, read_offset moves to the end) and record the delta.
+        #   the old read_offset, read_offset moves to the end), add the delta to self.text and
+        #   return it.
         # Hint 3:
         #   before = decode(ids[prefix_offset:read_offset]); after = decode(ids[prefix_offset:])
         #   if len(after) <= len(before) or after.endswith(INCOMPLETE): return ""
         #   delta = after[len(before):]
         #   prefix_offset, read_offset = read_offset, len(ids)
-        #   (then the given lines after the region record and return delta)
+        #   self.text += delta; return delta
         # BEGIN SOLUTION 5.5: Incremental detokenization
         before = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
         after = self._decode(self.token_ids[self.prefix_offset :])
@@ -64,9 +65,9 @@ class IncrementalDetokenizer:
             return ""
         delta = after[len(before) :]
         self.prefix_offset, self.read_offset = self.read_offset, len(self.token_ids)
-        # END SOLUTION
         self.text += delta
         return delta
+        # END SOLUTION
     # ANCHOR_END: push
 
     # ANCHOR: finish
@@ -86,17 +87,18 @@ class IncrementalDetokenizer:
         #   that does not start with it means a bug above; say so instead of emitting garbage.
         # Hint 2: Decode all the tokens. If that does not start with self.text, raise RuntimeError
         #   naming both. The delta is the full text past len(self.text); record the full text as
-        #   emitted (the given lines after the region move the window and return the delta).
+        #   emitted, move the window past every token, and return the delta.
         # Hint 3:
         #   full = decode(all token_ids); if not full.startswith(self.text): raise RuntimeError(...)
         #   delta = full[len(self.text):]; self.text = full
+        #   prefix_offset = read_offset = len(token_ids); return delta
         # BEGIN SOLUTION 5.5: Incremental detokenization
         full = self._decode(self.token_ids)
         if not full.startswith(self.text):  # never expected; say so rather than emit garbage
             raise RuntimeError(f"incremental text {self.text!r} is not a prefix of the full decode {full!r}")
         delta = full[len(self.text) :]
         self.text = full
-        # END SOLUTION
         self.prefix_offset = self.read_offset = len(self.token_ids)  # the window starts after everything emitted
         return delta
+        # END SOLUTION
     # ANCHOR_END: finish

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 
@@ -29,19 +29,19 @@ from miniyaie.backends.choose import use_backend
 from miniyaie.engine.config import EngineConfig
 from miniyaie.backends.cuda_graphs import decode_graphs_mode, kv_budget_bytes, make_decode_graphs
 from miniyaie.engine.model_runner import ModelRunner
+from miniyaie.engine.offline_generate import OfflineGeneration
 from miniyaie.engine.outputs import RequestEvent, StepRecord
 from miniyaie.engine.plugins import STRUCTURED_OUTPUT, plugin
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.step_accounting import StepAccounting
-from miniyaie.model import CausalLM, Generation
-from miniyaie.model import SamplingParams as BasicSamplingParams
+from miniyaie.model import CausalLM
 from miniyaie.paged import PagedMemory, make_pool, num_blocks_for_budget
 from miniyaie.radix import RadixMemory
 from miniyaie.scheduler import Request, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
 
 
-class LLMEngine(Admission, StepAccounting):
+class LLMEngine(Admission, StepAccounting, OfflineGeneration):
     def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None, decode_graphs="auto"):
         """`vocabulary`: the tokenizer's tokens as bytes (a miniyaie.structured.Vocabulary, or a function
         that makes one on first use), needed only by requests with structured output (chapter 8).
@@ -100,16 +100,7 @@ class LLMEngine(Admission, StepAccounting):
     # ------------------------------------------------------------ one step
     # ANCHOR: step
     def step(self) -> list[RequestEvent]:
-        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events.
-
-        The part you write turns the non-empty step `out` into `sampled` (request id
-        -> SampledToken, for every chunk that reaches its end and every completion
-        forked this step) and `finished` (request id -> "stop" | "length"). The
-        scheduler records every sampled token (and finishes and frees on EOS or
-        max_tokens). n > 1: the other completions fork after the prompt's last chunk,
-        sample from its logits with their own settings and share its blocks. A token
-        in stop_token_ids ends a request with "stop" (even with ignore_eos).
-        """
+        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events."""
         started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
         out = self.scheduler.schedule()
@@ -117,6 +108,33 @@ class LLMEngine(Admission, StepAccounting):
             return []
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
+        sampled, finished = self._sample_and_record(out)
+        forced, failed = self._constraints.follow(self, sampled, finished) if self._constraints is not None else ({}, {})
+        self._count_step(out, started, used_blocks, cached, sampled, finished)
+        events = []
+        for rid, s in sampled.items():
+            if rid in failed:  # ended by its own fault (its blocks are back): the event carries the error
+                events.append(RequestEvent(rid, s.token_id, None, error=failed[rid]))
+                continue
+            last = finished.get(rid) if rid not in forced else None
+            events.append(self._event(rid, s, last, self._prompt_cached.get(rid, 0)))
+            for i, token in enumerate(forced.get(rid, ())):  # jump-forward: tokens the pattern forced
+                last = finished.get(rid) if i == len(forced[rid]) - 1 else None
+                events.append(self._event(rid, SampledToken(token), last, self._prompt_cached.get(rid, 0)))
+        for rid in (*finished, *failed):
+            self._forget(rid)
+        return events
+
+    def _sample_and_record(self, out: SchedulerOutput) -> tuple[dict[str, SampledToken], dict[str, str]]:
+        """Run the non-empty step `out` and record its tokens: returns (sampled, finished).
+
+        `sampled` maps request id -> SampledToken for every chunk that reaches its end and
+        every completion forked this step; `finished` maps request id -> "stop" | "length".
+        The scheduler records every sampled token (and finishes and frees on EOS or
+        max_tokens). n > 1: the other completions fork after the prompt's last chunk,
+        sample from its logits with their own settings and share its blocks. A token
+        in stop_token_ids ends a request with "stop" (even with ignore_eos).
+        """
         # Nudge: the order is the design: a forked completion needs its parent's logits and its parent's blocks.
         # Hint 1: Three pieces do the heavy work: self.runner.run (Task 5.9: batch, forward,
         #   sampler), self.scheduler.update (chapter 1: append tokens, finish, free) and
@@ -142,6 +160,7 @@ class LLMEngine(Admission, StepAccounting):
         #   child_chunks = [self._fork(parent_id, child) for each parent_id, child]
         #   done = self.scheduler.update(SchedulerOutput(out.chunks + child_chunks, out.preempted), {rid: s.token_id ...})
         #   finished = {r.request_id: r.finish_reason.value for r in done}; finished.update(self._stop_token_finishes(sampled, finished))
+        #   return sampled, finished
         # BEGIN SOLUTION 5.11: The engine step
         sampling = [c.request for c in out.chunks if c.samples_next_token]
         rows = {r.request_id: self._row(r.request_id, r) for r in sampling}
@@ -154,22 +173,8 @@ class LLMEngine(Admission, StepAccounting):
         update = SchedulerOutput(out.chunks + child_chunks, out.preempted)
         finished = {r.request_id: r.finish_reason.value for r in self.scheduler.update(update, {k: s.token_id for k, s in sampled.items()})}
         finished.update(self._stop_token_finishes(sampled, finished))
+        return sampled, finished
         # END SOLUTION
-        forced, failed = self._constraints.follow(self, sampled, finished) if self._constraints is not None else ({}, {})
-        self._count_step(out, started, used_blocks, cached, sampled, finished)
-        events = []
-        for rid, s in sampled.items():
-            if rid in failed:  # ended by its own fault (its blocks are back): the event carries the error
-                events.append(RequestEvent(rid, s.token_id, None, error=failed[rid]))
-                continue
-            last = finished.get(rid) if rid not in forced else None
-            events.append(self._event(rid, s, last, self._prompt_cached.get(rid, 0)))
-            for i, token in enumerate(forced.get(rid, ())):  # jump-forward: tokens the pattern forced
-                last = finished.get(rid) if i == len(forced[rid]) - 1 else None
-                events.append(self._event(rid, SampledToken(token), last, self._prompt_cached.get(rid, 0)))
-        for rid in (*finished, *failed):
-            self._forget(rid)
-        return events
     # ANCHOR_END: step
 
     def _unforked_children(self, parent_id: str) -> list[str]:
@@ -267,41 +272,3 @@ class LLMEngine(Admission, StepAccounting):
         return finished
         # END SOLUTION
     # ANCHOR_END: finish
-
-    # ANCHOR: offline_generate
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        params: SamplingParams | BasicSamplingParams | None = None,
-        eos_token_ids: Sequence[int] = (),
-    ) -> list[Generation]:
-        """Run every prompt to completion, all in the same batches; outputs in prompt order (completion 0
-        of each when n > 1: the others run, and are left out). A failed request's error (an event
-        that carries one) is raised."""
-        # Nudge: add them all first, then step until nothing is left, sorting each event to its prompt.
-        # Hint 1: The engine batches what it holds, so every prompt is added before the first step.
-        #   Each step returns events for many requests, in no particular order: gather each
-        #   request's tokens by its id, and keep the finish reason of its last event. The events
-        #   of other completions (n > 1) are not asked for here.
-        # Hint 2: ids = add_request for each prompt; one Generation([], "") per id. While
-        #   has_unfinished: for each event of step(): raise its error if any; if its id is one of
-        #   ours, append the token and record a finish_reason when there is one. Return them in
-        #   the ids' order.
-        # Hint 3:
-        #   ids = [self.add_request(p, params, eos_token_ids) for p in prompts]; outputs = {rid: Generation([], "")}
-        #   while self.has_unfinished(): for event in self.step(): (raise event.error); append; finish_reason
-        #   return [outputs[rid] for rid in ids]
-        # BEGIN SOLUTION 5.11: The engine step
-        ids = [self.add_request(p, params, eos_token_ids) for p in prompts]
-        outputs = {rid: Generation([], "") for rid in ids}
-        while self.has_unfinished():
-            for event in self.step():
-                if event.error is not None:
-                    raise event.error
-                if event.request_id in outputs:
-                    outputs[event.request_id].token_ids.append(event.token_id)
-                    if event.finish_reason:
-                        outputs[event.request_id].finish_reason = event.finish_reason
-        return [outputs[rid] for rid in ids]
-        # END SOLUTION
-    # ANCHOR_END: offline_generate

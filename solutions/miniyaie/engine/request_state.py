@@ -217,7 +217,9 @@ class OutputProcessor:
         and the engine stops computing it at once, its blocks returned; when a
         completion ends otherwise, the text held back is released; its tokens and
         logprob are recorded; once finished, the completion (by its engine id, which
-        differs from the request id when n > 1) is no longer tracked.
+        differs from the request id when n > 1) is no longer tracked. A caller that asked
+        for deltas hears a CompletionDelta of what was shown; once every completion of
+        the request has finished, it hears the request's result.
         """
         # Nudge: the stop filter decides what is shown and whether the completion is over.
         # Hint 1: Text passes through the completion's stop filter before anyone sees it. The
@@ -229,12 +231,16 @@ class OutputProcessor:
         #   c.engine_id when finish is None, and set finish to "stop". Else, when finish is set,
         #   add the filter's flushed tail to the shown text. Append tokens, shown text and the
         #   logprob to c.output. When finished, set the finish reason and forget c.engine_id.
+        #   Then tell the caller: a delta if it asked for deltas; once the whole request has
+        #   finished, drop it from the started set and tell its result.
         # Hint 3:
         #   shown = c.stops.push(text)
         #   if c.stops.stopped: (finish is None and self.llm.finish(c.engine_id)); finish = "stop"
         #   elif finish is not None: shown += c.stops.flush()
         #   c.output.token_ids += token_ids; c.output.text += shown; logprob -> c.output.logprobs
         #   if finish is not None: c.output.finish_reason = finish; self._by_engine_id.pop(c.engine_id, None)
+        #   if request.deltas: self.tell(request, CompletionDelta(request_id, index, shown, token_ids, finish, [logprob] or None))
+        #   if request.finished: self._started.discard(request_id); self.tell(request, request.result())
         # BEGIN SOLUTION 5.12: The request lifecycle
         shown = c.stops.push(text)
         if c.stops.stopped:
@@ -250,13 +256,13 @@ class OutputProcessor:
         if finish is not None:
             c.output.finish_reason = finish
             self._by_engine_id.pop(c.engine_id, None)
-        # END SOLUTION
         if request.deltas:
             self.tell(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
                                                [logprob] if logprob is not None else None))
         if request.finished:
             self._started.discard(request.request_id)
             self.tell(request, request.result())
+        # END SOLUTION
     # ANCHOR_END: emit
 
     def _token_logprob(self, event: RequestEvent) -> TokenLogprob:

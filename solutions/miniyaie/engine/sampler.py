@@ -87,7 +87,7 @@ class Sampler:
         #   rows still under min_tokens and set those logits to -inf out of place. Mask the rows
         #   with `allowed`. tokens = argmax of every row. For the non-greedy rows: divide by
         #   their temperatures, filter_logits if any of them filters, softmax, and draw with
-        #   their generators; write those tokens over the argmax.
+        #   their generators; write those tokens over the argmax. _outputs builds the answer.
         # Hint 3:
         #   raw_logprobs = log_softmax(logits) if any(k is not None for k in want_logprobs) else None
         #   if any penalty: seen, counts = token_histories(prompts, outputs, vocab, device); logits = apply_penalties(...)
@@ -98,6 +98,7 @@ class Sampler:
         #   sampled = [i for i, p in enumerate(params) if not p.greedy]
         #   scaled = logits[sampled] / temperatures[:, None]; maybe filter_logits(scaled, k, p, min_p)
         #   tokens[sampled] = draw(softmax(scaled), [rows[i].generator for i in sampled])
+        #   return self._outputs(tokens, raw_logprobs, want_logprobs)
         # BEGIN SOLUTION 5.8: One sampler for the whole batch
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in want_logprobs) else None
 
@@ -134,8 +135,8 @@ class Sampler:
                 )
             probs = torch.softmax(scaled, dim=-1)
             tokens[rows_index] = draw(probs, [rows[i].generator for i in sampled])
-        # END SOLUTION
         return self._outputs(tokens, raw_logprobs, want_logprobs)
+        # END SOLUTION
 
     @staticmethod
     def _outputs(tokens: torch.Tensor, raw_logprobs: torch.Tensor | None, want: list[int | None]) -> list[SampledToken]:

@@ -1,0 +1,30 @@
+"""Offline generation: a list of prompts in, every prompt's tokens out (LLMEngine.generate).
+
+A mixin of LLMEngine, kept apart because it is a client of the engine's step, not part of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from miniyaie.engine.sampling_params import SamplingParams
+from miniyaie.model import Generation
+from miniyaie.model import SamplingParams as BasicSamplingParams
+
+
+class OfflineGeneration:
+    # ANCHOR: offline_generate
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | BasicSamplingParams | None = None,
+        eos_token_ids: Sequence[int] = (),
+    ) -> list[Generation]:
+        """Run every prompt to completion, all in the same batches; outputs in prompt order (completion 0
+        of each when n > 1: the others run, and are left out). A failed request's error (an event
+        that carries one) is raised."""
+        # Idea: add them all first, then step until nothing is left, sorting each event to its prompt.
+        # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
+        # TODO(Task 5.11): The engine step. Replace this line with your code.
+        raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
+    # ANCHOR_END: offline_generate
