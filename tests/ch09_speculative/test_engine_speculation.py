@@ -1,0 +1,222 @@
+"""Speculative decoding in the engine: the same greedy tokens, fewer steps, and nothing rejected kept.
+
+The oracle is the engine without speculation (itself equal to transformers' greedy generate, which the
+first test checks again). The tiny random model's greedy outputs fall into loops on some prompts, so the
+n-gram proposer's drafts are sometimes accepted and sometimes rejected: both paths run.
+"""
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "ch00_model"))
+from tiny_models import save_tiny_model, transformers_greedy  # noqa: E402
+
+from miniyaie.engine import EngineConfig, LLMEngine  # noqa: E402
+from miniyaie.engine.sampling_params import SamplingParams  # noqa: E402
+from miniyaie.paged import blocks_needed  # noqa: E402
+
+pytestmark = pytest.mark.ungraded  # the engine's side of chapter 9 (its tasks grade the proposer and the acceptance)
+
+RNG = random.Random(0)
+PROMPTS = [[RNG.randrange(320) for _ in range(RNG.randrange(3, 30))] for _ in range(6)] + [[5, 6, 7, 8] * 6]
+MAX_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-llama-spec")
+    hf_model = save_tiny_model("llama", path)
+    from miniyaie.model import load_model
+
+    return load_model(path), hf_model
+
+
+def engine(model, speculative: bool, **config) -> LLMEngine:
+    settings = dict(block_size=4, num_blocks=200, max_num_batched_tokens=32)
+    if speculative:
+        settings.update(speculative="ngram", num_speculative_tokens=4)
+    return LLMEngine(model, EngineConfig(**{**settings, **config}))
+
+
+def greedy(**overrides) -> SamplingParams:
+    return SamplingParams(**{"max_tokens": MAX_TOKENS, "ignore_eos": True, **overrides})
+
+
+def tokens(llm: LLMEngine, prompts, params) -> list[list[int]]:
+    return [g.token_ids for g in llm.generate(prompts, params)]
+
+
+def cached_paths(memory) -> list[list[int]]:
+    """Every root-to-leaf token path of the radix tree."""
+    paths = []
+    for node in memory.cache._nodes():
+        if node.is_leaf and node is not memory.cache.root:
+            path, walk = [], node
+            while walk is not None:
+                path[:0] = walk.key
+                walk = walk.parent
+            paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("config", [
+    dict(),
+    dict(enable_prefix_caching=False),
+    dict(block_size=1),
+    dict(block_size=16, max_num_batched_tokens=8),  # the budget cuts drafts short
+    dict(num_blocks=24, max_num_batched_tokens=16),  # a small pool: requests are preempted mid-run
+], ids=["radix", "paged", "block-1", "tight-budget", "preemption"])
+def test_greedy_output_with_speculation_equals_greedy_output_without_it(tiny, config):
+    model, hf_model = tiny
+    plain = tokens(engine(model, False, **config), PROMPTS, greedy())
+    assert plain == [transformers_greedy(hf_model, p, MAX_TOKENS) for p in PROMPTS], "the plain engine is the oracle"
+    llm = engine(model, True, **config)
+    spec = tokens(llm, PROMPTS, greedy())
+    for i, (want, got) in enumerate(zip(plain, spec)):
+        assert got == want, f"prompt {i}: with speculation {got}, without {want}"
+    c = llm.counters
+    assert c["draft_tokens"] > c["accepted_draft_tokens"] > 0, f"both paths must run (accepted and rejected): {c}"
+    assert llm.num_request_blocks == 0, "every request's blocks came back"
+    if config.get("num_blocks") == 24:
+        assert llm.scheduler.num_preemptions > 0, "the small pool was meant to preempt"
+    if hasattr(llm.memory, "check_integrity"):
+        llm.memory.check_integrity()
+
+
+def test_speculation_takes_fewer_steps_where_drafts_are_accepted(tiny):
+    model, _ = tiny
+    plain, spec = engine(model, False), engine(model, True)
+    tokens(plain, PROMPTS, greedy())
+    tokens(spec, PROMPTS, greedy())
+    emitted = spec.counters["accepted_draft_tokens"] + spec.counters["verified_steps"]
+    assert spec.counters["output_tokens"] == plain.counters["output_tokens"]
+    assert emitted > spec.counters["verified_steps"], "a verification emits the kept drafts plus the target's token"
+    assert spec.counters["steps"] <= plain.counters["steps"], (spec.counters["steps"], plain.counters["steps"])
+
+
+class OracleProposer:
+    """Drafts the plain engine's own continuation (a model drafting for itself), its last draft spoiled
+    every `spoil` proposals: most drafts are accepted, some rejected."""
+
+    def __init__(self, sequences: list[list[int]], spoil: int = 0):
+        self.sequences, self.spoil, self.calls = sequences, spoil, 0
+
+    def propose(self, token_ids, k: int) -> list[int]:
+        self.calls += 1
+        seq = next(s for s in self.sequences if s[: len(token_ids)] == list(token_ids))
+        drafts = seq[len(token_ids) : len(token_ids) + k]
+        if self.spoil and drafts and self.calls % self.spoil == 0:
+            drafts[-1] = (drafts[-1] + 1) % 320
+        return drafts
+
+
+def oracle_engine(model, plain, spoil=0, **config) -> LLMEngine:
+    llm = engine(model, True, **config)
+    llm.speculation.proposer = OracleProposer([list(p) + o for p, o in zip(PROMPTS, plain)], spoil)
+    return llm
+
+
+def test_a_model_drafting_for_itself_has_every_draft_accepted(tiny):
+    model, _ = tiny
+    plain_engine = engine(model, False)
+    plain = tokens(plain_engine, PROMPTS, greedy())
+    llm = oracle_engine(model, plain)
+    assert tokens(llm, PROMPTS, greedy()) == plain
+    c = llm.counters
+    assert c["draft_tokens"] == c["accepted_draft_tokens"] > 0, f"every right draft is accepted: {c}"
+    assert c["output_tokens"] == plain_engine.counters["output_tokens"]
+    assert c["steps"] < plain_engine.counters["steps"] / 2, (c["steps"], plain_engine.counters["steps"])
+    assert llm.num_request_blocks == 0
+
+
+def test_each_drafted_position_is_scored_with_the_output_as_it_would_be_there(tiny):
+    """Penalties, min_tokens and logprobs depend on the tokens before a position: a draft's position is
+    scored over the output that ends just before it, so the tokens and logprobs equal the plain engine's."""
+    model, _ = tiny
+    settings = dict(repetition_penalty=1.5, presence_penalty=0.4, frequency_penalty=0.3, logprobs=2)
+    plain_engine = engine(model, False)
+    ids = [plain_engine.add_request(p, greedy(**settings)) for p in PROMPTS]
+    plain = {rid: [] for rid in ids}
+    while plain_engine.has_unfinished():
+        for e in plain_engine.step():
+            plain[e.request_id].append((e.token_id, e.logprob, e.top_logprobs))
+    llm = oracle_engine(model, [[tok for tok, _, _ in plain[rid]] for rid in ids], spoil=3)
+    spec_ids = [llm.add_request(p, greedy(**settings)) for p in PROMPTS]
+    spec = {rid: [] for rid in spec_ids}
+    while llm.has_unfinished():
+        for e in llm.step():
+            spec[e.request_id].append((e.token_id, e.logprob, e.top_logprobs))
+    assert llm.counters["accepted_draft_tokens"] > 0
+    for i, (a, b) in enumerate(zip(ids, spec_ids)):
+        assert [x[0] for x in spec[b]] == [x[0] for x in plain[a]], f"prompt {i}: the tokens differ"
+        for (_, lp, top), (_, want_lp, want_top) in zip(spec[b], plain[a]):
+            assert lp == pytest.approx(want_lp, abs=1e-4), f"prompt {i}: a token's logprob differs"
+            assert [t for t, _ in top] == [t for t, _ in want_top], f"prompt {i}: the top logprobs differ"
+
+
+def test_stops_inside_an_accepted_run_end_the_request_exactly_there(tiny):
+    """max_tokens and stop tokens that fall inside a run of accepted drafts: nothing past them is emitted."""
+    model, _ = tiny
+    plain = tokens(engine(model, False), PROMPTS, greedy())
+    for max_tokens in (1, 2, 3, 7, 13):
+        llm = oracle_engine(model, plain, spoil=3)
+        assert tokens(llm, PROMPTS, greedy(max_tokens=max_tokens)) == [p[:max_tokens] for p in plain]
+    for i, output in enumerate(plain):
+        for stop in sorted(set(output[1:-1]))[:4]:
+            want = output[: output.index(stop) + 1]
+            llm = oracle_engine(model, plain, spoil=3)
+            got = tokens(llm, [PROMPTS[i]], greedy(stop_token_ids=[stop]))[0]
+            assert got == want, f"prompt {i}, stop token {stop}: got {got}, want {want}"
+            assert llm.num_request_blocks == 0
+    for i, output in enumerate(plain):  # an end-of-sequence token inside a run (ignore_eos off)
+        eos = output[len(output) // 2]
+        llm = oracle_engine(model, plain, spoil=3)
+        got = llm.generate([PROMPTS[i]], SamplingParams(max_tokens=MAX_TOKENS), eos_token_ids=[eos])[0]
+        assert (got.token_ids, got.finish_reason) == (output[: output.index(eos) + 1], "stop"), f"prompt {i}, EOS {eos}"
+
+
+def test_the_radix_cache_holds_only_emitted_tokens_after_aborts_and_preemptions(tiny):
+    model, _ = tiny
+    llm = engine(model, True, num_blocks=40, max_num_batched_tokens=16)
+    ids = [llm.add_request(p, greedy()) for p in PROMPTS]
+    emitted = {rid: [] for rid in ids}
+    for step in range(400):
+        if not llm.has_unfinished():
+            break
+        for event in llm.step():
+            emitted[event.request_id].append(event.token_id)
+        for request in llm.scheduler.running:  # a rejected draft's slots went back at once
+            held, needed = len(llm.memory.block_table(request.request_id)), blocks_needed(request.num_tokens, 4)
+            assert held <= needed, f"step {step}: {request.request_id} holds {held} blocks for {request.num_tokens} tokens"
+        if step == 5:
+            llm.abort(ids[1])
+        if step == 9:
+            llm.abort(ids[2])
+    sequences = [list(p) + emitted[rid] for p, rid in zip(PROMPTS, ids)]
+    for path in cached_paths(llm.memory):
+        assert any(seq[: len(path)] == path for seq in sequences), f"the cache holds tokens nobody emitted: {path}"
+    assert llm.counters["draft_tokens"] > llm.counters["accepted_draft_tokens"] > 0
+    assert llm.scheduler.num_preemptions > 0, "the small pool was meant to preempt"
+    assert llm.num_request_blocks == 0
+    llm.memory.check_integrity()
+
+
+def test_sampled_requests_are_not_speculated(tiny):
+    model, _ = tiny
+    llm = engine(model, True)
+    tokens(llm, PROMPTS, greedy(temperature=0.8, seed=1))
+    assert llm.counters["draft_tokens"] == 0, "acceptance of sampled tokens needs the rejection-sampling rule"
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(speculative="eagle"), "unknown speculative method"),
+    (dict(speculative="ngram", num_speculative_tokens=0), "num_speculative_tokens"),
+    (dict(speculative="ngram", prompt_lookup_min=3, prompt_lookup_max=2), "prompt_lookup_min"),
+    (dict(speculative="ngram", tensor_parallel_size=2), "tensor parallelism"),
+])
+def test_bad_speculative_settings_are_refused_with_one_clear_line(bad, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**bad)
