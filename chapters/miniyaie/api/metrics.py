@@ -53,6 +53,21 @@ class EngineCollector:
 # ANCHOR_END: engine_collector
 
 
+class SpeculativeCollector:
+    """Speculative decoding's counters (chapter 9) as Prometheus counters, read at every scrape."""
+
+    def __init__(self, engine: InferenceEngine):
+        self.engine = engine
+
+    def collect(self):
+        s = self.engine.get_stats()["speculative"]
+        yield CounterMetricFamily("miniyaie_spec_draft_tokens", "draft tokens the model scored", value=s["draft_tokens"])
+        yield CounterMetricFamily("miniyaie_spec_accepted_tokens", "draft tokens the model kept",
+                                  value=s["accepted_draft_tokens"])
+        yield CounterMetricFamily("miniyaie_spec_verifications", "request-steps that verified drafts",
+                                  value=s["verified_steps"])
+
+
 class ServerMetrics:
     def __init__(self, engine: InferenceEngine):
         self.registry = CollectorRegistry()
@@ -68,6 +83,8 @@ class ServerMetrics:
         self.e2e = Histogram("miniyaie_e2e_request_latency_seconds", "request arrival to its last token",
                              buckets=LATENCY_BUCKETS, registry=r)
         r.register(EngineCollector(engine))
+        if getattr(engine, "speculative_method", None) is not None:  # chapter 9's counters, when it runs
+            r.register(SpeculativeCollector(engine))
 
     def timer(self, started: float | None = None) -> RequestTimer:
         return RequestTimer(self, started)

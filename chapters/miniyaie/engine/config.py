@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SPECULATIVE_METHODS = (None, "ngram")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -38,6 +40,13 @@ class EngineConfig:
     # CLI's --structured-limit NAME=VALUE); unnamed ones keep their defaults. Plain data here: chapter 8's
     # plugin checks the names and values (engine/plugins.py).
     structured_limits: tuple[tuple[str, float], ...] = ()
+    # Speculative decoding (chapter 9): "ngram" proposes up to num_speculative_tokens drafts per decoding
+    # request each step, from the request's own tokens (prompt lookup, n-grams of prompt_lookup_min..max
+    # tokens); one forward scores them all and the target model keeps what it agrees with. None: off.
+    speculative: str | None = None
+    num_speculative_tokens: int = 4
+    prompt_lookup_min: int = 1
+    prompt_lookup_max: int = 3
 
     def __post_init__(self):
         for name in ("block_size", "kv_cache_bytes", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size"):
@@ -64,6 +73,16 @@ class EngineConfig:
             raise ValueError(f"long_prefill_token_threshold must be a whole number >= 0, got {self.long_prefill_token_threshold!r}")
         if not isinstance(self.max_long_partial_prefills, int) or self.max_long_partial_prefills < 1:
             raise ValueError(f"max_long_partial_prefills must be a whole number >= 1, got {self.max_long_partial_prefills!r}")
+        if self.speculative not in SPECULATIVE_METHODS:
+            raise ValueError(f"unknown speculative method {self.speculative!r}; choose from ngram (or none)")
+        for name in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(f"prompt_lookup_min ({self.prompt_lookup_min}) is more than prompt_lookup_max ({self.prompt_lookup_max})")
+        if self.speculative and self.tensor_parallel_size > 1:
+            raise ValueError("speculative decoding does not run with tensor parallelism yet: use one of them")
         if self.structured_limits:
             from miniyaie.engine.plugins import STRUCTURED_OUTPUT, plugin
 

@@ -33,6 +33,15 @@ from miniyaie.engine.request_state import OutputProcessor, RequestState
 log = logging.getLogger("miniyaie.engine")
 
 
+def speculative_stats(method: str | None, c: dict[str, int]) -> dict:
+    """Speculative decoding's counters (chapter 9): how many drafts, how many kept, tokens per verification."""
+    drafts, accepted, verified = c["draft_tokens"], c["accepted_draft_tokens"], c["verified_steps"]
+    return {"method": method, "draft_tokens": drafts, "accepted_draft_tokens": accepted, "verified_steps": verified,
+            "acceptance_rate": accepted / drafts if drafts else 0.0,
+            # tokens a request emits per verification: the drafts kept plus the target's own token
+            "mean_accepted_length": (accepted + verified) / verified if verified else 0.0}
+
+
 class EngineLoop(FaultBoundary):
     def __init__(self, llm: LLMEngine, tokenizer, eos_token_ids: list[int]):
         self.llm = llm
@@ -110,6 +119,7 @@ class EngineLoop(FaultBoundary):
                           "block_size": self.llm.memory.block_size},
             "preemptions": c["num_preemptions"],
             "forked_requests": c["forked_requests"],
+            "speculative": speculative_stats(self.llm.config.speculative, c),
             "steps": c["steps"],
             "failed_steps": self.failed_steps,
             "loop_alive": self.alive,

@@ -18,6 +18,7 @@ Closing a stream before its end aborts its request.
 from __future__ import annotations
 
 from contextlib import aclosing
+from dataclasses import replace
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
@@ -50,8 +51,14 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         device: str | None = None,
         dtype: torch.dtype | None = None,
         model_name: str | None = None,
+        speculative: str | None = None,
+        num_speculative_tokens: int | None = None,
     ):
+        """`speculative` ("ngram") and `num_speculative_tokens` set those fields of `config` (chapter 9)."""
         config = config or EngineConfig()
+        if speculative is not None or num_speculative_tokens is not None:
+            config = replace(config, speculative=speculative or config.speculative,
+                             num_speculative_tokens=config.num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens)
         self._tensor_parallel = None
         if config.tensor_parallel_size > 1:
             self.loaded, self._tensor_parallel = start_tensor_parallel(model, config, device, dtype)
@@ -182,6 +189,11 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         """Counters of the whole engine life (see the book, chapter 5, for each one)."""
         structured = self.llm.constraints.stats() if available(STRUCTURED_OUTPUT) else {}  # chapter 8's index cache
         return {**self._loop.stats(), "structured_output": structured}
+
+    @property
+    def speculative_method(self) -> str | None:
+        """The speculative decoding this engine runs (chapter 9: "ngram"), or None."""
+        return self.llm.config.speculative
 
     def check_health(self) -> None:
         """Raise EngineError, saying why, if the engine can no longer serve (closed, or its loop stopped)."""

@@ -75,7 +75,16 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
         self.counters = dict(
             steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, resumed_cached_tokens=0, output_tokens=0,
             max_used_blocks=0, finished_requests=0, forked_requests=0, forced_tokens=0,
+            draft_tokens=0, accepted_draft_tokens=0, verified_steps=0,  # speculative decoding (chapter 9)
         )
+        self.speculation = None
+        if config.speculative is not None:  # chapter 9: drafts verified in the step (engine/speculation.py)
+            from miniyaie.engine.speculation import Speculation, SpeculativeRunner
+            from miniyaie.speculative import NgramProposer
+
+            proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
+            self.speculation = Speculation(proposer, config.num_speculative_tokens, self.memory, self.counters)
+            self.runner = SpeculativeRunner(self.runner, self.speculation)
 
     # ------------------------------------------------------------ requests
 
@@ -103,7 +112,11 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
         """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events."""
         started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
+        if self.speculation is not None:
+            self.speculation.propose(self.scheduler.running, self._may_speculate)
         out = self.scheduler.schedule()
+        if self.speculation is not None:
+            self.speculation.keep_scheduled(out)
         if out.is_empty:
             return []
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
@@ -116,6 +129,8 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
             if rid in failed:  # ended by its own fault (its blocks are back): the event carries the error
                 events.append(RequestEvent(rid, s.token_id, None, error=failed[rid]))
                 continue
+            for early in self.speculation.accepted.get(rid, ()) if self.speculation is not None else ():
+                events.append(self._event(rid, early, None, self._prompt_cached.get(rid, 0)))  # accepted drafts
             last = finished.get(rid) if rid not in forced else None
             events.append(self._event(rid, s, last, self._prompt_cached.get(rid, 0)))
             for i, token in enumerate(forced.get(rid, ())):  # jump-forward: tokens the pattern forced
@@ -140,6 +155,11 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
         # TODO(Task 5.11): The engine step. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')
     # ANCHOR_END: step
+
+    def _may_speculate(self, request: Request) -> bool:
+        """Whether drafts may be verified for this request: greedy, without structured output."""
+        rid = request.request_id
+        return self._params[rid].greedy and (self._constraints is None or rid not in self._constraints.guides)
 
     def _unforked_children(self, parent_id: str) -> list[str]:
         """The completions of `parent_id` still to fork (one aborted on its own before its fork is left out)."""

@@ -178,6 +178,22 @@ class PagedMemory:
         raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: sharing
 
+    def truncate(self, request: Request, num_tokens: int) -> None:
+        """Keep only the blocks that positions 0..num_tokens-1 need; give back the rest (one reference each).
+
+        Speculative decoding (chapter 9) allocates slots for drafts and rewinds those the model rejected.
+        num_tokens may not cut into the request's computed tokens (ValueError): their K/V are in use.
+        """
+        if num_tokens < request.num_computed_tokens:
+            raise ValueError(f"request {request.request_id!r} has {request.num_computed_tokens} computed tokens; "
+                             f"cannot keep only {num_tokens}")
+        table = self.tables.get(request.request_id, [])
+        keep = blocks_needed(num_tokens, self.block_size)
+        for block in table[keep:]:
+            self.allocator.free(block)
+        del table[keep:]
+        self._copies = [(src, dst) for src, dst in self._copies if self.allocator.ref_count(dst) > 0]
+
     # ------------------------------------------------------------ for the model runner
     def block_table(self, request_id: str) -> list[int]:
         """The block ids of the request, in position order (a copy)."""

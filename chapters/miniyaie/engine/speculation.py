@@ -1,0 +1,130 @@
+"""Speculative decoding in the engine's step (chapter 9): drafts ride along as tokens, one forward checks them.
+
+Before the scheduler runs, every greedy request that is decoding gets up to K drafts from the proposer,
+appended to its output as if they had been generated. The scheduler then treats them like any other
+tokens: they count in the token budget, the paged memory gives them slots, chunking and preemption work
+as before. Drafts the step does not compute are taken off again (`keep_scheduled`). The runner scores
+every drafted position in the same forward, the sampler picks the target's own token at each (with the
+request's penalties, min_tokens and logprobs, over the output as it would be at that position), and the
+acceptance rule keeps the drafts the target agrees with plus one token of the target's. A stop (an
+end-of-sequence or stop token) inside that run ends it there. The rest is rewound: taken off the output,
+its slots given back (`PagedMemory.truncate`), so neither the pool nor the radix cache keeps a rejected
+token. The greedy output is therefore exactly the output without speculation.
+
+Sampled requests (temperature > 0) and structured output decode one token per step: their acceptance
+needs the rejection-sampling rule over whole distributions, which the engine does not run yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from miniyaie.engine.sampler import SampledToken, SamplingRow
+from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
+from miniyaie.speculative import NgramProposer, accept_greedy
+
+
+class Speculation:
+    """Proposes drafts before a step and verifies them in it; `counters` say how well it pays."""
+
+    def __init__(self, proposer: NgramProposer, num_tokens: int, memory, counters: dict[str, int]):
+        """`counters`: the engine's, where draft_tokens (drafts the model scored), accepted_draft_tokens
+        (those it kept) and verified_steps (request-steps that had drafts) are added up."""
+        self.proposer, self.num_tokens, self.memory, self.counters = proposer, num_tokens, memory, counters
+        self._drafts: dict[str, tuple[Request, int]] = {}  # this step: request id -> (request, drafts appended)
+        self.accepted: dict[str, list[SampledToken]] = {}  # this step: the tokens emitted before the sampled one
+
+    # ------------------------------------------------------------ before the scheduler
+    def propose(self, running: list[Request], eligible: Callable[[Request], bool]) -> None:
+        """Append drafts to every eligible request that is decoding (one pending token), within max_tokens."""
+        self._drafts.clear()
+        self.accepted.clear()
+        for request in running:
+            room = request.max_tokens - len(request.output_token_ids) - 1  # the target's own token comes too
+            if room <= 0 or request.num_computed_tokens != request.num_tokens - 1 or not eligible(request):
+                continue
+            drafts = self.proposer.propose(request.all_token_ids, min(self.num_tokens, room))
+            if drafts:
+                request.output_token_ids.extend(drafts)
+                self._drafts[request.request_id] = (request, len(drafts))
+
+    def keep_scheduled(self, out: SchedulerOutput) -> None:
+        """Take off the drafts this step does not compute: all of them for a request left out or
+        preempted, the tail of a chunk the budget cut short."""
+        chunks = {c.request.request_id: c for c in out.chunks}
+        for rid, (request, n) in list(self._drafts.items()):
+            real = request.num_tokens - n
+            chunk = chunks.get(rid)
+            kept = 0 if chunk is None else max(0, chunk.start + chunk.num_tokens - real)
+            del request.output_token_ids[len(request.output_token_ids) - n + kept :]
+            if kept:
+                self._drafts[rid] = (request, kept)
+            else:
+                del self._drafts[rid]
+
+    # ------------------------------------------------------------ in the step
+    def run(self, runner, out: SchedulerOutput, rows: dict[str, SamplingRow],
+            fanout: dict[str, list[str]] | None = None):
+        """`runner.run(out, rows, fanout)`, with every drafted position scored and the drafts settled.
+
+        For a drafted request the returned token is the last one it emits this step; the ones before it
+        are in self.accepted; its chunk in `out` is replaced by one that computed only what it keeps, so
+        the scheduler's update records exactly the emitted tokens.
+        """
+        if not self._drafts:
+            return runner.run(out, rows, fanout)
+        input_ids, positions, meta = runner.prepare(out)
+        last_rows, picked = runner.sampling_rows(out, fanout or {})
+        logit_rows, sampling, owners = [], [], []
+        for row, rid in zip(last_rows, picked):
+            n = self._drafts[rid][1] if rid in self._drafts else 0
+            base = rows[rid]
+            real = len(base.output_token_ids) - n
+            for j in range(n + 1):  # position j predicts the token after draft j (j = 0: after the real tokens)
+                logit_rows.append(row - n + j)
+                sampling.append(replace(base, output_token_ids=list(base.output_token_ids[: real + j])) if n else base)
+                owners.append(rid)
+        logits = runner.forward(input_ids, positions, meta, logit_rows)
+        if not owners:
+            return {}
+        per_request: dict[str, list[SampledToken]] = {}
+        for rid, token in zip(owners, runner.sampler(logits, sampling)):
+            per_request.setdefault(rid, []).append(token)
+        sampled = {}
+        for rid, tokens in per_request.items():
+            sampled[rid] = self._settle(out, rid, tokens, rows[rid]) if rid in self._drafts else tokens[0]
+        return sampled
+
+    def _settle(self, out: SchedulerOutput, rid: str, targets: list[SampledToken], row: SamplingRow) -> SampledToken:
+        """Accept, cut at a stop, rewind the rest; returns the request's last token of the step."""
+        request, n = self._drafts[rid]
+        real = request.num_tokens - n
+        drafts = request.output_token_ids[len(request.output_token_ids) - n :]
+        kept = len(accept_greedy(drafts, [t.token_id for t in targets])) - 1  # drafts the target agreed with
+        if not request.is_finished:  # aborted while the step ran: its blocks are already back
+            stops = set(row.params.stop_token_ids) | (set() if request.ignore_eos else set(request.eos_token_ids))
+            kept = next((j for j in range(kept + 1) if targets[j].token_id in stops), kept)
+            del request.output_token_ids[len(request.output_token_ids) - n + kept :]
+            index = next(i for i, c in enumerate(out.chunks) if c.request is request)
+            out.chunks[index] = ScheduledChunk(request, out.chunks[index].start, kept + 1)
+            self.memory.truncate(request, real + kept)
+        self.counters["draft_tokens"] += n
+        self.counters["accepted_draft_tokens"] += kept
+        self.counters["output_tokens"] += kept  # the step's own count has the last token of each request
+        self.counters["verified_steps"] += 1
+        self.accepted[rid] = targets[:kept]
+        return targets[kept]
+
+
+class SpeculativeRunner:
+    """The engine's model runner with speculation in its `run`; every other attribute is the runner's own."""
+
+    def __init__(self, runner, speculation: Speculation):
+        self._runner, self.speculation = runner, speculation
+
+    def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow], fanout: dict[str, list[str]] | None = None):
+        return self.speculation.run(self._runner, out, rows, fanout)
+
+    def __getattr__(self, name: str):
+        return getattr(self._runner, name)
