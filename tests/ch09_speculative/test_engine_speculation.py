@@ -37,7 +37,7 @@ def tiny(tmp_path_factory):
 def engine(model, speculative: bool, **config) -> LLMEngine:
     settings = dict(block_size=4, num_blocks=200, max_num_batched_tokens=32)
     if speculative:
-        settings.update(speculative="ngram", num_speculative_tokens=4)
+        settings.update(speculative="ngram", num_speculative_tokens=4, max_speculative_step_tokens=64)
     return LLMEngine(model, EngineConfig(**{**settings, **config}))
 
 
@@ -202,6 +202,29 @@ def test_the_radix_cache_holds_only_emitted_tokens_after_aborts_and_preemptions(
     assert llm.scheduler.num_preemptions > 0, "the small pool was meant to preempt"
     assert llm.num_request_blocks == 0
     llm.memory.check_integrity()
+
+
+def test_speculation_turns_itself_off_while_a_step_would_be_bound_by_compute(tiny):
+    """No drafts in a step with a prompt to prefill or with more decoding requests than the step's draft
+    bound leaves room for; the steps that did not draft are counted."""
+    model, _ = tiny
+    plain = tokens(engine(model, False), PROMPTS, greedy())
+    llm = oracle_engine(model, plain, max_speculative_step_tokens=len(PROMPTS))  # no room for a single draft
+    drafted_while_prefilling = []
+    real_propose = llm.speculation.propose
+
+    def watching(running, num_waiting, eligible):
+        prefilling = num_waiting or any(r.num_computed_tokens < r.num_tokens - 1 for r in running)
+        real_propose(running, num_waiting, eligible)
+        drafted_while_prefilling.append(bool(prefilling and llm.speculation._drafts))
+
+    llm.speculation.propose = watching
+    assert tokens(llm, PROMPTS, greedy()) == plain
+    assert not any(drafted_while_prefilling), "a step with a prompt to prefill is bound by compute: no drafts"
+    assert llm.counters["speculation_off_steps"] > 0, "the steps that did not draft are counted"
+    assert llm.counters["draft_tokens"] > 0, "once requests finish, there is room to draft again"
+    c = llm.counters
+    assert c["draft_tokens"] <= c["steps"] * len(PROMPTS)
 
 
 def test_sampled_requests_are_not_speculated(tiny):

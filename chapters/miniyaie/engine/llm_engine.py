@@ -75,7 +75,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
         self.counters = dict(
             steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, resumed_cached_tokens=0, output_tokens=0,
             max_used_blocks=0, finished_requests=0, forked_requests=0, forced_tokens=0,
-            draft_tokens=0, accepted_draft_tokens=0, verified_steps=0,  # speculative decoding (chapter 9)
+            draft_tokens=0, accepted_draft_tokens=0, verified_steps=0, speculation_off_steps=0,  # chapter 9
         )
         self.speculation = None
         if config.speculative is not None:  # chapter 9: drafts verified in the step (engine/speculation.py)
@@ -83,7 +83,8 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
             from miniyaie.speculative import NgramProposer
 
             proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
-            self.speculation = Speculation(proposer, config.num_speculative_tokens, self.memory, self.counters)
+            self.speculation = Speculation(proposer, config.num_speculative_tokens, self.memory, self.counters,
+                                           config.max_speculative_step_tokens)
             self.runner = SpeculativeRunner(self.runner, self.speculation)
 
     # ------------------------------------------------------------ requests
@@ -113,7 +114,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
         started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
         if self.speculation is not None:
-            self.speculation.propose(self.scheduler.running, self._may_speculate)
+            self.speculation.propose(self.scheduler.running, len(self.scheduler.waiting), self._may_speculate)
         out = self.scheduler.schedule()
         if self.speculation is not None:
             self.speculation.keep_scheduled(out)

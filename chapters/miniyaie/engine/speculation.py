@@ -28,23 +28,36 @@ from miniyaie.speculative import NgramProposer, accept_greedy
 class Speculation:
     """Proposes drafts before a step and verifies them in it; `counters` say how well it pays."""
 
-    def __init__(self, proposer: NgramProposer, num_tokens: int, memory, counters: dict[str, int]):
+    def __init__(self, proposer: NgramProposer, num_tokens: int, memory, counters: dict[str, int],
+                 max_step_tokens: int = 16):
         """`counters`: the engine's, where draft_tokens (drafts the model scored), accepted_draft_tokens
-        (those it kept) and verified_steps (request-steps that had drafts) are added up."""
+        (those it kept), verified_steps (request-steps that had drafts) and speculation_off_steps (steps
+        with requests decoding that drafted nothing: a prompt to prefill, or too many of them) are added up.
+
+        max_step_tokens: the decoding requests' tokens a step may carry, drafts included. Drafts pay only
+        while a step is bound by reading the weights; past that point every rejected draft costs compute."""
         self.proposer, self.num_tokens, self.memory, self.counters = proposer, num_tokens, memory, counters
+        self.max_step_tokens = max_step_tokens
         self._drafts: dict[str, tuple[Request, int]] = {}  # this step: request id -> (request, drafts appended)
         self.accepted: dict[str, list[SampledToken]] = {}  # this step: the tokens emitted before the sampled one
 
     # ------------------------------------------------------------ before the scheduler
-    def propose(self, running: list[Request], eligible: Callable[[Request], bool]) -> None:
-        """Append drafts to every eligible request that is decoding (one pending token), within max_tokens."""
+    def propose(self, running: list[Request], num_waiting: int, eligible: Callable[[Request], bool]) -> None:
+        """Append drafts to every eligible request that is decoding (one pending token), within max_tokens,
+        unless the step will be bound by compute anyway: a prompt to prefill, or too many decoding requests."""
         self._drafts.clear()
         self.accepted.clear()
-        for request in running:
+        decoding = [r for r in running if r.num_computed_tokens == r.num_tokens - 1]
+        drafting = [r for r in decoding if eligible(r)]
+        k = min(self.num_tokens, (self.max_step_tokens - len(decoding)) // max(1, len(drafting)))
+        if k <= 0 or num_waiting or len(decoding) < len(running):
+            self.counters["speculation_off_steps"] += bool(decoding)
+            return
+        for request in drafting:
             room = request.max_tokens - len(request.output_token_ids) - 1  # the target's own token comes too
-            if room <= 0 or request.num_computed_tokens != request.num_tokens - 1 or not eligible(request):
+            if room <= 0:
                 continue
-            drafts = self.proposer.propose(request.all_token_ids, min(self.num_tokens, room))
+            drafts = self.proposer.propose(request.all_token_ids, min(k, room))
             if drafts:
                 request.output_token_ids.extend(drafts)
                 self._drafts[request.request_id] = (request, len(drafts))

@@ -1,6 +1,6 @@
 """`miniyaie bench offline`: our engine and transformers on the same prompts, in one process.
 
-    miniyaie bench offline --workload random|shared-prefix [--num-requests N]
+    miniyaie bench offline --workload random|shared-prefix|copy [--num-requests N]
         [--peers hf-static,hf-cb,vllm] [--vllm-python PATH] [--machine GBPS,GFLOPS] [--json OUT] [--plot OUT.png]
 
 Every system gets the same random-token prompts (seed 0) and must produce
@@ -22,13 +22,17 @@ import platform
 from dataclasses import replace
 
 from miniyaie.backends.cpu import runtime as cpu_runtime
-from miniyaie.bench.workloads import Workload, random_workload, shared_prefix_workload
+from miniyaie.bench.workloads import Workload, copy_workload, random_workload, shared_prefix_workload
 
 PEERS = ("hf-static", "hf-cb", "vllm")
 DEFAULT_PEERS = ("hf-static", "hf-cb")  # vllm needs an environment of its own: asked for by name
 
 
-def make_workload(args, vocab_size: int) -> Workload:
+def make_workload(args, vocab_size: int, path=None) -> Workload:
+    if args.workload == "copy":  # text, so it needs the model's tokenizer
+        from transformers import AutoTokenizer
+
+        return copy_workload(AutoTokenizer.from_pretrained(path), args.num_requests or 16, (args.output_len or (128, 128))[0])
     if args.workload == "random":
         return random_workload(args.num_requests or 64, vocab_size, args.input_len, args.output_len or (32, 128))
     n = args.num_requests or 32
@@ -54,7 +58,7 @@ def run(args, config_overrides: dict | None = None) -> dict:
     progress = not args.no_progress
     path = resolve_model_path(args.model)
     model = load_model(path)
-    workload = make_workload(args, model.config.vocab_size)
+    workload = make_workload(args, model.config.vocab_size, path)
     block_size = EngineConfig().block_size
 
     # The engine's defaults (and the scheduling flags'); only the prefix cache and the policy change (LPM where it pays).
@@ -63,6 +67,10 @@ def run(args, config_overrides: dict | None = None) -> dict:
     if workload.name == "shared-prefix":
         ours.append(run_engine(model, workload, replace(base, enable_prefix_caching=False), "miniyaie (prefix cache off)", progress))
         ours.append(run_engine(model, workload, replace(base, enable_prefix_caching=True, policy="lpm"), "miniyaie (prefix cache on)", progress))
+    elif workload.name == "copy" and base.speculative is None:  # the same engine without and with n-gram drafts
+        ours.append(run_engine(model, workload, base, "miniyaie", progress))
+        spec = replace(base, speculative="ngram")
+        ours.append(run_engine(model, workload, spec, f"miniyaie (n-gram speculation, k={spec.num_speculative_tokens})", progress))
     else:
         ours.append(run_engine(model, workload, base, "miniyaie", progress))
     best = ours[-1]
@@ -87,7 +95,11 @@ def run(args, config_overrides: dict | None = None) -> dict:
         if progress:
             print("vllm: running in its own environment (start-up, not timed, takes about a minute) ...", flush=True)
         try:  # the same prefix-cache setting as our best run
-            results.append(run_vllm(workload, str(path), threads, best.stats["enable_prefix_caching"], args.vllm_python))
+            speculative = best.stats["speculative"] and dict(  # vLLM's names for the same n-gram drafts
+                method="ngram", num_speculative_tokens=best.stats["num_speculative_tokens"],
+                prompt_lookup_min=best.stats["prompt_lookup_min"], prompt_lookup_max=best.stats["prompt_lookup_max"])
+            results.append(run_vllm(workload, str(path), threads, best.stats["enable_prefix_caching"], args.vllm_python,
+                                    speculative=speculative))
         except PeerSkipped as exc:
             not_run.append(dict(system="vllm", status="skipped", reason=str(exc)))
         except PeerFailed as exc:
@@ -108,6 +120,10 @@ def run(args, config_overrides: dict | None = None) -> dict:
             row["hit_rate"] = round(r.stats["hit_rate"], 4)
             row["num_preemptions"] = r.stats["num_preemptions"]
             row["steps"] = r.stats["steps"]
+            if r.stats["draft_tokens"]:  # speculative decoding: how much of the drafts the model kept
+                row["acceptance_rate"] = round(r.stats["accepted_draft_tokens"] / r.stats["draft_tokens"], 4)
+                row["mean_accepted_length"] = round(
+                    (r.stats["accepted_draft_tokens"] + r.stats["verified_steps"]) / r.stats["verified_steps"], 3)
         if r is not best and "outputs" in r.stats:  # a system that returned its tokens: how many requests equal ours (greedy)
             row["same_tokens_as_ours"] = sum(a == b for a, b in zip(r.stats["outputs"], best.stats["outputs"]))
         if r.stats.get("note"):
@@ -154,6 +170,9 @@ def format_table(report: dict) -> str:
             lines.append(f"{row['system']}: {row['same_tokens_as_ours']} of {report['num_requests']} outputs equal ours token for token")
         if "note" in row:
             lines.append(f"{row['system']}: {row['note']}")
+        if "acceptance_rate" in row:
+            lines.append(f"{row['system']}: {row['acceptance_rate']:.1%} of the drafts accepted, "
+                         f"{row['mean_accepted_length']:.2f} tokens per verification, {row['steps']} steps")
     if report["efficiency_vs_floor"] is not None:
         lines.append(f"ours / no-attention baseline: {report['efficiency_vs_floor']:.0%}")
     if report.get("decode_steps"):

@@ -68,7 +68,9 @@ def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: 
     finally:
         del engine.scheduler.schedule  # the engine's own again, also when a step raised
     stats = dict(engine.stats, step_shapes=shapes, step_chunks=chunks, step_seconds=seconds_each, outputs=list(tokens.values()),
-                 enable_prefix_caching=config.enable_prefix_caching)
+                 enable_prefix_caching=config.enable_prefix_caching, speculative=config.speculative,
+                 num_speculative_tokens=config.num_speculative_tokens, prompt_lookup_min=config.prompt_lookup_min,
+                 prompt_lookup_max=config.prompt_lookup_max)
     stats["hit_rate"] = stats["cached_tokens"] / workload.num_prompt_tokens
     return Result(name, seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)
 

@@ -6,7 +6,7 @@ It imports nothing from miniyaie (that environment has its own torch).
 The protocol, both ways JSON:
 
     REQUEST  {"model": dir, "dtype": "float32", "enable_prefix_caching": bool,
-              "prompts": [[token ids]], "output_lens": [int]}
+              "prompts": [[token ids]], "output_lens": [int], "speculative_config": dict or null}
     RESULT   {"system": str, "seconds": float, "output_tokens": int,
               "outputs": [[token ids]], "startup_seconds": float}
 
@@ -27,8 +27,10 @@ def main(request_path: str, result_path: str) -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    speculative = request.get("speculative_config")
+    extra = {"speculative_config": speculative} if speculative else {}
     llm = LLM(model=request["model"], dtype=request.get("dtype", "float32"),
-              enable_prefix_caching=request["enable_prefix_caching"], seed=0)
+              enable_prefix_caching=request["enable_prefix_caching"], seed=0, **extra)
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in request["prompts"]]
     params = [SamplingParams(max_tokens=n, ignore_eos=True, temperature=0) for n in request["output_lens"]]
     startup = time.perf_counter() - started
@@ -37,6 +39,8 @@ def main(request_path: str, result_path: str) -> int:
     seconds = time.perf_counter() - start
     outputs = [list(r.outputs[0].token_ids) for r in results]
     caching = "prefix cache on" if request["enable_prefix_caching"] else "prefix cache off"
+    if speculative:
+        caching += f", {speculative['method']} speculation k={speculative['num_speculative_tokens']}"
     with open(result_path, "w") as f:
         json.dump({"system": f"vllm {vllm.__version__} ({caching})", "seconds": seconds,
                    "output_tokens": sum(map(len, outputs)), "outputs": outputs, "startup_seconds": startup}, f)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -55,3 +56,39 @@ def shared_prefix_workload(
         prefix = [rng.randrange(vocab_size) for _ in range(prefix_len)]
         prompts += [prefix + [rng.randrange(vocab_size) for _ in range(question_len)] for _ in range(group_size)]
     return Workload("shared-prefix", prompts, [output_len] * len(prompts), prefix_len, group_size)
+
+
+# Modules whose docstrings are the copy workload's passages: text about this engine, shipped inside it.
+COPY_SOURCES = ("engine/llm_engine.py", "scheduler/scheduler.py", "paged/memory.py", "radix/memory.py",
+                "engine/speculation.py", "engine/detokenizer.py", "api/app.py", "backends/choose.py")
+
+
+def copy_passages(max_chars: int = 700) -> list[str]:
+    """The copy workload's passages: the first max_chars characters (whole lines) of each source's docstring
+    (read from the files, not imported: the passages are the same whichever tree MINIYAIE_IMPL selects)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]  # miniyaie/
+    passages = []
+    for name in COPY_SOURCES:
+        text = (ast.get_docstring(ast.parse((root / name).read_text())) or "").strip()
+        cut = text[:max_chars]
+        passages.append(cut[: cut.rfind("\n")] if len(text) > max_chars and "\n" in cut else cut)
+    return [p for p in passages if p]
+
+
+def copy_workload(tokenizer, num_requests: int, output_len: int = 128) -> Workload:
+    """A copy-heavy workload: each request asks the model to repeat a passage of this engine's own
+    documentation word for word (greedy, `output_len` tokens each). Speculative decoding's n-gram proposer
+    finds most of the answer in the prompt; random-token prompts give it nothing to find."""
+    passages = copy_passages()
+    prompts = []
+    for i in range(num_requests):
+        message = "Repeat the following text exactly, word for word:\n\n" + passages[i % len(passages)]
+        if getattr(tokenizer, "chat_template", None):
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
+                                                tokenize=True, return_dict=False)
+        else:
+            ids = tokenizer(message)["input_ids"]
+        prompts.append(list(ids))
+    return Workload("copy", prompts, [output_len] * num_requests)

@@ -65,11 +65,13 @@ def add_parsers(sub) -> None:
     from miniyaie.bench.vllm_env import ENV_VAR
 
     p = bench_sub.add_parser("offline", help="offline throughput against transformers, side by side")
-    p.add_argument("--workload", choices=("random", "shared-prefix"), default="random")
+    p.add_argument("--workload", choices=("random", "shared-prefix", "copy"), default="random",
+                   help="copy: requests to repeat a passage (speculative decoding's workload; runs ours without and "
+                        "with n-gram speculation unless --speculative is given)")
     add_scheduling_args(p)  # the engine's scheduling knobs (EngineConfig)
-    p.add_argument("--num-requests", type=int, default=None, help="random: 64; shared-prefix: 32 (4 groups of 8)")
+    p.add_argument("--num-requests", type=int, default=None, help="random: 64; shared-prefix: 32 (4 groups of 8); copy: 16")
     p.add_argument("--input-len", type=_range, default=(32, 256), help="random: prompt length range (default 32:256)")
-    p.add_argument("--output-len", type=_range, default=None, help="output length range (random 32:128, shared-prefix 32)")
+    p.add_argument("--output-len", type=_range, default=None, help="output length range (random 32:128, shared-prefix 32, copy 128)")
     p.add_argument("--prefix-len", type=int, default=512, help="shared-prefix: tokens each group shares (default 512)")
     p.add_argument("--question-len", type=int, default=32, help="shared-prefix: tokens after the prefix (default 32)")
     p.add_argument("--group-size", type=int, default=8, help="shared-prefix: prompts per group (default 8)")
