@@ -91,7 +91,7 @@ def test_the_learners_chapter_runs_on_the_readme_path(runs, chapter):
 
 def test_chapter_0_gets_the_reference_backend_and_says_so(runs):
     assert backend_lines(runs["0"]) == [
-        "attention backend: reference (runs your chapter 0 layers and attention; the fast cpu backend would bypass them)"
+        "attention backend: reference (runs your chapter 0 norms, rotary, SwiGLU and attention; the fast cpu backend would bypass them)"
     ]
 
 
@@ -106,7 +106,7 @@ def test_an_asked_for_cpu_backend_says_it_bypasses_the_learners_layers_and_still
     result = runs["0 asked cpu"]
     assert result["rc"] != 0 and STUB.format(n=0) + "3:" in result["stderr"], result["stderr"][-2000:]
     assert backend_lines(result) == [
-        "attention backend: cpu, as asked: it bypasses your chapter 0 layers and attention (--attention-backend reference runs them)"
+        "attention backend: cpu, as asked: it bypasses your chapter 0 norms, rotary, SwiGLU and attention (--attention-backend reference runs them)"
     ]
 
 

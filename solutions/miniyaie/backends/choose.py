@@ -24,7 +24,7 @@ from miniyaie.model import AttentionBackend, LayerOps, TorchAttentionBackend
 BACKENDS = ("auto", "cpu", "torch", "reference", "triton")
 
 # What of a learner's chapter each backend leaves unrun (it swaps in its own layers or kernels).
-_MODEL, _KERNELS = "your chapter 0 layers and attention", "your chapter 4 kernels"
+_MODEL, _KERNELS = "your chapter 0 norms, rotary, SwiGLU and attention", "your chapter 4 kernels"
 BYPASSED = {
     "cpu": {"model": _MODEL, "kernels": _KERNELS},
     "torch": {"model": "your chapter 0 attention", "kernels": _KERNELS},
