@@ -243,3 +243,29 @@ def test_sampled_requests_are_not_speculated(tiny):
 def test_bad_speculative_settings_are_refused_with_one_clear_line(bad, message):
     with pytest.raises(ValueError, match=message):
         EngineConfig(**bad)
+
+
+@pytest.mark.bundled_model
+def test_smollm2_with_speculation_answers_exactly_as_without_it():
+    """The bundled model, a request to repeat a passage (drafts mostly accepted) and one that asks a question
+    (drafts mostly rejected): the same tokens with and without speculation, the first in far fewer steps."""
+    from miniyaie.engine import InferenceEngine
+
+    plain, spec = InferenceEngine("smollm2"), InferenceEngine("smollm2", speculative="ngram", num_speculative_tokens=4)
+    try:
+        passage = "The scheduler hands out at most max_num_batched_tokens tokens per step, oldest requests first."
+        prompts = [f"Repeat the following text exactly, word for word:\n\n{passage}", "What is the capital of France?"]
+        for prompt in prompts:
+            before = (plain.get_stats()["steps"], spec.get_stats()["steps"])
+            a = plain.generate(prompt, max_tokens=48, temperature=0)
+            b = spec.generate(prompt, max_tokens=48, temperature=0)
+            assert b.token_ids == a.token_ids and b.text == a.text, f"{prompt!r}: {b.text!r} != {a.text!r}"
+            if prompt is prompts[0]:
+                steps = (plain.get_stats()["steps"] - before[0], spec.get_stats()["steps"] - before[1])
+                assert steps[1] < steps[0], f"the copy took {steps[1]} steps with drafts, {steps[0]} without"
+        stats = spec.get_stats()["speculative"]
+        assert stats["method"] == "ngram" and stats["accepted_draft_tokens"] > 0 and stats["mean_accepted_length"] > 1
+        assert spec.get_stats()["kv_blocks"]["held_by_requests"] == 0
+    finally:
+        plain.close()
+        spec.close()

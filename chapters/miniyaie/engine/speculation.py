@@ -109,6 +109,7 @@ class Speculation:
             sampled[rid] = self._settle(out, rid, tokens, rows[rid]) if rid in self._drafts else tokens[0]
         return sampled
 
+    # ANCHOR: settle
     def _settle(self, out: SchedulerOutput, rid: str, targets: list[SampledToken], row: SamplingRow) -> SampledToken:
         """Accept, cut at a stop, rewind the rest; returns the request's last token of the step."""
         request, n = self._drafts[rid]
@@ -128,6 +129,7 @@ class Speculation:
         self.counters["verified_steps"] += 1
         self.accepted[rid] = targets[:kept]
         return targets[kept]
+    # ANCHOR_END: settle
 
 
 class SpeculativeRunner:
