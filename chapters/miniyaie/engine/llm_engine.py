@@ -158,9 +158,9 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
     # ANCHOR_END: step
 
     def _may_speculate(self, request: Request) -> bool:
-        """Whether drafts may be verified for this request: greedy, without structured output."""
-        rid = request.request_id
-        return self._params[rid].greedy and (self._constraints is None or rid not in self._constraints.guides)
+        """Whether drafts may be verified for this request: any without structured output (its guide would
+        have to follow every draft)."""
+        return self._constraints is None or request.request_id not in self._constraints.guides
 
     def _unforked_children(self, parent_id: str) -> list[str]:
         """The completions of `parent_id` still to fork (one aborted on its own before its fork is left out)."""

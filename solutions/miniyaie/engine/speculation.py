@@ -1,18 +1,21 @@
 """Speculative decoding in the engine's step (chapter 9): drafts ride along as tokens, one forward checks them.
 
-Before the scheduler runs, every greedy request that is decoding gets up to K drafts from the proposer,
-appended to its output as if they had been generated. The scheduler then treats them like any other
-tokens: they count in the token budget, the paged memory gives them slots, chunking and preemption work
-as before. Drafts the step does not compute are taken off again (`keep_scheduled`). The runner scores
-every drafted position in the same forward, the sampler picks the target's own token at each (with the
-request's penalties, min_tokens and logprobs, over the output as it would be at that position), and the
-acceptance rule keeps the drafts the target agrees with plus one token of the target's. A stop (an
-end-of-sequence or stop token) inside that run ends it there. The rest is rewound: taken off the output,
-its slots given back (`PagedMemory.truncate`), so neither the pool nor the radix cache keeps a rejected
-token. The greedy output is therefore exactly the output without speculation.
+Before the scheduler runs, every request that is decoding gets up to K drafts from the proposer, appended
+to its output as if they had been generated. The scheduler then treats them like any other tokens: they
+count in the token budget, the paged memory gives them slots, chunking and preemption work as before.
+Drafts the step does not compute are taken off again (`keep_scheduled`). The runner scores every drafted
+position in the same forward, and the sampler picks the target's own token at each: with the request's
+settings (temperature, filters, penalties, min_tokens, seed, logprobs), over the output as it would be at
+that position. The acceptance rule keeps the drafts equal to those tokens plus the first token that
+differs. A stop (an end-of-sequence or stop token) inside that run ends it there. The rest is rewound:
+taken off the output, its slots given back (`PagedMemory.truncate`), so neither the pool nor the radix
+cache keeps a rejected token.
 
-Sampled requests (temperature > 0) and structured output decode one token per step: their acceptance
-needs the rejection-sampling rule over whole distributions, which the engine does not run yet.
+Every token emitted at a position is the target's own token there, drawn from the distribution decoding
+one token at a time would use: greedy output is unchanged, and sampled output has exactly the target's
+distribution (for a draft that is a single token, sampling the target and comparing is the
+rejection-sampling rule). Structured output decodes one token per step: its guide would have to follow
+every draft.
 """
 
 from __future__ import annotations
