@@ -51,8 +51,12 @@ def test_causal_attention_matches_sdpa(context, new_fraction, kv_heads, group, h
     q, k, v = random_qkv(num_new, context, kv_heads, group, head_dim, seed)
     scale = head_dim**-0.5
     out = causal_attention(q, k, v, scale)
-    assert out.shape == q.shape and out.dtype == q.dtype
-    torch.testing.assert_close(out.double(), reference_attention(q, k, v, scale), rtol=1e-5, atol=1e-5)
+    assert out.shape == q.shape and out.dtype == q.dtype, f"q's shape and dtype: got {tuple(out.shape)} {out.dtype}"
+    torch.testing.assert_close(
+        out.double(), reference_attention(q, k, v, scale), rtol=1e-5, atol=1e-5,
+        msg=lambda m: f"{num_new} new queries over {context} keys ({context - num_new} cached: new query i sees keys "
+        f"0..{context - num_new}+i), {kv_heads} K/V heads serving {group} consecutive query heads each: {m}",
+    )
 
 
 @pytest.mark.task("0.4")
@@ -63,9 +67,15 @@ def test_decode_rows_equal_full_prefill_rows(context, kv_heads, group, seed):
     full = causal_attention(q, k, v, 0.3)
     for num_new in (1, context // 2, context - 1):
         num_new = max(num_new, 1)
-        torch.testing.assert_close(causal_attention(q[-num_new:], k, v, 0.3), full[-num_new:], rtol=1e-5, atol=1e-5)
-    # the first query sees only the first key, so its output is that key's value
-    torch.testing.assert_close(full[0], v[0].repeat_interleave(group, 0), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            causal_attention(q[-num_new:], k, v, 0.3), full[-num_new:], rtol=1e-5, atol=1e-5,
+            msg=lambda m: f"the last {num_new} of {context} queries over all {context} keys differ from the last "
+            f"{num_new} rows of the full causal prefill (they are the newest tokens, after {context - num_new} cached): {m}",
+        )
+    torch.testing.assert_close(
+        full[0], v[0].repeat_interleave(group, 0), rtol=1e-5, atol=1e-5,
+        msg=lambda m: f"the first query sees only the first key, so each query head outputs its K/V group's v[0]: {m}",
+    )
 
 
 @pytest.mark.task("0.5")
@@ -110,6 +120,12 @@ def test_torch_backend_reads_cache_through_block_tables(seq_lens, cached_fractio
         block_tables=block_tables,
         block_size=block_size,
     )
+    for s, n in enumerate(seq_lens):
+        got = meta.context_slots(s)
+        assert got.dtype == torch.int64 and got.tolist() == slots(s, range(n)), (
+            f"context_slots({s}) with block table {tables[s]} and block_size {block_size}: got {got.tolist()} "
+            f"({got.dtype}), want {slots(s, range(n))}"
+        )
     new_k = torch.cat([full_k[s][c:] for s, c in enumerate(cached)])
     new_v = torch.cat([full_v[s][c:] for s, c in enumerate(cached)])
     out = TorchAttentionBackend().forward(q, new_k, new_v, k_cache, v_cache, meta, 0.35)
@@ -117,6 +133,14 @@ def test_torch_backend_reads_cache_through_block_tables(seq_lens, cached_fractio
     start = 0
     for s, (n, c) in enumerate(zip(seq_lens, cached)):
         expected = reference_attention(q[start : start + n - c], full_k[s], full_v[s], 0.35)
-        torch.testing.assert_close(out[start : start + n - c].double(), expected, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(k_cache[slots(s, range(n))], full_k[s])
+        torch.testing.assert_close(
+            out[start : start + n - c].double(), expected, rtol=1e-5, atol=1e-5,
+            msg=lambda m: f"sequence {s} ({c} cached + {n - c} new tokens, rows {start}..{start + n - c - 1} of the "
+            f"step): its queries attend over its {n} context tokens, the new ones included: {m}",
+        )
+        for name, cache, full in (("K", k_cache, full_k[s]), ("V", v_cache, full_v[s])):
+            torch.testing.assert_close(
+                cache[slots(s, range(n))], full,
+                msg=lambda m: f"sequence {s}'s {name} in the cache after the step (new tokens at their slot_mapping slots): {m}",
+            )
         start += n - c

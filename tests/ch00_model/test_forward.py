@@ -25,7 +25,7 @@ def models(tmp_path_factory):
     def get(kind):
         if kind not in _MODELS:
             folder = tmp_path_factory.mktemp(kind)
-            hf_model = save_tiny_model(kind, folder)
+            hf_model = save_tiny_model(kind, folder, random_norms=True)  # each norm's weight matters
             ours = load_model(folder)
             ours.backend = BatchedTorchAttentionBackend()
             _MODELS[kind] = (ours, hf_model, folder)

@@ -11,20 +11,26 @@ shapes = st.tuples(st.integers(1, 5), st.integers(1, 48))
 
 
 @pytest.mark.task("0.1")
-@given(shape=shapes, seed=st.integers(0, 2**16), dtype=st.sampled_from([torch.float32, torch.bfloat16]))
-@example(shape=(1, 1), seed=0, dtype=torch.float32)
-@example(shape=(3, 64), seed=1, dtype=torch.bfloat16)
-def test_rms_norm_matches_definition(shape, seed, dtype):
+@given(
+    shape=shapes, seed=st.integers(0, 2**16), dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    eps=st.sampled_from([1e-6, 0.5, 4.0]),
+)
+@example(shape=(1, 1), seed=0, dtype=torch.float32, eps=1e-6)
+@example(shape=(3, 64), seed=1, dtype=torch.bfloat16, eps=1e-6)
+@example(shape=(2, 16), seed=2, dtype=torch.float32, eps=4.0)  # eps as large as the mean square: where it goes matters
+def test_rms_norm_matches_definition(shape, seed, dtype, eps):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(shape, generator=g) * 3).to(dtype)
     weight = torch.randn(shape[-1], generator=g).to(dtype)
-    eps = 1e-6
     x64 = x.double()
     expected = weight.double() * (x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + eps))
     out = rms_norm(x, weight, eps)
-    assert out.shape == x.shape and out.dtype == dtype
+    assert out.shape == x.shape and out.dtype == dtype, f"same shape and dtype as x: got {tuple(out.shape)} {out.dtype}"
     tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(out.double(), expected, **tol)
+    torch.testing.assert_close(
+        out.double(), expected, **tol,
+        msg=lambda m: f"RMSNorm over the last dimension, times weight (eps {eps}: added to the mean square, under the root): {m}",
+    )
 
 
 @pytest.mark.task("0.1")

@@ -39,8 +39,12 @@ CONFIGS = {
 }
 
 
-def save_tiny_model(kind: str, directory: Path, seed: int = 0, **overrides):
-    """Save a random-weight model of `kind` (config fields changed by `overrides`) to `directory`; returns the transformers model."""
+def save_tiny_model(kind: str, directory: Path, seed: int = 0, random_norms: bool = False, **overrides):
+    """Save a random-weight model of `kind` (config fields changed by `overrides`) to `directory`; returns the transformers model.
+
+    random_norms: draw every RMSNorm weight around 1 instead of leaving it at ones, so that a forward
+    which uses the wrong norm, or puts Qwen3's q/k norms after the rotation, gives other logits.
+    """
     import transformers
 
     config_cls, model_cls, extra = CONFIGS[kind]
@@ -51,6 +55,8 @@ def save_tiny_model(kind: str, directory: Path, seed: int = 0, **overrides):
         for name, param in model.named_parameters():
             if name.endswith("bias"):
                 param.normal_(0, 0.2)
+            elif random_norms and name.endswith("norm.weight"):
+                param.normal_(1, 0.3)
     model.save_pretrained(directory)
     return model
 

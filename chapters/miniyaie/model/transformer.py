@@ -56,9 +56,11 @@ class Attention(nn.Module):
         layer with a rank's share of the heads). The q, k and v projections run
         through `ops.project`, which may hand back views of one merged matmul,
         and the rotation through `ops.rotary`; with config.qk_norm (Qwen3) the
-        layer's q_norm and k_norm take part where the chapter's overview puts
-        them. Every projection is called as a module, never read as a weight
-        (other backends and chapter 7 swap the modules).
+        layer's q_norm and k_norm modules take part where the chapter's
+        overview puts them (called as modules: ops.rms_norm is for the
+        layer's two norms of the residual stream). Every projection is called
+        as a module, never read as a weight (other backends and chapter 7 swap
+        the modules).
         """
         # Idea: which tensors must have a heads dimension, and which shape does the backend give back?
         # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
