@@ -100,7 +100,9 @@ def test_greedy_stream_matches_transformers(models, name, lengths, max_tokens, e
     want = expected_events(runs)
     assert [(e.seq, e.token_id) for e in events] == [(e.seq, e.token_id) for e in want], (
         "the stream's (prompt, token) pairs differ from transformers' greedy tokens, one event per running "
-        f"sequence per step in prompt order:\n got  {[(e.seq, e.token_id) for e in events]}\n want {[(e.seq, e.token_id) for e in want]}"
+        f"sequence per step in prompt order (prompt lengths {[len(p) for p in prompts]}, max_tokens {max_tokens}, "
+        f"context {context}, eos {eos}, ignore_eos {ignore_eos}):\n got  {[(e.seq, e.token_id) for e in events]}\n "
+        f"want {[(e.seq, e.token_id) for e in want]}"
     )
     assert [e.finish_reason for e in events] == [e.finish_reason for e in want], (
         f"finish reasons (eos {eos}, ignore_eos {ignore_eos}, max_tokens {max_tokens}, context {context}): "

@@ -98,7 +98,12 @@ def test_apply_rotary_matches_complex_rotation(head_dim, num_heads, positions, s
     turn = torch.complex(cos[:, :half].double(), sin[:, :half].double())  # e^(j pos theta_i)
     rotated = z * turn[:, None, :]
     expected = torch.cat([rotated.real, rotated.imag], dim=-1)
-    torch.testing.assert_close(apply_rotary(x, cos, sin).double(), expected, rtol=1e-4, atol=1e-4)
+    out = apply_rotary(x, cos, sin)
+    assert out.shape == x.shape and out.dtype == x.dtype, f"x's shape and dtype: got {tuple(out.shape)} {out.dtype}"
+    torch.testing.assert_close(
+        out.double(), expected, rtol=1e-4, atol=1e-4,
+        msg=lambda m: f"pair (i, i + {half}) of every head, read as x[i] + j*x[i + {half}], times e^(j*angle): {m}",
+    )
 
 
 @pytest.mark.task("0.2")
@@ -115,8 +120,10 @@ def test_rotary_scores_depend_only_on_distance(m, n, shift, seed):
 
     score = (rotate(q, m) * rotate(k, n)).sum()
     shifted = (rotate(q, m + shift) * rotate(k, n + shift)).sum()
-    torch.testing.assert_close(score, shifted, rtol=1e-3, atol=1e-3)
-    torch.testing.assert_close(rotate(q, m).norm(), q.norm(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(score, shifted, rtol=1e-3, atol=1e-3,
+                               msg=lambda m_: f"score of q at {m} and k at {n} changed when both moved by {shift}: {m_}")
+    torch.testing.assert_close(rotate(q, m).norm(), q.norm(), rtol=1e-5, atol=1e-5,
+                               msg=lambda m_: f"a rotation keeps the norm of q (position {m}): {m_}")
 
 
 @pytest.mark.task("0.1")
