@@ -103,3 +103,34 @@ def test_cli_reports_config_and_impl_errors_clearly(tmp_path):
     (tmp_path / "bad.toml").write_text("[engine]\nspeed = 3\n")
     assert_clear_error(miniyaie("generate", "hi", "--config", str(tmp_path / "bad.toml")), "speed")
     assert_clear_error(miniyaie("chat", "--message", "hi", "--impl", "nonsense=chapters"), "nonsense")
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(speculative="eagle"), "unknown speculative method"),
+    (dict(speculative="ngram", num_speculative_tokens=0), "num_speculative_tokens"),
+    (dict(speculative="ngram", prompt_lookup_min=3, prompt_lookup_max=2), "prompt_lookup_min"),
+    (dict(speculative="ngram", tensor_parallel_size=2), "tensor parallelism"),
+])
+def test_bad_speculative_settings_are_refused_with_one_clear_line(bad, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**bad)
+
+
+def test_speculative_settings_come_from_the_config_file_and_the_engine_keywords(tmp_path):
+    path = tmp_path / "engine.yaml"
+    path.write_text("engine:\n  speculative: ngram\n  num_speculative_tokens: 3\n  max_speculative_step_tokens: 24\n")
+    engine = load_settings(path).engine
+    assert (engine.speculative, engine.num_speculative_tokens, engine.max_speculative_step_tokens) == ("ngram", 3, 24)
+    path.write_text("engine:\n  speculative: eagle\n")
+    with pytest.raises(InvalidRequestError, match="speculative"):
+        load_settings(path)
+
+
+def test_cli_generate_speculates_when_asked_and_refuses_a_bad_k(tmp_path, tiny_dir):
+    path = tmp_path / "engine.toml"
+    path.write_text(TOML.format(model=tiny_dir[0]))
+    args = ("generate", "hello hello hello", "--config", str(path), "--temperature", "0", "--max-tokens", "5")
+    plain, spec = miniyaie(*args), miniyaie(*args, "--speculative", "ngram", "--num-speculative-tokens", "3")
+    assert plain.returncode == 0 and spec.returncode == 0, spec.stderr
+    assert spec.stdout == plain.stdout, "greedy output is the same with drafts"
+    assert_clear_error(miniyaie(*args, "--speculative", "ngram", "--num-speculative-tokens", "0"), "num-speculative-tokens")

@@ -60,7 +60,7 @@ def shared_prefix_workload(
 
 # Modules whose docstrings are the copy workload's passages: text about this engine, shipped inside it.
 COPY_SOURCES = ("engine/llm_engine.py", "scheduler/scheduler.py", "paged/memory.py", "radix/memory.py",
-                "engine/speculation.py", "engine/detokenizer.py", "api/app.py", "backends/choose.py")
+                "speculative/step.py", "engine/detokenizer.py", "api/app.py", "backends/choose.py")
 
 
 def copy_passages(max_chars: int = 700) -> list[str]:

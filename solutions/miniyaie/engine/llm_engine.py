@@ -78,9 +78,9 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
             draft_tokens=0, accepted_draft_tokens=0, verified_steps=0, speculation_off_steps=0,  # chapter 9
         )
         self.speculation = None
-        if config.speculative is not None:  # chapter 9: drafts verified in the step (engine/speculation.py)
-            from miniyaie.engine.speculation import Speculation, SpeculativeRunner
+        if config.speculative is not None:  # chapter 9: drafts verified in the step (speculative/step.py)
             from miniyaie.speculative import NgramProposer
+            from miniyaie.speculative.step import Speculation, SpeculativeRunner
 
             proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
             self.speculation = Speculation(proposer, config.num_speculative_tokens, self.memory, self.counters,

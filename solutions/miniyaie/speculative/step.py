@@ -1,4 +1,4 @@
-"""Speculative decoding in the engine's step (chapter 9): drafts ride along as tokens, one forward checks them.
+"""Speculative decoding in the engine's step: drafts ride along as tokens, one forward checks them (Task 9.3).
 
 Before the scheduler runs, every request that is decoding gets up to K drafts from the proposer, appended
 to its output as if they had been generated. The scheduler then treats them like any other tokens: they
@@ -25,7 +25,8 @@ from dataclasses import replace
 
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
-from miniyaie.speculative import NgramProposer, accept_greedy
+from miniyaie.speculative.acceptance import accept_greedy
+from miniyaie.speculative.ngram import NgramProposer
 
 
 class Speculation:
@@ -65,9 +66,33 @@ class Speculation:
                 request.output_token_ids.extend(drafts)
                 self._drafts[request.request_id] = (request, len(drafts))
 
+    # ANCHOR: keep_scheduled
     def keep_scheduled(self, out: SchedulerOutput) -> None:
-        """Take off the drafts this step does not compute: all of them for a request left out or
-        preempted, the tail of a chunk the budget cut short."""
+        """Take off the drafts this step does not compute.
+
+        Before: self._drafts maps each request that got drafts to (request, n), its last n output
+        tokens being drafts; the scheduler has made `out`. After: a request keeps exactly the drafts
+        its chunk in `out` computes (none if it has no chunk: left out, or preempted); the others are
+        off its output, and self._drafts maps each request that kept some to (request, how many).
+        Nothing else changes (the memory gave slots only to scheduled tokens).
+        """
+        # Nudge: a chunk covers some positions; which drafts' positions are among them?
+        # Hint 1: The scheduler hands out "the tokens after num_computed_tokens", so a chunk
+        #   starts at the request's pending token and covers a prefix of the drafts: all of them,
+        #   some (the budget ran out), or none (no chunk). A draft the step does not compute must
+        #   not stay in the output, or the next step would take it for a generated token.
+        # Hint 2: For each drafted request: its real tokens end n before its end. Find its chunk;
+        #   the drafts it computes are the chunk's end minus that, at least 0 (0 without a chunk).
+        #   Cut the output after the real tokens plus those; record the new count, or forget the
+        #   request when it is 0.
+        # Hint 3:
+        #   chunks = {c.request.request_id: c for c in out.chunks}
+        #   for rid, (request, n) in list(self._drafts.items()):
+        #       real = request.num_tokens - n; chunk = chunks.get(rid)
+        #       kept = 0 if chunk is None else max(0, chunk.start + chunk.num_tokens - real)
+        #       del request.output_token_ids[len(output) - n + kept:]
+        #       self._drafts[rid] = (request, kept) if kept else (delete the entry)
+        # BEGIN SOLUTION 9.3: The rewind
         chunks = {c.request.request_id: c for c in out.chunks}
         for rid, (request, n) in list(self._drafts.items()):
             real = request.num_tokens - n
@@ -78,6 +103,8 @@ class Speculation:
                 self._drafts[rid] = (request, kept)
             else:
                 del self._drafts[rid]
+        # END SOLUTION
+    # ANCHOR_END: keep_scheduled
 
     # ------------------------------------------------------------ in the step
     def run(self, runner, out: SchedulerOutput, rows: dict[str, SamplingRow],
@@ -114,10 +141,46 @@ class Speculation:
 
     # ANCHOR: settle
     def _settle(self, out: SchedulerOutput, rid: str, targets: list[SampledToken], row: SamplingRow) -> SampledToken:
-        """Accept, cut at a stop, rewind the rest; returns the request's last token of the step."""
+        """Decide what the request keeps of its drafts, and rewind the rest; returns its last token of the step.
+
+        `targets[j]` is the target's own token after the pending token and the first j drafts (n + 1 of
+        them for the request's n drafts, self._drafts[rid]). The request emits targets[0..m]: m is the
+        number of drafts accept_greedy keeps, cut at the first stop token among targets[0..m] (one of
+        row.params.stop_token_ids, or of the request's eos_token_ids unless it ignores them). Afterwards:
+        - the request's output holds every emitted token but the last (the scheduler's update appends
+          that one), and no draft past them;
+        - its chunk in `out` is replaced by one from the same start that computed the m + 1 tokens it
+          keeps (the update then counts exactly those as computed);
+        - the paged memory holds no block that only rejected drafts used (`PagedMemory.truncate`);
+        - self.accepted[rid] is targets[0..m-1] (the events before the last), the counters
+          draft_tokens, accepted_draft_tokens, output_tokens and verified_steps have grown by n, m, m, 1.
+        A request aborted while the step ran (request.is_finished) holds nothing any more: only the
+        counters and self.accepted are set, and targets[m] is returned.
+        """
         request, n = self._drafts[rid]
-        real = request.num_tokens - n
+        real = request.num_tokens - n  # the request's tokens before its drafts
         drafts = request.output_token_ids[len(request.output_token_ids) - n :]
+        # Nudge: what the target wrote is the truth; everything the request holds must agree with it.
+        # Hint 1: The emitted tokens are the target's: the drafts it agreed with are its own tokens
+        #   too, plus the first one where it disagreed (or the bonus after the last draft). A stop
+        #   among them ends the request there, exactly as one-token decoding would. Then three
+        #   places still hold the drafts the step computed: the output, the chunk the update will
+        #   read, and the blocks of the paged memory; each must say only what was kept.
+        # Hint 2: m = len(accept_greedy(drafts, target ids)) - 1. If the request is still running:
+        #   move m down to the first j <= m whose target is a stop token; cut the output after the
+        #   real tokens plus m; replace the request's chunk in out.chunks by a ScheduledChunk from
+        #   its start with m + 1 tokens; truncate the memory to real + m tokens. Then count, record
+        #   targets[:m] in self.accepted and return targets[m].
+        # Hint 3:
+        #   m = len(accept_greedy(drafts, [t.token_id for t in targets])) - 1
+        #   if not request.is_finished:
+        #       stops = set(row.params.stop_token_ids) | (set() if request.ignore_eos else set(request.eos_token_ids))
+        #       m = first j in range(m + 1) with targets[j].token_id in stops, else m
+        #       del output[len(output) - n + m:]; out.chunks[i] = ScheduledChunk(request, out.chunks[i].start, m + 1)
+        #       self.memory.truncate(request, real + m)
+        #   counters: draft_tokens += n; accepted_draft_tokens += m; output_tokens += m; verified_steps += 1
+        #   self.accepted[rid] = targets[:m]; return targets[m]
+        # BEGIN SOLUTION 9.3: The rewind
         kept = len(accept_greedy(drafts, [t.token_id for t in targets])) - 1  # drafts the target agreed with
         if not request.is_finished:  # aborted while the step ran: its blocks are already back
             stops = set(row.params.stop_token_ids) | (set() if request.ignore_eos else set(request.eos_token_ids))
@@ -132,6 +195,7 @@ class Speculation:
         self.counters["verified_steps"] += 1
         self.accepted[rid] = targets[:kept]
         return targets[kept]
+        # END SOLUTION
     # ANCHOR_END: settle
 
 

@@ -1,4 +1,4 @@
-"""Speculative decoding in the engine's step (chapter 9): drafts ride along as tokens, one forward checks them.
+"""Speculative decoding in the engine's step: drafts ride along as tokens, one forward checks them (Task 9.3).
 
 Before the scheduler runs, every request that is decoding gets up to K drafts from the proposer, appended
 to its output as if they had been generated. The scheduler then treats them like any other tokens: they
@@ -25,7 +25,8 @@ from dataclasses import replace
 
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
-from miniyaie.speculative import NgramProposer, accept_greedy
+from miniyaie.speculative.acceptance import accept_greedy
+from miniyaie.speculative.ngram import NgramProposer
 
 
 class Speculation:
@@ -65,19 +66,21 @@ class Speculation:
                 request.output_token_ids.extend(drafts)
                 self._drafts[request.request_id] = (request, len(drafts))
 
+    # ANCHOR: keep_scheduled
     def keep_scheduled(self, out: SchedulerOutput) -> None:
-        """Take off the drafts this step does not compute: all of them for a request left out or
-        preempted, the tail of a chunk the budget cut short."""
-        chunks = {c.request.request_id: c for c in out.chunks}
-        for rid, (request, n) in list(self._drafts.items()):
-            real = request.num_tokens - n
-            chunk = chunks.get(rid)
-            kept = 0 if chunk is None else max(0, chunk.start + chunk.num_tokens - real)
-            del request.output_token_ids[len(request.output_token_ids) - n + kept :]
-            if kept:
-                self._drafts[rid] = (request, kept)
-            else:
-                del self._drafts[rid]
+        """Take off the drafts this step does not compute.
+
+        Before: self._drafts maps each request that got drafts to (request, n), its last n output
+        tokens being drafts; the scheduler has made `out`. After: a request keeps exactly the drafts
+        its chunk in `out` computes (none if it has no chunk: left out, or preempted); the others are
+        off its output, and self._drafts maps each request that kept some to (request, how many).
+        Nothing else changes (the memory gave slots only to scheduled tokens).
+        """
+        # Idea: a chunk covers some positions; which drafts' positions are among them?
+        # Stuck? `miniyaie hint 9.3` prints hints, one level at a time.
+        # TODO(Task 9.3): The rewind. Replace this line with your code.
+        raise NotImplementedError('Chapter 9, Task 3: The rewind — see book/src/ch09_speculative.md')
+    # ANCHOR_END: keep_scheduled
 
     # ------------------------------------------------------------ in the step
     def run(self, runner, out: SchedulerOutput, rows: dict[str, SamplingRow],
@@ -114,24 +117,29 @@ class Speculation:
 
     # ANCHOR: settle
     def _settle(self, out: SchedulerOutput, rid: str, targets: list[SampledToken], row: SamplingRow) -> SampledToken:
-        """Accept, cut at a stop, rewind the rest; returns the request's last token of the step."""
+        """Decide what the request keeps of its drafts, and rewind the rest; returns its last token of the step.
+
+        `targets[j]` is the target's own token after the pending token and the first j drafts (n + 1 of
+        them for the request's n drafts, self._drafts[rid]). The request emits targets[0..m]: m is the
+        number of drafts accept_greedy keeps, cut at the first stop token among targets[0..m] (one of
+        row.params.stop_token_ids, or of the request's eos_token_ids unless it ignores them). Afterwards:
+        - the request's output holds every emitted token but the last (the scheduler's update appends
+          that one), and no draft past them;
+        - its chunk in `out` is replaced by one from the same start that computed the m + 1 tokens it
+          keeps (the update then counts exactly those as computed);
+        - the paged memory holds no block that only rejected drafts used (`PagedMemory.truncate`);
+        - self.accepted[rid] is targets[0..m-1] (the events before the last), the counters
+          draft_tokens, accepted_draft_tokens, output_tokens and verified_steps have grown by n, m, m, 1.
+        A request aborted while the step ran (request.is_finished) holds nothing any more: only the
+        counters and self.accepted are set, and targets[m] is returned.
+        """
         request, n = self._drafts[rid]
-        real = request.num_tokens - n
+        real = request.num_tokens - n  # the request's tokens before its drafts
         drafts = request.output_token_ids[len(request.output_token_ids) - n :]
-        kept = len(accept_greedy(drafts, [t.token_id for t in targets])) - 1  # drafts the target agreed with
-        if not request.is_finished:  # aborted while the step ran: its blocks are already back
-            stops = set(row.params.stop_token_ids) | (set() if request.ignore_eos else set(request.eos_token_ids))
-            kept = next((j for j in range(kept + 1) if targets[j].token_id in stops), kept)
-            del request.output_token_ids[len(request.output_token_ids) - n + kept :]
-            index = next(i for i, c in enumerate(out.chunks) if c.request is request)
-            out.chunks[index] = ScheduledChunk(request, out.chunks[index].start, kept + 1)
-            self.memory.truncate(request, real + kept)
-        self.counters["draft_tokens"] += n
-        self.counters["accepted_draft_tokens"] += kept
-        self.counters["output_tokens"] += kept  # the step's own count has the last token of each request
-        self.counters["verified_steps"] += 1
-        self.accepted[rid] = targets[:kept]
-        return targets[kept]
+        # Idea: what the target wrote is the truth; everything the request holds must agree with it.
+        # Stuck? `miniyaie hint 9.3` prints hints, one level at a time.
+        # TODO(Task 9.3): The rewind. Replace this line with your code.
+        raise NotImplementedError('Chapter 9, Task 3: The rewind — see book/src/ch09_speculative.md')
     # ANCHOR_END: settle
 
 
