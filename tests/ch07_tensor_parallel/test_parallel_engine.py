@@ -101,7 +101,7 @@ def test_copy_on_write_copies_reach_every_rank(tiny_checkpoint):
     want = transformers_greedy(hf_model, prompt, 6)
     assert len(out) == 3 and all(tokens == want for tokens in out.values()), (
         f"three greedy completions should all equal transformers' {want}, got {out} "
-        f"(a worker that never copies the shared block reads another completion's K/V)")
+        f"(a worker that never copies the shared block, or copies it after the step's forward, reads another completion's K/V)")
 
 
 def merged_copy(path, out):
@@ -225,6 +225,10 @@ def test_a_worker_that_raises_fails_the_step_and_every_later_one(tiny_checkpoint
             f"step {i + 1} (the worker failed in step 3) should raise TensorParallelError, got {step_results[i]!r}")
         assert isinstance(health[i], TensorParallelError), (
             f"after the failure check_health should raise TensorParallelError, got {health[i]!r}")
+        for what, error in ((f"step {i + 1}", step_results[i]), ("check_health", health[i])):
+            assert "tensor-parallel rank failed" in str(error), (
+                f"{what}'s TensorParallelError should say 'tensor-parallel rank failed' and name the failure "
+                f"(the engine hands that message to the requests), got {str(error)!r}")
     assert calls_after_failure == 0, (
         f"step 4 came after a failed step: it must raise at once, without a message to any rank; "
         f"rank 0 made {calls_after_failure} collective call(s)")

@@ -43,6 +43,15 @@ def covers_once(parts, size: int, dim: int, what: str):
     assert position == size, f"{what}: the ranks' ranges end at {position}, the tensor has {size} there: {parts}"
 
 
+def ceil_long_until_the_end(parts, size: int, tp: int, what: str):
+    """shard_range's layout: every range ceil(size / tp) long, but the last non-empty one may be shorter and the rest empty."""
+    per = -(-size // tp)
+    expected = [(min(size, r * per), min(size, (r + 1) * per)) for r in range(tp)]
+    assert [(s, e) for _, s, e in parts] == expected, (
+        f"{what}: {size} rows over {tp} ranks are ranges of ceil({size}/{tp}) = {per} rows, only the last non-empty "
+        f"one shorter and the ranks after it empty (size 4 over 3 ranks: (0, 2), (2, 4), (4, 4)); got {parts}")
+
+
 @pytest.mark.task("7.1")
 @given(splits())
 @example((config(4, 2), 2)).via("even heads, uneven vocabulary")
@@ -57,6 +66,8 @@ def test_query_mlp_and_vocabulary_rows_are_split_once_in_rank_order(split):
         covers_once(pieces(f"model.layers.1.mlp.{layer}", c, tp), c.intermediate_size, 0, layer)
     covers_once(pieces("model.embed_tokens.weight", c, tp), c.vocab_size, 0, "embed_tokens")
     covers_once(pieces("lm_head.weight", c, tp), c.vocab_size, 0, "lm_head")
+    ceil_long_until_the_end(pieces("model.layers.1.mlp.up_proj.weight", c, tp), c.intermediate_size, tp, "up_proj")
+    ceil_long_until_the_end(pieces("lm_head.weight", c, tp), c.vocab_size, tp, "lm_head")
 
 
 @pytest.mark.task("7.1")

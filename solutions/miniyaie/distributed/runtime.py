@@ -101,7 +101,9 @@ class ParallelModelRunner(ModelRunner):
         A failure of any collective (a rank died, raised or timed out) means
         the ranks are out of step for good: it is kept in self.failure and
         raised as TensorParallelError, now and on every later step; a later
-        step raises at once, without a message to any rank.
+        step raises at once, without a message to any rank. The error's
+        message says "tensor-parallel rank failed" and names the failure (its
+        type and message): the engine hands it to the step's requests.
         """
         # Nudge: a worker can only replay what it is told; and once a collective has failed, none can be trusted.
         # Hint 1: The workers wait in group.broadcast_object for the next Step; once every rank
@@ -129,7 +131,10 @@ class ParallelModelRunner(ModelRunner):
     # ANCHOR_END: parallel_runner
 
     def check_health(self) -> None:
-        """Raise TensorParallelError (naming the failure) once any step has failed; None while healthy."""
+        """Raise TensorParallelError once any step has failed; None while healthy.
+
+        Its message, like forward's, says "tensor-parallel rank failed" and names the failure.
+        """
         # Nudge: what did forward keep when a collective failed?
         # Hint 1: A failed collective leaves the ranks out of step for good: every later check fails.
         # Hint 2: If self.failure is set, raise TensorParallelError naming its type and message.
