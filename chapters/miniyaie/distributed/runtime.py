@@ -113,7 +113,11 @@ class ParallelModelRunner(ModelRunner):
 
 # ANCHOR: attach_engine
 def attach_engine(llm, group: TPGroup, attention_backend: str) -> None:
-    """Make rank 0's LLMEngine parallel: the workers (in `serve_as_worker`) get a WorkerSetup, its runner drives them."""
+    """Make rank 0's LLMEngine parallel: the workers (in `serve_as_worker`) get a WorkerSetup, its runner drives them.
+
+    `llm` is chapter 5's LLMEngine on rank 0's shard (its `model`, `pool` of `pool.num_slots` slots
+    and `memory`); afterwards `llm.runner` is a ParallelModelRunner over them.
+    """
     # Idea: what must a worker know, once, before rank 0's first step can name its blocks?
     # Stuck? `miniyaie hint 7.4` prints hints, one level at a time.
     # TODO(Task 7.4): Rank 0 schedules, the workers replay. Replace this line with your code.

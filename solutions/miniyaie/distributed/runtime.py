@@ -148,7 +148,11 @@ class ParallelModelRunner(ModelRunner):
 
 # ANCHOR: attach_engine
 def attach_engine(llm, group: TPGroup, attention_backend: str) -> None:
-    """Make rank 0's LLMEngine parallel: the workers (in `serve_as_worker`) get a WorkerSetup, its runner drives them."""
+    """Make rank 0's LLMEngine parallel: the workers (in `serve_as_worker`) get a WorkerSetup, its runner drives them.
+
+    `llm` is chapter 5's LLMEngine on rank 0's shard (its `model`, `pool` of `pool.num_slots` slots
+    and `memory`); afterwards `llm.runner` is a ParallelModelRunner over them.
+    """
     # Nudge: what must a worker know, once, before rank 0's first step can name its blocks?
     # Hint 1: Rank 0's block tables name blocks of rank 0's pool; a worker's pool must have the
     #   same blocks (count and size) for those names to mean the same slots, and the same
