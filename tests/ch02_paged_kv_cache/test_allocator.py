@@ -91,9 +91,9 @@ class AllocatorMachine(RuleBasedStateMachine):
         block %= self.num_blocks
         if block in self.owned():
             return
-        with pytest.raises(ValueError):
-            self.allocator.free(block)  # a double free
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError):  # freeing a free block is a double free: ValueError
+            self.allocator.free(block)
+        with pytest.raises(ValueError):  # sharing a free block (nobody filled it) is a ValueError
             self.allocator.share(block)
 
     @invariant()

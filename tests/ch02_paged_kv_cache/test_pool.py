@@ -31,11 +31,12 @@ def test_pool_sized_from_a_budget_fits_it_and_one_more_block_would_not(
     config = dataclasses.replace(TINY, num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim)
     one_block = make_pool(config, 1, block_size, dtype).nbytes  # measured on real tensors
     if budget < one_block:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError):  # a budget smaller than one block holds no pool at all
             num_blocks_for_budget(config, budget, block_size, dtype)
         return
     num_blocks = num_blocks_for_budget(config, budget, block_size, dtype)
-    assert num_blocks * one_block <= budget < (num_blocks + 1) * one_block
+    assert num_blocks * one_block <= budget, f"{num_blocks} blocks of {one_block} bytes do not fit in {budget} bytes"
+    assert budget < (num_blocks + 1) * one_block, f"{num_blocks + 1} blocks of {one_block} bytes fit in {budget} bytes"
     assert make_pool(config, num_blocks, block_size, dtype).nbytes == num_blocks * one_block
 
 
@@ -61,9 +62,10 @@ def test_the_pool_is_chapter_0s_flat_cache():
     num_blocks=st.integers(2, 8), block_size=st.sampled_from([1, 3, 16]), data=st.data(),
 )
 @example(num_blocks=4, block_size=3, data=None)  # two copies; blocks 1 and 2 are sources and must not change
+@example(num_blocks=3, block_size=3, data=None)  # block 0 is freed after its copy is queued, then a later copy's destination
 def test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else(num_blocks, block_size, data):
-    if data is None:
-        copies = [(2, 0), (1, 3)]
+    if data is None:  # PagedMemory queues [(0, 1), (2, 0)] when block 0's owner is freed between two copy-on-writes
+        copies = [(2, 0), (1, 3)] if num_blocks == 4 else [(0, 1), (2, 0)]
     else:  # distinct fresh destinations, none of them a source (what copy-on-write queues)
         blocks = data.draw(st.permutations(range(num_blocks)))
         n = data.draw(st.integers(0, num_blocks // 2))

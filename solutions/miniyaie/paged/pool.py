@@ -67,8 +67,13 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
     """Copy every (src, dst) block's K and V, all layers: what copy-on-write asks the runner to do.
 
     After the call, block dst of every layer holds what block src held
-    before it (its block_size slots, K and V); no other slot changes. The
-    destinations are distinct fresh blocks, never a source of the same call.
+    before the call (its block_size slots, K and V); no other slot changes.
+    The destinations are distinct fresh blocks. A destination may be the
+    source of an earlier pair of the same call (a source whose last owner was
+    freed after its copy was queued, then handed out as a later copy's
+    destination): that earlier pair still copies the old contents.
+    Example (asserted): copies [(0, 1), (2, 0)] leave in block 1 what block 0
+    held, and in block 0 what block 2 held.
     """
     copies = list(copies)
     if not copies:
