@@ -125,7 +125,10 @@ class Constraints:
         If a prepare(params) holds the pattern's index, start consumes that hold (`_unhold`) and
         compiles nothing; the hold's own use is given back once the guides hold theirs (also
         when a take raises), so each prepare's use is given back exactly once. An id that still
-        has a guide is forgotten first. Unconstrained params: nothing. Every use the cache
+        has a guide is forgotten (forget(id)) before its own new guide takes a use, and after the
+        ids before it have taken theirs: restarting a pattern's only guide gives its use back, so a
+        cache that keeps nothing unused compiles the pattern again; start(["r2", "r1"]) while r1
+        holds it compiles nothing. Unconstrained params: nothing. Every use the cache
         counts is one guide's or one hold's (`stats()["indexes_in_use"]`).
         """
         # Nudge: between giving back the hold and taking the guides' uses, could the index be evicted?
