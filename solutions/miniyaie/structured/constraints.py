@@ -122,14 +122,12 @@ class Constraints:
     def start(self, ids: list[str], params) -> None:
         """A guide per completion id, each holding one use of the pattern's index until forget(id).
 
-        If a prepare(params) holds the pattern's index, start consumes that hold (`_unhold`) and
-        compiles nothing; the hold's own use is given back once the guides hold theirs (also
-        when a take raises), so each prepare's use is given back exactly once. An id that still
-        has a guide is forgotten (forget(id)) before its own new guide takes a use, and after the
-        ids before it have taken theirs: restarting a pattern's only guide gives its use back, so a
-        cache that keeps nothing unused compiles the pattern again; start(["r2", "r1"]) while r1
-        holds it compiles nothing. Unconstrained params: nothing. Every use the cache
-        counts is one guide's or one hold's (`stats()["indexes_in_use"]`).
+        If a prepare(params) holds the pattern's index, start consumes that hold (`_unhold`) and compiles nothing;
+        the hold's own use is given back once the guides hold theirs (also when a take raises), so each prepare's
+        use is given back exactly once. An id that still has a guide is forgotten just before its own new guide
+        takes a use (a cache that keeps nothing unused compiles again for start(["r1"]) after start(["r1"]), not for
+        start(["r2", "r1"])). Unconstrained params: nothing. Every use the cache counts is one guide's or one hold's
+        (`stats()["indexes_in_use"]`).
         """
         # Nudge: between giving back the hold and taking the guides' uses, could the index be evicted?
         # Hint 1: Every take must meet exactly one give_back: a leaked use pins an index for

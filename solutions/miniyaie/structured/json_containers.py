@@ -121,12 +121,10 @@ def json_object_regex(depth: int = 2) -> str:
 
     Strings: any JSON string whose characters STRING_CHAR matches (escapes
     included); numbers as NUMBER; true, false, null; objects with
-    any keys, in any order, repeats allowed. An object or array holding
-    only scalars (or nothing) is one level, and `depth` counts the levels of
-    the top object's values, not of the object itself: with depth 2, {} and
-    {"a":[{"b":1}],"c":{}} (its value [{"b":1}] is two levels) match,
-    {"a":[[[1]]]} does not. Only objects at
-    the top: not [1], not "x". Its length grows with depth, and by a
+    any keys, in any order, repeats allowed. An object or array holding only scalars (or nothing) is one
+    level; `depth` counts the levels of the top object's values, not the object: with depth 2, {} and
+    {"a":[{"b":1}],"c":{}} (its value [{"b":1}] is two levels) match, {"a":[[[1]]]} does not. Only
+    objects at the top: not [1], not "x". Its length grows with depth, and by a
     constant factor per level, never with the number of members.
     """
     # Nudge: describe "a value at most k levels deep" for k = 0, 1, ..., depth.

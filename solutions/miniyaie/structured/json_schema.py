@@ -75,12 +75,10 @@ def check_structure(schema: dict, limits: Limits) -> None:
     Each refusal is a PatternError whose message names the keyword (or the
     limit's setting). Called after _check_keywords: every keyword's value
     is of the right kind (enum and anyOf aside: checked here).
-    - const or enum: `enum` not a list; more entries than limits.max_enum
-      (`over("enum: entries", ...)`: "enum: entries 1001 is over the limit of
-      1000 (structured limit max_enum)"); a value JSON or UTF-8 cannot write (check_value's
-      refusals, naming const or enum; a value JSON has no type for).
-      Such a schema's other keywords are checked when its values are
-      filtered, not here.
+    - const or enum: `enum` not a list; more entries than limits.max_enum ("enum: entries 1001 is over
+      the limit of 1000 (structured limit max_enum)"); a value JSON or UTF-8 cannot write (check_value's
+      refusals, naming const or enum; a value JSON has no type for). Such a schema's other keywords are
+      checked when its values are filtered, not here.
     - anyOf (without const or enum): not a list; empty; more branches than
       limits.max_enum; any other keyword beside it but annotations
       (IGNORED), named ("anyOf with other keywords ('type') ...").
