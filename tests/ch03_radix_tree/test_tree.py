@@ -59,7 +59,21 @@ def spelled(node) -> tuple:
 @example(sequences=[[1, 1, 2, 2, 3, 3]], query=[1, 1, 2, 2, 0, 0], block_size=2)  # the match ends partway along one edge
 def test_match_prefix_finds_the_longest_cached_prefix(sequences, query, block_size):
     tree = cache_with(sequences, block_size)
+    stamps = last_uses(tree)
+    peek = tree.match_prefix(query, touch=False)
+    assert last_uses(tree) == stamps, (
+        "match_prefix(touch=False) is a peek: it must change no node's last_access (the scheduler's "
+        "prefix-length oracle must not reorder LRU eviction)"
+    )
     match = tree.match_prefix(query)
+    assert (peek.length, peek.blocks, peek.node) == (match.length, match.blocks, match.node), "a peek finds the same match"
+    node = match.node
+    while node is not tree.root:
+        assert node.last_access > max(stamps.values()), (
+            f"the node spelling {spelled(node)} on the matched path kept last_access {node.last_access}: a touching "
+            "match stamps every node it passes (the partly matched one too) with a fresh next(_clock)"
+        )
+        node = node.parent
     expected = longest_prefix(sequences, query, block_size)
     assert match.length == expected, f"matched {match.length} tokens of {query}; the tree caches {expected} of them"
     assert len(match.blocks) == match.length // block_size, "one block per matched block of tokens"
@@ -76,6 +90,26 @@ def test_match_prefix_finds_the_longest_cached_prefix(sequences, query, block_si
             f"match.node spells {path}: it must be the node whose edge holds the last matched block (when the match "
             "ends partway along an edge, that edge's node), so that locking it protects every matched block"
         )
+
+
+def last_uses(tree):
+    """Every node (by identity) -> its last_access, read through the public fields."""
+    out, stack = {}, [tree.root]
+    while stack:
+        node = stack.pop()
+        out[id(node)] = node.last_access
+        stack.extend(node.children.values())
+    return out
+
+
+def unlocked_blocks(tree):
+    """The blocks of the nodes no lock covers, counted by walking the tree."""
+    stack, total = [tree.root], 0
+    while stack:
+        node = stack.pop()
+        total += len(node.blocks) if node.lock_ref == 0 else 0
+        stack.extend(node.children.values())
+    return total
 
 
 def cached_blocks_by_prefix(tree):
@@ -180,3 +214,38 @@ def test_evicting_a_leaf_can_make_its_parent_evictable():
     assert tree.evict(3) == 3, "once both leaves are gone the parent is a leaf and goes too"
     assert tree.cached_blocks == 0 and tree.match_prefix([5, 5]).length == 0
     assert tree.allocator.num_free == tree.allocator.num_blocks
+
+
+@pytest.mark.task("3.3")
+def test_locks_survive_a_second_user_a_split_and_a_growing_leaf():
+    tree = cache_with([[1, 1, 2, 2]], block_size=2)
+    node = tree.match_prefix([1, 1, 2, 2]).node
+    tree.lock(node)
+    tree.lock(node)  # a second request on the same prefix
+    assert tree.evictable_blocks == 0 == unlocked_blocks(tree), (
+        f"evictable_blocks is {tree.evictable_blocks} with both cached blocks locked twice: a second lock on a "
+        "locked node must not move the counter again"
+    )
+    tree.unlock(node)
+    assert tree.evictable_blocks == 0, f"evictable_blocks is {tree.evictable_blocks} with one user still holding the lock"
+    insert(tree, [1, 1, 3, 3])  # splits the locked edge after [1 1]
+    upper = tree.match_prefix([1, 1], touch=False).node
+    assert spelled(upper) == (1, 1) and upper.lock_ref == 1, (
+        f"the node spelling (1, 1), which a split put in the middle of a locked path, has lock_ref {upper.lock_ref}: "
+        "it must carry the lock of the path below it"
+    )
+    assert tree.evictable_blocks == unlocked_blocks(tree) == 1, (
+        f"evictable_blocks is {tree.evictable_blocks}; after the split only the new leaf (1 block) is unlocked"
+    )
+    insert(tree, [1, 1, 2, 2, 4, 4])  # the locked request caches its next block
+    assert tree.evictable_blocks == unlocked_blocks(tree), (
+        f"evictable_blocks is {tree.evictable_blocks}, but the unlocked nodes hold {unlocked_blocks(tree)} blocks "
+        "after inserting below a locked leaf (if its edge grew, the new block is locked too)"
+    )
+    tree.check_integrity()
+    unlocked = unlocked_blocks(tree)
+    assert tree.evict(10_000) == unlocked, f"evicting everything possible frees the {unlocked} unlocked blocks"
+    assert tree.match_prefix([1, 1, 2, 2]).length == 4, "the locked prefix survives eviction"
+    tree.unlock(node)
+    assert tree.evictable_blocks == tree.cached_blocks == unlocked_blocks(tree), "with no lock left, every cached block is evictable"
+    tree.check_integrity()

@@ -90,7 +90,8 @@ class RadixCache:
         The part already cached is left as it is (the caller's duplicate
         blocks stay the caller's); the tree takes one allocator reference on
         each block of the new part and counts it in cached_blocks (and in
-        evictable_blocks, its node being unlocked). Afterwards every cached
+        evictable_blocks unless the node that holds it is locked: a leaf a
+        request locked may be the one that grows). Afterwards every cached
         block-aligned prefix is spelled by exactly one path and held by
         exactly one block, every edge is a whole number of blocks, and a node
         ends exactly where `tokens` ends (even partway along an old edge);
@@ -185,13 +186,16 @@ class RadixCache:
     def check_integrity(self) -> None:
         """The counters agree with the tree, and every lock is accounted for on its parent."""
         nodes = self._nodes()
-        assert self.cached_blocks == sum(len(n.blocks) for n in nodes)
-        assert self.evictable_blocks == sum(len(n.blocks) for n in nodes if n.lock_ref == 0)
+        held = sum(len(n.blocks) for n in nodes)
+        assert self.cached_blocks == held, f"cached_blocks is {self.cached_blocks}; the nodes hold {held} blocks"
+        unlocked = sum(len(n.blocks) for n in nodes if n.lock_ref == 0)
+        assert self.evictable_blocks == unlocked, f"evictable_blocks is {self.evictable_blocks}; the unlocked nodes hold {unlocked} blocks"
         for node in nodes:
-            assert node.lock_ref >= 0
-            assert len(node.key) == len(node.blocks) * self.block_size
+            assert node.lock_ref >= 0, f"a lock count went negative: {node.lock_ref}"
+            assert len(node.key) == len(node.blocks) * self.block_size, "an edge holds whole blocks, one block per block of tokens"
             assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()), "a lock counts up to the root"
             for first, child in node.children.items():
-                assert child.parent is node and self._first_block(child.key) == first
+                assert child.parent is node, "a child's parent is the node whose children hold it"
+                assert self._first_block(child.key) == first, "children are keyed by the first block of their edge"
         for block in self.blocks():
-            assert self.allocator.ref_count(block) >= 1
+            assert self.allocator.ref_count(block) >= 1, f"the tree holds block {block}, which is free"

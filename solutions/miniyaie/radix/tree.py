@@ -121,7 +121,8 @@ class RadixCache:
         The part already cached is left as it is (the caller's duplicate
         blocks stay the caller's); the tree takes one allocator reference on
         each block of the new part and counts it in cached_blocks (and in
-        evictable_blocks, its node being unlocked). Afterwards every cached
+        evictable_blocks unless the node that holds it is locked: a leaf a
+        request locked may be the one that grows). Afterwards every cached
         block-aligned prefix is spelled by exactly one path and held by
         exactly one block, every edge is a whole number of blocks, and a node
         ends exactly where `tokens` ends (even partway along an old edge);
@@ -140,8 +141,8 @@ class RadixCache:
         # Hint 2: From the root, with `done` tokens placed: the child keyed by the next block of
         #   the rest is the only candidate. None: the rest becomes a new leaf under the node (or,
         #   when the node is a leaf other than the root, the node's edge grows by the rest); share
-        #   those blocks with the allocator, add them to cached_blocks and evictable_blocks,
-        #   return that node. Otherwise count the blocks the child's edge shares with the rest;
+        #   those blocks with the allocator, add them to cached_blocks (and to evictable_blocks
+        #   if that node is unlocked), return that node. Otherwise count the blocks the child's edge shares with the rest;
         #   if fewer than the edge's length, split the child there (_split, which you also
         #   write: the upper part becomes a new node between the parent and the child). Stamp
         #   the child, descend, advance done. When every token is placed, return the node.
@@ -357,13 +358,16 @@ class RadixCache:
     def check_integrity(self) -> None:
         """The counters agree with the tree, and every lock is accounted for on its parent."""
         nodes = self._nodes()
-        assert self.cached_blocks == sum(len(n.blocks) for n in nodes)
-        assert self.evictable_blocks == sum(len(n.blocks) for n in nodes if n.lock_ref == 0)
+        held = sum(len(n.blocks) for n in nodes)
+        assert self.cached_blocks == held, f"cached_blocks is {self.cached_blocks}; the nodes hold {held} blocks"
+        unlocked = sum(len(n.blocks) for n in nodes if n.lock_ref == 0)
+        assert self.evictable_blocks == unlocked, f"evictable_blocks is {self.evictable_blocks}; the unlocked nodes hold {unlocked} blocks"
         for node in nodes:
-            assert node.lock_ref >= 0
-            assert len(node.key) == len(node.blocks) * self.block_size
+            assert node.lock_ref >= 0, f"a lock count went negative: {node.lock_ref}"
+            assert len(node.key) == len(node.blocks) * self.block_size, "an edge holds whole blocks, one block per block of tokens"
             assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()), "a lock counts up to the root"
             for first, child in node.children.items():
-                assert child.parent is node and self._first_block(child.key) == first
+                assert child.parent is node, "a child's parent is the node whose children hold it"
+                assert self._first_block(child.key) == first, "children are keyed by the first block of their edge"
         for block in self.blocks():
-            assert self.allocator.ref_count(block) >= 1
+            assert self.allocator.ref_count(block) >= 1, f"the tree holds block {block}, which is free"
