@@ -129,10 +129,10 @@ def admission_order(
 ) -> list[Request]:
     """The waiting requests in the order admission tries them.
 
-    FCFS: the queue order. LPM: lpm_order, except that past
-    config.lpm_max_queue waiting requests the queue order is used (sorting,
-    and asking prefix_len of every waiting request, is not worth its cost:
-    prefix_len is not called), and that requests queued at or before
+    FCFS: the queue order. LPM: with more than config.lpm_max_queue waiting
+    requests, the plain queue order (sorting, and asking prefix_len of every
+    waiting request, is not worth its cost: prefix_len is not called);
+    otherwise lpm_order, except that requests queued at or before
     now - config.max_wait_steps (queued_at(r): the schedule count when r was
     added; now: the current one) go first, in queue order: no starvation.
     """
