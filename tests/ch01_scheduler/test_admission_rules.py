@@ -34,6 +34,9 @@ def run_to_end(s: Scheduler) -> int:
     return steps
 
 
+def ids(requests) -> list[str]:
+    return [r.request_id for r in requests]
+
 @pytest.mark.task("1.2")
 def test_admission_keeps_the_decode_reserve():
     # First step only (Task 1.2 is graded before Task 1.3): three requests arrive
@@ -215,12 +218,19 @@ def test_admission_order_is_lpm_with_overdue_requests_first(prefixes, queued, no
         "the order holds every waiting request exactly once"
     )
     if len(waiting) > max_queue:
-        assert order == waiting and not asked, f"{len(waiting)} > lpm_max_queue={max_queue} waiting: the queue order"
+        assert not asked, f"{len(waiting)} > lpm_max_queue={max_queue} waiting: prefix_len must not be asked"
+        assert order == waiting, (
+            f"{len(waiting)} > lpm_max_queue={max_queue} waiting: the plain queue order {ids(waiting)} "
+            f"(overdue ones too), got {ids(order)}"
+        )
         return
     overdue = [r for r in waiting if queued_at[r.request_id] <= now - max_wait]
     rest = [r for r in lpm_order(waiting, lambda r: prefix[r.request_id]) if r not in overdue]
     assert order == overdue + rest, (
-        "requests queued at or before now - max_wait_steps first (in queue order), then the rest by longest prefix"
+        f"{len(waiting)} waiting, lpm_max_queue={max_queue} (up to that many are sorted): requests queued at or "
+        f"before now - max_wait_steps = {now - max_wait} first (in queue order), then the rest by longest prefix: "
+        f"expected {ids(overdue + rest)}, got {ids(order)} (prefix lengths {[prefix[r.request_id] for r in waiting]}, "
+        f"queued at {[queued_at[r.request_id] for r in waiting]}, in queue order)"
     )
 
 

@@ -141,6 +141,29 @@ def test_a_long_prompt_still_queued_when_the_budget_runs_out_is_not_counted_as_h
     )
 
 
+@pytest.mark.task("1.7")
+def test_the_leftover_budget_grows_a_cut_prefill_only_as_far_as_memory_allows():
+    # The pool holds 21 slots, exactly what the long prompt may ever need alone; a short request shares it.
+    s, driver = bounded(budget=16, threshold=4, capacity=21)
+    short, long = request(4, max_tokens=2), request(20, max_tokens=1)
+    driver.add(short)
+    driver.add(long)
+    for step in range(1, 4):
+        try:
+            out = driver.step()
+        except MemoryError as error:
+            pytest.fail(
+                f"step {step}: {error!r}: top_up may grow a cut chunk only as far as memory.can_allocate allows "
+                "(it never preempts, and never allocates what does not fit)"
+            )
+        assert s.memory.num_used_tokens <= 21, f"step {step}: the memory holds more than its 21 slots"
+        assert not out.preempted, f"step {step}: nobody is preempted: the leftover budget is only what memory allows"
+    assert tokens(driver.trace.steps[1]) == {short.request_id: 1, long.request_id: 4}, (
+        f"step 2: the short request decodes and the long one gets its threshold (4), which fills the 21 slots: the "
+        f"leftover budget cannot grow it (memory.can_allocate says no): got {tokens(driver.trace.steps[1])}"
+    )
+
+
 @pytest.mark.ungraded
 def test_the_threshold_zero_turns_the_bound_off():
     config = SchedulerConfig(16, 8)

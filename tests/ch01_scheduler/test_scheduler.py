@@ -111,8 +111,13 @@ def test_admission_starts_after_the_cached_prefix(prompt_len, cached, oracle):
     r = request(prompt_len, max_tokens=3)
     s.add_request(r)
     out = s.schedule()
-    (chunk,) = out.chunks
     expected_start = min(cached, prompt_len - 1)
+    assert len(out.chunks) == 1, (
+        f"the one waiting request ({prompt_len} prompt tokens, {cached} cached) must be admitted with a chunk of "
+        f"{prompt_len - expected_start} tokens from {expected_start} (the last known token is always computed); "
+        f"got chunks {[(c.start, c.num_tokens) for c in out.chunks]}"
+    )
+    (chunk,) = out.chunks
     assert (chunk.start, chunk.num_tokens) == (expected_start, prompt_len - expected_start), (
         f"the memory holds {min(cached, prompt_len)} of {prompt_len} prompt tokens (the ordering oracle says {oracle}): "
         f"the chunk must start at {expected_start} (memory.cached_prefix_len, and the last token is always computed)"
@@ -134,7 +139,11 @@ def test_a_request_that_does_not_fit_waits_untouched_and_blocks_the_queue(cached
         s.add_request(r)
     out = s.schedule()
     check_step(s, out, running_before=[])
-    assert [c.request for c in out.chunks] == [first]
+    assert [c.request.request_id for c in out.chunks] == [first.request_id], (
+        f"only {first.request_id} fits; {second.request_id} does not, and {third.request_id} behind it must not be "
+        f"admitted past it (no skipping ahead: a short request must not starve a long one); got "
+        f"{[c.request.request_id for c in out.chunks]}"
+    )
     assert list(s.waiting) == [second, third], "no skipping ahead: a short request must not starve a long one"
     for r in (second, third):
         assert r.status is RequestStatus.WAITING
@@ -232,6 +241,28 @@ def test_preempted_request_recomputes_and_matches_unpreempted_output():
     assert s.memory.num_used_tokens == 0
 
 
+@pytest.mark.task("1.5")
+def test_requests_preempted_together_wait_at_the_front_in_their_order():
+    memory = TokenCountingMemory(100)
+    s = scheduler(budget=64, seqs=3, memory=memory)
+    a, b, c, d = (request(4, max_tokens=8) for _ in range(4))
+    for r in (a, b, c, d):
+        s.add_request(r)
+    out = s.schedule()  # a, b and c take the three seats; d waits
+    s.update(out, {ch.request.request_id: 1 for ch in out.chunks if ch.samples_next_token})
+    memory._capacity = 9  # the pool shrinks under them: a and b cannot both grow by one
+    out = s.schedule()
+    assert [r.request_id for r in out.preempted] == [c.request_id, b.request_id], (
+        f"preempted {[r.request_id for r in out.preempted]}: a grows first and the newest (c) pays, then b cannot "
+        f"grow and is itself the newest left"
+    )
+    assert list(s.waiting) == [b, c, d], (
+        f"waiting is {[r.request_id for r in s.waiting]}: requests preempted in one step wait at the front of the "
+        f"queue in their running order ({b.request_id}, {c.request_id}), ahead of {d.request_id} that never ran "
+        "(first come, first served)"
+    )
+
+
 @pytest.mark.task("1.6")
 @given(prefix_lens=st.lists(st.integers(0, 10), min_size=2, max_size=8), seqs=st.integers(1, 3))
 def test_lpm_admits_longest_cached_prefix_first(prefix_lens, seqs):
@@ -293,8 +324,9 @@ def test_a_request_that_could_never_run_is_refused_at_once():
 @pytest.mark.ungraded
 def test_bad_requests_are_rejected_clearly():
     s = scheduler(capacity=10)
-    with pytest.raises(ValueError, match="needs up to 14 tokens"):
-        s.add_request(request(10, max_tokens=4))
+    too_big = request(10, max_tokens=4)
+    with pytest.raises(ValueError, match=too_big.request_id):  # the contract: the message names the request
+        s.add_request(too_big)
     with pytest.raises(ValueError, match="empty"):
         Request("x", [], 3)
     with pytest.raises(ValueError, match="max_tokens"):

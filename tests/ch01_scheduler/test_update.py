@@ -123,3 +123,21 @@ def test_a_chunk_in_the_middle_of_a_prompt_does_not_stop_the_others():
     assert (short.num_computed_tokens, short.output_token_ids) == (6, [9, 8]), (
         "the chunks after a mid-prompt chunk are recorded too"
     )
+
+
+@pytest.mark.task("1.3")
+@given(prompt_len=st.integers(1, 8), num_output=st.integers(0, 5), start=st.integers(0, 12), num_tokens=st.integers(1, 13))
+@example(prompt_len=4, num_output=3, start=0, num_tokens=5)  # a resumed request's recompute, cut past its prompt
+@example(prompt_len=4, num_output=3, start=0, num_tokens=7)  # the whole recompute: it samples
+def test_only_a_chunk_that_reaches_the_last_known_token_samples(prompt_len, num_output, start, num_tokens):
+    r = request(prompt_len, max_tokens=10)
+    r.output_token_ids.extend(range(1, num_output + 1))  # generated before a preemption: recomputed now
+    known = r.num_tokens
+    if start + num_tokens > known:
+        return
+    chunk = ScheduledChunk(r, start, num_tokens)
+    assert chunk.samples_next_token == (start + num_tokens == known), (
+        f"a chunk of tokens [{start}, {start + num_tokens}) of a request that knows {known} tokens "
+        f"({prompt_len} prompt + {num_output} output): samples_next_token must be {start + num_tokens == known}; "
+        "only the chunk that reaches the last known token (prompt AND output so far) yields a next token"
+    )
