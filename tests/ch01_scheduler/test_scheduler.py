@@ -176,9 +176,16 @@ def test_running_requests_are_served_before_new_ones():
     driver.step()  # a's prompt (3 tokens)
     driver.add(b)
     out = driver.step()
-    assert [(c.request, c.num_tokens) for c in out.chunks] == [(a, 1), (b, 3)]
+    got = [(c.request.request_id, c.num_tokens) for c in out.chunks]
+    assert got == [(a.request_id, 1), (b.request_id, 3)], (
+        f"step 2 (budget 4): running {a.request_id} decodes 1 token first, then waiting {b.request_id} is admitted "
+        f"with its 3-token prompt: expected [({a.request_id!r}, 1), ({b.request_id!r}, 3)], got {got}"
+    )
     out = driver.step()
-    assert [(c.request, c.num_tokens) for c in out.chunks] == [(a, 1), (b, 1)], "two decodes share a step"
+    got = [(c.request.request_id, c.num_tokens) for c in out.chunks]
+    assert got == [(a.request_id, 1), (b.request_id, 1)], (
+        f"step 3: two decodes share a step, the older ({a.request_id}) first: got {got}"
+    )
 
 
 @pytest.mark.task("1.4")
