@@ -232,7 +232,7 @@ class OutputProcessor:
         #   add the filter's flushed tail to the shown text. Append tokens, shown text and the
         #   logprob to c.output. When finished, set the finish reason and forget c.engine_id.
         #   Then tell the caller: a delta if it asked for deltas; once the whole request has
-        #   finished, drop it from the started set and tell its result.
+        #   finished, its result.
         # Hint 3:
         #   shown = c.stops.push(text)
         #   if c.stops.stopped: (finish is None and self.llm.finish(c.engine_id)); finish = "stop"
@@ -240,7 +240,7 @@ class OutputProcessor:
         #   c.output.token_ids += token_ids; c.output.text += shown; logprob -> c.output.logprobs
         #   if finish is not None: c.output.finish_reason = finish; self._by_engine_id.pop(c.engine_id, None)
         #   if request.deltas: self.tell(request, CompletionDelta(request_id, index, shown, token_ids, finish, [logprob] or None))
-        #   if request.finished: self._started.discard(request_id); self.tell(request, request.result())
+        #   if request.finished: self.tell(request, request.result())
         # BEGIN SOLUTION 5.12: The request lifecycle
         shown = c.stops.push(text)
         if c.stops.stopped:
@@ -260,9 +260,10 @@ class OutputProcessor:
             self.tell(request, CompletionDelta(request.request_id, c.index, shown, token_ids, finish,
                                                [logprob] if logprob is not None else None))
         if request.finished:
-            self._started.discard(request.request_id)
             self.tell(request, request.result())
         # END SOLUTION
+        if request.finished:
+            self._started.discard(request.request_id)  # ended: nothing left to abort or drop
     # ANCHOR_END: emit
 
     def _token_logprob(self, event: RequestEvent) -> TokenLogprob:
