@@ -40,6 +40,7 @@ CHAPTER_PACKAGES: dict[int, str] = {
     6: "api",
     7: "distributed",
     8: "structured",
+    9: "speculative",
 }
 _PACKAGE_NAMES = set(CHAPTER_PACKAGES.values())
 

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from miniyaie.speculative import accept_greedy, accept_sampled
 
-pytestmark = pytest.mark.task("9.2")
 
 
+@pytest.mark.task("9.2")
 @given(draft=st.lists(st.integers(0, 2), max_size=6), target=st.lists(st.integers(0, 2), min_size=7, max_size=7))
 @example(draft=[], target=[3, 0, 0, 0, 0, 0, 0])  # no drafts: the target's token alone
 @example(draft=[4, 7, 9], target=[4, 7, 9, 5, 0, 0, 0])  # all accepted, and the bonus token
@@ -28,6 +28,7 @@ def test_accept_greedy_keeps_the_agreeing_drafts_then_the_targets_token(draft, t
         f"tokens, then the target's token at position {n}" + (" (the bonus token)" if n == len(draft) else ""))
 
 
+@pytest.mark.task("9.2")
 def test_accept_greedy_rejects_a_target_of_the_wrong_length():
     for draft, target in [([1, 2], [1, 2]), ([1], [1, 2, 3]), ([], [])]:
         with pytest.raises(ValueError):
@@ -43,6 +44,7 @@ def rows(weights: list[list[int]]) -> torch.Tensor:
 weights_row = st.lists(st.integers(0, 3), min_size=4, max_size=4).filter(any)
 
 
+@pytest.mark.task("9.2")
 @given(data=st.data(), k=st.integers(0, 4), point_mass=st.booleans(), seed=st.integers(0, 2**16))
 def test_accept_sampled_keeps_a_prefix_and_never_a_token_the_target_excludes(data, k, point_mass, seed):
     p = rows(data.draw(st.lists(weights_row, min_size=k + 1, max_size=k + 1), label="target weights"))
@@ -63,6 +65,7 @@ def test_accept_sampled_keeps_a_prefix_and_never_a_token_the_target_excludes(dat
     assert again == got, f"{where}: {got} and then {again} with the same seed"
 
 
+@pytest.mark.task("9.2")
 @given(argmax=st.lists(st.integers(0, 4), min_size=1, max_size=5), data=st.data(), point_mass=st.booleans())
 @example(argmax=[2, 1, 4], data=None, point_mass=True)
 def test_accept_sampled_with_one_hot_targets_is_accept_greedy(argmax, data, point_mass):
@@ -79,6 +82,7 @@ def test_accept_sampled_with_one_hot_targets_is_accept_greedy(argmax, data, poin
     assert got == want, f"one-hot targets {argmax}, draft {draft}: accept_sampled gave {got}, accept_greedy {want}"
 
 
+@pytest.mark.task("9.2")
 def test_accept_sampled_rejects_shapes_that_do_not_fit():
     p = rows([[1, 1, 1]] * 3)
     cases = [
@@ -142,6 +146,7 @@ def run_trials(target, draft_rows, fixed, seed=0):
     return p, [accept_sampled(d, p, q, g) for d in drafts]
 
 
+@pytest.mark.task("9.2")
 @pytest.mark.parametrize("case", list(CASES))
 def test_accept_sampled_outputs_the_targets_distribution(case):
     """The first token is distributed as row 0 whatever the drafts; given that draft 0 was kept, the second
@@ -156,6 +161,7 @@ def test_accept_sampled_outputs_the_targets_distribution(case):
         assert_distributed_as(second, p[1], f"{case}, the second token when draft 0 was kept")
 
 
+@pytest.mark.task("9.2")
 def test_accept_sampled_adds_a_bonus_token_from_the_last_row_when_every_draft_is_kept():
     """Drafts drawn from the target itself are always kept: k + 1 tokens, the last one a sample of row k."""
     p, outs = run_trials([P0, P1, P2], [P0, P1], None, seed=1)

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from miniyaie.speculative import NgramProposer
 
-pytestmark = pytest.mark.task("9.1")
 
 
 def occurrences(ids: list[int], min_n: int, max_n: int) -> tuple[int, list[int]]:
@@ -23,6 +22,7 @@ def occurrences(ids: list[int], min_n: int, max_n: int) -> tuple[int, list[int]]
     return 0, []
 
 
+@pytest.mark.task("9.1")
 @given(ids=st.lists(st.integers(0, 3), max_size=30), sizes=st.sampled_from([(1, 1), (1, 3), (2, 3), (2, 5), (4, 4)]),
        k=st.integers(0, 7))
 @example(ids=[1, 2, 3, 9, 1, 2], sizes=(1, 3), k=2)  # the book's example: [3, 9]
@@ -52,6 +52,7 @@ def test_propose_copies_what_followed_an_earlier_occurrence_of_the_longest_suffi
         f"one of {sorted(list(a) for a in allowed)}")
 
 
+@pytest.mark.task("9.1")
 def test_propose_and_init_reject_bad_arguments():
     for min_n, max_n in [(0, 3), (3, 2), (-1, 1)]:
         with pytest.raises(ValueError):
@@ -82,6 +83,7 @@ class CountingSequence(Sequence):
             yield t
 
 
+@pytest.mark.task("9.1")
 @pytest.mark.parametrize("length,vocab,max_n", [(100_000, 1000, 3), (50_000, 4, 12)])
 def test_propose_reads_each_token_a_bounded_number_of_times(length, vocab, max_n):
     """A long random sequence whose longest suffix never recurs: the whole sequence must be searched,

@@ -66,6 +66,7 @@ CHAPTERS: list[Chapter] = [
     Chapter(6, "The API server", "ch06_api"),
     Chapter(7, "Tensor parallelism", "ch07_tensor_parallel"),
     Chapter(8, "Structured output", "ch08_structured_output"),
+    Chapter(9, "Speculative decoding", "ch09_speculative"),
 ]
 
 
