@@ -1,4 +1,4 @@
-"""Pattern compiles in worker processes (compile_process.py): what a server uses so a compile holds no GIL it needs.
+"""Pattern compiles in worker processes (serving/compile_process.py): what a server uses so a compile holds no GIL it needs.
 
 The index that comes back is the one the calling thread would have built, a refusal keeps its
 message, a cancel kills the worker (the next compile starts another), and close() leaves no
@@ -13,7 +13,7 @@ from byte_vocabularies import byte_vocabulary
 
 from miniyaie.engine import SamplingParams
 from miniyaie.structured import DEAD, CompileCancelled, Constraints, IndexCache, Limits, PatternError
-from miniyaie.structured.compile_process import ProcessCompiler
+from miniyaie.serving.compile_process import ProcessCompiler
 from miniyaie.structured.limits import Budget
 
 pytestmark = [pytest.mark.ungraded, pytest.mark.timeout(180)]

@@ -52,9 +52,9 @@ class Constraints:
 
     def compile_in_process(self, compiler=None) -> None:
         """Compile patterns in worker processes from now on (`compiler`, a new ProcessCompiler if None;
-        compile_process.py): a server's compiles then leave its GIL to the engine thread and the event loop.
+        serving/compile_process.py): a server's compiles then leave its GIL to the engine thread and the event loop.
         close() stops the workers."""
-        from miniyaie.structured.compile_process import ProcessCompiler
+        from miniyaie.serving.compile_process import ProcessCompiler
 
         with self._lock:
             if self._compiler is None or self._compiler.closed or compiler is not None:

@@ -2,5 +2,6 @@
 
     preparation.py  the worker pools that prepare requests off the event loop, cancelled when a client leaves
     server.py       running the app under uvicorn: binding, a background server for tests, shutdown
+    compile_process.py  chapter 8's pattern compiles in worker processes, so a compile holds no GIL the server needs
     config_file.py  the YAML/TOML settings of `miniyaie serve --config` and InferenceEngine.from_config_file
 """

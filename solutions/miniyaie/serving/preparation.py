@@ -15,7 +15,7 @@ Two small pools, so that a plain request never queues behind compiles:
 plain requests (a template and a tokenizer: milliseconds) on PLAIN_WORKERS
 threads, constrained ones on COMPILE_WORKERS. Compiling is pure Python, so
 the server compiles in worker processes (Preparation asks the engine to:
-structured/compile_process.py): a compile thread only waits for its worker
+serving/compile_process.py): a compile thread only waits for its worker
 and holds no GIL the engine thread and the event loop need. Two let one
 slow pattern not hold up the next; each costs a process while it compiles.
 A constrained request that finds both busy waits in the queue, in its own
