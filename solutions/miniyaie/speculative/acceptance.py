@@ -79,8 +79,9 @@ def accept_sampled(draft: Sequence[int], target_probs: torch.Tensor, draft_probs
     row i the target's probabilities after the prefix and draft[:i], every sampling setting already
     applied (temperature, top-k, top-p: zeros allowed). draft_probs: [k, V], the proposer's, or None for a
     proposer that picks its drafts deterministically (an n-gram lookup: a point mass on each draft).
-    Returns a prefix of draft followed by one token that is not a draft: 1 to k + 1 tokens, k + 1 only
-    when every draft is kept (the last one then drawn from row k).
+    Returns the kept drafts (a prefix of draft) followed by one token of the target's: 1 to k + 1 tokens,
+    k + 1 only when every draft is kept (the last one then drawn from row k). A rejected draft is never
+    the token that takes its place.
     The guarantee: over the draws of the drafts and of this rule, the first returned token is
     distributed as target_probs[0]; given that draft 0 was kept, the second as target_probs[1]; and so on.
     So a token the target gives probability zero is never returned. When each row of target_probs is
