@@ -18,8 +18,6 @@ from miniyaie.engine import EngineConfig, LLMEngine  # noqa: E402
 from miniyaie.engine.sampling_params import SamplingParams  # noqa: E402
 from miniyaie.paged import blocks_needed  # noqa: E402
 
-pytestmark = pytest.mark.task("9.3")
-
 RNG = random.Random(0)
 PROMPTS = [[RNG.randrange(320) for _ in range(RNG.randrange(3, 30))] for _ in range(6)] + [[5, 6, 7, 8] * 6]
 MAX_TOKENS = 40
@@ -69,6 +67,7 @@ def cached_paths(memory) -> list[list[int]]:
     dict(block_size=16, max_num_batched_tokens=8),  # the budget cuts drafts short
     dict(num_blocks=24, max_num_batched_tokens=16),  # a small pool: requests are preempted mid-run
 ], ids=["radix", "paged", "block-1", "tight-budget", "preemption"])
+@pytest.mark.task("9.3")
 def test_greedy_output_with_speculation_equals_greedy_output_without_it(tiny, config):
     model, hf_model = tiny
     plain = tokens(engine(model, False, **config), PROMPTS, greedy())
@@ -86,6 +85,7 @@ def test_greedy_output_with_speculation_equals_greedy_output_without_it(tiny, co
         llm.memory.check_integrity()
 
 
+@pytest.mark.task("9.3")
 def test_speculation_takes_fewer_steps_where_drafts_are_accepted(tiny):
     model, _ = tiny
     plain, spec = engine(model, False), engine(model, True)
@@ -119,6 +119,7 @@ def oracle_engine(model, plain, spoil=0, **config) -> LLMEngine:
     return llm
 
 
+@pytest.mark.task("9.3")
 def test_a_model_drafting_for_itself_has_every_draft_accepted(tiny):
     model, _ = tiny
     plain_engine = engine(model, False)
@@ -132,6 +133,7 @@ def test_a_model_drafting_for_itself_has_every_draft_accepted(tiny):
     assert llm.num_request_blocks == 0
 
 
+@pytest.mark.task("9.3")
 def test_each_drafted_position_is_scored_with_the_output_as_it_would_be_there(tiny):
     """Penalties, min_tokens and logprobs depend on the tokens before a position: a draft's position is
     scored over the output that ends just before it, so the tokens and logprobs equal the plain engine's."""
@@ -157,6 +159,7 @@ def test_each_drafted_position_is_scored_with_the_output_as_it_would_be_there(ti
             assert [t for t, _ in top] == [t for t, _ in want_top], f"prompt {i}: the top logprobs differ"
 
 
+@pytest.mark.task("9.3")
 def test_stops_inside_an_accepted_run_end_the_request_exactly_there(tiny):
     """max_tokens and stop tokens that fall inside a run of accepted drafts: nothing past them is emitted."""
     model, _ = tiny
@@ -178,6 +181,7 @@ def test_stops_inside_an_accepted_run_end_the_request_exactly_there(tiny):
         assert (got.token_ids, got.finish_reason) == (output[: output.index(eos) + 1], "stop"), f"prompt {i}, EOS {eos}"
 
 
+@pytest.mark.task("9.3")
 def test_the_radix_cache_holds_only_emitted_tokens_after_aborts_and_preemptions(tiny):
     model, _ = tiny
     llm = engine(model, True, num_blocks=40, max_num_batched_tokens=16)
@@ -204,6 +208,7 @@ def test_the_radix_cache_holds_only_emitted_tokens_after_aborts_and_preemptions(
     llm.memory.check_integrity()
 
 
+@pytest.mark.task("9.3")
 def test_speculation_turns_itself_off_while_a_step_would_be_bound_by_compute(tiny):
     """No drafts in a step with a prompt to prefill or with more decoding requests than the step's draft
     bound leaves room for; the steps that did not draft are counted."""
@@ -260,6 +265,7 @@ def two_sample_chi_square(a: dict, b: dict) -> tuple[float, int]:
     return statistic, len(cells) - 1
 
 
+@pytest.mark.task("9.3")
 def test_sampled_requests_keep_the_targets_distribution(tiny):
     """Sampled with drafts (the greedy continuation, often right): the outputs' distribution is the one
     without drafts. A draft that is a single token is accepted exactly when the target's own sample equals it."""
@@ -288,6 +294,7 @@ def test_sampled_requests_keep_the_targets_distribution(tiny):
                                   f"on {df} degrees of freedom, 0.1% critical value {critical:.1f}): {spec} vs {plain}")
 
 
+@pytest.mark.task("9.3")
 @pytest.mark.bundled_model
 def test_smollm2_with_speculation_answers_exactly_as_without_it():
     """The bundled model, a request to repeat a passage (drafts mostly accepted) and one that asks a question
