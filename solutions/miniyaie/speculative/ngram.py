@@ -53,38 +53,38 @@ class NgramProposer:
         #   its occurrences, the most recent one is the likeliest to be repeated right now
         #   (the text the model is copying is usually the one it copied last). To stay cheap,
         #   never compare more than max_n tokens at one position, and walk the sequence once.
-        # Hint 2: Check k (negative: error; zero: nothing). Copy token_ids into a list once. Walk the
-        #   end positions e of candidate occurrences from the one just before the last token down
+        # Hint 2: Check k (negative: error). Copy token_ids into a list once. Walk the end
+        #   positions e of candidate occurrences from the one just before the last token down
         #   to the first token. At each, count how many tokens (at most max_n) ending at e equal
-        #   the tokens ending at the last position. Keep the first e with the longest count seen
-        #   so far (a later e with the same count is older); stop early once a count reaches
-        #   max_n. At the end, if the best count is at least min_n, return the up to k tokens
-        #   after the best e; otherwise [].
+        #   the tokens ending at the last position. Keep the first e whose count beats the best
+        #   so far, starting the best at min_n - 1 so that shorter counts never count (a later e
+        #   with the same count is older); stop early once a count reaches max_n. At the end,
+        #   return the up to k tokens after the kept e, or [] if none was kept (k == 0 needs no
+        #   case of its own: the slice is empty).
         # Hint 3:
-        #   if k < 0: raise ValueError; if k == 0: return []
-        #   ids = list(token_ids); last = len(ids) - 1; best, best_end = 0, -1
-        #   for e in range(last - 1, -1, -1):
+        #   if k < 0: raise ValueError
+        #   ids = list(token_ids); last = len(ids) - 1; best, best_end = min_n - 1, None
+        #   for e in reversed(range(last)):
         #       m = 0
         #       while m < max_n and m <= e and ids[e - m] == ids[last - m]: m += 1
-        #       if m > best: best, best_end = m, e
-        #       if best == max_n: break
-        #   return ids[best_end + 1 : best_end + 1 + k] if best >= min_n else []
+        #       if m > best:
+        #           best, best_end = m, e
+        #           if m == max_n: break
+        #   return [] if best_end is None else ids[best_end + 1 : best_end + 1 + k]
         # BEGIN SOLUTION 9.1: The n-gram proposer
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
-        if k == 0:
-            return []
         ids = list(token_ids)
         last = len(ids) - 1
-        best, best_end = 0, -1
-        for end in range(last - 1, -1, -1):
+        best, best_end = self.min_n - 1, None
+        for end in reversed(range(last)):
             m = 0
             while m < self.max_n and m <= end and ids[end - m] == ids[last - m]:
                 m += 1
             if m > best:
                 best, best_end = m, end
-                if best == self.max_n:
+                if m == self.max_n:
                     break
-        return ids[best_end + 1 : best_end + 1 + k] if best >= self.min_n else []
+        return [] if best_end is None else ids[best_end + 1 : best_end + 1 + k]
         # END SOLUTION
     # ANCHOR_END: propose
