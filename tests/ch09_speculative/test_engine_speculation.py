@@ -125,9 +125,20 @@ def test_a_model_drafting_for_itself_has_every_draft_accepted(tiny):
     plain_engine = engine(model, False)
     plain = tokens(plain_engine, PROMPTS, greedy())
     llm = oracle_engine(model, plain)
-    assert tokens(llm, PROMPTS, greedy()) == plain
+    ids = [llm.add_request(p, greedy()) for p in PROMPTS]
+    emitted, runs = {rid: [] for rid in ids}, []
+    while llm.has_unfinished():
+        per_request: dict[str, int] = {}
+        for event in llm.step():
+            emitted[event.request_id].append(event.token_id)
+            per_request[event.request_id] = per_request.get(event.request_id, 0) + 1
+        runs += [n for n in per_request.values() if n > 1]  # a verification: every draft right, so 2+ tokens
+    assert [emitted[rid] for rid in ids] == plain
     c = llm.counters
     assert c["draft_tokens"] == c["accepted_draft_tokens"] > 0, f"every right draft is accepted: {c}"
+    assert (c["verified_steps"], c["accepted_draft_tokens"]) == (len(runs), sum(runs) - len(runs)), (
+        f"verified_steps counts the request-steps that verified drafts ({len(runs)} here, each emitting its kept "
+        f"drafts and one more token: {sum(runs) - len(runs)} drafts kept); the counters say {c}")
     assert c["output_tokens"] == plain_engine.counters["output_tokens"]
     assert c["steps"] < plain_engine.counters["steps"] / 2, (c["steps"], plain_engine.counters["steps"])
     assert llm.num_request_blocks == 0

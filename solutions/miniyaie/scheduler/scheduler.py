@@ -147,10 +147,8 @@ class Scheduler:
         between them. Its invariants: a running request is never passed over
         for a waiting one (a request in flight always progresses), and no
         request is admitted in a step that preempted one (memory is tight:
-        the running requests drain first). Adds one to num_schedules before
-        admitting anyone: admission_order's `now` counts this schedule (a
-        request added before the first schedule has waited 1 schedule
-        during it).
+        the running requests drain first). Adds one to num_schedules before admitting
+        anyone: admission_order's `now` counts this schedule.
         """
         self.long_prefills.start_step()
         # Nudge: serve those in flight first; admit with what is left, unless memory just ran out.

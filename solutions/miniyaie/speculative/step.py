@@ -82,14 +82,14 @@ class Speculation:
         #   some (the budget ran out), or none (no chunk). A draft the step does not compute must
         #   not stay in the output, or the next step would take it for a generated token.
         # Hint 2: For each drafted request: its real tokens end n before its end. Find its chunk;
-        #   the drafts it computes are the chunk's end minus that, at least 0 (0 without a chunk).
+        #   the drafts it computes are the chunk's end minus that (0 without a chunk).
         #   Cut the output after the real tokens plus those; record the new count, or forget the
         #   request when it is 0.
         # Hint 3:
         #   chunks = {c.request.request_id: c for c in out.chunks}
         #   for rid, (request, n) in list(self._drafts.items()):
         #       real = request.num_tokens - n; chunk = chunks.get(rid)
-        #       kept = 0 if chunk is None else max(0, chunk.start + chunk.num_tokens - real)
+        #       kept = 0 if chunk is None else chunk.start + chunk.num_tokens - real
         #       del request.output_token_ids[len(output) - n + kept:]
         #       self._drafts[rid] = (request, kept) if kept else (delete the entry)
         # BEGIN SOLUTION 9.3: The rewind
@@ -97,7 +97,7 @@ class Speculation:
         for rid, (request, n) in list(self._drafts.items()):
             real = request.num_tokens - n
             chunk = chunks.get(rid)
-            kept = 0 if chunk is None else max(0, chunk.start + chunk.num_tokens - real)
+            kept = 0 if chunk is None else chunk.start + chunk.num_tokens - real  # it starts at real - 1
             del request.output_token_ids[len(request.output_token_ids) - n + kept :]
             if kept:
                 self._drafts[rid] = (request, kept)
@@ -167,7 +167,7 @@ class Speculation:
         #   places still hold the drafts the step computed: the output, the chunk the update will
         #   read, and the blocks of the paged memory; each must say only what was kept.
         # Hint 2: m = len(accept_greedy(drafts, target ids)) - 1. If the request is still running:
-        #   move m down to the first j <= m whose target is a stop token; cut the output after the
+        #   move m down to the first j < m whose target is a stop token; cut the output after the
         #   real tokens plus m; replace the request's chunk in out.chunks by a ScheduledChunk from
         #   its start with m + 1 tokens; truncate the memory to real + m tokens. Then count, record
         #   targets[:m] in self.accepted and return targets[m].
@@ -175,7 +175,7 @@ class Speculation:
         #   m = len(accept_greedy(drafts, [t.token_id for t in targets])) - 1
         #   if not request.is_finished:
         #       stops = set(row.params.stop_token_ids) | (set() if request.ignore_eos else set(request.eos_token_ids))
-        #       m = first j in range(m + 1) with targets[j].token_id in stops, else m
+        #       m = first j in range(m) with targets[j].token_id in stops, else m
         #       del output[len(output) - n + m:]; out.chunks[i] = ScheduledChunk(request, out.chunks[i].start, m + 1)
         #       self.memory.truncate(request, real + m)
         #   counters: draft_tokens += n; accepted_draft_tokens += m; output_tokens += m; verified_steps += 1
@@ -184,7 +184,7 @@ class Speculation:
         kept = len(accept_greedy(drafts, [t.token_id for t in targets])) - 1  # drafts the target agreed with
         if not request.is_finished:  # aborted while the step ran: its blocks are already back
             stops = set(row.params.stop_token_ids) | (set() if request.ignore_eos else set(request.eos_token_ids))
-            kept = next((j for j in range(kept + 1) if targets[j].token_id in stops), kept)
+            kept = next((j for j in range(kept) if targets[j].token_id in stops), kept)  # a stop at kept ends it anyway
             del request.output_token_ids[len(request.output_token_ids) - n + kept :]
             index = next(i for i, c in enumerate(out.chunks) if c.request is request)
             out.chunks[index] = ScheduledChunk(request, out.chunks[index].start, kept + 1)
