@@ -305,6 +305,18 @@ def test_sampled_requests_keep_the_targets_distribution(tiny):
                                   f"on {df} degrees of freedom, 0.1% critical value {critical:.1f}): {spec} vs {plain}")
 
 
+@pytest.mark.ungraded  # provided code: the proposer's budget
+def test_the_proposer_searches_a_bounded_window_of_a_long_request():
+    from miniyaie.scheduler import Request
+    from miniyaie.speculative.step import search_window
+
+    for prompt_len, output_len in [(5000, 0), (5000, 100), (10, 3000), (3, 4)]:
+        request = Request("r", list(range(prompt_len)), max_tokens=5000, output_token_ids=list(range(-output_len, 0)))
+        want = request.all_token_ids[-8:]
+        got = search_window(request, 8)
+        assert got == want, f"prompt {prompt_len}, output {output_len}: {got} != the last 8 tokens {want}"
+
+
 @pytest.mark.task("9.3")
 @pytest.mark.bundled_model
 def test_smollm2_with_speculation_answers_exactly_as_without_it():

@@ -29,6 +29,19 @@ from miniyaie.speculative.acceptance import accept_greedy
 from miniyaie.speculative.ngram import NgramProposer
 
 
+# The proposer searches at most this many of a request's last tokens: its search runs for every decoding
+# request at every step, so a very long prompt must not slow every step of every other request.
+SEARCH_WINDOW = 2048
+
+
+def search_window(request: Request, size: int = SEARCH_WINDOW) -> list[int]:
+    """The request's last `size` tokens (prompt and output), without copying the rest."""
+    output = request.output_token_ids
+    if len(output) >= size:
+        return output[len(output) - size :]
+    return request.prompt_token_ids[max(0, len(request.prompt_token_ids) - (size - len(output))) :] + output
+
+
 class Speculation:
     """Proposes drafts before a step and verifies them in it; `counters` say how well it pays."""
 
@@ -61,7 +74,7 @@ class Speculation:
             room = request.max_tokens - len(request.output_token_ids) - 1  # the target's own token comes too
             if room <= 0:
                 continue
-            drafts = self.proposer.propose(request.all_token_ids, min(k, room))
+            drafts = self.proposer.propose(search_window(request), min(k, room))
             if drafts:
                 request.output_token_ids.extend(drafts)
                 self._drafts[request.request_id] = (request, len(drafts))
@@ -126,7 +139,7 @@ class Speculation:
             real = len(base.output_token_ids) - n
             for j in range(n + 1):  # position j predicts the token after draft j (j = 0: after the real tokens)
                 logit_rows.append(row - n + j)
-                sampling.append(replace(base, output_token_ids=list(base.output_token_ids[: real + j])) if n else base)
+                sampling.append(replace(base, output_token_ids=base.output_token_ids[: real + j]) if n else base)
                 owners.append(rid)
         logits = runner.forward(input_ids, positions, meta, logit_rows)
         if not owners:
