@@ -5,6 +5,7 @@ requests whose answers go to a Sink. Every wait is bounded: a loop that
 never wakes, or never answers, fails the test with a message.
 """
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -262,7 +263,7 @@ def test_a_fault_in_one_request_fails_that_request_only(make_loop, tiny_loaded, 
 
 
 @pytest.mark.task("5.14")
-def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_loop):
+def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_loop, caplog):
     loop = make_loop()
     real_step, calls = loop.llm.step, []
     queued_during = request(loop, PROMPTS[2], "queued-during-the-step")
@@ -285,6 +286,10 @@ def test_a_step_that_raises_fails_the_requests_it_ran_and_the_loop_goes_on(make_
     assert isinstance(got, GenerationOutput), f"a request queued during the failed step must still be served, got {got!r}"
     wait_idle(loop)
     assert loop.alive and loop.failed_steps == 1 and loop.llm.num_request_blocks == 0
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info
+              and "planted step failure" in str(r.exc_info[1])]
+    assert logged, ("a failed step is a bug in the engine, not in a request: log it as an error with its traceback "
+                    "(the callers hear of it, the operator must too)")
 
 
 @pytest.mark.task("5.14")

@@ -259,7 +259,8 @@ class EngineLoop(FaultBoundary):
 
         The requests failed are those in flight that had started (they have
         completions) when the step ran, not those queued during it; their
-        blocks come back (self._fail) and the loop goes on. An event whose
+        blocks come back (self._fail), the failure is logged as an error with
+        its traceback, and the loop goes on. An event whose
         request has ended meanwhile (aborted, failed) is dropped.
         """
         # Nudge: a failed step is the engine's fault, not the caller's: fail what it touched, keep serving.
