@@ -46,6 +46,23 @@ def test_bench_offline_random_with_peers_json_and_plot(tiny_dir, tmp_path, capsy
     assert "hf continuous batching" in table and "ours / no-attention baseline" in table
 
 
+def test_bench_offline_sampled_makes_every_system_sample(tiny_dir, tmp_path, capsys):
+    out_json = tmp_path / "sampled.json"
+    argv = ["bench", "offline", "--model", str(tiny_dir), "--workload", "random", "--num-requests", "4",
+            "--input-len", "3:12", "--output-len", "2:5", "--sampling", "sampled", "--peers", "hf-static,hf-cb",
+            "--no-floor", "--threads", "1", "--no-progress", "--json", str(out_json)]
+    assert main(argv) == 0
+    report = json.loads(out_json.read_text())
+    assert report["sampling"] == {"mode": "sampled", "temperature": 0.7, "top_p": 0.9, "top_k": 50}
+    workload = random_workload(4, 320, (3, 12), (2, 5))
+    assert [row["system"] for row in report["rows"]] == ["miniyaie", "hf generate (static 16)"]
+    assert all(row["output_tokens"] == workload.num_output_tokens for row in report["rows"])
+    assert report["not_run"] == [{"system": "hf continuous batching", "status": "skipped",
+                                  "reason": "greedy only (--sampling greedy)"}], "a peer that cannot sample must say so"
+    table = capsys.readouterr().out
+    assert "sampled (temperature 0.7, top_p 0.9, top_k 50)" in table and "compare the tok/s" in table
+
+
 def test_bench_offline_shared_prefix_reaches_the_optimum_hit_rate(tiny_dir, tmp_path):
     out_json = tmp_path / "s.json"
     argv = ["bench", "offline", "--model", str(tiny_dir), "--workload", "shared-prefix", "--num-requests", "6",

@@ -82,7 +82,20 @@ def test_the_peer_gets_the_same_prompts_and_settings_and_is_reported(tiny_dir, t
     assert peer["ours_over_this"] == pytest.approx(ours["output_tok_s"] / peer["output_tok_s"], rel=0.02)
     assert 0 <= peer["same_tokens_as_ours"] <= 4
     assert report["not_run"] == []
+    assert sent["request"]["sampling"] is None, "a greedy run must ask vLLM for greedy tokens"
     assert "fake vllm" in capsys.readouterr().out
+
+
+def test_a_sampled_run_asks_the_peer_to_sample_the_same_way(tiny_dir, tmp_path, capsys):
+    python, seen = fake_python(tmp_path, ANSWERS)
+    status, report = bench(tiny_dir, tmp_path, "--vllm-python", str(python), "--sampling", "sampled")
+    assert status == 0
+    sent = json.loads(seen.read_text())["request"]
+    assert sent["sampling"] == {"temperature": 0.7, "top_p": 0.9, "top_k": 50}, "vLLM must sample as our engine does"
+    assert report["sampling"] == {"mode": "sampled", "temperature": 0.7, "top_p": 0.9, "top_k": 50}
+    ours, peer = report["rows"]
+    assert "same_tokens_as_ours" not in peer, "sampled outputs differ by engine: no token-for-token comparison"
+    assert "compare the tok/s" in capsys.readouterr().out
 
 
 def test_a_failing_peer_is_reported_with_its_reason_and_fails_the_run(tiny_dir, tmp_path, capsys):

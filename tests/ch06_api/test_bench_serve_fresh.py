@@ -137,6 +137,17 @@ def test_no_stream_usage_sends_no_stream_options(tmp_path):
     assert results[0]["completion_tokens"] == 2 * 2  # counted from the content chunks instead
 
 
+def test_sampled_sends_the_sampling_settings_and_greedy_sends_temperature_zero(tmp_path):
+    with RecordingServer() as server:
+        assert bench(server.url, tmp_path, levels="1", requests=2)[0] == 0
+        assert bench(server.url, tmp_path, "--sampling", "sampled", levels="1", requests=2)[0] == 0
+        bodies = list(server.bodies)
+    greedy, sampled = bodies[:2], bodies[2:]
+    assert all(b["temperature"] == 0 and "top_p" not in b and "top_k" not in b for b in greedy)
+    assert all((b["temperature"], b["top_p"], b["top_k"]) == (0.7, 0.9, 50) for b in sampled), \
+        "--sampling sampled must ask every request for temperature 0.7, top_p 0.9, top_k 50"
+
+
 def test_our_server_reports_the_cached_tokens_its_counters_saw(served, tmp_path):
     engine, server = served
     wait_until_idle(engine)

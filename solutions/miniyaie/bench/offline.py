@@ -1,6 +1,6 @@
 """`miniyaie bench offline`: our engine and transformers on the same prompts, in one process.
 
-    miniyaie bench offline --workload random|shared-prefix|copy [--num-requests N]
+    miniyaie bench offline --workload random|shared-prefix|copy [--sampling greedy|sampled] [--num-requests N]
         [--peers hf-static,hf-cb,vllm] [--vllm-python PATH] [--machine GBPS,GFLOPS] [--json OUT] [--plot OUT.png]
 
 Every system gets the same random-token prompts (seed 0) and must produce
@@ -10,7 +10,9 @@ own environment (bench/vllm_peer.py), with the same number of threads.
 The table gives output tokens per second, our speed over each other
 system's, and our share of the no-attention baseline: the same step
 shapes through the model with attention replaced by a no-op, timed in the
-same run.
+same run. `--sampling sampled` makes every request of every system sample
+(temperature 0.7, top_p 0.9, top_k 50; bench/workloads.py's SAMPLING):
+sampled outputs differ from engine to engine, so only the speeds compare.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import platform
 from dataclasses import replace
 
 from miniyaie.backends.cpu import runtime as cpu_runtime
-from miniyaie.bench.workloads import Workload, copy_workload, random_workload, shared_prefix_workload
+from miniyaie.bench.workloads import SAMPLING, Workload, copy_workload, random_workload, shared_prefix_workload
 
 PEERS = ("hf-static", "hf-cb", "vllm")
 DEFAULT_PEERS = ("hf-static", "hf-cb")  # vllm needs an environment of its own: asked for by name
@@ -60,37 +62,42 @@ def run(args, config_overrides: dict | None = None) -> dict:
     model = load_model(path)
     workload = make_workload(args, model.config.vocab_size, path)
     block_size = EngineConfig().block_size
+    mode = getattr(args, "sampling", "greedy")
+    sampling = SAMPLING[mode]
+    engine = lambda config, name: run_engine(model, workload, config, name, progress, sampling=sampling)  # noqa: E731
 
     # The engine's defaults (and the scheduling flags'); only the prefix cache and the policy change (LPM where it pays).
     base = EngineConfig(**(config_overrides or {}))
     ours: list[Result] = []
     if workload.name == "shared-prefix":
-        ours.append(run_engine(model, workload, replace(base, enable_prefix_caching=False), "miniyaie (prefix cache off)", progress))
-        ours.append(run_engine(model, workload, replace(base, enable_prefix_caching=True, policy="lpm"), "miniyaie (prefix cache on)", progress))
+        ours.append(engine(replace(base, enable_prefix_caching=False), "miniyaie (prefix cache off)"))
+        ours.append(engine(replace(base, enable_prefix_caching=True, policy="lpm"), "miniyaie (prefix cache on)"))
     elif workload.name == "copy" and base.speculative is None:  # the same engine without and with n-gram drafts
-        ours.append(run_engine(model, workload, base, "miniyaie", progress))
+        ours.append(engine(base, "miniyaie"))
         spec = replace(base, speculative="ngram")
-        ours.append(run_engine(model, workload, spec, f"miniyaie (n-gram speculation, k={spec.num_speculative_tokens})", progress))
+        ours.append(engine(spec, f"miniyaie (n-gram speculation, k={spec.num_speculative_tokens})"))
     else:
-        ours.append(run_engine(model, workload, base, "miniyaie", progress))
+        ours.append(engine(base, "miniyaie"))
     best = ours[-1]
     results = list(ours)
     if args.tensor_parallel_size > 1:  # the best configuration again, split over processes
         config = replace(base, enable_prefix_caching=best.stats["enable_prefix_caching"],
                               policy="lpm" if workload.name == "shared-prefix" else "fcfs")
-        split = run_tensor_parallel(path, workload, config, args.tensor_parallel_size, progress)
+        split = run_tensor_parallel(path, workload, config, args.tensor_parallel_size, progress, sampling)
         ours.append(split)
         results.append(split)
     floor = None if args.no_floor else run_floor(model, best, progress)
     if floor:
         results.append(floor)
+    not_run = []  # peers asked for that gave no figure, and why
     if "hf-static" in args.peers or "hf-cb" in args.peers:
         hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
         if "hf-static" in args.peers:
-            results.append(run_hf_static(hf_model, workload, progress=progress))
-        if "hf-cb" in args.peers:
+            results.append(run_hf_static(hf_model, workload, progress=progress, sampling=sampling))
+        if "hf-cb" in args.peers and mode != "greedy":  # its manager takes no sampling settings per request
+            not_run.append(dict(system="hf continuous batching", status="skipped", reason="greedy only (--sampling greedy)"))
+        elif "hf-cb" in args.peers:
             results.append(run_hf_continuous(hf_model, workload, EngineConfig().kv_cache_bytes, progress=progress))
-    not_run = []  # peers asked for that gave no figure, and why
     if "vllm" in args.peers:
         if progress:
             print("vllm: running in its own environment (start-up, not timed, takes about a minute) ...", flush=True)
@@ -99,7 +106,7 @@ def run(args, config_overrides: dict | None = None) -> dict:
                 method="ngram", num_speculative_tokens=best.stats["num_speculative_tokens"],
                 prompt_lookup_min=best.stats["prompt_lookup_min"], prompt_lookup_max=best.stats["prompt_lookup_max"])
             results.append(run_vllm(workload, str(path), threads, best.stats["enable_prefix_caching"], args.vllm_python,
-                                    speculative=speculative))
+                                    speculative=speculative, sampling=sampling if mode != "greedy" else None))
         except PeerSkipped as exc:
             not_run.append(dict(system="vllm", status="skipped", reason=str(exc)))
         except PeerFailed as exc:
@@ -124,13 +131,14 @@ def run(args, config_overrides: dict | None = None) -> dict:
                 row["acceptance_rate"] = round(r.stats["accepted_draft_tokens"] / r.stats["draft_tokens"], 4)
                 row["mean_accepted_length"] = round(
                     (r.stats["accepted_draft_tokens"] + r.stats["verified_steps"]) / r.stats["verified_steps"], 3)
-        if r is not best and "outputs" in r.stats:  # a system that returned its tokens: how many requests equal ours (greedy)
+        if r is not best and "outputs" in r.stats and mode == "greedy":  # a system that returned its tokens: how many equal ours
             row["same_tokens_as_ours"] = sum(a == b for a, b in zip(r.stats["outputs"], best.stats["outputs"]))
         if r.stats.get("note"):
             row["note"] = r.stats["note"]
         rows.append(row)
     report = dict(
         workload=workload.name,
+        sampling=dict(mode=mode, **sampling),
         num_requests=len(workload.prompts),
         prompt_tokens=workload.num_prompt_tokens,
         output_tokens=workload.num_output_tokens,
@@ -151,8 +159,11 @@ def run(args, config_overrides: dict | None = None) -> dict:
 
 
 def format_table(report: dict) -> str:
+    sampling = report.get("sampling", {"mode": "greedy"})
+    settings = ", ".join(f"{k} {v}" for k, v in sampling.items() if k != "mode")
     lines = [
-        f"workload {report['workload']}: {report['num_requests']} requests, {report['prompt_tokens']} prompt tokens, "
+        f"workload {report['workload']}, {sampling['mode']} ({settings}): {report['num_requests']} requests, "
+        f"{report['prompt_tokens']} prompt tokens, "
         f"{report['output_tokens']} output tokens; {report['threads']} threads, torch {report['torch']}, {report['date']}",
         *([f"runtime of our process: OpenMP {report['runtime']['openmp']}, malloc {report['runtime']['malloc']}"]
           if "runtime" in report else []),
@@ -173,6 +184,8 @@ def format_table(report: dict) -> str:
         if "acceptance_rate" in row:
             lines.append(f"{row['system']}: {row['acceptance_rate']:.1%} of the drafts accepted, "
                          f"{row['mean_accepted_length']:.2f} tokens per verification, {row['steps']} steps")
+    if sampling["mode"] != "greedy":
+        lines.append("sampled: each system draws its own tokens, so outputs differ; compare the tok/s")
     if report["efficiency_vs_floor"] is not None:
         lines.append(f"ours / no-attention baseline: {report['efficiency_vs_floor']:.0%}")
     if report.get("decode_steps"):

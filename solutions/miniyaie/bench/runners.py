@@ -14,8 +14,8 @@ import torch
 from tqdm import tqdm
 
 from miniyaie.bench.workloads import Workload
-from miniyaie.engine import EngineConfig, LLMEngine
-from miniyaie.model import AttentionMetadata, CausalLM, KVCache, SamplingParams
+from miniyaie.engine import EngineConfig, LLMEngine, SamplingParams
+from miniyaie.model import AttentionMetadata, CausalLM, KVCache
 
 
 @dataclass
@@ -36,12 +36,13 @@ def _bar(desc: str, total: int, show: bool) -> tqdm:
 
 
 def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: str, progress: bool = True,
-               engine: LLMEngine | None = None) -> Result:
+               engine: LLMEngine | None = None, sampling: dict | None = None) -> Result:
     """Our engine on the workload (a fresh LLMEngine, or `engine`, e.g. rank 0 of a tensor-parallel one);
     records each step's shape (tokens, sampled rows) for the floor, its chunks and its time (for the roofline of
-    its decode steps, bench/roofline.py), and each request's tokens (to compare with a peer's)."""
+    its decode steps, bench/roofline.py), and each request's tokens (to compare with a peer's).
+    `sampling`: SamplingParams fields every request gets (bench/workloads.py's SAMPLING; default greedy)."""
     engine = engine or LLMEngine(model, config)
-    tokens = {engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True)): []
+    tokens = {engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True, **(sampling or {}))): []
               for prompt, n in zip(workload.prompts, workload.output_lens)}
     shapes, chunks, seconds_each = [], [], []
     schedule = engine.scheduler.schedule
@@ -75,7 +76,8 @@ def run_engine(model: CausalLM, workload: Workload, config: EngineConfig, name: 
     return Result(name, seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)
 
 
-def run_tensor_parallel(path, workload: Workload, config: EngineConfig, size: int, progress: bool = True) -> Result:
+def run_tensor_parallel(path, workload: Workload, config: EngineConfig, size: int, progress: bool = True,
+                        sampling: dict | None = None) -> Result:
     """Our engine split over `size` processes (chapter 7), on the same workload; start-up is not timed."""
     from miniyaie.distributed import TensorParallelRuntime
 
@@ -83,7 +85,7 @@ def run_tensor_parallel(path, workload: Workload, config: EngineConfig, size: in
     try:
         engine = LLMEngine(runtime.model, config)
         runtime.attach(engine, config.attention_backend)
-        return run_engine(runtime.model, workload, config, f"miniyaie, tensor parallel x{size}", progress, engine)
+        return run_engine(runtime.model, workload, config, f"miniyaie, tensor parallel x{size}", progress, engine, sampling)
     finally:
         runtime.close()
 
@@ -120,8 +122,10 @@ def run_floor(model: CausalLM, engine_result: Result, progress: bool = True) -> 
 # ANCHOR_END: no_attention_baseline
 
 
-def run_hf_static(hf_model, workload: Workload, batch_size: int = 16, progress: bool = True) -> Result:
-    """transformers `generate` in static batches: left-padded, each batch runs to its longest output."""
+def run_hf_static(hf_model, workload: Workload, batch_size: int = 16, progress: bool = True,
+                  sampling: dict | None = None) -> Result:
+    """transformers `generate` in static batches: left-padded, each batch runs to its longest output
+    (greedy, or sampling with `sampling`'s temperature, top_p and top_k)."""
     from transformers import GenerationConfig
 
     pad = 0
@@ -133,8 +137,10 @@ def run_hf_static(hf_model, workload: Workload, batch_size: int = 16, progress: 
             width = max(map(len, prompts))
             ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=hf_model.device)
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=hf_model.device)
+            sample = bool(sampling and sampling.get("temperature"))
             config = GenerationConfig(
-                do_sample=False, max_new_tokens=max(lens), min_new_tokens=max(lens), pad_token_id=pad, eos_token_id=None
+                do_sample=sample, max_new_tokens=max(lens), min_new_tokens=max(lens), pad_token_id=pad, eos_token_id=None,
+                **({k: sampling[k] for k in ("temperature", "top_p", "top_k") if k in sampling} if sample else {})
             )
             with torch.inference_mode():
                 out = hf_model.generate(input_ids=ids, attention_mask=mask, generation_config=config)

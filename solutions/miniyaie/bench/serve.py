@@ -12,7 +12,9 @@ otherwise find the earlier levels' prompts in it and answer faster for a
 reason that has nothing to do with concurrency. Each request asks for usage
 in the stream (`stream_options.include_usage`); where the server reports
 `usage.prompt_tokens_details.cached_tokens`, the share of prompt tokens it
-served from its cache is a column of the table. Compare servers started
+served from its cache is a column of the table. `--sampling sampled` sends
+temperature 0.7, top_p 0.9 and top_k 50 (a vLLM extension of the OpenAI
+schema, which ours accepts too) instead of temperature 0. Compare servers started
 fresh (bench/serve_peers.py does), since what an earlier run left in a
 cache still counts.
 """
@@ -26,6 +28,8 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+
+from miniyaie.bench.workloads import SAMPLING
 
 WORDS = ("engine cache token block radix tree scheduler batch prefill decode kernel memory page request "
          "stream latency server model attention layer prompt answer story river mountain city garden").split()
@@ -117,7 +121,7 @@ async def run_concurrency(url: str, model: str, concurrency: int, texts: list[st
     async with httpx.AsyncClient(headers=headers, limits=limits) as client:
         async def bounded(text: str) -> RequestTiming:
             body = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": args.max_tokens,
-                    "temperature": 0, "stream": True}
+                    **SAMPLING[getattr(args, "sampling", "greedy")], "stream": True}
             if not args.no_stream_usage:
                 body["stream_options"] = {"include_usage": True}
             if not args.no_ignore_eos:
@@ -206,7 +210,8 @@ def main(args) -> int:
     for level, texts in zip(levels, prompts_per_level(levels, args.num_requests, args.prompt_words, args.seed)):
         rows.append(asyncio.run(run_concurrency(url, model, level, texts, args)))
         print(f"concurrency {level}: {rows[-1]['output_tok_per_s']:.1f} output tok/s", file=sys.stderr, flush=True)
-    print(f"{url}  model {model}  {args.num_requests} requests x {args.max_tokens} tokens per concurrency")
+    print(f"{url}  model {model}  {args.num_requests} requests x {args.max_tokens} tokens per concurrency, "
+          f"{getattr(args, 'sampling', 'greedy')}")
     print(format_table(rows))
     if args.json:
         with open(args.json, "w") as f:

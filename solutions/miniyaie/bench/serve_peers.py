@@ -2,7 +2,7 @@
 
     python -m miniyaie.bench.serve_peers --out DIR [--peers miniyaie,hf,hf-cb,vllm]
         [--hf-python PATH] [--vllm-python PATH] [--vllm-bench]
-        [--concurrency 1,4,16] [--num-requests 16] [--max-tokens 64]
+        [--concurrency 1,4,16] [--num-requests 16] [--max-tokens 64] [--sampling greedy|sampled]
     python -m miniyaie.bench.serve_peers --setup-hf DIR     (transformers serve's environment)
 
 One server at a time on loopback: `miniyaie serve`, `transformers serve` as
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from miniyaie.bench import vllm_env
+from miniyaie.bench.workloads import SAMPLING
 
 PEERS = ("miniyaie", "hf", "hf-cb", "vllm")
 NAME = "smollm2"  # the model name the servers that take one are given
@@ -125,7 +126,7 @@ def measure(peer: str, url: str, name: str, args, out: Path) -> dict:
     client = [sys.executable, "-m", "miniyaie", "bench", "serve", "--url", url, "--model", name,
               "--concurrency", args.concurrency, "--num-requests", str(args.num_requests), "--max-tokens", str(args.max_tokens),
               "--prompt-words", str(args.prompt_words), "--no-ignore-eos", "--seed", str(args.seed),
-              "--json", str(out / f"{peer}.json")]
+              "--sampling", args.sampling, "--json", str(out / f"{peer}.json")]
     status = _run_logged(client, out / f"{peer}.txt", {**os.environ, "OMP_NUM_THREADS": "1"})
     result = {"peer": peer, "status": "ok" if status == 0 else f"client exited with {status}"}
     if (out / f"{peer}.json").exists():
@@ -138,7 +139,8 @@ def measure(peer: str, url: str, name: str, args, out: Path) -> dict:
                        "--random-input-len", "192", "--random-range-ratio", "0.5", "--random-output-len", str(args.max_tokens),
                        "--ignore-eos", "--num-prompts", str(3 * args.num_requests), "--max-concurrency", str(level),
                        "--seed", str(args.seed + level),  # new prompts at every level
-                       "--save-result", "--result-dir", str(out), "--result-filename", f"{peer}_vllm_bench_c{level}.json"]
+                       "--save-result", "--result-dir", str(out), "--result-filename", f"{peer}_vllm_bench_c{level}.json",
+                       *(f"--{k.replace('_', '-')}={v}" for k, v in SAMPLING[args.sampling].items())]
             _run_logged(command, out / f"{peer}_vllm_bench_c{level}.txt", vllm_env.child_env(python, 1))
     return result
 
@@ -243,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--prompt-words", type=int, default=48)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sampling", choices=tuple(SAMPLING), default="greedy",
+                   help="greedy, or sampled (temperature 0.7, top_p 0.9, top_k 50) for every server and client")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="threads of every server (default: all CPUs)")
     p.add_argument("--start-timeout", type=float, default=900.0, help="seconds a server may take to come up (vLLM compiles)")
     p.add_argument("--setup-hf", metavar="DIR", default=None, help="make transformers serve's environment in DIR and exit")

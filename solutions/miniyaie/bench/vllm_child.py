@@ -6,7 +6,8 @@ It imports nothing from miniyaie (that environment has its own torch).
 The protocol, both ways JSON:
 
     REQUEST  {"model": dir, "dtype": "float32", "enable_prefix_caching": bool,
-              "prompts": [[token ids]], "output_lens": [int], "speculative_config": dict or null}
+              "prompts": [[token ids]], "output_lens": [int], "speculative_config": dict or null,
+              "sampling": {"temperature": float, "top_p": float, "top_k": int} or null (greedy)}
     RESULT   {"system": str, "seconds": float, "output_tokens": int,
               "outputs": [[token ids]], "startup_seconds": float}
 
@@ -32,7 +33,8 @@ def main(request_path: str, result_path: str) -> int:
     llm = LLM(model=request["model"], dtype=request.get("dtype", "float32"),
               enable_prefix_caching=request["enable_prefix_caching"], seed=0, **extra)
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in request["prompts"]]
-    params = [SamplingParams(max_tokens=n, ignore_eos=True, temperature=0) for n in request["output_lens"]]
+    sampling = request.get("sampling") or {"temperature": 0}
+    params = [SamplingParams(max_tokens=n, ignore_eos=True, **sampling) for n in request["output_lens"]]
     startup = time.perf_counter() - started
     start = time.perf_counter()
     results = llm.generate(prompts, params, use_tqdm=False)
@@ -41,6 +43,8 @@ def main(request_path: str, result_path: str) -> int:
     caching = "prefix cache on" if request["enable_prefix_caching"] else "prefix cache off"
     if speculative:
         caching += f", {speculative['method']} speculation k={speculative['num_speculative_tokens']}"
+    if sampling.get("temperature"):
+        caching += ", sampled"
     with open(result_path, "w") as f:
         json.dump({"system": f"vllm {vllm.__version__} ({caching})", "seconds": seconds,
                    "output_tokens": sum(map(len, outputs)), "outputs": outputs, "startup_seconds": startup}, f)

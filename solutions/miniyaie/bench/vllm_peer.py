@@ -50,15 +50,16 @@ def _log_tail(path: Path) -> str:
 
 
 def run_vllm(workload: Workload, model: str, threads: int, enable_prefix_caching: bool, python: str | None = None,
-             timeout: float = 3600.0, speculative: dict | None = None) -> Result:
-    """vLLM on the workload, greedy, exactly each request's output length; its outputs in stats["outputs"].
-    `speculative`: vLLM's speculative_config (e.g. n-gram drafts), or None for none."""
+             timeout: float = 3600.0, speculative: dict | None = None, sampling: dict | None = None) -> Result:
+    """vLLM on the workload, exactly each request's output length; its outputs in stats["outputs"].
+    `speculative`: vLLM's speculative_config (e.g. n-gram drafts), or None for none. `sampling`: the
+    SamplingParams fields every request gets (temperature, top_p, top_k), or None for greedy."""
     python = find_python(python)
     with tempfile.TemporaryDirectory(prefix="miniyaie-vllm-") as tmp:
         request, result, log = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "child.log")
         request.write_text(json.dumps({"model": str(model), "dtype": "float32", "enable_prefix_caching": enable_prefix_caching,
                                        "prompts": workload.prompts, "output_lens": workload.output_lens,
-                                       "speculative_config": speculative}))
+                                       "speculative_config": speculative, "sampling": sampling}))
         with open(log, "w") as out:
             try:
                 status = subprocess.run([python, str(CHILD), str(request), str(result)], stdout=out, stderr=subprocess.STDOUT,

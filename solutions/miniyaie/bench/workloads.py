@@ -7,6 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+# How the requests choose their tokens (`--sampling`): every system gets the same settings.
+SAMPLING = {
+    "greedy": {"temperature": 0.0},
+    "sampled": {"temperature": 0.7, "top_p": 0.9, "top_k": 50},  # a typical chat setting, as vLLM's and SGLang's benchmarks pass it
+}
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str

@@ -52,6 +52,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--num-requests", type=positive_int, default=32, help="requests per concurrency (default 32)")
     p.add_argument("--max-tokens", type=positive_int, default=64, help="tokens per answer (default 64)")
     p.add_argument("--prompt-words", type=positive_int, default=48, help="random words per prompt (default 48)")
+    p.add_argument("--sampling", choices=("greedy", "sampled"), default="greedy",
+                   help="greedy (temperature 0, default) or sampled (temperature 0.7, top_p 0.9, top_k 50 in every request)")
     p.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (for servers that refuse it)")
     p.add_argument("--no-stream-usage", action="store_true",
                    help="do not send stream_options.include_usage (for servers that refuse it; no cached-token column then)")
@@ -68,6 +70,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--workload", choices=("random", "shared-prefix", "copy"), default="random",
                    help="copy: requests to repeat a passage (speculative decoding's workload; runs ours without and "
                         "with n-gram speculation unless --speculative is given)")
+    p.add_argument("--sampling", choices=("greedy", "sampled"), default="greedy",
+                   help="how every request of every system chooses its tokens: greedy (default; outputs compared token "
+                        "for token) or sampled (temperature 0.7, top-p 0.9, top-k 50; outputs differ, compare tok/s)")
     add_scheduling_args(p)  # the engine's scheduling knobs (EngineConfig)
     p.add_argument("--num-requests", type=int, default=None, help="random: 64; shared-prefix: 32 (4 groups of 8); copy: 16")
     p.add_argument("--input-len", type=_range, default=(32, 256), help="random: prompt length range (default 32:256)")
