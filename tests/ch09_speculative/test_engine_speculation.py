@@ -17,6 +17,7 @@ from tiny_models import save_tiny_model, transformers_greedy  # noqa: E402
 from miniyaie.engine import EngineConfig, LLMEngine  # noqa: E402
 from miniyaie.engine.sampling_params import SamplingParams  # noqa: E402
 from miniyaie.paged import blocks_needed  # noqa: E402
+from miniyaie.speculative.step import PromptLookup  # noqa: E402
 
 RNG = random.Random(0)
 PROMPTS = [[RNG.randrange(320) for _ in range(RNG.randrange(3, 30))] for _ in range(6)] + [[5, 6, 7, 8] * 6]
@@ -115,7 +116,7 @@ class OracleProposer:
 
 def oracle_engine(model, plain, spoil=0, **config) -> LLMEngine:
     llm = engine(model, True, **config)
-    llm.speculation.proposer = OracleProposer([list(p) + o for p, o in zip(PROMPTS, plain)], spoil)
+    llm.speculation.proposer = PromptLookup(OracleProposer([list(p) + o for p, o in zip(PROMPTS, plain)], spoil))
     return llm
 
 
@@ -292,7 +293,7 @@ def test_sampled_requests_keep_the_targets_distribution(tiny):
             done = len(token_ids) - len(prompt)
             return greedy_out[done : done + k] if list(token_ids[len(prompt):]) == greedy_out[:done] else []
 
-    llm.speculation.proposer = GreedyContinuation()
+    llm.speculation.proposer = PromptLookup(GreedyContinuation())
     plain, spec = joint_counts(plain_engine, prompt, n, params), joint_counts(llm, prompt, n, params)
     c = llm.counters
     assert c["accepted_draft_tokens"] > 0 and c["draft_tokens"] > c["accepted_draft_tokens"], c

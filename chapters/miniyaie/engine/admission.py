@@ -139,6 +139,8 @@ class Admission:
         self._prompt_cached.pop(request_id, None)
         if self._constraints is not None:  # chapter 8's guides
             self._constraints.forget(request_id)
+        if self.speculation is not None:  # chapter 9's draft model gives back its blocks
+            self.speculation.forget(request_id)
         # Idea: a completion of n > 1 is listed in two more places: its family and the completions still to fork.
         # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
         # TODO(Task 5.10): At the door. Replace this line with your code.

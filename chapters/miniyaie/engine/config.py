@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SPECULATIVE_METHODS = (None, "ngram")
+SPECULATIVE_METHODS = (None, "ngram", "draft")
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,10 @@ class EngineConfig:
     structured_limits: tuple[tuple[str, float], ...] = ()
     # Speculative decoding (chapter 9): "ngram" proposes up to num_speculative_tokens drafts per decoding
     # request each step, from the request's own tokens (prompt lookup, n-grams of prompt_lookup_min..max
-    # tokens); one forward scores them all and the target model keeps what it agrees with. None: off.
+    # tokens); "draft" from a smaller model sharing the target's tokenizer (draft_model: its path or hub id);
+    # one forward scores them all and the target model keeps what it agrees with. None: off.
     speculative: str | None = None
+    draft_model: str | None = None
     num_speculative_tokens: int = 4
     prompt_lookup_min: int = 1
     prompt_lookup_max: int = 3
@@ -78,7 +80,9 @@ class EngineConfig:
         if not isinstance(self.max_long_partial_prefills, int) or self.max_long_partial_prefills < 1:
             raise ValueError(f"max_long_partial_prefills must be a whole number >= 1, got {self.max_long_partial_prefills!r}")
         if self.speculative not in SPECULATIVE_METHODS:
-            raise ValueError(f"unknown speculative method {self.speculative!r}; choose from ngram (or none)")
+            raise ValueError(f"unknown speculative method {self.speculative!r}; choose from ngram, draft (or none)")
+        if self.draft_model is not None and self.speculative != "draft":
+            raise ValueError("draft_model is used only with speculative='draft'")
         for name in ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "max_speculative_step_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

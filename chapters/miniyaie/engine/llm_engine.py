@@ -42,8 +42,10 @@ from miniyaie.scheduler import Request, ScheduledChunk, Scheduler, SchedulerConf
 
 
 class LLMEngine(Admission, StepAccounting, OfflineGeneration):
-    def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None, decode_graphs="auto"):
-        """`vocabulary`: the tokenizer's tokens as bytes (a miniyaie.structured.Vocabulary, or a function
+    def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None, decode_graphs="auto",
+                 draft_model: CausalLM | None = None):
+        """`draft_model`: the proposer's model when config.speculative is "draft" (chapter 9).
+        `vocabulary`: the tokenizer's tokens as bytes (a miniyaie.structured.Vocabulary, or a function
         that makes one on first use), needed only by requests with structured output (chapter 8).
         `decode_graphs`: auto, off, or eager (CPU tests): see miniyaie/backends/cuda_graphs.py's decode_graphs_mode."""
         self.model, self.config = model, config
@@ -79,13 +81,10 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
         )
         self.speculation = None
         if config.speculative is not None:  # chapter 9: drafts verified in the step (speculative/step.py)
-            from miniyaie.speculative import NgramProposer
-            from miniyaie.speculative.step import Speculation, SpeculativeRunner
+            from miniyaie.speculative.step import speculative_runner
 
-            proposer = NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
-            self.speculation = Speculation(proposer, config.num_speculative_tokens, self.memory, self.counters,
-                                           config.max_speculative_step_tokens)
-            self.runner = SpeculativeRunner(self.runner, self.speculation)
+            self.runner = speculative_runner(config, self.runner, self.memory, self.counters, draft_model)
+            self.speculation = self.runner.speculation
 
     # ------------------------------------------------------------ requests
 

@@ -74,18 +74,20 @@ def non_negative_int(text: str) -> int:
 
 
 SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills", "enforce_eager", "speculative",
-                    "num_speculative_tokens")
+                    "num_speculative_tokens", "draft_model")
 
 
 def add_enforce_eager_arg(p: argparse.ArgumentParser) -> None:
     """--enforce-eager, and speculative decoding's flags (chapter 9): how the engine runs its steps."""
     p.add_argument("--enforce-eager", action="store_true", default=None,
                    help="never replay decode steps as CUDA graphs (they are used only on a GPU with the triton backend)")
-    p.add_argument("--speculative", choices=["ngram"], default=None,
-                   help="speculative decoding: ngram proposes drafts from the request's own tokens, one step "
-                        "verifies them (greedy requests; default: the config's, else off)")
+    p.add_argument("--speculative", choices=["ngram", "draft"], default=None,
+                   help="speculative decoding: ngram proposes drafts from the request's own tokens, draft from "
+                        "--draft-model; one step verifies them (default: the config's, else off)")
     p.add_argument("--num-speculative-tokens", type=positive_int, default=None, metavar="K",
                    help="drafts per request and step with --speculative (default: the config's, else 4)")
+    p.add_argument("--draft-model", default=None, metavar="PATH",
+                   help="with --speculative draft: a smaller model with the same tokenizer (a directory or hub id)")
 
 
 def add_scheduling_args(p: argparse.ArgumentParser) -> None:

@@ -225,6 +225,8 @@ class Admission:
         self._prompt_cached.pop(request_id, None)
         if self._constraints is not None:  # chapter 8's guides
             self._constraints.forget(request_id)
+        if self.speculation is not None:  # chapter 9's draft model gives back its blocks
+            self.speculation.forget(request_id)
         # Nudge: a completion of n > 1 is listed in two more places: its family and the completions still to fork.
         # Hint 1: The per-completion maps are cleared above (given). For n > 1 the id is also a
         #   member of its request's family and, until it is forked, in the list of completions

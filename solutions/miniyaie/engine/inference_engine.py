@@ -29,7 +29,7 @@ from miniyaie.engine.chat import ChatMixin
 from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.engine_loop import EngineLoop
 from miniyaie.engine.llm_engine import LLMEngine
-from miniyaie.engine.loading import display_name, load_model, start_tensor_parallel
+from miniyaie.engine.loading import display_name, load_draft_model, load_model, start_tensor_parallel
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput
 from miniyaie.engine.plugins import SETTINGS_FILE, STRUCTURED_OUTPUT, available, plugin
 from miniyaie.engine.prepared import Preparation
@@ -53,12 +53,15 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         model_name: str | None = None,
         speculative: str | None = None,
         num_speculative_tokens: int | None = None,
+        draft_model: str | Path | LoadedModel | None = None,
     ):
-        """`speculative` ("ngram") and `num_speculative_tokens` set those fields of `config` (chapter 9)."""
+        """`speculative` ("ngram" or "draft"), `num_speculative_tokens` and `draft_model` (a path, a hub id or a
+        loaded model sharing the target's tokenizer) set those fields of `config` (chapter 9)."""
         config = config or EngineConfig()
-        if speculative is not None or num_speculative_tokens is not None:
+        if speculative is not None or num_speculative_tokens is not None or draft_model is not None:
             config = replace(config, speculative=speculative or config.speculative,
-                             num_speculative_tokens=config.num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens)
+                             num_speculative_tokens=config.num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens,
+                             draft_model=str(draft_model) if isinstance(draft_model, (str, Path)) else config.draft_model)
         self._tensor_parallel = None
         if config.tensor_parallel_size > 1:
             self.loaded, self._tensor_parallel = start_tensor_parallel(model, config, device, dtype)
@@ -70,7 +73,11 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         self.sampling_defaults = sampling_defaults or SamplingParams()
         self.adapters = list(adapters)
         try:
-            self.llm = LLMEngine(self.loaded.model, config, vocabulary=self._vocabulary)
+            draft = None
+            if config.speculative == "draft":
+                loaded_draft = draft_model if isinstance(draft_model, LoadedModel) else config.draft_model
+                draft = load_draft_model(loaded_draft, self.loaded, config, device, dtype)
+            self.llm = LLMEngine(self.loaded.model, config, vocabulary=self._vocabulary, draft_model=draft)
             if self._tensor_parallel is not None:
                 self._tensor_parallel.attach(self.llm, config.attention_backend)
         except BaseException:
@@ -214,7 +221,7 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
 
     @property
     def speculative_method(self) -> str | None:
-        """The speculative decoding this engine runs (chapter 9: "ngram"), or None."""
+        """The speculative decoding this engine runs (chapter 9: "ngram" or "draft"), or None."""
         return self.llm.config.speculative
 
     def check_health(self) -> None:

@@ -42,12 +42,27 @@ def search_window(request: Request, size: int = SEARCH_WINDOW) -> list[int]:
     return request.prompt_token_ids[max(0, len(request.prompt_token_ids) - (size - len(output))) :] + output
 
 
+class PromptLookup:
+    """The n-gram proposer (Task 9.1) as the step uses a proposer: drafts for a batch of requests."""
+
+    def __init__(self, proposer: NgramProposer):
+        self.proposer = proposer
+
+    def draft(self, wanted: list[tuple[Request, int]]) -> dict[str, list[int]]:
+        return {r.request_id: self.proposer.propose(search_window(r), k) for r, k in wanted}
+
+    def forget(self, request_id: str) -> None:
+        """Nothing to give back: the lookup keeps no state between steps."""
+
+
 class Speculation:
     """Proposes drafts before a step and verifies them in it; `counters` say how well it pays."""
 
-    def __init__(self, proposer: NgramProposer, num_tokens: int, memory, counters: dict[str, int],
-                 max_step_tokens: int = 16):
-        """`counters`: the engine's, where draft_tokens (drafts the model scored), accepted_draft_tokens
+    def __init__(self, proposer, num_tokens: int, memory, counters: dict[str, int], max_step_tokens: int = 16):
+        """`proposer`: a PromptLookup or a DraftModelProposer (`draft(wanted)` -> request id -> drafts;
+        `forget(request_id)` when a request ends).
+
+        `counters`: the engine's, where draft_tokens (drafts the model scored), accepted_draft_tokens
         (those it kept), verified_steps (request-steps that had drafts) and speculation_off_steps (steps
         with requests decoding that drafted nothing: a prompt to prefill, or too many of them) are added up.
 
@@ -70,14 +85,17 @@ class Speculation:
         if k <= 0 or num_waiting or len(decoding) < len(running):
             self.counters["speculation_off_steps"] += bool(decoding)
             return
-        for request in drafting:
-            room = request.max_tokens - len(request.output_token_ids) - 1  # the target's own token comes too
-            if room <= 0:
-                continue
-            drafts = self.proposer.propose(search_window(request), min(k, room))
-            if drafts:
-                request.output_token_ids.extend(drafts)
-                self._drafts[request.request_id] = (request, len(drafts))
+        room = {r.request_id: r.max_tokens - len(r.output_token_ids) - 1 for r in drafting}  # the target's own token comes too
+        wanted = [(r, min(k, room[r.request_id])) for r in drafting if room[r.request_id] > 0]
+        drafts = self.proposer.draft(wanted) if wanted else {}
+        for request, _ in wanted:
+            if drafts.get(request.request_id):
+                request.output_token_ids.extend(drafts[request.request_id])
+                self._drafts[request.request_id] = (request, len(drafts[request.request_id]))
+
+    def forget(self, request_id: str) -> None:
+        """A request ended: the proposer gives back what it held for it."""
+        self.proposer.forget(request_id)
 
     # ANCHOR: keep_scheduled
     def keep_scheduled(self, out: SchedulerOutput) -> None:
@@ -223,3 +241,27 @@ class SpeculativeRunner:
 
     def __getattr__(self, name: str):
         return getattr(self._runner, name)
+
+
+def speculative_runner(config, runner, memory, counters: dict[str, int], draft_model=None) -> SpeculativeRunner:
+    """`runner` wrapped to speculate as `config` says (speculative "ngram" or "draft").
+
+    A draft model must share the target's vocabulary (ValueError otherwise; the caller compares the
+    tokenizers, which the model does not know). It gets a pool of its own, as many blocks as the target's.
+    """
+    if config.speculative == "draft":
+        if draft_model is None:
+            raise ValueError("speculative decoding with a draft model needs one: give draft_model")
+        target_vocab, draft_vocab = runner.model.config.vocab_size, draft_model.config.vocab_size
+        if draft_vocab != target_vocab:
+            raise ValueError(f"the draft model's vocabulary has {draft_vocab} tokens, the target's {target_vocab}: "
+                             "a draft model must share the target's tokenizer")
+        from miniyaie.backends.choose import use_backend
+        from miniyaie.speculative.draft_model import DraftModelProposer
+
+        use_backend(draft_model, config.attention_backend, draft_model.lm_head.weight.device)  # as the target's
+        proposer = DraftModelProposer(draft_model, memory.num_blocks, memory.block_size)
+    else:
+        proposer = PromptLookup(NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max))
+    speculation = Speculation(proposer, config.num_speculative_tokens, memory, counters, config.max_speculative_step_tokens)
+    return SpeculativeRunner(runner, speculation)

@@ -1,0 +1,176 @@
+"""Drafts from a smaller model: the target's own machinery, run on a second model with its own cache (Task 9.4).
+
+A draft model that shares the target's tokenizer guesses the next k tokens one at a time, as a normal
+decode would, only cheaper. It keeps a paged KV cache of its own, so that each step it computes only
+what is new for it: the tokens the target emitted since it last drafted. Its drafts are its greedy
+choices, a point mass on each, so the engine's verification stays one rule for every proposer (the
+target's own token at each position; for a point mass that is exactly the rejection-sampling rule of
+Task 9.2). The same model drafting for itself must have every draft accepted: a strong check that its
+cache follows the request exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+
+import torch
+
+from miniyaie.engine.model_runner import ModelRunner
+from miniyaie.model import CausalLM
+from miniyaie.paged import PagedMemory, make_pool
+from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
+
+
+@dataclass
+class DraftCopy:
+    """The draft model's view of one request: its tokens (`request`, a Request of the draft's own) and how many
+    of them the target has confirmed (`confirmed`: the prompt and the target's emitted tokens)."""
+
+    request: Request
+    confirmed: int = 0
+    drafted: list[int] = field(default_factory=list)  # the drafts of the last call, after the confirmed tokens
+
+
+class DraftModelProposer:
+    """Proposes up to k drafts per request with `model`, batched over the requests of a step.
+
+    num_blocks, block_size: the draft's own KV pool. A request that does not fit gets no drafts this step
+    (the step still runs); finished requests' blocks come back through `forget`.
+    """
+
+    def __init__(self, model: CausalLM, num_blocks: int, block_size: int):
+        weight = model.lm_head.weight
+        self.memory = PagedMemory(num_blocks, block_size)
+        pool = make_pool(model.config, num_blocks, block_size, weight.dtype, weight.device)
+        self.runner = ModelRunner(model, pool, self.memory)
+        self.copies: dict[str, DraftCopy] = {}
+        self.forward_passes = 0  # the draft model's own steps (each drafts one token for every request in it)
+
+    # ANCHOR: draft
+    def draft(self, wanted: list[tuple[Request, int]]) -> dict[str, list[int]]:
+        """Request id -> its drafts, for each (request, k) of `wanted` that fits in the draft's pool.
+
+        Each list holds exactly k tokens: the draft model's greedy continuation of the request's
+        tokens, one token at a time as plain decoding would choose them. Requests that do not fit get
+        no entry (the step runs without their drafts). Cost: at most max(k) forward passes of the
+        draft model for the whole batch, and no token of a request is computed twice in one call.
+        Afterwards each copy's `drafted` holds its drafts and its memory holds the K/V of every token
+        it computed (the request's tokens and every draft but the last).
+        """
+        ready = []
+        for request, k in wanted:
+            copy = self._follow(request)
+            if not self._make_room(copy, k):  # room held for requests not drafting now (preempted) goes first
+                for rid in [rid for rid in self.copies if rid not in {r.request_id for r, _ in wanted}]:
+                    self.forget(rid)
+            if self._make_room(copy, k):
+                ready.append((copy, k))
+        # Nudge: one forward pass per draft position, for every request that still wants a draft.
+        # Hint 1: The copies are ready (followed, room made). The first token of each copy's
+        #   drafts needs what the draft has not computed yet: everything from its computed
+        #   count to its end, at least the last token. Every later draft needs only the draft
+        #   before it. Batch each round over all the copies that still want drafts, so that
+        #   k drafts cost k passes however many requests there are.
+        # Hint 2: Round one: a ScheduledChunk per copy from num_computed_tokens to num_tokens.
+        #   Each round: self._next_tokens(chunks) gives one token per chunk; mark the chunk
+        #   computed, append the token to the copy's output and to its drafted list. The next
+        #   round's chunks: one token (the last draft) for each copy with fewer than k drafts.
+        #   Return every ready copy's drafted list.
+        # Hint 3:
+        #   chunks = [ScheduledChunk(c.request, computed, num_tokens - computed) for c, _ in ready]
+        #   while chunks:
+        #       for chunk, token in zip(chunks, self._next_tokens(chunks)):
+        #           chunk.request.num_computed_tokens = chunk.start + chunk.num_tokens
+        #           chunk.request.output_token_ids.append(token); copies[id].drafted.append(token)
+        #       chunks = [ScheduledChunk(c.request, num_tokens - 1, 1) for c, k in ready if len(c.drafted) < k]
+        #   return {id: list(c.drafted) for c, _ in ready}
+        # BEGIN SOLUTION 9.4: The draft model's cache
+        chunks = [ScheduledChunk(c.request, c.request.num_computed_tokens, c.request.num_tokens - c.request.num_computed_tokens)
+                  for c, _ in ready]
+        while chunks:
+            for chunk, token in zip(chunks, self._next_tokens(chunks)):
+                request = chunk.request
+                request.num_computed_tokens = chunk.start + chunk.num_tokens
+                request.output_token_ids.append(token)
+                self.copies[request.request_id].drafted.append(token)
+            chunks = [ScheduledChunk(c.request, c.request.num_tokens - 1, 1) for c, k in ready if len(c.drafted) < k]
+        return {c.request.request_id: list(c.drafted) for c, _ in ready}
+        # END SOLUTION
+    # ANCHOR_END: draft
+
+    def forget(self, request_id: str) -> None:
+        """Give back the draft's blocks of a request that ended."""
+        copy = self.copies.pop(request_id, None)
+        if copy is not None:
+            self.memory.free(copy.request)
+
+    # ANCHOR: follow
+    def _follow(self, request: Request) -> DraftCopy:
+        """The draft's copy of `request`, brought in line with it before drafting.
+
+        Before: the copy (if any) holds the tokens it was given last time, then its drafts; K/V of its
+        first request.num_computed_tokens tokens are in the draft's memory. `request` is the target's:
+        since then it has emitted some tokens (a prefix of those drafts that the target agreed with, and
+        one of its own) and may have been preempted, but its earlier tokens are unchanged.
+        After: the copy's tokens equal the request's all_token_ids (its output list is the draft's own),
+        `confirmed` is their number, `drafted` is empty, and its num_computed_tokens counts the leading
+        tokens whose K/V it holds that are still right, all of them but never the request's last token
+        (drafting starts from that token's logits, so it must be computed again); the draft's memory
+        holds no block past those. A request the draft has not seen starts with nothing computed.
+        """
+        # Nudge: which of the K/V the draft computed last step are still the request's tokens?
+        # Hint 1: Last step the draft computed its K/V for the confirmed tokens and for all but
+        #   its last draft. The target then kept some drafts and wrote one token of its own (or
+        #   nothing at all, when the step left the request out), so the draft's K/V stay right
+        #   up to the first position where its tokens and the request's differ; everything
+        #   after is K/V of a rejected guess and must go, block and all, or the next drafts
+        #   would attend to it. And drafting needs the logits of the request's last token: if
+        #   the draft already holds that token's K/V, it must compute it once more.
+        # Hint 2: Make the copy if the request is new (a Request with the same prompt, nothing
+        #   computed). Otherwise count the positions from `confirmed` on where the copy's
+        #   tokens equal the request's, stopping at the first difference or at the end of the
+        #   computed ones, and never past the request's last token (its logits are the first
+        #   draft's, and only computing a token gives them); that is the new computed count;
+        #   truncate the memory to it. Then take
+        #   the request's output as the copy's, set confirmed, clear drafted.
+        # Hint 3:
+        #   copy = copies.get(id) or DraftCopy(Request(id, list(prompt), max_tokens)); store it
+        #   ours, theirs = copy.request.all_token_ids, request.all_token_ids
+        #   end = min(ours computed, len(theirs) - 1); keep = min(copy.confirmed, end)
+        #   while keep < end and ours[keep] == theirs[keep]: keep += 1
+        #   copy.request.num_computed_tokens = keep; memory.truncate(copy.request, keep)
+        #   copy.request.output_token_ids = list(request.output_token_ids); confirmed = num_tokens; drafted = []
+        # BEGIN SOLUTION 9.4: The draft model's cache
+        copy = self.copies.get(request.request_id)
+        if copy is None:
+            copy = self.copies[request.request_id] = DraftCopy(
+                Request(request.request_id, list(request.prompt_token_ids), request.max_tokens))
+        ours, theirs = copy.request.all_token_ids, request.all_token_ids
+        end = min(copy.request.num_computed_tokens, len(theirs) - 1)  # the last token's logits start the drafts
+        keep = min(copy.confirmed, end)  # the confirmed tokens were the request's when the draft was given them
+        while keep < end and ours[keep] == theirs[keep]:
+            keep += 1
+        copy.request.num_computed_tokens = keep
+        self.memory.truncate(copy.request, keep)
+        copy.request.output_token_ids = list(request.output_token_ids)
+        copy.confirmed, copy.drafted = request.num_tokens, []
+        return copy
+        # END SOLUTION
+    # ANCHOR_END: follow
+
+    def _make_room(self, copy: DraftCopy, k: int) -> bool:
+        """Allocate the slots drafting k tokens writes (the new tokens and k - 1 drafts); False if they do not fit."""
+        need = copy.request.num_tokens - copy.request.num_computed_tokens + k - 1
+        if not self.memory.can_allocate(copy.request, need):
+            return False
+        self.memory.allocate(copy.request, need)
+        return True
+
+    @torch.inference_mode()
+    def _next_tokens(self, chunks: list[ScheduledChunk]) -> list[int]:
+        """The draft model's greedy token after each chunk (one forward pass for all of them)."""
+        input_ids, positions, meta = self.runner.prepare(SchedulerOutput(chunks, []))
+        rows = [end - 1 for end in accumulate(chunk.num_tokens for chunk in chunks)]  # each chunk's last token
+        self.forward_passes += 1
+        return self.runner.forward(input_ids, positions, meta, rows).argmax(dim=-1).tolist()
