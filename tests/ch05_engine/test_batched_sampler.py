@@ -140,6 +140,21 @@ def test_min_tokens_holds_back_stop_tokens_from_sampled_rows_too():
 
 
 @pytest.mark.task("5.8")
+@pytest.mark.parametrize("outside", [4, 5, 99])
+def test_a_stop_id_outside_the_vocabulary_is_ignored_by_min_tokens(outside):
+    logits = torch.tensor([[0.0, 8.0, 1.0, 1.0]]).repeat(2, 1)  # a vocabulary of 4 ids: 0 to 3
+    both = SamplingRow(SamplingParams(temperature=0.0, min_tokens=3), [0], [2], stop_token_ids=[1, outside])
+    only_outside = SamplingRow(SamplingParams(temperature=0.0, min_tokens=3), [0], [2], stop_token_ids=[outside])
+    try:
+        got = [s.token_id for s in Sampler()(logits, [both, only_outside])]
+    except (IndexError, RuntimeError) as exc:
+        pytest.fail(f"stop id {outside} is outside the vocabulary (ids 0 to 3), so min_tokens has nothing to hold back "
+                    f"for it: ignore ids >= V instead of failing ({type(exc).__name__}: {exc})")
+    assert got[0] == 2, f"the row whose stop ids are 1 and {outside} must skip 1 while under min_tokens, got {got[0]}"
+    assert got[1] == 1, f"the row whose only stop id ({outside}) is outside the vocabulary bans nothing, got {got[1]}"
+
+
+@pytest.mark.task("5.8")
 @pytest.mark.parametrize("batch", ["every stage at once", "a mask alone"])
 def test_the_models_logits_are_left_as_they_were(batch):
     """Each stage edits out of place, also when it is the only stage that runs (a mask alone edits first)."""
