@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from miniyaie.engine.sampling_params import SamplingParams
-from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits, token_histories
+from miniyaie.engine.sampling_stages import apply_penalties, draw, token_histories
+from miniyaie.engine.top_columns import sample_top_columns
 
 
 @dataclass

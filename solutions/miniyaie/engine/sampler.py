@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from miniyaie.engine.sampling_params import SamplingParams
-from miniyaie.engine.sampling_stages import apply_penalties, draw, filter_logits, token_histories
+from miniyaie.engine.sampling_stages import apply_penalties, draw, token_histories
+from miniyaie.engine.top_columns import sample_top_columns
 
 
 @dataclass
@@ -86,8 +87,10 @@ class Sampler:
         #   apply_penalties with one column per setting. Collect (row, stop id) pairs for the
         #   rows still under min_tokens and set those logits to -inf out of place. Mask the rows
         #   with `allowed`. tokens = argmax of every row. For the non-greedy rows: divide by
-        #   their temperatures, filter_logits if any of them filters, softmax, and draw with
-        #   their generators; write those tokens over the argmax. _outputs builds the answer.
+        #   their temperatures; if any of them filters, sample_top_columns (provided: your
+        #   filter_logits, softmax and draw, on the columns that can survive) with their
+        #   settings and generators, else softmax and draw; write those tokens over the
+        #   argmax. _outputs builds the answer.
         # Hint 3:
         #   raw_logprobs = log_softmax(logits) if any(k is not None for k in want_logprobs) else None
         #   if any penalty: seen, counts = token_histories(prompts, outputs, vocab, device); logits = apply_penalties(...)
@@ -96,8 +99,9 @@ class Sampler:
         #   masked = rows with allowed: logits = logits.clone(); logits[masked] = masked_fill(~allowed, -inf)
         #   tokens = logits.argmax(-1)
         #   sampled = [i for i, p in enumerate(params) if not p.greedy]
-        #   scaled = logits[sampled] / temperatures[:, None]; maybe filter_logits(scaled, k, p, min_p)
-        #   tokens[sampled] = draw(softmax(scaled), [rows[i].generator for i in sampled])
+        #   scaled = logits[sampled] / temperatures[:, None]; generators = [rows[i].generator for i in sampled]
+        #   tokens[sampled] = sample_top_columns(scaled, k, p, min_p, generators) if any row filters
+        #                     else draw(softmax(scaled), generators)
         #   return self._outputs(tokens, raw_logprobs, want_logprobs)
         # BEGIN SOLUTION 5.8: One sampler for the whole batch
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in want_logprobs) else None
@@ -128,13 +132,14 @@ class Sampler:
             rows_index = column(sampled, torch.int64)
             chosen = [params[i] for i in sampled]
             scaled = logits[rows_index] / column([p.temperature for p in chosen])[:, None]
-            if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in chosen):
-                scaled = filter_logits(
+            generators = [rows[i].generator for i in sampled]
+            if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in chosen):  # Task 5.3's filters, then the draw
+                tokens[rows_index] = sample_top_columns(
                     scaled, column([p.top_k for p in chosen], torch.int64),
-                    column([p.top_p for p in chosen]), column([p.min_p for p in chosen]),
+                    column([p.top_p for p in chosen]), column([p.min_p for p in chosen]), generators,
                 )
-            probs = torch.softmax(scaled, dim=-1)
-            tokens[rows_index] = draw(probs, [rows[i].generator for i in sampled])
+            else:
+                tokens[rows_index] = draw(torch.softmax(scaled, dim=-1), generators)
         return self._outputs(tokens, raw_logprobs, want_logprobs)
         # END SOLUTION
 
