@@ -1,4 +1,5 @@
-"""Task 0.4: causal attention of new queries over a KV cache; Task 0.5: the torch backend that writes and reads the cache."""
+"""Task 0.4: attention over a growing cache: causal attention of new queries over a sequence's context, and the
+torch backend that fills the cache and reads it, step after step."""
 
 import pytest
 import torch
@@ -78,7 +79,7 @@ def test_decode_rows_equal_full_prefill_rows(context, kv_heads, group, seed):
     )
 
 
-@pytest.mark.task("0.5")
+@pytest.mark.task("0.4")
 @given(
     seq_lens=st.lists(st.integers(1, 20), min_size=1, max_size=4),
     cached_fraction=st.floats(0, 1),
@@ -144,3 +145,79 @@ def test_torch_backend_reads_cache_through_block_tables(seq_lens, cached_fractio
                 msg=lambda m: f"sequence {s}'s {name} in the cache after the step (new tokens at their slot_mapping slots): {m}",
             )
         start += n - c
+
+
+@pytest.mark.task("0.4")
+@given(
+    lengths=st.lists(st.integers(1, 14), min_size=1, max_size=3),
+    chunks=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    block_size=st.sampled_from([1, 3, 8]),
+    seed=st.integers(0, 2**16),
+)
+@example(lengths=[5], chunks=[1], block_size=8, seed=0)  # a one-token prefill, then decode steps
+@example(lengths=[9, 4], chunks=[4, 2], block_size=3, seed=1)  # prefill chunks, then decode, two sequences per step
+def test_steps_over_a_growing_cache_equal_one_full_prefill(lengths, chunks, block_size, seed):
+    """Fed step by step (prefill chunks of the given sizes, then one token a step), every token's attention
+    output is the row a single full causal prefill gives it, and the cache ends with every token's K/V in its
+    slot and nothing else changed."""
+    g = torch.Generator().manual_seed(seed)
+    kv_heads, heads, head_dim, scale = 2, 4, 8, 0.4
+    blocks_per_seq = [-(-n // block_size) for n in lengths]
+    num_blocks = sum(blocks_per_seq) + 2
+    order = torch.randperm(num_blocks, generator=g).tolist()
+    tables, used = [], 0
+    for count in blocks_per_seq:
+        tables.append(order[used : used + count] + [0] * (max(blocks_per_seq) - count))
+        used += count
+    k_cache = torch.randn(num_blocks * block_size, kv_heads, head_dim, generator=g)
+    v_cache = torch.randn(num_blocks * block_size, kv_heads, head_dim, generator=g)
+    before_k, before_v = k_cache.clone(), v_cache.clone()
+    qs = [torch.randn(n, heads, head_dim, generator=g) for n in lengths]
+    ks = [torch.randn(n, kv_heads, head_dim, generator=g) for n in lengths]
+    vs = [torch.randn(n, kv_heads, head_dim, generator=g) for n in lengths]
+
+    def slot(seq, p):
+        return tables[seq][p // block_size] * block_size + p % block_size
+
+    done, outputs, step = [0] * len(lengths), [[] for _ in lengths], 0
+    while any(d < n for d, n in zip(done, lengths)):
+        size = chunks[step] if step < len(chunks) else 1  # prefill chunks first, then decode steps
+        running = [s for s, n in enumerate(lengths) if done[s] < n]
+        new = {s: list(range(done[s], min(lengths[s], done[s] + size))) for s in running}
+        meta = AttentionMetadata(
+            query_lens=[len(new[s]) for s in running],
+            seq_lens=[new[s][-1] + 1 for s in running],
+            slot_mapping=torch.tensor([slot(s, p) for s in running for p in new[s]]),
+            block_tables=torch.tensor([tables[s] for s in running]),
+            block_size=block_size,
+        )
+        out = TorchAttentionBackend().forward(
+            torch.cat([qs[s][new[s]] for s in running]), torch.cat([ks[s][new[s]] for s in running]),
+            torch.cat([vs[s][new[s]] for s in running]), k_cache, v_cache, meta, scale,
+        )
+        assert out.shape == (sum(meta.query_lens), heads, head_dim), f"one row per new token, got {tuple(out.shape)}"
+        start = 0
+        for s in running:
+            outputs[s].append(out[start : start + len(new[s])])
+            start += len(new[s])
+            done[s] = new[s][-1] + 1
+        step += 1
+
+    for s, n in enumerate(lengths):
+        steps = [len(o) for o in outputs[s]]
+        torch.testing.assert_close(
+            torch.cat(outputs[s]).double(), reference_attention(qs[s], ks[s], vs[s], scale), rtol=1e-5, atol=1e-5,
+            msg=lambda m: f"sequence {s} fed in steps of {steps} tokens (block_size {block_size}): each token's output "
+            f"must be its row of one causal prefill over all {n} tokens (it sees every earlier token, cached in an "
+            f"earlier step or new in this one, and itself, never a later one): {m}",
+        )
+        written = [slot(s, p) for p in range(n)]
+        for name, cache, full in (("K", k_cache, ks[s]), ("V", v_cache, vs[s])):
+            torch.testing.assert_close(
+                cache[written], full, rtol=0, atol=0,
+                msg=lambda m: f"sequence {s}'s {name} in the cache after all its steps (token p at its slot): {m}",
+            )
+    untouched = sorted(set(range(num_blocks * block_size)) - {slot(s, p) for s, n in enumerate(lengths) for p in range(n)})
+    assert torch.equal(k_cache[untouched], before_k[untouched]) and torch.equal(v_cache[untouched], before_v[untouched]), (
+        "a step writes only the slots of its slot_mapping: some other slot of the cache changed"
+    )

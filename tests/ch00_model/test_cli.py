@@ -13,7 +13,7 @@ from cli_helpers import miniyaie
 
 
 # End to end: needs every task of the chapter.
-pytestmark = [pytest.mark.task("0.1"), pytest.mark.task("0.2"), pytest.mark.task("0.3"), pytest.mark.task("0.4"), pytest.mark.task("0.5"), pytest.mark.bundled_model]
+pytestmark = [pytest.mark.task("0.1"), pytest.mark.task("0.2"), pytest.mark.task("0.3"), pytest.mark.task("0.4"), pytest.mark.bundled_model]
 
 
 def test_chat_answers_paris(smollm2_dir):

@@ -1,7 +1,7 @@
 """Task 0.3: the decoder's modules and its forward over the KV cache, against transformers' logits.
 
 The model's attention here is the provided batched backend (miniyaie.backends), not the one of
-Tasks 0.4-0.5, so that this task is graded on its own: the forward must write and read the
+Task 0.4, so that this task is graded on its own: the forward must write and read the
 cache only through the backend, the metadata and the positions it is given.
 """
 

@@ -9,7 +9,7 @@ from miniyaie.model import AttentionMetadata, KVCache, SamplingParams, generate,
 
 pytestmark = [
     pytest.mark.task("0.1"), pytest.mark.task("0.2"), pytest.mark.task("0.3"),
-    pytest.mark.task("0.4"), pytest.mark.task("0.5"), pytest.mark.task("0.6"),
+    pytest.mark.task("0.4"), pytest.mark.task("0.5"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Task 0.6: sampling and the prefill -> decode loop, against transformers' greedy generate."""
+"""Task 0.5: sampling and the prefill -> decode loop, against transformers' greedy generate."""
 
 import pytest
 import torch
@@ -59,7 +59,7 @@ def expected_events(runs):
     return events
 
 
-@pytest.mark.task("0.6")
+@pytest.mark.task("0.5")
 @settings(max_examples=30)
 @given(
     name=st.sampled_from(["llama", "short"]),
@@ -118,7 +118,7 @@ def test_greedy_stream_matches_transformers(models, name, lengths, max_tokens, e
     assert [(o.token_ids, o.finish_reason) for o in outputs] == runs, "generate() collects the stream per prompt, in order"
 
 
-@pytest.mark.task("0.6")
+@pytest.mark.task("0.5")
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_tiny_models_match_transformers_greedy(kind, tmp_path):
     hf_model = save_tiny_model(kind, tmp_path)
@@ -132,7 +132,7 @@ def test_tiny_models_match_transformers_greedy(kind, tmp_path):
         assert generation.finish_reason == "length"
 
 
-@pytest.mark.task("0.6")
+@pytest.mark.task("0.5")
 def test_bad_prompts_raise_before_any_token(models):
     model, _ = models("short")
     params = SamplingParams(max_tokens=4)
@@ -145,7 +145,7 @@ def test_bad_prompts_raise_before_any_token(models):
     assert len(generate(model, [[3] * (SHORT_CONTEXT - 1)], params)[0].token_ids) == 1, "len(prompt) = context - 1 leaves one"
 
 
-@pytest.mark.task("0.6")
+@pytest.mark.task("0.5")
 def test_seeded_sampling_repeats_and_follows_its_parameters(models):
     model, hf_model = models("llama")
     prompts = [[5, 6, 7], [8]]

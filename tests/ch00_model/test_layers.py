@@ -1,4 +1,5 @@
-"""Task 0.1: RMSNorm, SwiGLU and the fused residual norm; Task 0.2: RoPE, each against its mathematical definition."""
+"""Task 0.1: RMSNorm, SwiGLU and the fused residual norm; Task 0.2: RoPE; each against its mathematical
+definition and against transformers' own code, which the checkpoints were trained with."""
 
 import pytest
 import torch
@@ -43,6 +44,34 @@ def test_rms_norm_is_scale_invariant(scale, seed):
     assert torch.equal(zeros, torch.zeros(2, 8)), "eps keeps an all-zero row finite"
 
 
+@pytest.mark.task("0.1")
+@given(hidden=st.sampled_from([64, 576, 1000]), seed=st.integers(0, 2**16), eps=st.sampled_from([1e-6, 1e-5]))
+@example(hidden=576, seed=0, eps=1e-5)  # SmolLM2's width
+def test_rms_norm_rounds_like_the_checkpoints_code(hidden, seed, eps):
+    """In bfloat16, the same bits as transformers' LlamaRMSNorm but for rare last-bit differences."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    g = torch.Generator().manual_seed(seed)
+    norm = LlamaRMSNorm(hidden, eps=eps)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(hidden, generator=g) * 0.5 + 1)
+    norm = norm.to(torch.bfloat16)
+    x = (torch.randn(32, hidden, generator=g) * 3).to(torch.bfloat16)
+    with torch.no_grad():
+        expected = norm(x)
+    out = rms_norm(x, norm.weight.detach(), eps)
+    assert out.dtype == torch.bfloat16, f"bfloat16 in, bfloat16 out: got {out.dtype}"
+    differ = out.float() != expected.float()
+    share = differ.float().mean().item()
+    ulp = torch.finfo(torch.bfloat16).eps * expected.float().abs().clamp_min(torch.finfo(torch.bfloat16).tiny)
+    worst = ((out.float() - expected.float()).abs() / ulp).max().item()
+    assert share < 0.01 and worst <= 1, (
+        f"{share:.1%} of the elements differ from transformers' LlamaRMSNorm in bfloat16 (a norm that rounds where "
+        f"the checkpoint's code rounds differs in well under 1%), by up to {worst:.0f} units in the last place: "
+        "which steps run in float32, and does the weight multiply before or after the result returns to bfloat16?"
+    )
+
+
 def _config(head_dim: int, **rope) -> ModelConfig:
     return ModelConfig(
         family="llama", vocab_size=8, hidden_size=head_dim, intermediate_size=8, num_layers=1, num_heads=1,
@@ -67,16 +96,16 @@ def _table(config, positions):
 )
 @example(head_dim=2, positions=[0], rope={}, int32=False)  # position 0: cos 1, sin 0
 @example(head_dim=8, positions=[3, 1, 4000], rope={}, int32=True)
-def test_rope_table_holds_each_pairs_angle_twice(head_dim, positions, rope, int32):
-    """Row t is token t; columns i and i + head_dim/2 both hold position * inv_freq[i]."""
+def test_rope_table_holds_each_dimensions_angle(head_dim, positions, rope, int32):
+    """Row t is token t; column c holds the angle of dimension c, which turns with its partner c +/- head_dim/2."""
     config = _config(head_dim, **rope)
     pos = torch.tensor(positions, dtype=torch.int32 if int32 else torch.int64)
     cos, sin = rope_cos_sin(config, pos, rope_inverse_frequencies(config))
     assert cos.shape == sin.shape == (len(positions), head_dim), f"cos, sin are [num_tokens, head_dim], got {tuple(cos.shape)}"
     assert cos.dtype == sin.dtype == torch.float32, "cos and sin are float32"
     want_cos, want_sin = _table(config, pos.long())
-    torch.testing.assert_close(cos, want_cos, rtol=1e-4, atol=1e-4, msg=lambda m: f"cos of position * inv_freq[i mod head_dim/2]: {m}")
-    torch.testing.assert_close(sin, want_sin, rtol=1e-4, atol=1e-4, msg=lambda m: f"sin of position * inv_freq[i mod head_dim/2]: {m}")
+    torch.testing.assert_close(cos, want_cos, rtol=1e-4, atol=1e-4, msg=lambda m: f"cos of the angle of dimension c, in column c (pair c mod head_dim/2): {m}")
+    torch.testing.assert_close(sin, want_sin, rtol=1e-4, atol=1e-4, msg=lambda m: f"sin of the angle of dimension c, in column c (pair c mod head_dim/2): {m}")
 
 
 @pytest.mark.task("0.2")
@@ -126,6 +155,50 @@ def test_rotary_scores_depend_only_on_distance(m, n, shift, seed):
                                msg=lambda m_: f"a rotation keeps the norm of q (position {m}): {m_}")
 
 
+@pytest.mark.task("0.2")
+@given(
+    kind=st.sampled_from(["default", "linear", "llama3"]),
+    head_dim=st.sampled_from([8, 24, 64]),
+    positions=st.lists(st.integers(0, 3000), min_size=1, max_size=6),
+    seed=st.integers(0, 2**16),
+)
+@example(kind="llama3", head_dim=64, positions=[0, 1, 2999], seed=0)
+def test_rotary_matches_transformers(kind, head_dim, positions, seed):
+    """The tables and the rotation of transformers' Llama (the checkpoints' convention), rope scaling included."""
+    import transformers
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    rope = {
+        "default": dict(rope_type="default", rope_theta=10000.0),
+        "linear": dict(rope_type="linear", rope_theta=10000.0, factor=4.0),
+        "llama3": dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+                       high_freq_factor=4.0, original_max_position_embeddings=64),
+    }[kind]
+    hf_config = transformers.LlamaConfig(
+        hidden_size=2 * head_dim, num_attention_heads=2, num_key_value_heads=1, head_dim=head_dim,
+        max_position_embeddings=4096, rope_parameters=rope,
+    )
+    config = ModelConfig.from_hf(hf_config)
+    pos = torch.tensor(positions)
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(len(positions), 2, head_dim, generator=g), torch.randn(len(positions), 1, head_dim, generator=g)
+    with torch.no_grad():
+        want_cos, want_sin = LlamaRotaryEmbedding(hf_config)(q, pos[None, :])
+        want_q, want_k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], want_cos, want_sin)
+    cos, sin = rope_cos_sin(config, pos, rope_inverse_frequencies(config))
+    for name, got, want in (("cos", cos, want_cos[0]), ("sin", sin, want_sin[0])):
+        torch.testing.assert_close(
+            got, want.float(), rtol=1e-4, atol=1e-4,
+            msg=lambda m: f"{name} table ({kind} rope, head_dim {head_dim}) differs from transformers': column c holds the "
+            f"angle of dimension c, and dimension c turns with its partner c +/- {head_dim // 2} (rotate half): {m}",
+        )
+    for name, x, want in (("q", q, want_q), ("k", k, want_k)):
+        torch.testing.assert_close(
+            apply_rotary(x, want_cos[0], want_sin[0]), want[0].transpose(0, 1), rtol=1e-4, atol=1e-4,
+            msg=lambda m: f"{name} rotated with transformers' tables differs from transformers' apply_rotary_pos_emb: {m}",
+        )
+
+
 @pytest.mark.task("0.1")
 @given(tokens=st.integers(1, 5), hidden=st.integers(1, 24), inner=st.integers(1, 40), bias=st.booleans(), seed=st.integers(0, 2**16))
 def test_swiglu_matches_definition(tokens, hidden, inner, bias, seed):
@@ -140,14 +213,22 @@ def test_swiglu_matches_definition(tokens, hidden, inner, bias, seed):
 
 
 @pytest.mark.task("0.1")
-@given(tokens=st.integers(1, 4), hidden=st.integers(1, 16), with_residual=st.booleans(), seed=st.integers(0, 2**16))
-@example(tokens=2, hidden=8, with_residual=True, seed=0)
-@example(tokens=2, hidden=8, with_residual=False, seed=0)
-def test_layer_ops_norm_adds_the_residual_first(tokens, hidden, with_residual, seed):
-    """LayerOps.rms_norm(x, w, eps, residual) is (rms_norm(x + residual), x + residual); without one, (rms_norm(x), x)."""
+@given(
+    tokens=st.integers(1, 4), hidden=st.integers(1, 16), with_residual=st.booleans(), seed=st.integers(0, 2**16),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
+@example(tokens=2, hidden=8, with_residual=True, seed=0, dtype=torch.float32)
+@example(tokens=2, hidden=8, with_residual=False, seed=0, dtype=torch.float32)
+@example(tokens=3, hidden=16, with_residual=True, seed=1, dtype=torch.bfloat16)
+def test_layer_ops_norm_adds_the_residual_first(tokens, hidden, with_residual, seed, dtype):
+    """LayerOps.rms_norm(x, w, eps, residual) is (rms_norm(x + residual), x + residual); without one, (rms_norm(x), x).
+
+    The stream stays in the model's dtype: in bfloat16, the sum is the bfloat16 sum."""
     g = torch.Generator().manual_seed(seed)
-    x, residual, weight = torch.randn(tokens, hidden, generator=g), torch.randn(tokens, hidden, generator=g), torch.randn(hidden, generator=g)
+    x, residual, weight = (torch.randn(shape, generator=g).to(dtype) for shape in ((tokens, hidden), (tokens, hidden), (hidden,)))
     summed = x + residual if with_residual else x
     normed, out_sum = LayerOps().rms_norm(x, weight, 1e-6, residual if with_residual else None)
-    torch.testing.assert_close(out_sum, summed, msg=lambda m: f"the second value is the stream {'x + residual' if with_residual else 'x'}: {m}")
+    assert out_sum.dtype == normed.dtype == dtype, f"both values stay in the stream's dtype {dtype}: got {out_sum.dtype}, {normed.dtype}"
+    torch.testing.assert_close(out_sum, summed, rtol=0, atol=0,
+                               msg=lambda m: f"the second value is the stream {'x + residual' if with_residual else 'x'} in {dtype}: {m}")
     torch.testing.assert_close(normed, rms_norm(summed, weight, 1e-6), msg=lambda m: f"the first value is rms_norm of that stream: {m}")

@@ -1,4 +1,4 @@
-"""Task 0.6's sampling: greedy, temperature and top-p; SamplingParams' checks are provided (not graded)."""
+"""Task 0.5's sampling: greedy, temperature and top-p; SamplingParams' checks are provided (not graded)."""
 
 import pytest
 import torch
@@ -10,7 +10,7 @@ from miniyaie.model import SamplingParams, sample, top_p_filter
 probabilities = st.lists(st.floats(0.001, 1.0), min_size=1, max_size=12).map(lambda xs: torch.tensor(xs) / sum(xs))
 
 
-@pytest.mark.task("0.6")
+@pytest.mark.task("0.5")
 @given(probs=probabilities, top_p=st.floats(0.01, 1.0))
 @example(probs=torch.tensor([0.5, 0.3, 0.2]), top_p=0.5)  # the top token alone reaches p exactly
 @example(probs=torch.tensor([0.4, 0.35, 0.25]), top_p=0.6)  # the second token crosses the threshold: kept
@@ -28,7 +28,7 @@ def test_top_p_keeps_the_smallest_set_reaching_p(probs, top_p):
     torch.testing.assert_close(kept[kept > 0], probs[kept > 0] / probs[kept > 0].sum(), msg=lambda m: f"in proportion: {m}")
 
 
-@pytest.mark.task("0.6")
+@pytest.mark.task("0.5")
 def test_top_p_examples_and_rows():
     kept = top_p_filter(torch.tensor([[0.4, 0.35, 0.25], [0.5, 0.25, 0.25], [0.25, 0.5, 0.25]]), 0.6)
     torch.testing.assert_close(kept[0], torch.tensor([0.4, 0.35, 0.0]) / 0.75, msg=lambda m: f"the crossing token stays: {m}")
@@ -40,7 +40,7 @@ def test_top_p_examples_and_rows():
     torch.testing.assert_close(top_p_filter(torch.tensor([[0.2, 0.8]]), 1.0)[0], torch.tensor([0.2, 0.8]), msg=lambda m: f"top_p 1 keeps all: {m}")
 
 
-@pytest.mark.task("0.6")
+@pytest.mark.task("0.5")
 def test_greedy_is_argmax_and_seeded_sampling_repeats():
     logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
     assert torch.equal(sample(logits, SamplingParams(temperature=0)), logits.argmax(-1))
@@ -49,7 +49,7 @@ def test_greedy_is_argmax_and_seeded_sampling_repeats():
     assert torch.equal(first, sample(logits, params, torch.Generator().manual_seed(7)))
 
 
-@pytest.mark.task("0.6")
+@pytest.mark.task("0.5")
 @pytest.mark.parametrize("temperature, top_p", [(0.7, 1.0), (1.0, 0.8), (2.0, 0.95)])
 def test_draws_follow_the_tempered_and_filtered_distribution(temperature, top_p):
     logits = torch.tensor([0.0, 1.0, 2.0, 3.0, -1.0])
@@ -64,7 +64,7 @@ def test_draws_follow_the_tempered_and_filtered_distribution(temperature, top_p)
     assert torch.allclose(freq, want, atol=0.015), f"draw frequencies {freq.tolist()} vs softmax(logits / T) filtered by top_p {want.tolist()}"
 
 
-@pytest.mark.task("0.6")
+@pytest.mark.task("0.5")
 def test_tiny_temperature_is_almost_greedy():
     logits = torch.tensor([[0.0, 1.0, 5.0, 2.0]])
     draws = [sample(logits, SamplingParams(temperature=0.05), torch.Generator().manual_seed(s)).item() for s in range(20)]

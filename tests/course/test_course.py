@@ -91,7 +91,7 @@ def test_student_tree_raises_the_named_error_through_miniyaie_imports():
     env = {**os.environ, _switch.ENV_VAR: "model=chapters"}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert "chapters/miniyaie/model/__init__.py" in result.stdout
-    assert "NotImplementedError: Chapter 0, Task 1: The layer's pieces: RMSNorm and SwiGLU — see book/src/ch00_model.md" in result.stderr
+    assert "NotImplementedError: Chapter 0, Task 1: RMSNorm and SwiGLU in the checkpoint's precision — see book/src/ch00_model.md" in result.stderr
 
 
 def test_sync_refuses_to_overwrite_a_learners_edit(tmp_path, monkeypatch):

@@ -37,10 +37,10 @@ class AttentionMetadata:
         Entries of block_tables past the blocks the sequence uses are padding.
         """
         # ANCHOR_END: metadata_contract
-        # Idea: a block table is a page table: expand each block id into its block_size slots.
-        # Stuck? `miniyaie hint 0.5` prints hints, one level at a time.
-        # TODO(Task 0.5): Write the cache, then attend over it. Replace this line with your code.
-        raise NotImplementedError('Chapter 0, Task 5: Write the cache, then attend over it — see book/src/ch00_model.md')
+        # Idea: a block table is a page table: what does one entry stand for, and how many entries are real?
+        # Stuck? `miniyaie hint 0.4` prints hints, one level at a time.
+        # TODO(Task 0.4): Attention over a growing cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 4: Attention over a growing cache — see book/src/ch00_model.md')
 # ANCHOR_END: metadata
 
 
@@ -55,25 +55,25 @@ class AttentionBackend(Protocol):
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
-        """Write the new K/V into the cache, then attend each query to its sequence's context."""
+        """Attend every new query over its sequence's context (this step's tokens included); leave the new K/V in the cache."""
         ...
 
 
 # ANCHOR: causal_attention
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """Attention of one sequence's new queries over its whole context (cached + new).
+    """Attention of one sequence's newest num_new tokens over its whole context.
 
-    q: [num_new, num_heads, head_dim]; k, v: [context_len, num_kv_heads, head_dim]
-    with context_len >= num_new; returns [num_new, num_heads, head_dim] in q's
-    dtype. The new tokens are the last num_new of the context, and each sees
-    the keys up to its own position, none after it. Grouped-query attention:
-    the query heads form num_kv_heads consecutive groups of equal size, and
-    group g reads K/V head g.
+    q: [num_new, num_heads, head_dim]; k, v: [context_len, num_kv_heads, head_dim],
+    the sequence's tokens in order, the new ones last (context_len >= num_new).
+    Returns [num_new, num_heads, head_dim] in q's dtype: each query attends
+    (softmax of scale * q . k) to exactly the keys at or before its own
+    position, never a later one. GQA: the query heads form num_kv_heads
+    consecutive groups of equal size; group g reads K/V head g.
     """
-    # Idea: the causal mask is shifted: the new queries are the last num_new tokens of the context.
+    # Idea: the queries are not tokens 0 .. num_new - 1 of the sequence: which key is the last one each may see?
     # Stuck? `miniyaie hint 0.4` prints hints, one level at a time.
-    # TODO(Task 0.4): Causal attention over a KV cache. Replace this line with your code.
-    raise NotImplementedError('Chapter 0, Task 4: Causal attention over a KV cache — see book/src/ch00_model.md')
+    # TODO(Task 0.4): Attention over a growing cache. Replace this line with your code.
+    raise NotImplementedError('Chapter 0, Task 4: Attention over a growing cache — see book/src/ch00_model.md')
 # ANCHOR_END: causal_attention
 
 
@@ -82,17 +82,17 @@ class TorchAttentionBackend:
     """The plain-torch reference backend: readable, runs anywhere, one sequence at a time."""
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """Write the step's new K/V into the cache, then attend each sequence's queries over its context.
+        """One packed step of attention over a cache that the step also fills.
 
-        q, k, v hold every sequence's new tokens one after the other, in the
-        order of meta.query_lens; new token t's K/V go to cache slot
-        meta.slot_mapping[t] (in the cache's dtype). Sequence s's context is
-        the seq_lens[s] tokens that meta.context_slots(s) lists, cached prefix
-        and new tokens together. Returns [num_tokens, num_heads, head_dim], the
-        rows in q's order.
+        q, k, v: every sequence's new tokens, in the order of meta.query_lens.
+        Sequence s's context is its seq_lens[s] tokens at meta.context_slots(s),
+        earlier steps' and this step's together. Returns [num_tokens, num_heads,
+        head_dim] in q's order, each row as causal_attention defines it (so any
+        cut of a sequence into steps gives the same rows). Afterwards new token
+        t's K/V sit at slot meta.slot_mapping[t] (cache dtype); no other slot changes.
         """
-        # Idea: write first, then read: the new tokens are part of their own context.
-        # Stuck? `miniyaie hint 0.5` prints hints, one level at a time.
-        # TODO(Task 0.5): Write the cache, then attend over it. Replace this line with your code.
-        raise NotImplementedError('Chapter 0, Task 5: Write the cache, then attend over it — see book/src/ch00_model.md')
+        # Idea: where is a new token's own key when its query needs it?
+        # Stuck? `miniyaie hint 0.4` prints hints, one level at a time.
+        # TODO(Task 0.4): Attention over a growing cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 0, Task 4: Attention over a growing cache — see book/src/ch00_model.md')
 # ANCHOR_END: torch_backend

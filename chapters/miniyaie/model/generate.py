@@ -71,9 +71,9 @@ def generate_stream(
     those of model.lm_head.weight.
     """
     # Idea: what goes into the model at each step, where does each token's K/V live, and when does a sequence leave?
-    # Stuck? `miniyaie hint 0.6` prints hints, one level at a time.
-    # TODO(Task 0.6): Sampling and the prefill-decode loop. Replace these lines with your code.
-    raise NotImplementedError('Chapter 0, Task 6: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
+    # Stuck? `miniyaie hint 0.5` prints hints, one level at a time.
+    # TODO(Task 0.5): Sampling and the prefill-decode loop. Replace these lines with your code.
+    raise NotImplementedError('Chapter 0, Task 5: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
     yield  # never runs: it keeps this function a generator, as its callers expect
 # ANCHOR_END: generate_stream
 
@@ -91,7 +91,7 @@ def generate(
     Generation holds a prompt's new tokens in order and its finish_reason).
     """
     # Idea: the stream interleaves the prompts: how do its events find their Generation?
-    # Stuck? `miniyaie hint 0.6` prints hints, one level at a time.
-    # TODO(Task 0.6): Sampling and the prefill-decode loop. Replace this line with your code.
-    raise NotImplementedError('Chapter 0, Task 6: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
+    # Stuck? `miniyaie hint 0.5` prints hints, one level at a time.
+    # TODO(Task 0.5): Sampling and the prefill-decode loop. Replace this line with your code.
+    raise NotImplementedError('Chapter 0, Task 5: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
 # ANCHOR_END: generate

@@ -15,19 +15,19 @@ from miniyaie.model.config import ModelConfig
 
 # ANCHOR: rms_norm
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dimension, then the learned per-feature scale `weight`.
+    """RMSNorm over the last dimension, then the learned per-feature scale `weight` (x's dtype).
 
-    Each row comes out with a root mean square of 1 before the scale; no
-    mean is subtracted, and eps (added to the mean square) keeps an all-zero
-    row at zero instead of NaN. Same shape and dtype as x; bfloat16 input is
-    reduced in float32 (a bfloat16 sum of squares loses too much).
-    Asserted: rms_norm(c * x, w, eps) == rms_norm(x, w, eps) for c > 0 (eps
-    negligible), rms_norm(zeros) == zeros, and a float64 definition to 1e-5.
+    Each row comes out with a root mean square of 1 before the scale; no mean
+    is subtracted; eps, added to the mean square, keeps a zero row at zero.
+    Same shape and dtype as x. On bfloat16 input: the same bits as transformers'
+    LlamaRMSNorm (the checkpoints' code) in all but rare elements (under 1%, one
+    unit in the last place). Asserted: that, the float64 definition to 1e-5 in
+    float32, rms_norm(c * x) == rms_norm(x) for c > 0, rms_norm(zeros) == zeros.
     """
-    # Idea: which dtype does the reduction run in, and where does the result go back to x's dtype?
+    # Idea: a bfloat16 result can be rounded at several points: which steps run in which dtype?
     # Stuck? `miniyaie hint 0.1` prints hints, one level at a time.
-    # TODO(Task 0.1): The layer's pieces: RMSNorm and SwiGLU. Replace this line with your code.
-    raise NotImplementedError("Chapter 0, Task 1: The layer's pieces: RMSNorm and SwiGLU — see book/src/ch00_model.md")
+    # TODO(Task 0.1): RMSNorm and SwiGLU in the checkpoint's precision. Replace this line with your code.
+    raise NotImplementedError("Chapter 0, Task 1: RMSNorm and SwiGLU in the checkpoint's precision — see book/src/ch00_model.md")
 # ANCHOR_END: rms_norm
 
 
@@ -64,13 +64,12 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
 def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of every token's rotation angles: two float32 tensors [num_tokens, head_dim].
 
-    positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2] from
-    rope_inverse_frequencies (pair i turns by position * inv_freq[i]).
-    Layout (apply_rotary and chapter 4's kernels read it): row t is token t;
-    column i and column i + head_dim/2 hold the same angle, the angle of the
-    pair (i, i + head_dim/2), for i < head_dim/2.
+    positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2]: pair k
+    turns by position * inv_freq[k] (the book's Task 0.2 says which dimensions form
+    pair k). Row t is token t; column c holds the cos (sin) of the angle dimension c
+    turns by (apply_rotary and chapter 4's kernels read it). Asserted: transformers' tables.
     """
-    # Idea: one angle per token and pair: which outer product gives them, and how do they fill head_dim columns?
+    # Idea: dimension c belongs to one pair: which pair, and so which of the head_dim / 2 speeds is column c's?
     # Stuck? `miniyaie hint 0.2` prints hints, one level at a time.
     # TODO(Task 0.2): Rotary position embedding. Replace this line with your code.
     raise NotImplementedError('Chapter 0, Task 2: Rotary position embedding — see book/src/ch00_model.md')
@@ -86,8 +85,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     i + head_dim/2; read as the complex number x[i] + j*x[i + head_dim/2],
     the pair is multiplied by e^(j*a), a being its angle. Returns a tensor of
     x's shape and dtype, computed in float32. Asserted: the complex
-    definition to 1e-4, norms kept, and a query-key score unchanged when
-    both positions shift by the same amount.
+    definition and transformers' apply_rotary_pos_emb to 1e-4, norms kept,
+    and a score unchanged when both positions shift by the same amount.
     """
     # Idea: the heads share their token's angles: how do cos and sin meet a tensor with a heads dimension?
     # Stuck? `miniyaie hint 0.2` prints hints, one level at a time.
@@ -106,8 +105,8 @@ def swiglu(x: torch.Tensor, gate_proj, up_proj, down_proj) -> torch.Tensor:
     """
     # Idea: which projection goes through the activation, and what multiplies what?
     # Stuck? `miniyaie hint 0.1` prints hints, one level at a time.
-    # TODO(Task 0.1): The layer's pieces: RMSNorm and SwiGLU. Replace this line with your code.
-    raise NotImplementedError("Chapter 0, Task 1: The layer's pieces: RMSNorm and SwiGLU — see book/src/ch00_model.md")
+    # TODO(Task 0.1): RMSNorm and SwiGLU in the checkpoint's precision. Replace this line with your code.
+    raise NotImplementedError("Chapter 0, Task 1: RMSNorm and SwiGLU in the checkpoint's precision — see book/src/ch00_model.md")
 # ANCHOR_END: swiglu
 
 
@@ -129,8 +128,8 @@ class LayerOps:
         """(rms_norm of s, s) where s is x, or x + residual when a residual is given."""
         # Idea: what is normalised when a residual comes along, and what is handed back beside it?
         # Stuck? `miniyaie hint 0.1` prints hints, one level at a time.
-        # TODO(Task 0.1): The layer's pieces: RMSNorm and SwiGLU. Replace this line with your code.
-        raise NotImplementedError("Chapter 0, Task 1: The layer's pieces: RMSNorm and SwiGLU — see book/src/ch00_model.md")
+        # TODO(Task 0.1): RMSNorm and SwiGLU in the checkpoint's precision. Replace this line with your code.
+        raise NotImplementedError("Chapter 0, Task 1: RMSNorm and SwiGLU in the checkpoint's precision — see book/src/ch00_model.md")
 
     def rotary(self, q, k, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)

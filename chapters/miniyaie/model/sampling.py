@@ -36,9 +36,9 @@ def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     first two ([0.533, 0.467, 0]).
     """
     # Idea: for each token, what decides whether it stays: its own mass, or the mass ranked above it?
-    # Stuck? `miniyaie hint 0.6` prints hints, one level at a time.
-    # TODO(Task 0.6): Sampling and the prefill-decode loop. Replace this line with your code.
-    raise NotImplementedError('Chapter 0, Task 6: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
+    # Stuck? `miniyaie hint 0.5` prints hints, one level at a time.
+    # TODO(Task 0.5): Sampling and the prefill-decode loop. Replace this line with your code.
+    raise NotImplementedError('Chapter 0, Task 5: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
 
 
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -50,7 +50,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     `generator` (so the same seed gives the same tokens).
     """
     # Idea: greedy is a special case that must not touch the generator; where do temperature and top-p act?
-    # Stuck? `miniyaie hint 0.6` prints hints, one level at a time.
-    # TODO(Task 0.6): Sampling and the prefill-decode loop. Replace this line with your code.
-    raise NotImplementedError('Chapter 0, Task 6: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
+    # Stuck? `miniyaie hint 0.5` prints hints, one level at a time.
+    # TODO(Task 0.5): Sampling and the prefill-decode loop. Replace this line with your code.
+    raise NotImplementedError('Chapter 0, Task 5: Sampling and the prefill-decode loop — see book/src/ch00_model.md')
 # ANCHOR_END: sampling

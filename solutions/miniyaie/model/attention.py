@@ -37,7 +37,7 @@ class AttentionMetadata:
         Entries of block_tables past the blocks the sequence uses are padding.
         """
         # ANCHOR_END: metadata_contract
-        # Nudge: a block table is a page table: expand each block id into its block_size slots.
+        # Nudge: a block table is a page table: what does one entry stand for, and how many entries are real?
         # Hint 1: The sequence's tokens fill its blocks in table order, block_size slots each,
         #   so its first ceil(seq_len / block_size) entries hold it and the rest is padding.
         #   The answer has exactly seq_len slots: the last block may be partly filled.
@@ -49,7 +49,7 @@ class AttentionMetadata:
         #   blocks = block_tables[seq, : ceil(length / block_size)]
         #   slots = blocks[:, None] * block_size + arange(block_size)[None, :]
         #   return slots.flatten()[:length]
-        # BEGIN SOLUTION 0.5: Write the cache, then attend over it
+        # BEGIN SOLUTION 0.4: Attention over a growing cache
         length = self.seq_lens[seq]
         num_blocks = -(-length // self.block_size)
         blocks = self.block_tables[seq, :num_blocks]
@@ -70,30 +70,32 @@ class AttentionBackend(Protocol):
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
-        """Write the new K/V into the cache, then attend each query to its sequence's context."""
+        """Attend every new query over its sequence's context (this step's tokens included); leave the new K/V in the cache."""
         ...
 
 
 # ANCHOR: causal_attention
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """Attention of one sequence's new queries over its whole context (cached + new).
+    """Attention of one sequence's newest num_new tokens over its whole context.
 
-    q: [num_new, num_heads, head_dim]; k, v: [context_len, num_kv_heads, head_dim]
-    with context_len >= num_new; returns [num_new, num_heads, head_dim] in q's
-    dtype. The new tokens are the last num_new of the context, and each sees
-    the keys up to its own position, none after it. Grouped-query attention:
-    the query heads form num_kv_heads consecutive groups of equal size, and
-    group g reads K/V head g.
+    q: [num_new, num_heads, head_dim]; k, v: [context_len, num_kv_heads, head_dim],
+    the sequence's tokens in order, the new ones last (context_len >= num_new).
+    Returns [num_new, num_heads, head_dim] in q's dtype: each query attends
+    (softmax of scale * q . k) to exactly the keys at or before its own
+    position, never a later one. GQA: the query heads form num_kv_heads
+    consecutive groups of equal size; group g reads K/V head g.
     """
-    # Nudge: the causal mask is shifted: the new queries are the last num_new tokens of the context.
-    # Hint 1: Query i is the token at position context_len - num_new + i, so it may see keys
-    #   0 .. that position and no later one. A decode step (one query) sees every key; a
-    #   prefill (num_new == context_len) is the usual lower triangle. With GQA, query head
-    #   h reads K/V head h // (num_heads // num_kv_heads). Softmax in float32.
+    # Nudge: the queries are not tokens 0 .. num_new - 1 of the sequence: which key is the last one each may see?
+    # Hint 1: The queries are the context's last num_new tokens, so query i sits as many
+    #   positions past i as there are cached tokens, and sees every key up to its own position.
+    #   A decode step (one query) sees every key; a prefill (num_new == context_len) is the
+    #   usual lower triangle; a chunk is a triangle shifted right. Each query head reads the
+    #   K/V head of its group. Softmax in float32.
     # Hint 2: Repeat each K/V head `group` times along the head dimension so that K and V
     #   have num_heads heads (repeat_interleave keeps head h next to its group). Scores are
     #   q . k over head_dim, times scale, one [num_new, context_len] matrix per head. Set the
-    #   score of every key after the query's position to -inf, softmax over the keys,
+    #   score of every key after the query's position (query i is at context_len - num_new + i)
+    #   to -inf, softmax over the keys,
     #   weight V by the probabilities and return the result in q's dtype.
     # Hint 3:
     #   group = num_heads // num_kv_heads
@@ -102,7 +104,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
     #   visible[i, j] = j <= context_len - num_new + i   (ones(...).tril(context_len - num_new))
     #   scores = where(visible, scores, -inf); probs = softmax(scores, over j)
     #   out[i, h, d] = sum_j probs[h, i, j] * v[j, h, d]; return out in q.dtype
-    # BEGIN SOLUTION 0.4: Causal attention over a KV cache
+    # BEGIN SOLUTION 0.4: Attention over a growing cache
     num_new, num_heads, _ = q.shape
     context_len, num_kv_heads, _ = k.shape
     group = num_heads // num_kv_heads
@@ -122,25 +124,25 @@ class TorchAttentionBackend:
     """The plain-torch reference backend: readable, runs anywhere, one sequence at a time."""
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        """Write the step's new K/V into the cache, then attend each sequence's queries over its context.
+        """One packed step of attention over a cache that the step also fills.
 
-        q, k, v hold every sequence's new tokens one after the other, in the
-        order of meta.query_lens; new token t's K/V go to cache slot
-        meta.slot_mapping[t] (in the cache's dtype). Sequence s's context is
-        the seq_lens[s] tokens that meta.context_slots(s) lists, cached prefix
-        and new tokens together. Returns [num_tokens, num_heads, head_dim], the
-        rows in q's order.
+        q, k, v: every sequence's new tokens, in the order of meta.query_lens.
+        Sequence s's context is its seq_lens[s] tokens at meta.context_slots(s),
+        earlier steps' and this step's together. Returns [num_tokens, num_heads,
+        head_dim] in q's order, each row as causal_attention defines it (so any
+        cut of a sequence into steps gives the same rows). Afterwards new token
+        t's K/V sit at slot meta.slot_mapping[t] (cache dtype); no other slot changes.
         """
-        # Nudge: write first, then read: the new tokens are part of their own context.
-        # Hint 1: Two passes over the packed batch. The write puts every new token's K/V where
-        #   the slot mapping says, so that the read finds each sequence's whole context
-        #   (cached prefix + this step's tokens) through its block table. Rows of q belong to
-        #   sequences in order: sequence s owns the next query_lens[s] rows.
+        # Nudge: where is a new token's own key when its query needs it?
+        # Hint 1: The cache is the only place a sequence's whole context lives, and a new token
+        #   is part of its own context: its K/V must be in the cache before anything reads it.
+        #   So the write (every new token's K/V where the slot mapping says) comes before the
+        #   reads. Rows of q belong to sequences in order: sequence s owns the next query_lens[s] rows.
         # Hint 2: Assign k and v (cast to the cache's dtype) into k_cache and v_cache at
         #   meta.slot_mapping. Then walk the sequences with a running row offset: for sequence
         #   s take its query_lens[s] rows of q, gather its context K/V with meta.context_slots(s),
-        #   run causal_attention (Task 0.4) on them and store the result in the same rows of
-        #   the output; advance the offset.
+        #   run causal_attention on them and store the result in the same rows of the output;
+        #   advance the offset.
         # Hint 3:
         #   k_cache[slot_mapping] = k; v_cache[slot_mapping] = v      (cast to the cache dtype)
         #   out = empty like q; start = 0
@@ -149,7 +151,7 @@ class TorchAttentionBackend:
         #       out[start : start + n] = causal_attention(q[start : start + n], k_cache[slots], v_cache[slots], scale)
         #       start += n
         #   return out
-        # BEGIN SOLUTION 0.5: Write the cache, then attend over it
+        # BEGIN SOLUTION 0.4: Attention over a growing cache
         k_cache[meta.slot_mapping] = k.to(k_cache.dtype)
         v_cache[meta.slot_mapping] = v.to(v_cache.dtype)
         out = torch.empty_like(q)

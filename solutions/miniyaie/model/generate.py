@@ -101,7 +101,7 @@ def generate_stream(
     #           computed[s] = len(tokens[s]); tokens[s].append(token)
     #           reason = "stop" if token in eos and not ignore_eos else "length" if len(tokens[s]) >= max_lens[s] else None
     #           yield TokenEvent(s, token, reason); keep s running if reason is None
-    # BEGIN SOLUTION 0.6: Sampling and the prefill-decode loop
+    # BEGIN SOLUTION 0.5: Sampling and the prefill-decode loop
     context_len = model.config.max_position_embeddings
     for i, prompt in enumerate(prompts):
         if len(prompt) == 0:
@@ -176,7 +176,7 @@ def generate(
     #       outputs[event.seq].token_ids.append(event.token_id)
     #       if event.finish_reason: outputs[event.seq].finish_reason = event.finish_reason
     #   return outputs
-    # BEGIN SOLUTION 0.6: Sampling and the prefill-decode loop
+    # BEGIN SOLUTION 0.5: Sampling and the prefill-decode loop
     outputs = [Generation([], "") for _ in prompts]
     for event in generate_stream(model, prompts, params, eos_token_ids):
         outputs[event.seq].token_ids.append(event.token_id)

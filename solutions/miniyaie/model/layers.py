@@ -15,20 +15,21 @@ from miniyaie.model.config import ModelConfig
 
 # ANCHOR: rms_norm
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dimension, then the learned per-feature scale `weight`.
+    """RMSNorm over the last dimension, then the learned per-feature scale `weight` (x's dtype).
 
-    Each row comes out with a root mean square of 1 before the scale; no
-    mean is subtracted, and eps (added to the mean square) keeps an all-zero
-    row at zero instead of NaN. Same shape and dtype as x; bfloat16 input is
-    reduced in float32 (a bfloat16 sum of squares loses too much).
-    Asserted: rms_norm(c * x, w, eps) == rms_norm(x, w, eps) for c > 0 (eps
-    negligible), rms_norm(zeros) == zeros, and a float64 definition to 1e-5.
+    Each row comes out with a root mean square of 1 before the scale; no mean
+    is subtracted; eps, added to the mean square, keeps a zero row at zero.
+    Same shape and dtype as x. On bfloat16 input: the same bits as transformers'
+    LlamaRMSNorm (the checkpoints' code) in all but rare elements (under 1%, one
+    unit in the last place). Asserted: that, the float64 definition to 1e-5 in
+    float32, rms_norm(c * x) == rms_norm(x) for c > 0, rms_norm(zeros) == zeros.
     """
-    # Nudge: which dtype does the reduction run in, and where does the result go back to x's dtype?
+    # Nudge: a bfloat16 result can be rounded at several points: which steps run in which dtype?
     # Hint 1: Each row (the last dimension) is divided by its own root mean square, so
-    #   rms_norm(c * x) == rms_norm(x) for any c > 0. Precision is the invariant to keep:
-    #   square and average in float32 even when x is bfloat16; Llama casts back to x's dtype
-    #   before multiplying by the weight.
+    #   rms_norm(c * x) == rms_norm(x) for any c > 0. Precision: what accumulates error (the
+    #   squares, their mean, the division) runs in float32 even when x is bfloat16; Llama's
+    #   code returns to x's dtype before the learned scale, which multiplies in the model's
+    #   dtype like every other weight.
     # Hint 2: Cast x to float32; take the mean of its squares over the last dimension
     #   (keep that dimension so it broadcasts); multiply x by 1 / sqrt(mean + eps)
     #   (torch.rsqrt); cast the result back to x's dtype; multiply by weight.
@@ -37,7 +38,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     #   mean_square = mean of x32 ** 2 over dim -1, keepdim
     #   normed = x32 * rsqrt(mean_square + eps)
     #   return weight * (normed cast to x.dtype)
-    # BEGIN SOLUTION 0.1: The layer's pieces: RMSNorm and SwiGLU
+    # BEGIN SOLUTION 0.1: RMSNorm and SwiGLU in the checkpoint's precision
     x32 = x.float()
     variance = x32.pow(2).mean(dim=-1, keepdim=True)
     normed = x32 * torch.rsqrt(variance + eps)
@@ -79,15 +80,16 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
 def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of every token's rotation angles: two float32 tensors [num_tokens, head_dim].
 
-    positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2] from
-    rope_inverse_frequencies (pair i turns by position * inv_freq[i]).
-    Layout (apply_rotary and chapter 4's kernels read it): row t is token t;
-    column i and column i + head_dim/2 hold the same angle, the angle of the
-    pair (i, i + head_dim/2), for i < head_dim/2.
+    positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2]: pair k
+    turns by position * inv_freq[k] (the book's Task 0.2 says which dimensions form
+    pair k). Row t is token t; column c holds the cos (sin) of the angle dimension c
+    turns by (apply_rotary and chapter 4's kernels read it). Asserted: transformers' tables.
     """
-    # Nudge: one angle per token and pair: which outer product gives them, and how do they fill head_dim columns?
-    # Hint 1: The angle of pair i at position p is p * inv_freq[i]: a [num_tokens, head_dim/2] table.
-    #   Both members of a pair turn by the same angle, so the table is written twice, side by side.
+    # Nudge: dimension c belongs to one pair: which pair, and so which of the head_dim / 2 speeds is column c's?
+    # Hint 1: Pair i is dimensions i and i + head_dim/2 (rotate half), and its angle at position p
+    #   is p * inv_freq[i]: a [num_tokens, head_dim/2] table. Both members of a pair turn by the
+    #   same angle, so columns i and i + head_dim/2 hold the same value: the table twice, side by
+    #   side (not each value twice in a row: that is the neighbour pairing of Meta's checkpoints).
     # Hint 2: Turn positions into float32, take the outer product with inv_freq, concatenate the
     #   result with itself on the last dimension, and return its cos and sin.
     # Hint 3:
@@ -111,8 +113,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     i + head_dim/2; read as the complex number x[i] + j*x[i + head_dim/2],
     the pair is multiplied by e^(j*a), a being its angle. Returns a tensor of
     x's shape and dtype, computed in float32. Asserted: the complex
-    definition to 1e-4, norms kept, and a query-key score unchanged when
-    both positions shift by the same amount.
+    definition and transformers' apply_rotary_pos_emb to 1e-4, norms kept,
+    and a score unchanged when both positions shift by the same amount.
     """
     # Nudge: the heads share their token's angles: how do cos and sin meet a tensor with a heads dimension?
     # Hint 1: Write the complex product out in real numbers: the first member of a pair becomes
@@ -154,7 +156,7 @@ def swiglu(x: torch.Tensor, gate_proj, up_proj, down_proj) -> torch.Tensor:
     # Hint 3:
     #   gated = silu(gate_proj(x)) * up_proj(x)
     #   return down_proj(gated)
-    # BEGIN SOLUTION 0.1: The layer's pieces: RMSNorm and SwiGLU
+    # BEGIN SOLUTION 0.1: RMSNorm and SwiGLU in the checkpoint's precision
     gated = torch.nn.functional.silu(gate_proj(x)) * up_proj(x)
     return down_proj(gated)
     # END SOLUTION
@@ -184,7 +186,7 @@ class LayerOps:
         # Hint 3:
         #   summed = x if residual is None else x + residual
         #   return rms_norm(summed, weight, eps), summed
-        # BEGIN SOLUTION 0.1: The layer's pieces: RMSNorm and SwiGLU
+        # BEGIN SOLUTION 0.1: RMSNorm and SwiGLU in the checkpoint's precision
         summed = x if residual is None else x + residual
         return rms_norm(summed, weight, eps), summed
         # END SOLUTION

@@ -49,7 +49,7 @@ def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     #   sorted_probs[mass_before >= top_p] = 0
     #   kept = zeros_like(probs).scatter(-1, order, sorted_probs)
     #   return kept / kept.sum(-1, keepdim=True)
-    # BEGIN SOLUTION 0.6: Sampling and the prefill-decode loop
+    # BEGIN SOLUTION 0.5: Sampling and the prefill-decode loop
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
     sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
@@ -78,7 +78,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     #   probs = softmax(logits.float() / temperature, -1)
     #   if top_p < 1: probs = top_p_filter(probs, top_p)
     #   return multinomial(probs, 1, generator=generator).squeeze(-1)
-    # BEGIN SOLUTION 0.6: Sampling and the prefill-decode loop
+    # BEGIN SOLUTION 0.5: Sampling and the prefill-decode loop
     if params.temperature == 0:
         return logits.argmax(dim=-1)
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
