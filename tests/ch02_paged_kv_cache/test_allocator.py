@@ -1,4 +1,4 @@
-"""Tasks 2.1 and 2.2: the block allocator, checked as a state machine against a model of owners.
+"""Task 2.1: the block allocator, checked as a state machine against a model of owners.
 
 The model is a list of owners, each holding one block. The allocator may
 choose any block ids it likes; the tests only check what every correct

@@ -1,4 +1,4 @@
-"""Tasks 2.3, 2.4 and 2.8: block tables that grow token by token, the slot of every position, a step's metadata."""
+"""Task 2.2: block tables that grow token by token, the slot of every position, a step's metadata."""
 
 import random
 

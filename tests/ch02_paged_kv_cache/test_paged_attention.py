@@ -1,4 +1,4 @@
-"""Tasks 2.3 and 2.4 together: K/V written through slot mappings read back through block tables.
+"""Task 2.2 with the allocator of Task 2.1: K/V written through slot mappings read back through block tables.
 
 Several sequences grow chunk by chunk in one pool; their blocks come from
 one allocator, so their tables interleave in whatever order the allocator

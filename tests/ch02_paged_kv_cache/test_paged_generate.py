@@ -18,7 +18,7 @@ from miniyaie.model import SamplingParams, load_model
 from miniyaie.paged import PagedMemory, blocks_needed, copy_blocks, make_pool
 from miniyaie.scheduler import Request
 
-pytestmark = [pytest.mark.task(f"2.{n}") for n in range(1, 6)]
+pytestmark = [pytest.mark.task(f"2.{n}") for n in range(1, 4)]
 
 MAX_TOKENS = 12
 PROMPT_LENS = (1, 5, 7, 16, 23, 30)

@@ -1,4 +1,4 @@
-"""Task 2.3: sizing the pool from a byte budget, and copying blocks in it; the provided make_pool (ungraded)."""
+"""Task 2.2 (the pool): sizing the pool from a byte budget, and copying blocks in it; the provided make_pool (ungraded)."""
 
 import dataclasses
 
@@ -18,7 +18,7 @@ SMOLLM2_LIKE = dataclasses.replace(TINY, num_layers=30, num_heads=9, num_kv_head
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
-@pytest.mark.task("2.3")
+@pytest.mark.task("2.2")
 @given(
     num_layers=st.integers(1, 4), num_kv_heads=st.integers(1, 3), head_dim=st.sampled_from([4, 8, 80]),
     dtype=st.sampled_from(DTYPES), block_size=st.sampled_from([1, 7, 16]), budget=st.integers(0, 2**20),
@@ -40,7 +40,7 @@ def test_pool_sized_from_a_budget_fits_it_and_one_more_block_would_not(
     assert make_pool(config, num_blocks, block_size, dtype).nbytes == num_blocks * one_block
 
 
-@pytest.mark.task("2.3")
+@pytest.mark.task("2.2")
 def test_budget_of_a_real_model():
     # SmolLM2-135M: 30 layers x 3 KV heads x 64 dims, bf16: 2 x 30 x 3 x 64 x 2 = 23,040 bytes a token,
     # 368,640 bytes a block of 16 tokens; 256 MiB holds 728 such blocks (11,648 tokens).
@@ -57,7 +57,7 @@ def test_the_pool_is_chapter_0s_flat_cache():
         make_pool(TINY, 0, 16, torch.float32)
 
 
-@pytest.mark.task("2.3")
+@pytest.mark.task("2.2")
 @given(
     num_blocks=st.integers(2, 8), block_size=st.sampled_from([1, 3, 16]), data=st.data(),
 )

@@ -1,4 +1,4 @@
-"""Task 2.4: a request starts on blocks another owner filled (share_blocks, fork): references, never copies.
+"""Task 2.3 (sharing): a request starts on blocks another owner filled (share_blocks, fork): references, never copies.
 
 Needs only the allocator (Task 2.1): the blocks are taken from the memory's
 allocator directly, as chapter 3's prefix cache does.
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from miniyaie.paged import PagedMemory
 
 
-@pytest.mark.task("2.4")
+@pytest.mark.task("2.3")
 @given(num_blocks=st.integers(1, 8), taken=st.integers(1, 8), children=st.integers(1, 3))
 @example(num_blocks=4, taken=4, children=2)  # every block shared, by three owners each
 def test_shared_blocks_gain_one_reference_per_owner_and_cost_nothing(num_blocks, taken, children):
@@ -32,7 +32,7 @@ def test_shared_blocks_gain_one_reference_per_owner_and_cost_nothing(num_blocks,
     assert -1 not in memory.block_table("first"), "share_blocks keeps its own copy of the list"
 
 
-@pytest.mark.task("2.4")
+@pytest.mark.task("2.3")
 def test_sharing_refuses_what_would_leak_or_make_no_sense():
     memory = PagedMemory(4, block_size=4)
     a, b = memory.allocator.allocate_many(2)
@@ -48,7 +48,7 @@ def test_sharing_refuses_what_would_leak_or_make_no_sense():
         memory.share_blocks("s", [free_block])  # nobody filled it: the allocator refuses (Task 2.1)
 
 
-@pytest.mark.task("2.4")
+@pytest.mark.task("2.3")
 @given(num_used=st.integers(1, 5), free_at=st.integers(0, 5))
 @example(num_used=4, free_at=2)  # the free block in the middle: two shares taken before it, two after
 @example(num_used=3, free_at=3)  # the free block last

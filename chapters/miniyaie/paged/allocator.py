@@ -1,11 +1,11 @@
-"""The block allocator: a free list of fixed-size KV blocks with reference counts.
+"""The block allocator: fixed-size KV blocks, their owners, and the free ones.
 
 The pool is cut into `num_blocks` blocks of `block_size` token slots each
 (see pool.py); the allocator deals only in block ids 0..num_blocks-1 and
-never touches a tensor. A block is free (reference count 0, on the free
-list) or in use by one or more owners: the block tables of requests, and in
-chapter 3 the prefix cache. Sharing a block adds an owner; freeing drops one;
-the block returns to the free list when its last owner lets go.
+never touches a tensor. A block is free or in use by one or more owners: the
+block tables of requests, and in chapter 3 the prefix cache. Sharing a block
+adds an owner; freeing drops one; the block is free again when its last owner
+lets go.
 """
 
 from __future__ import annotations
@@ -21,17 +21,21 @@ class OutOfBlocksError(MemoryError):
 class BlockAllocator:
     """Hands out block ids, counts their owners, and takes them back.
 
-    State: `_ref_counts[b]` is the number of owners of block b (0 when free);
-    `_free` holds exactly the blocks whose count is 0. Which free block comes
-    next is the allocator's choice: callers never depend on block ids.
+    Invariants, after every call (a refused one included): num_free +
+    num_used == num_blocks; ref_count(b) is the number of owners of block b,
+    never negative; a block is free exactly when its count is 0, and only a
+    free block is ever handed out. Which free block comes next is the
+    allocator's choice: callers never depend on block ids.
     """
 
     def __init__(self, num_blocks: int):
         if num_blocks < 1:
             raise ValueError(f"a pool needs at least one block, got {num_blocks}")
         self._num_blocks = num_blocks
-        self._ref_counts = [0] * num_blocks
-        self._free: deque[int] = deque(range(num_blocks))
+        # Idea: what must allocate find at once, and what must free and share know about a block?
+        # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
+        # TODO(Task 2.1): The block allocator: owners, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: owners, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     @property
     def num_blocks(self) -> int:
@@ -39,31 +43,42 @@ class BlockAllocator:
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        """Blocks with no owner."""
+        # Idea: read it off your state.
+        # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
+        # TODO(Task 2.1): The block allocator: owners, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: owners, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     @property
     def num_used(self) -> int:
-        return self._num_blocks - len(self._free)
+        """Blocks with at least one owner (a shared block counts once)."""
+        # Idea: a block shared by three owners is still one block in use.
+        # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
+        # TODO(Task 2.1): The block allocator: owners, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: owners, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     def ref_count(self, block: int) -> int:
-        """Owners of `block`: 0 when it is free."""
+        """Owners of `block`: 0 when it is free. A block id outside the pool is a ValueError."""
         self._check(block)
-        return self._ref_counts[block]
+        # Idea: read it off your state.
+        # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
+        # TODO(Task 2.1): The block allocator: owners, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: owners, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: allocator_state
 
     # ANCHOR: allocate
     def allocate(self) -> int:
-        """Take a free block: it gets one owner (the caller) and leaves the free list.
+        """Take a free block: it gets one owner (the caller).
 
         Raises OutOfBlocksError, changing nothing, when no block is free.
         """
-        # Idea: two views of one state (the counts, the free list): which must change together?
+        # Idea: whatever state you keep, every view of it must agree again when the call returns.
         # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
-        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # TODO(Task 2.1): The block allocator: owners, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: owners, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     def allocate_many(self, n: int) -> list[int]:
-        """Take `n` free blocks (distinct), or none.
+        """Take `n` distinct free blocks, one owner each, or none at all.
 
         Raises OutOfBlocksError, with a message saying how many blocks were
         asked for and how many are free, and changing nothing, when fewer
@@ -71,23 +86,23 @@ class BlockAllocator:
         """
         # Idea: when can you know that all n fit, and what must not have happened yet if they do not?
         # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
-        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # TODO(Task 2.1): The block allocator: owners, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: owners, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: allocate
 
     # ANCHOR: free
     def free(self, block: int) -> None:
-        """Drop one owner of `block`; with no owner left it goes back to the free list.
+        """Drop one owner of `block`; with no owner left the block is free again.
 
-        Freeing a block that is already free (count 0) is a double free, a
-        bug in the caller: ValueError, and nothing changes. A block id outside
-        the pool is a ValueError too.
+        Freeing a block that is already free is a double free, a bug in the
+        caller: ValueError, and nothing changes. A block id outside the pool
+        is a ValueError too.
         """
         self._check(block)
         # Idea: when exactly does a block become free again, and what must a free never do?
         # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
-        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # TODO(Task 2.1): The block allocator: owners, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: owners, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     def share(self, block: int) -> None:
         """Add an owner to a block in use (a forked request, a prefix cache entry).
@@ -98,8 +113,8 @@ class BlockAllocator:
         self._check(block)
         # Idea: what may be shared, and what does sharing cost the pool?
         # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
-        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # TODO(Task 2.1): The block allocator: owners, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: owners, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: free
 
     # ANCHOR: copy_on_write
@@ -107,19 +122,19 @@ class BlockAllocator:
         """The block the caller may write into instead of `block`.
 
         The caller owns `block` and is about to write into it. If nobody else
-        owns it, that is `block` itself. Otherwise the caller gets a fresh
-        block and gives up its share of the old one (which the other owners
-        keep, unchanged); the caller must then copy the old block's K/V into
-        the new one before writing. Raises OutOfBlocksError, changing nothing,
-        when no block is free.
+        owns it, that is `block` itself. Otherwise the caller ends up owning a
+        fresh block (which it must fill with a copy of the old block's K/V
+        before writing) and no longer owns `block`, which the other owners
+        keep, unchanged. Raises OutOfBlocksError, changing nothing, when a
+        fresh block is needed and none is free; ValueError for a free `block`.
         """
         self._check(block)
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is free: nobody may write into it")
         # Idea: who else would see the write, and what must still be true if the pool is full?
         # Stuck? `miniyaie hint 2.1` prints hints, one level at a time.
-        # TODO(Task 2.1): The block allocator: reference counts and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 1: The block allocator: reference counts and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # TODO(Task 2.1): The block allocator: owners, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 1: The block allocator: owners, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: copy_on_write
 
     def _check(self, block: int) -> None:

@@ -1,11 +1,11 @@
 """Block tables and slot mappings: from a token's position to its slot in the pool.
 
-A request's block table is a plain list of block ids: its token at position
-p lives in block `table[p // block_size]`, at offset `p % block_size`, which
-is slot `table[p // block_size] * block_size + p % block_size` of the flat
-pool. The table grows by one block each time the request crosses a block
-boundary, so a request holds at most block_size - 1 slots it does not use.
-A step's `AttentionMetadata` is read off the tables of its requests.
+A request's block table is a plain list of block ids: table[i] is the pool
+block that holds the request's i-th run of block_size tokens (positions
+i * block_size .. (i + 1) * block_size - 1), and block b of the pool owns
+slots b * block_size .. (b + 1) * block_size - 1. A table takes a block only
+when a token reaches it. A step's `AttentionMetadata` is read off the tables
+of its requests.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     """
     # Idea: which block does the last token land in?
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Block tables, slot mapping and a step's metadata. Replace this line with your code.
-    raise NotImplementedError("Chapter 2, Task 2: Block tables, slot mapping and a step's metadata — see book/src/ch02_paged_kv_cache.md")
+    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: blocks_needed
 
 
@@ -41,8 +41,8 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     """
     # Idea: what must the table look like when the pool cannot give everything?
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Block tables, slot mapping and a step's metadata. Replace this line with your code.
-    raise NotImplementedError("Chapter 2, Task 2: Block tables, slot mapping and a step's metadata — see book/src/ch02_paged_kv_cache.md")
+    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: grow_block_table
 
 
@@ -62,8 +62,8 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
         )
     # Idea: the block table is a page table.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Block tables, slot mapping and a step's metadata. Replace this line with your code.
-    raise NotImplementedError("Chapter 2, Task 2: Block tables, slot mapping and a step's metadata — see book/src/ch02_paged_kv_cache.md")
+    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: slot_mapping
 
 
@@ -86,6 +86,6 @@ def attention_metadata(
     """
     # Idea: everything chapter 0's backend needs, read off the block tables.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Block tables, slot mapping and a step's metadata. Replace this line with your code.
-    raise NotImplementedError("Chapter 2, Task 2: Block tables, slot mapping and a step's metadata — see book/src/ch02_paged_kv_cache.md")
+    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: attention_metadata

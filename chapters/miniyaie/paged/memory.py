@@ -70,16 +70,16 @@ class PagedMemory:
         Empty when end <= start; blocks the table does not have yet are not counted.
         """
         # Idea: which blocks does a write touch that could already be someone else's?
-        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
-        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
+        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
         """Indexes into `table` of the blocks that positions start..end-1 write into and that others share."""
         # Idea: the copy-on-write decision: when must a block be copied before a write?
-        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
-        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
+        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
         """Whether allocate(request, num_new_tokens) would succeed; asking changes nothing.
@@ -90,10 +90,10 @@ class PagedMemory:
         table = self.tables.get(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Idea: list every block allocate would take, not just the ones the table lacks.
-        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
-        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Idea: exactly when allocate would succeed: what does allocate take from the pool?
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
+        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
     # ANCHOR_END: can_allocate
 
     # ANCHOR: allocate
@@ -102,21 +102,15 @@ class PagedMemory:
 
         Positions num_computed_tokens.. will be written: any shared block
         among them is replaced by a private copy first (queued for
-        `take_block_copies`). Raises OutOfBlocksError, changing nothing,
-        when the pool cannot hold it.
+        `take_block_copies`). Raises OutOfBlocksError with a message naming
+        the request, changing nothing, when the pool cannot hold it.
         """
-        if not self.can_allocate(request, num_new_tokens):
-            raise OutOfBlocksError(
-                f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens: "
-                f"{self.allocator.num_free} of {self.allocator.num_blocks} blocks of {self.block_size} tokens are free"
-            )
-        table = self.tables.setdefault(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
         # Idea: which blocks must change before this step's tokens are written, and what must the runner be told?
-        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
-        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
+        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
     # ANCHOR_END: allocate
 
     # ANCHOR: free
@@ -132,9 +126,9 @@ class PagedMemory:
         nothing does nothing.
         """
         # Idea: a queued copy outlives the allocate that queued it: which copies may still run?
-        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
-        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
+        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
     # ANCHOR_END: free
 
     # ------------------------------------------------------------ sharing
@@ -151,9 +145,9 @@ class PagedMemory:
         a request on a cached prefix.
         """
         # Idea: what does the pool look like if the third of five blocks cannot be shared?
-        # Stuck? `miniyaie hint 2.4` prints hints, one level at a time.
-        # TODO(Task 2.4): Share blocks between requests. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 4: Share blocks between requests — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
+        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
 
     def fork(self, parent_request_id: str, child_request_id: str) -> None:
         """Give the child every block of the parent, shared (parallel sampling: n > 1).
@@ -163,9 +157,9 @@ class PagedMemory:
         parent that holds no blocks is a KeyError.
         """
         # Idea: what does the child start on?
-        # Stuck? `miniyaie hint 2.4` prints hints, one level at a time.
-        # TODO(Task 2.4): Share blocks between requests. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 4: Share blocks between requests — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
+        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
 
     def take_block_copies(self) -> list[tuple[int, int]]:
         """The (src, dst) block copies queued by copy-on-write since the last call, in order; the queue is then empty.
@@ -173,9 +167,9 @@ class PagedMemory:
         The runner applies them (copy_blocks) before the forward pass.
         """
         # Idea: hand the queue over and start a new one.
-        # Stuck? `miniyaie hint 2.5` prints hints, one level at a time.
-        # TODO(Task 2.5): Paged memory for the scheduler. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 5: Paged memory for the scheduler — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
+        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
     # ANCHOR_END: sharing
 
     def truncate(self, request: Request, num_tokens: int) -> None:

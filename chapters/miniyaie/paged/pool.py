@@ -30,9 +30,9 @@ def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: in
     would not fit. A budget too small for one block is a ValueError.
     """
     # Idea: what does one block cost, and can a pool hold part of a block?
-    # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-    # TODO(Task 2.3): Size the pool and copy its blocks. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 3: Size the pool and copy its blocks — see book/src/ch02_paged_kv_cache.md')
+    # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: budget
 
 
@@ -64,7 +64,7 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
     if not copies:
         return
     # Idea: the allocator speaks in blocks, the tensor in slots.
-    # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-    # TODO(Task 2.3): Size the pool and copy its blocks. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 3: Size the pool and copy its blocks — see book/src/ch02_paged_kv_cache.md')
+    # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: copy_blocks

@@ -1,11 +1,11 @@
-"""The block allocator: a free list of fixed-size KV blocks with reference counts.
+"""The block allocator: fixed-size KV blocks, their owners, and the free ones.
 
 The pool is cut into `num_blocks` blocks of `block_size` token slots each
 (see pool.py); the allocator deals only in block ids 0..num_blocks-1 and
-never touches a tensor. A block is free (reference count 0, on the free
-list) or in use by one or more owners: the block tables of requests, and in
-chapter 3 the prefix cache. Sharing a block adds an owner; freeing drops one;
-the block returns to the free list when its last owner lets go.
+never touches a tensor. A block is free or in use by one or more owners: the
+block tables of requests, and in chapter 3 the prefix cache. Sharing a block
+adds an owner; freeing drops one; the block is free again when its last owner
+lets go.
 """
 
 from __future__ import annotations
@@ -21,17 +21,31 @@ class OutOfBlocksError(MemoryError):
 class BlockAllocator:
     """Hands out block ids, counts their owners, and takes them back.
 
-    State: `_ref_counts[b]` is the number of owners of block b (0 when free);
-    `_free` holds exactly the blocks whose count is 0. Which free block comes
-    next is the allocator's choice: callers never depend on block ids.
+    Invariants, after every call (a refused one included): num_free +
+    num_used == num_blocks; ref_count(b) is the number of owners of block b,
+    never negative; a block is free exactly when its count is 0, and only a
+    free block is ever handed out. Which free block comes next is the
+    allocator's choice: callers never depend on block ids.
     """
 
     def __init__(self, num_blocks: int):
         if num_blocks < 1:
             raise ValueError(f"a pool needs at least one block, got {num_blocks}")
         self._num_blocks = num_blocks
+        # Nudge: what must allocate find at once, and what must free and share know about a block?
+        # Hint 1: Two questions come up on every call: "how many owners has block b?" (free, share,
+        #   copy_on_write, ref_count) and "give me any free block" (allocate). Keep one structure
+        #   for each, and keep them in agreement: a block is in the second exactly when its count
+        #   in the first is 0. Then no call has to scan the pool.
+        # Hint 2: A list of counts, one per block, all 0; and a queue (or list, or set) of the free
+        #   blocks, holding every block at the start. The counters read the queue's length.
+        # Hint 3:
+        #   ref_counts = [0] * num_blocks
+        #   free = deque(range(num_blocks))
+        # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
         self._ref_counts = [0] * num_blocks
         self._free: deque[int] = deque(range(num_blocks))
+        # END SOLUTION
 
     @property
     def num_blocks(self) -> int:
@@ -39,34 +53,56 @@ class BlockAllocator:
 
     @property
     def num_free(self) -> int:
+        """Blocks with no owner."""
+        # Nudge: read it off your state.
+        # Hint 1: The free blocks are the ones whose count is 0; your state keeps them in one place.
+        # Hint 2: The number of blocks in the free structure.
+        # Hint 3:
+        #   return len(free)
+        # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
         return len(self._free)
+        # END SOLUTION
 
     @property
     def num_used(self) -> int:
+        """Blocks with at least one owner (a shared block counts once)."""
+        # Nudge: a block shared by three owners is still one block in use.
+        # Hint 1: Every block is either free or in use.
+        # Hint 2: All blocks minus the free ones.
+        # Hint 3:
+        #   return num_blocks - len(free)
+        # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
         return self._num_blocks - len(self._free)
+        # END SOLUTION
 
     def ref_count(self, block: int) -> int:
-        """Owners of `block`: 0 when it is free."""
+        """Owners of `block`: 0 when it is free. A block id outside the pool is a ValueError."""
         self._check(block)
+        # Nudge: read it off your state.
+        # Hint 1: Each block has one owner count.
+        # Hint 2: Return the block's entry in the counts.
+        # Hint 3:
+        #   return ref_counts[block]
+        # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
         return self._ref_counts[block]
+        # END SOLUTION
     # ANCHOR_END: allocator_state
 
     # ANCHOR: allocate
     def allocate(self) -> int:
-        """Take a free block: it gets one owner (the caller) and leaves the free list.
+        """Take a free block: it gets one owner (the caller).
 
         Raises OutOfBlocksError, changing nothing, when no block is free.
         """
-        # Nudge: two views of one state (the counts, the free list): which must change together?
-        # Hint 1: Two views of the same state must agree at all times: the free list holds exactly
-        #   the blocks whose reference count is 0. Taking a block moves it from one side to the
-        #   other: off the free list, count 1.
-        # Hint 2: If the free list is empty, raise OutOfBlocksError with a message saying the pool
-        #   is full. Otherwise take any block off the free list, set its count to 1, return it.
+        # Nudge: whatever state you keep, every view of it must agree again when the call returns.
+        # Hint 1: The free structure holds exactly the blocks whose count is 0. Taking a block
+        #   moves it from one side to the other: out of the free blocks, count 1.
+        # Hint 2: If no block is free, raise OutOfBlocksError with a message saying the pool is
+        #   full. Otherwise take any free block, set its count to 1, return it.
         # Hint 3:
         #   if not free: raise OutOfBlocksError("all N blocks are in use")
         #   block = free.popleft(); ref_counts[block] = 1; return block
-        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
+        # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
         if not self._free:
             raise OutOfBlocksError(f"all {self._num_blocks} blocks are in use")
         block = self._free.popleft()
@@ -75,7 +111,7 @@ class BlockAllocator:
         # END SOLUTION
 
     def allocate_many(self, n: int) -> list[int]:
-        """Take `n` free blocks (distinct), or none.
+        """Take `n` distinct free blocks, one owner each, or none at all.
 
         Raises OutOfBlocksError, with a message saying how many blocks were
         asked for and how many are free, and changing nothing, when fewer
@@ -83,8 +119,8 @@ class BlockAllocator:
         """
         # Nudge: when can you know that all n fit, and what must not have happened yet if they do not?
         # Hint 1: A request that gets half of the blocks it needs is worse off than one that gets
-        #   none: it holds memory and still cannot run. So decide up front, from the free count,
-        #   whether all n can be taken; only then take them.
+        #   none: it holds memory and still cannot run. Whether all n can be taken is known
+        #   before any is taken.
         # Hint 2: Reject a negative n with ValueError. If n is more than the free blocks, raise
         #   OutOfBlocksError naming n and the free count. Otherwise call allocate() n times and
         #   return the blocks.
@@ -92,7 +128,7 @@ class BlockAllocator:
         #   if n < 0: raise ValueError
         #   if n > len(free): raise OutOfBlocksError(f"need {n} blocks but only {len(free)} ... are free")
         #   return [allocate() for _ in range(n)]
-        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
+        # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
         if n < 0:
             raise ValueError(f"cannot allocate {n} blocks")
         if n > len(self._free):
@@ -105,11 +141,11 @@ class BlockAllocator:
 
     # ANCHOR: free
     def free(self, block: int) -> None:
-        """Drop one owner of `block`; with no owner left it goes back to the free list.
+        """Drop one owner of `block`; with no owner left the block is free again.
 
-        Freeing a block that is already free (count 0) is a double free, a
-        bug in the caller: ValueError, and nothing changes. A block id outside
-        the pool is a ValueError too.
+        Freeing a block that is already free is a double free, a bug in the
+        caller: ValueError, and nothing changes. A block id outside the pool
+        is a ValueError too.
         """
         self._check(block)
         # Nudge: when exactly does a block become free again, and what must a free never do?
@@ -118,12 +154,12 @@ class BlockAllocator:
         #   caller's bug (a double free), refused at once rather than turned into a block that
         #   is later handed to two owners.
         # Hint 2: If the block's count is 0, raise ValueError (say "double free"). Otherwise
-        #   decrement it, and when it reaches 0 put the block back on the free list.
+        #   decrement it, and when it reaches 0 put the block back with the free ones.
         # Hint 3:
         #   if ref_counts[block] == 0: raise ValueError("block ... is already free (double free)")
         #   ref_counts[block] -= 1
         #   if ref_counts[block] == 0: free.append(block)
-        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
+        # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is already free (double free)")
         self._ref_counts[block] -= 1
@@ -139,14 +175,14 @@ class BlockAllocator:
         """
         self._check(block)
         # Nudge: what may be shared, and what does sharing cost the pool?
-        # Hint 1: Sharing adds an owner without copying anything: the block's count goes up by one
-        #   and it stays off the free list. A free block holds nothing worth sharing, and sharing
-        #   it would give it an owner while it sits on the free list.
+        # Hint 1: Sharing adds an owner without copying anything: the block stays in use, with one
+        #   owner more. A free block holds nothing worth sharing, and sharing it would give an
+        #   owner to a block that may be handed out next.
         # Hint 2: If the count is 0, raise ValueError. Otherwise add one to it.
         # Hint 3:
         #   if ref_counts[block] == 0: raise ValueError("block ... is free")
         #   ref_counts[block] += 1
-        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
+        # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
         if self._ref_counts[block] == 0:
             raise ValueError(f"block {block} is free: only a block in use can be shared")
         self._ref_counts[block] += 1
@@ -158,11 +194,11 @@ class BlockAllocator:
         """The block the caller may write into instead of `block`.
 
         The caller owns `block` and is about to write into it. If nobody else
-        owns it, that is `block` itself. Otherwise the caller gets a fresh
-        block and gives up its share of the old one (which the other owners
-        keep, unchanged); the caller must then copy the old block's K/V into
-        the new one before writing. Raises OutOfBlocksError, changing nothing,
-        when no block is free.
+        owns it, that is `block` itself. Otherwise the caller ends up owning a
+        fresh block (which it must fill with a copy of the old block's K/V
+        before writing) and no longer owns `block`, which the other owners
+        keep, unchanged. Raises OutOfBlocksError, changing nothing, when a
+        fresh block is needed and none is free; ValueError for a free `block`.
         """
         self._check(block)
         if self._ref_counts[block] == 0:
@@ -170,17 +206,18 @@ class BlockAllocator:
         # Nudge: who else would see the write, and what must still be true if the pool is full?
         # Hint 1: The invariant is that no owner ever sees another owner's writes. A block with one
         #   owner can be written in place; a shared one must not be touched, so the writer moves
-        #   to a private block. Order matters: when the pool is full the call must fail before
-        #   anything changed, so the new block is taken before the old reference is dropped.
-        # Hint 2: If the block's count is 1, return it. Otherwise allocate a new block (this raises
-        #   OutOfBlocksError when none is free, and nothing has changed yet), drop the caller's
-        #   reference to the old block with free (the other owners keep it), return the new one.
+        #   to a private block. When the pool is full the call must fail before anything has
+        #   changed: think about which of the two changes can fail.
+        # Hint 2: If the block's count is 1, return it. Otherwise allocate a new block first (this
+        #   raises OutOfBlocksError when none is free, and nothing has changed yet), then drop the
+        #   caller's reference to the old block with free (the other owners keep it), and return
+        #   the new one.
         # Hint 3:
         #   if ref_counts[block] == 1: return block
         #   new = allocate()        # may raise: nothing changed
         #   free(block)             # the others keep it
         #   return new
-        # BEGIN SOLUTION 2.1: The block allocator: reference counts and copy-on-write
+        # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
         if self._ref_counts[block] == 1:
             return block
         new_block = self.allocate()

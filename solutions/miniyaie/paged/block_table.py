@@ -1,11 +1,11 @@
 """Block tables and slot mappings: from a token's position to its slot in the pool.
 
-A request's block table is a plain list of block ids: its token at position
-p lives in block `table[p // block_size]`, at offset `p % block_size`, which
-is slot `table[p // block_size] * block_size + p % block_size` of the flat
-pool. The table grows by one block each time the request crosses a block
-boundary, so a request holds at most block_size - 1 slots it does not use.
-A step's `AttentionMetadata` is read off the tables of its requests.
+A request's block table is a plain list of block ids: table[i] is the pool
+block that holds the request's i-th run of block_size tokens (positions
+i * block_size .. (i + 1) * block_size - 1), and block b of the pool owns
+slots b * block_size .. (b + 1) * block_size - 1. A table takes a block only
+when a token reaches it. A step's `AttentionMetadata` is read off the tables
+of its requests.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     # Hint 2: Divide rounding up. In integers, -(-a // b) rounds up without floats.
     # Hint 3:
     #   return -(-num_tokens // block_size)      # or (num_tokens + block_size - 1) // block_size
-    # BEGIN SOLUTION 2.2: Block tables, slot mapping and a step's metadata
+    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
     return -(-num_tokens // block_size)
     # END SOLUTION
 # ANCHOR_END: blocks_needed
@@ -55,7 +55,7 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     #   missing = blocks_needed(num_tokens, block_size) - len(table)
     #   if missing <= 0: return []
     #   new = allocator.allocate_many(missing); table.extend(new); return new
-    # BEGIN SOLUTION 2.2: Block tables, slot mapping and a step's metadata
+    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
     missing = blocks_needed(num_tokens, block_size) - len(table)
     if missing <= 0:
         return []
@@ -88,7 +88,7 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
     #   block_size to get the block's first slot, add the offset.
     # Hint 3:
     #   return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
-    # BEGIN SOLUTION 2.2: Block tables, slot mapping and a step's metadata
+    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
     return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
     # END SOLUTION
 # ANCHOR_END: slot_mapping
@@ -126,7 +126,7 @@ def attention_metadata(
     #   return AttentionMetadata(query_lens=[end - start, ...], seq_lens=[end, ...],
     #       slot_mapping=tensor(slots, int64), block_tables=tensor([t + [0] * (width - len(t)), ...], int64),
     #       block_size=block_size)
-    # BEGIN SOLUTION 2.2: Block tables, slot mapping and a step's metadata
+    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
     width = max(len(t) for t in tables)
     slots = [s for table, (_, start, end) in zip(tables, batch) for s in slot_mapping(table, start, end, block_size)]
     return AttentionMetadata(

@@ -79,7 +79,7 @@ class PagedMemory:
         # Hint 3:
         #   if end <= start: return range(0)
         #   return range(start // block_size, min(len(table), blocks_needed(end, block_size)))
-        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
         if end <= start:
             return range(0)
         return range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)))
@@ -95,7 +95,7 @@ class PagedMemory:
         #   count above 1.
         # Hint 3:
         #   return [i for i in _blocks_written(table, start, end) if allocator.ref_count(table[i]) > 1]
-        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
         return [i for i in self._blocks_written(table, start, end) if self.allocator.ref_count(table[i]) > 1]
         # END SOLUTION
 
@@ -108,7 +108,7 @@ class PagedMemory:
         table = self.tables.get(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
-        # Nudge: list every block allocate would take, not just the ones the table lacks.
+        # Nudge: exactly when allocate would succeed: what does allocate take from the pool?
         # Hint 1: can_allocate must say yes exactly when allocate would succeed, or the scheduler
         #   admits a request that then fails. allocate takes two kinds of blocks: the ones the
         #   table lacks, and one private copy per shared block the new tokens land in.
@@ -119,7 +119,7 @@ class PagedMemory:
         #   missing = max(0, blocks_needed(end, block_size) - len(table))
         #   copies = len(_shared_blocks_to_write(table, start, end))
         #   return missing + copies <= allocator.num_free
-        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
         missing = max(0, blocks_needed(end, self.block_size) - len(table))
         copies = len(self._shared_blocks_to_write(table, start, end))
         return missing + copies <= self.allocator.num_free
@@ -132,31 +132,35 @@ class PagedMemory:
 
         Positions num_computed_tokens.. will be written: any shared block
         among them is replaced by a private copy first (queued for
-        `take_block_copies`). Raises OutOfBlocksError, changing nothing,
-        when the pool cannot hold it.
+        `take_block_copies`). Raises OutOfBlocksError with a message naming
+        the request, changing nothing, when the pool cannot hold it.
         """
-        if not self.can_allocate(request, num_new_tokens):
-            raise OutOfBlocksError(
-                f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens: "
-                f"{self.allocator.num_free} of {self.allocator.num_blocks} blocks of {self.block_size} tokens are free"
-            )
-        table = self.tables.setdefault(request.request_id, [])
         start = request.num_computed_tokens
         end = start + num_new_tokens
         # Nudge: which blocks must change before this step's tokens are written, and what must the runner be told?
         # Hint 1: A shared block is read-only: before the step writes into it, the request gets a
         #   private copy (copy_on_write) in its table, and the pool must be told to copy the K/V,
         #   which the model runner does from the queued (old, new) pairs before the forward
-        #   pass. Then the table grows to hold every position up to end. can_allocate already
-        #   said everything fits, so nothing fails half-way.
-        # Hint 2: For each index i in _shared_blocks_to_write(table, start, end): new =
-        #   allocator.copy_on_write(table[i]); queue (table[i], new) in self._copies; put new in
-        #   table[i]. Then grow_block_table(table, end, block_size, allocator).
+        #   pass. Then the table grows to hold every position up to end. Nothing may fail
+        #   half-way: ask can_allocate before taking anything.
+        # Hint 2: If can_allocate says no, raise OutOfBlocksError naming the request. Take the
+        #   request's table (a new empty one if it has none). For each index i in
+        #   _shared_blocks_to_write(table, start, end): new = allocator.copy_on_write(table[i]);
+        #   queue (table[i], new) in self._copies; put new in table[i]. Then
+        #   grow_block_table(table, end, block_size, allocator).
         # Hint 3:
+        #   if not can_allocate(request, n): raise OutOfBlocksError(f"request {id!r} cannot grow ...")
+        #   table = tables.setdefault(request_id, [])
         #   for i in _shared_blocks_to_write(table, start, end):
         #       new = allocator.copy_on_write(table[i]); copies.append((table[i], new)); table[i] = new
         #   grow_block_table(table, end, block_size, allocator)
-        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
+        if not self.can_allocate(request, num_new_tokens):
+            raise OutOfBlocksError(
+                f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens: "
+                f"{self.allocator.num_free} of {self.allocator.num_blocks} blocks of {self.block_size} tokens are free"
+            )
+        table = self.tables.setdefault(request.request_id, [])
         for i in self._shared_blocks_to_write(table, start, end):
             new_block = self.allocator.copy_on_write(table[i])
             self._copies.append((table[i], new_block))
@@ -190,7 +194,7 @@ class PagedMemory:
         # Hint 3:
         #   for block in tables.pop(request_id, []): allocator.free(block)
         #   copies = [(src, dst) for src, dst in copies if allocator.ref_count(dst) > 0]
-        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
         for block in self.tables.pop(request.request_id, []):
             self.allocator.free(block)
         # a queued copy into a block nobody owns any more must not land on its next owner
@@ -225,7 +229,7 @@ class PagedMemory:
         #   if any(allocator.ref_count(b) == 0 for b in blocks): raise ValueError("block ... is free")
         #   for b in blocks: allocator.share(b)
         #   tables[request_id] = list(blocks)
-        # BEGIN SOLUTION 2.4: Share blocks between requests
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
         if self.tables.get(request_id):
             raise ValueError(f"request {request_id!r} already holds blocks")
         free = [block for block in blocks if self.allocator.ref_count(block) == 0]
@@ -251,7 +255,7 @@ class PagedMemory:
         # Hint 3:
         #   if parent not in tables: raise KeyError
         #   share_blocks(child, tables[parent])
-        # BEGIN SOLUTION 2.4: Share blocks between requests
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
         if parent_request_id not in self.tables:
             raise KeyError(f"request {parent_request_id!r} holds no blocks")
         self.share_blocks(child_request_id, self.tables[parent_request_id])
@@ -267,7 +271,7 @@ class PagedMemory:
         # Hint 2: Return the queued list and leave an empty one in its place.
         # Hint 3:
         #   copies, self._copies = self._copies, []; return copies
-        # BEGIN SOLUTION 2.5: Paged memory for the scheduler
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
         copies, self._copies = self._copies, []
         return copies
         # END SOLUTION
