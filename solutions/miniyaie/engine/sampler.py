@@ -133,7 +133,7 @@ class Sampler:
             chosen = [params[i] for i in sampled]
             scaled = logits[rows_index] / column([p.temperature for p in chosen])[:, None]
             generators = [rows[i].generator for i in sampled]
-            if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in chosen):  # Task 5.3's filters, then the draw
+            if any(p.top_k > 0 or p.top_p < 1 or p.min_p > 0 for p in chosen):
                 tokens[rows_index] = sample_top_columns(
                     scaled, column([p.top_k for p in chosen], torch.int64),
                     column([p.top_p for p in chosen]), column([p.min_p for p in chosen]), generators,
