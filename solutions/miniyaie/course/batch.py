@@ -8,6 +8,10 @@ chapter module (`miniyaie.<package>`) and every test module is dropped from
 `sys.modules`, so chapter code and tests are imported afresh from the tree
 that session selects. A worker that dies (a segfault in a mutant) is restarted
 for the sessions after the one it died in, which is reported as "crashed".
+A worker outlives one call of run_sessions: the next call (the next stage or
+chapter of `course holes` / `course mutants`) sends its sessions to the same
+processes, which isolate them the same way, so torch and the rest are imported
+once per command, not once per call (1.5-3.5 s of CPU per worker each time).
 Because the worker isolates every session this way, chapter 4's tests run in
 it directly instead of one child process per test module (their conftest.py).
 
@@ -21,6 +25,7 @@ machine with more cores trying every mutant).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import json
@@ -61,38 +66,78 @@ def run_sessions(sessions: list[Session], workers: int = WORKERS) -> list[list[T
     workers = max(1, min(workers, len(sessions)))
     shares = [sessions[i::workers] for i in range(workers)]  # every workers-th session: alike in cost
     with ThreadPoolExecutor(workers) as pool:
-        done = list(pool.map(_run_in_order, shares))
+        done = list(pool.map(_run_in_order, range(workers), shares))
     results: list[list[TestResult]] = [[] for _ in sessions]
     for i, share in enumerate(done):
         results[i::workers] = share
     return results
 
 
-def _run_in_order(sessions: list[Session]) -> list[list[TestResult]]:
-    """Run `sessions` one after another in a worker, starting a new one after a worker died."""
+class _Worker:
+    """A worker process that runs the sessions sent to it one at a time, kept for later calls.
+
+    Sessions go in on its stdin and results come back on its stdout, one JSON line each; the worker
+    moves both off file descriptors 0 and 1 first, so a test's subprocess can neither read a session
+    nor print into the results. An end of its stdout before a result means that it died.
+    """
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "miniyaie.course.batch"],
+            cwd=REPO_ROOT,
+            env={**os.environ, KERNEL_TESTS_IN_PROCESS: "1", "OMP_NUM_THREADS": "1"},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+
+    def run(self, session: Session) -> list[TestResult] | None:
+        """The session's results; None when the worker died in it (it is then gone for good)."""
+        try:
+            self.proc.stdin.write(json.dumps({"impl": session.impl, "args": session.args, "timeouts": session.timeouts}) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except OSError:  # a broken pipe: it died before reading the session
+            line = ""
+        if not line:
+            self.close()
+            return None
+        return [_result(nodeid, r) for nodeid, r in json.loads(line).items()]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # the worker's loop ends at the end of its input
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+_POOL: dict[int, _Worker] = {}  # slot -> its live worker, reused by every call of run_sessions
+
+
+def _run_in_order(slot: int, sessions: list[Session]) -> list[list[TestResult]]:
+    """Run `sessions` one after another in slot's worker, starting a new one after a worker died."""
     results: list[list[TestResult]] = []
-    while len(results) < len(sessions):
-        done = _run_worker(sessions[len(results) :])
-        results += done
-        if len(results) < len(sessions):  # the worker died inside the next session
-            results.append([TestResult("<worker died>", None, [], False, True, CRASHED, "the test process died")])
+    for session in sessions:
+        if slot not in _POOL:
+            _POOL[slot] = _Worker()
+        done = _POOL[slot].run(session)
+        if done is None:  # the worker died inside this session
+            del _POOL[slot]
+            done = [TestResult("<worker died>", None, [], False, True, CRASHED, "the test process died")]
+        results.append(done)
     return results
 
 
-def _run_worker(sessions: list[Session]) -> list[list[TestResult]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        jobs, out = Path(tmp) / "sessions.json", Path(tmp) / "results.jsonl"
-        jobs.write_text(json.dumps([{"impl": s.impl, "args": s.args, "timeouts": s.timeouts} for s in sessions]))
-        out.touch()
-        subprocess.run(
-            [sys.executable, "-m", "miniyaie.course.batch", str(jobs), str(out)],
-            cwd=REPO_ROOT,
-            env={**os.environ, KERNEL_TESTS_IN_PROCESS: "1", "OMP_NUM_THREADS": "1"},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        lines = [line for line in out.read_text().splitlines() if line.strip()]
-    return [[_result(nodeid, r) for nodeid, r in json.loads(line).items()] for line in lines]
+@atexit.register
+def close_workers() -> None:
+    """End the kept workers (at exit; a worker whose parent dies ends at the end of its input too)."""
+    while _POOL:
+        _POOL.popitem()[1].close()
 
 
 def _result(nodeid: str, r: dict) -> TestResult:
@@ -133,16 +178,19 @@ def _run_one(session: Session, report: Path) -> dict:
     return json.loads(report.read_text())
 
 
-def _worker(jobs_path: str, out_path: str) -> None:
+def _worker() -> None:
     sys.dont_write_bytecode = True  # a tree's .pyc must never stand in for another tree's source
     os.environ.setdefault("HYPOTHESIS_PROFILE", "mutants")  # pass or fail is all we read: no shrinking
-    sessions = [Session(**j) for j in json.loads(Path(jobs_path).read_text())]
-    report = Path(out_path).with_suffix(".report.json")
-    with open(out_path, "a") as out:
-        for session in sessions:
-            out.write(json.dumps(_run_one(session, report)) + "\n")
-            out.flush()
+    jobs, results = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)  # a test's subprocess reads nothing of the sessions
+    os.dup2(null, 1)  # and prints nothing into the results
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        for line in jobs:
+            results.write(json.dumps(_run_one(Session(**json.loads(line)), report)) + "\n")
+            results.flush()
 
 
 if __name__ == "__main__":
-    _worker(sys.argv[1], sys.argv[2])
+    _worker()
