@@ -143,6 +143,9 @@ def test_the_first_complaint_that_is_not_a_wrong_type_is_reported_else_the_first
     def report(*errors):
         return validation_message(RequestValidationError([{"loc": ("body", "f"), **e} for e in errors]))[0]
 
-    assert report({"type": "json_invalid", "msg": "x"}, {"type": "missing", "msg": "y"}) == "the body is not valid JSON"
-    assert report({"type": "string_type", "msg": "a"}, {"type": "list_type", "msg": "b"}) == "f: a"
-    assert report({"type": "string_type", "msg": "a"}, {"type": "too_long", "msg": "b"}, {"type": "missing", "msg": "c"}) == "f: b"
+    assert report({"type": "json_invalid", "msg": "x"}, {"type": "missing", "msg": "y"}) == "the body is not valid JSON", (
+        "a first error of type json_invalid is the whole answer")
+    assert report({"type": "string_type", "msg": "a"}, {"type": "list_type", "msg": "b"}) == "f: a", (
+        "every error is a wrong type (..._type): report the first of all")
+    got = report({"type": "string_type", "msg": "a"}, {"type": "too_long", "msg": "b"}, {"type": "missing", "msg": "c"})
+    assert got == "f: b", f"got {got!r}: report the FIRST error whose type does not end in _type (too_long, 'b')"

@@ -29,8 +29,11 @@ def test_ttft_once_per_request_and_one_gap_per_later_token_of_each_completion():
     timer.on_token(0, now=10.8)  # gap 0.3 since completion 0's previous token
     timer.on_token(1, now=11.0)  # gap 0.3 since completion 1's previous token
     timer.on_token(0, now=11.4)  # gap 0.6
-    assert histogram(metrics, "miniyaie_time_to_first_token_seconds") == (1, 0.5)
-    assert histogram(metrics, "miniyaie_inter_token_latency_seconds") == (3, 1.2)
+    assert histogram(metrics, "miniyaie_time_to_first_token_seconds") == (1, 0.5), (
+        "(count, sum) of TTFT: one observation per request, from its start to its first token of any completion")
+    assert histogram(metrics, "miniyaie_inter_token_latency_seconds") == (3, 1.2), (
+        "(count, sum) of ITL: one gap per later token of each completion, measured from that completion's own "
+        "previous token; a completion's first token is no gap (0.3 + 0.3 + 0.6 here)")
 
 
 @pytest.mark.task("6.1")
@@ -42,7 +45,8 @@ def test_the_first_token_may_come_from_any_completion_and_any_time_is_a_time():
     timer.on_token(1, now=1.5)
     assert histogram(metrics, "miniyaie_time_to_first_token_seconds") == (1, 2.0), (
         "the request's first token came from completion 1 at 0.0: TTFT 2.0, once")
-    assert histogram(metrics, "miniyaie_inter_token_latency_seconds") == (1, 1.5)
+    assert histogram(metrics, "miniyaie_inter_token_latency_seconds") == (1, 1.5), (
+        "(count, sum) of ITL: completion 1's gap 0.0 -> 1.5 only; completion 0's first token (0.5) is no gap")
 
 
 @pytest.mark.task("6.1")
@@ -52,8 +56,10 @@ def test_each_request_has_its_own_clock():
     first.on_token(0, now=2.0)
     second.on_token(0, now=2.5)
     second.on_token(0, now=3.0)
-    assert histogram(metrics, "miniyaie_time_to_first_token_seconds") == (2, 3.5)  # 2.0 + 1.5
-    assert histogram(metrics, "miniyaie_inter_token_latency_seconds") == (1, 0.5)
+    assert histogram(metrics, "miniyaie_time_to_first_token_seconds") == (2, 3.5), (
+        "(count, sum) of TTFT: each request's from its own start (2.0 + 1.5)")
+    assert histogram(metrics, "miniyaie_inter_token_latency_seconds") == (1, 0.5), (
+        "(count, sum) of ITL: one gap, the second request's; a request's first token is no gap")
 
 
 def result_of(prompt_tokens: int, *completion_lengths: int) -> GenerationOutput:

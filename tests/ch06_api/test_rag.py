@@ -44,7 +44,19 @@ def test_scores_follow_bm25(folder):
     assert len(retriever.passages) == 4 and {p.source for p in retriever.passages} == set(DOCS)
     for query in ["radix tree prefixes", "blocks", "requests blocks scheduler", "table", "nothing matches"]:
         for i in range(len(retriever.passages)):
-            assert retriever.score(tokenize(query), i) == pytest.approx(bm25(query, retriever.passages, i))
+            got, expected = retriever.score(tokenize(query), i), bm25(query, retriever.passages, i)
+            assert got == pytest.approx(expected), (
+                f"score of passage {i} for {query!r}: {got}, BM25 gives {expected} (idf = ln(1 + (N - df + 0.5) / "
+                "(df + 0.5)), df in passages; tf in the passage; |d| in terms)")
+    # |d| and its average count terms (tokenize), not whitespace-separated words: "copy-on-write" is three terms
+    passages = [Passage("a", "copy-on-write blocks, shared blocks"), Passage("b", "blocks"),
+                Passage("c", "the free-list of KV-cache blocks")]
+    retriever = Retriever(passages)
+    for i in range(len(passages)):
+        got, expected = retriever.score(tokenize("blocks"), i), bm25("blocks", passages, i)
+        assert got == pytest.approx(expected), (
+            f"passage {passages[i].text!r} scored {got}, BM25 gives {expected}: a passage's length |d| (and the "
+            "average) is its number of terms, tokenize(text), not of words between spaces")
 
 
 @pytest.mark.task("6.8")

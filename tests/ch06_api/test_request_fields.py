@@ -49,7 +49,8 @@ def test_a_prompt_must_leave_room_for_one_new_token(make, param):
 @pytest.mark.parametrize("make,field", [(completion, "max_tokens"), (chat, "max_tokens"), (chat, "max_completion_tokens")])
 def test_max_tokens_may_fill_the_room_exactly(make, field):
     room = CONTEXT - 30
-    assert sampling_params_for(make(**{field: room}), 30, CONTEXT, DEFAULTS).max_tokens == room
+    got = sampling_params_for(make(**{field: room}), 30, CONTEXT, DEFAULTS).max_tokens
+    assert got == room, f"{field}={room} fills the room left by a 30-token prompt exactly: it is kept, got max_tokens={got}"
     error = refused(make(**{field: room + 1}), 30)
     assert error.param == "max_tokens", f"one token too many is max_tokens' fault, got param {error.param!r}"
 
@@ -73,11 +74,12 @@ def test_every_field_given_reaches_the_sampling_params_and_the_rest_keep_the_def
     for name, value in given.items():
         expected = tuple(value) if name == "stop" else value
         assert getattr(params, name) == pytest.approx(expected), f"{name} was asked for but did not arrive"
-    assert params.logprobs == 3
+    assert params.logprobs == 3, f"logprobs=3 was asked for (a completion's spelling) but params.logprobs is {params.logprobs}"
     assert sampling_params_for(completion(stop="END"), 10, CONTEXT, DEFAULTS).stop == ("END",), "one stop string"
     plain = sampling_params_for(completion(), 10, CONTEXT, DEFAULTS)
     assert plain.with_updates(max_tokens=DEFAULTS.max_tokens) == DEFAULTS, "fields not given keep the server's defaults"
-    assert sampling_params_for(chat(logprobs=True, top_logprobs=2), 10, CONTEXT, DEFAULTS).logprobs == 2
+    assert sampling_params_for(chat(logprobs=True, top_logprobs=2), 10, CONTEXT, DEFAULTS).logprobs == 2, (
+        "a chat asks for logprobs as logprobs=True, top_logprobs=2: params.logprobs is 2")
     assert sampling_params_for(chat(logprobs=True), 10, CONTEXT, DEFAULTS).logprobs == 0
     assert sampling_params_for(chat(), 10, CONTEXT, DEFAULTS).logprobs is None
 

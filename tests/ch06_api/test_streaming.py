@@ -22,10 +22,11 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text()
 @example({"content": "caf\u00e9 \U0001f600"})
 def test_an_event_is_one_data_line_and_a_blank_line(payload):
     event = sse_event(payload)
-    assert event.startswith("data: ") and event.endswith("\n\n")
+    assert event.startswith("data: ") and event.endswith("\n\n"), (
+        f"an event is 'data: ', the payload, and a blank line ('\\n\\n' at the end), got {event!r}")
     line = event[len("data: ") : -2]
-    assert "\n" not in line and "\r" not in line
-    assert json.loads(line) == payload
+    assert "\n" not in line and "\r" not in line, f"the payload broke the data line into several: {line!r}"
+    assert json.loads(line) == payload, "the data line must be the payload's JSON"
 
 
 @pytest.mark.task("6.7")

@@ -115,8 +115,10 @@ class EngineStream:
 
 
 RESULT = GenerationOutput("r", "hi", [1], [CompletionOutput(0, "abc", [7, 8, 9], "length"), CompletionOutput(1, "d", [5], "stop")])
+# a delta with two tokens (completion 0) and one with none (completion 1's finish): a clock told once per delta
+# hears completion 1 twice and completion 0 twice, not [0, 0, 0, 1]
 DELTAS = [CompletionDelta("r", 0, "ab", [7, 8]), CompletionDelta("r", 1, "d", [5]),
-          CompletionDelta("r", 0, "", []), CompletionDelta("r", 0, "c", [9], "length")]
+          CompletionDelta("r", 1, "", [], "stop"), CompletionDelta("r", 0, "c", [9], "length")]
 
 
 @pytest.mark.task("6.4")

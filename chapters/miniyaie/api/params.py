@@ -49,10 +49,14 @@ def sampling_params_for(
 ) -> SamplingParams:
     """The request's SamplingParams; APIError(400) when the prompt or max_tokens cannot fit the context.
 
-    A prompt must leave room for at least one new token. A max_tokens that
-    does not fit next to the prompt is refused (code "context_length_exceeded",
-    param "max_tokens"), as OpenAI does; no max_tokens means the server's
-    default, cut to the room left. Fields left out (None) keep the defaults.
+    A prompt must leave room for at least one new token, else it is refused
+    (code "context_length_exceeded", param "messages" for a chat, "prompt" for
+    a completion). A max_tokens (chat: max_completion_tokens when given, see
+    max_tokens_asked) that does not fit next to the prompt is refused (code
+    "context_length_exceeded", param "max_tokens"), as OpenAI does; no
+    max_tokens means the server's default, cut to the room left. Every field
+    the client sent reaches the params: the PASSED_THROUGH ones, `stop` and
+    logprobs (requested_logprobs); fields left out (None) keep the defaults.
     """
     # Idea: first what fits in the context, then copy over only what the client actually sent.
     # Stuck? `miniyaie hint 6.5` prints hints, one level at a time.
