@@ -123,6 +123,30 @@ def test_batch_workers_run_kernel_tests_in_process_contain_a_crash_and_keep_the_
     ]
 
 
+def test_a_reference_record_holds_only_for_the_content_it_was_measured_on(tmp_path, monkeypatch):
+    """`course holes` records the reference's results for `course mutants`; any change to the code or the
+    tests (or another number of workers) gives another key, under which nothing is recorded."""
+    from miniyaie.course import reference
+
+    for folder in ("solutions/miniyaie/scheduler", "tests/ch01_scheduler"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "a.py").write_text("x = 1\n")
+    (tmp_path / "pyproject.toml").write_text("")
+    monkeypatch.setattr(reference, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(reference, "SOLUTIONS_ROOT", tmp_path / "solutions" / "miniyaie")
+    monkeypatch.setattr(reference, "CACHE_DIR", tmp_path / ".course-cache")
+    measured = [TestResult("tests/ch01_scheduler/a.py::t", 1, ["1.2"], False, True, "passed", "", 0.25)]
+    key = reference.content_key(2)
+    assert reference.load(1, key) is None
+    reference.save(1, key, measured)
+    assert reference.load(1, reference.content_key(2)) == measured
+    assert reference.load(2, key) is None and reference.content_key(1) != key
+    for folder in ("solutions/miniyaie/scheduler", "tests/ch01_scheduler"):
+        (tmp_path / folder / "a.py").write_text("x = 2\n")
+        assert reference.content_key(2) != key, f"an edit in {folder} must change the key"
+        key = reference.content_key(2)
+
+
 def test_any_run_of_successive_turns_tries_every_mutant_once():
     """The CI slice changes with each commit; as many successive turns as there are slices try each mutant once."""
     number = 3

@@ -11,7 +11,11 @@
     and every later one stubbed (what a learner has who works in book
     order), every test marked with task k must pass.
 
-All sessions run in one worker process (course/batch.py), each importing its
+The chapter's graded tests that no task marks run once more on the reference,
+so that with (c) every test `course mutants` runs has run: when all passed,
+their outcomes and times are recorded for it (course/reference.py).
+
+All sessions run in the batch workers (course/batch.py), each importing its
 own tree afresh.
 """
 
@@ -22,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from miniyaie.course.batch import Session, run_sessions
+from miniyaie.course import reference
+from miniyaie.course.batch import WORKERS, Session, run_sessions
 from miniyaie.course.grade import _task_key, format_table
 from miniyaie.course.regions import Region, find_regions, stub_regions
 from miniyaie.course.registry import Chapter, chapter
@@ -30,6 +35,7 @@ from miniyaie.course.sync import regions_of
 from miniyaie.course.testrun import TestResult
 
 GRADED = ["-m", "not ungraded"]
+MUTANTS_RUN = ["-m", "not ungraded and not bundled_model"]  # the tests `course mutants` runs
 
 
 def _tree_with_stubs(ch: Chapter, stubbed: list[Region], tmp: Path) -> Path:
@@ -48,6 +54,17 @@ def _caught_by(results: list[TestResult] | None) -> str | None:
     return next((r.nodeid for r in results or [] if r.outcome in ("failed", "crashed")), None)
 
 
+def _record_reference(number: int, key: str, light: list[TestResult], runs: list[list[TestResult]]) -> None:
+    """Record the graded tests `course mutants` runs (bundled model aside) when (c) and the unmarked ones all passed."""
+    seen: dict[str, TestResult] = {}
+    for r in (r for results in runs for r in results):
+        if r.nodeid not in seen or r.duration > seen[r.nodeid].duration:  # a test of two tasks: its slower run
+            seen[r.nodeid] = r
+    wanted = [seen.get(t.nodeid) for t in light if t.graded and t.chapter == number]
+    if wanted and all(r is not None and r.outcome in ("passed", "skipped") for r in wanted):
+        reference.save(number, key, wanted)
+
+
 def holes(number: int) -> int:
     started = time.perf_counter()
     ch = chapter(number)
@@ -56,6 +73,7 @@ def holes(number: int) -> int:
         print(f"Chapter {number} has no solution regions yet.")
         return 0
     failures = 0
+    key = reference.content_key(WORKERS)  # before anything runs: see course/reference.py
     tasks = sorted({r.task for r in regions}, key=_task_key)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -64,20 +82,25 @@ def holes(number: int) -> int:
             _tree_with_stubs(ch, [r for r in regions if _task_key(r.task) > _task_key(k)], tmp / f"c{k}")
             for k in tasks
         ]
-        (reference,) = run_sessions([Session("solutions", [ch.tests, *GRADED, "--collect-only"])])
-        graded = [r for r in reference if r.graded and r.chapter == number]
+        collected, light = run_sessions([Session("solutions", [ch.tests, *GRADED, "--collect-only"]),
+                                         Session("solutions", [ch.tests, *MUTANTS_RUN, "--collect-only"])])
+        graded = [r for r in collected if r.graded and r.chapter == number]
         own = [[t.nodeid for t in graded if r.task in t.tasks] for r in regions]
         others = [[t.nodeid for t in graded if r.task not in t.tasks] for r in regions]
+        unmarked = [t.nodeid for t in light if t.graded and t.chapter == number and not t.tasks]  # (c) runs none of these
         sessions = [Session(f"{ch.package}=chapters", [ch.tests, *GRADED])]
         sessions += [Session(f"{ch.package}={root}", [*tests, "-x"]) for tests, root in zip(own, one_stub) if tests]
+        stubbed = len(sessions) - 1
         sessions += [
             Session(f"{ch.package}={root}", [t.nodeid for t in graded if k in t.tasks])
             for k, root in zip(tasks, book_order)
         ]
+        sessions += [Session("solutions", unmarked)] if unmarked else []  # for course mutants (course/reference.py)
         student, *rest = run_sessions(sessions)
-        first = iter(rest[: len(sessions) - 1 - len(tasks)])
+        first = iter(rest[:stubbed])
         caught = [_caught_by(next(first)) if tests else None for tests in own]
-        by_task = rest[len(sessions) - 1 - len(tasks) :]
+        by_task = rest[stubbed : stubbed + len(tasks)]
+        _record_reference(number, key, light, by_task + rest[stubbed + len(tasks) :])
         missed = [i for i, c in enumerate(caught) if c is None and others[i]]  # own tests all passed: the rest
         second = run_sessions([Session(f"{ch.package}={one_stub[i]}", [*others[i], "-x"]) for i in missed])
         for i, results in zip(missed, second):

@@ -14,6 +14,10 @@ Each commit tries one slice of the chapter's mutants, a different slice each
 commit, so that successive commits try them all (course/rotation.py); `turn`
 picks another slice, and `turn=None` (`--all`) tries every mutant.
 
+The reference's own run (every test's outcome and time) is skipped when
+`course holes` has just measured the same tests on the same content
+(course/reference.py), as in CI.
+
 Tests that load the bundled SmolLM2 (marked bundled_model) are left out:
 each would cost minutes per mutant, and the tiny random models run the
 same code. A test past its time limit counts as failed: the limit is generous (ten
@@ -32,6 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from miniyaie._switch import REPO_ROOT
+from miniyaie.course import reference as recorded
 from miniyaie.course.batch import WORKERS, Session, run_sessions
 from miniyaie.course.grade import _task_key, format_table
 from miniyaie.course.mutate import Mutant, mutants_of
@@ -142,7 +147,11 @@ def mutants(number: int, turn: int | None = None) -> int:
                  f"{len(every)} mutants")
     print(f"Chapter {number} ({ch.title}): {which}, {len(candidates) - len(to_run)} of them listed as equivalent",
           flush=True)
-    reference = [r for r in _reference_run(ch.tests) if r.graded and r.chapter == number]
+    reference = recorded.load(number, recorded.content_key(WORKERS))  # from `course holes`, if the same content
+    if reference is None:
+        reference = [r for r in _reference_run(ch.tests) if r.graded and r.chapter == number]
+    else:
+        print(f"    the reference's {len(reference)} results: as `course holes` measured them on this same content", flush=True)
     broken = [r for r in reference if r.outcome not in ("passed", "skipped")]
     if broken or not reference:
         print(f"    the reference fails its own tests: {[r.nodeid for r in broken] or 'no graded tests'}")
