@@ -65,8 +65,12 @@ class AllocatorMachine(RuleBasedStateMachine):
     def allocate_many(self, n):
         free = self.num_blocks - len(self.owned())
         if n > free:
-            with pytest.raises(OutOfBlocksError):  # all or nothing: the invariants check that nothing changed
+            with pytest.raises(OutOfBlocksError):  # all or nothing
                 self.allocator.allocate_many(n)
+            assert self.allocator.num_free == free, (
+                f"allocate_many({n}) with {free} blocks free was refused but left {self.allocator.num_free} free: "
+                "a refused call must take nothing"
+            )
             return
         blocks = self.allocator.allocate_many(n)
         assert len(blocks) == n and len(set(blocks)) == n
@@ -101,16 +105,24 @@ class AllocatorMachine(RuleBasedStateMachine):
         if self.allocator is None:
             return
         owned = self.owned()
-        assert self.allocator.num_used == len(owned)
-        assert self.allocator.num_free == self.num_blocks - len(owned)
+        assert self.allocator.num_used == len(owned), (
+            f"num_used is {self.allocator.num_used} but {len(owned)} distinct blocks have owners (a shared block counts once)"
+        )
+        assert self.allocator.num_free == self.num_blocks - len(owned), (
+            f"num_free is {self.allocator.num_free} but {self.num_blocks - len(owned)} blocks have no owner"
+        )
         assert self.allocator.num_free + self.allocator.num_used == self.num_blocks  # no leak
         for block in range(self.num_blocks):
-            assert self.allocator.ref_count(block) == owned.get(block, 0)  # never negative, never lost
+            assert self.allocator.ref_count(block) == owned.get(block, 0), (
+                f"block {block} has {owned.get(block, 0)} owner(s) but ref_count says {self.allocator.ref_count(block)}"
+            )
 
     @invariant()
     def every_owner_sees_its_data(self):
         for owner in self.owners:
-            assert self.contents[owner.block] == owner.expected
+            assert self.contents[owner.block] == owner.expected, (
+                f"an owner of block {owner.block} no longer sees what it wrote: the block was handed to a second owner"
+            )
 
 
 class CopyOnWriteMachine(AllocatorMachine):
@@ -122,8 +134,13 @@ class CopyOnWriteMachine(AllocatorMachine):
         owner = self.owners[i % len(self.owners)]
         shared = self.owned()[owner.block] > 1
         if shared and len(self.owned()) == self.num_blocks:
+            count = self.owned()[owner.block]
             with pytest.raises(OutOfBlocksError):  # no block for the copy: nothing changes
                 self.allocator.copy_on_write(owner.block)
+            assert self.allocator.ref_count(owner.block) == count, (
+                f"a refused copy_on_write of block {owner.block} (full pool) left it {self.allocator.ref_count(owner.block)} "
+                f"owner(s), not {count}: the writer must keep its reference when no copy can be taken"
+            )
             return
         block = self.allocator.copy_on_write(owner.block)
         if not shared:
@@ -171,8 +188,12 @@ def test_allocate_many_is_all_or_nothing(num_blocks, first, second):
         else:
             with pytest.raises(OutOfBlocksError, match=str(n)):  # a clear message: how many were asked for
                 allocator.allocate_many(n)
-            assert allocator.num_free == free_before  # nothing was allocated
-        assert allocator.num_used == len(taken) and allocator.num_free == num_blocks - len(taken)
+            assert allocator.num_free == free_before, (
+                f"a refused allocate_many({n}) left {allocator.num_free} blocks free, not {free_before}: it took some"
+            )
+        assert allocator.num_used == len(taken) and allocator.num_free == num_blocks - len(taken), (
+            f"{len(taken)} blocks taken of {num_blocks}, but num_used={allocator.num_used}, num_free={allocator.num_free}"
+        )
     if allocator.num_free == 0:
         with pytest.raises(OutOfBlocksError):
             allocator.allocate()
@@ -191,7 +212,7 @@ def test_a_block_returns_to_the_free_list_with_its_last_owner():
     allocator.share(block)
     assert allocator.ref_count(block) == 2
     allocator.free(block)
-    assert allocator.ref_count(block) == 1 and allocator.num_used == 1  # still owned once
+    assert allocator.ref_count(block) == 1 and allocator.num_used == 1, "a shared block freed once is still in use"
     allocator.free(block)
     assert allocator.ref_count(block) == 0 and allocator.num_free == 2
     with pytest.raises(ValueError):
@@ -212,4 +233,7 @@ def test_copy_on_write_copies_only_shared_blocks():
     allocator.share(other)
     with pytest.raises(OutOfBlocksError):
         allocator.copy_on_write(other)
-    assert allocator.ref_count(other) == 2 and allocator.num_free == 0  # nothing changed
+    assert allocator.ref_count(other) == 2 and allocator.num_free == 0, (
+        f"a refused copy_on_write changed the pool: ref_count {allocator.ref_count(other)} (was 2), "
+        f"{allocator.num_free} free (was 0); the owner's reference must not be dropped when no copy can be taken"
+    )

@@ -25,8 +25,8 @@ def ceil_div(a: int, b: int) -> int:
 @example(num_tokens=33, block_size=16)  # one token into the next block
 def test_blocks_needed_is_the_fewest_blocks_that_hold_the_tokens(num_tokens, block_size):
     n = blocks_needed(num_tokens, block_size)
-    assert n * block_size >= num_tokens  # enough room
-    assert n == 0 or (n - 1) * block_size < num_tokens  # and not one block more
+    assert n * block_size >= num_tokens, f"{n} blocks of {block_size} cannot hold {num_tokens} tokens"
+    assert n == 0 or (n - 1) * block_size < num_tokens, f"{n - 1} blocks of {block_size} already hold {num_tokens} tokens"
 
 
 @pytest.mark.task("2.2")
@@ -45,11 +45,15 @@ def test_block_table_grows_token_by_token(num_blocks, block_size, chunks):
         if ceil_div(target, block_size) - len(table) > free_before:
             with pytest.raises(OutOfBlocksError):
                 grow_block_table(table, target, block_size, allocator)
-            assert table == before and allocator.num_free == free_before  # nothing changed
+            assert table == before and allocator.num_free == free_before, (
+                f"a refused grow changed the table {before} -> {table} or the free blocks {free_before} -> {allocator.num_free}"
+            )
             continue
         added = grow_block_table(table, target, block_size, allocator)
-        assert table == before + added  # old entries stay where they were; new blocks go at the end
-        assert len(table) == ceil_div(target, block_size)  # exactly the blocks needed, no more
+        assert table == before + added, "old entries stay where they were; the new blocks go at the end"
+        assert len(table) == ceil_div(target, block_size), (
+            f"{target} tokens in blocks of {block_size}: the table holds {len(table)} blocks, not exactly the ones needed"
+        )
         assert len(set(table)) == len(table) and allocator.num_used == len(table)
         assert grow_block_table(table, tokens, block_size, allocator) == [] and len(table) == ceil_div(target, block_size)
         tokens = target
@@ -71,8 +75,8 @@ def test_slot_mapping_puts_each_position_in_its_block(table, block_size, bounds)
     slots = slot_mapping(table, start, end, block_size)
     assert len(slots) == end - start
     for position, slot in zip(range(start, end), slots):
-        assert slot // block_size == table[position // block_size]  # in the position's block ...
-        assert slot % block_size == position % block_size  # ... at the position's offset
+        assert slot // block_size == table[position // block_size], f"position {position}: slot {slot} is not in its block"
+        assert slot % block_size == position % block_size, f"position {position}: slot {slot} is not at its offset"
     assert len(set(slots)) == len(slots)
     # the reader (chapter 0's AttentionMetadata.context_slots) finds tokens exactly where the writer put them
     meta = AttentionMetadata([end], [end], torch.tensor(slots), torch.tensor([table]), block_size)
