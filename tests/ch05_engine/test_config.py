@@ -110,6 +110,7 @@ def test_cli_reports_config_and_impl_errors_clearly(tmp_path):
     (dict(speculative="ngram", num_speculative_tokens=0), "num_speculative_tokens"),
     (dict(speculative="ngram", prompt_lookup_min=3, prompt_lookup_max=2), "prompt_lookup_min"),
     (dict(speculative="ngram", tensor_parallel_size=2), "tensor parallelism"),
+    (dict(speculative="ngram", draft_model="small"), "draft_model is used only"),
 ])
 def test_bad_speculative_settings_are_refused_with_one_clear_line(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -134,3 +135,12 @@ def test_cli_generate_speculates_when_asked_and_refuses_a_bad_k(tmp_path, tiny_d
     assert plain.returncode == 0 and spec.returncode == 0, spec.stderr
     assert spec.stdout == plain.stdout, "greedy output is the same with drafts"
     assert_clear_error(miniyaie(*args, "--speculative", "ngram", "--num-speculative-tokens", "0"), "num-speculative-tokens")
+
+def test_cli_generate_drafts_with_a_draft_model_and_refuses_none(tmp_path, tiny_dir):
+    path = tmp_path / "engine.toml"
+    path.write_text(TOML.format(model=tiny_dir[0]))
+    args = ("generate", "hello hello hello", "--config", str(path), "--temperature", "0", "--max-tokens", "5",
+            "--speculative", "draft", "--num-speculative-tokens", "3")
+    assert_clear_error(miniyaie(*args), "--draft-model")
+    drafted = miniyaie(*args, "--draft-model", str(tiny_dir[0]))  # the model drafting for itself
+    assert drafted.returncode == 0 and drafted.stdout.startswith("hello hello hello"), drafted.stderr

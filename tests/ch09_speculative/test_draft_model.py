@@ -22,8 +22,8 @@ from miniyaie.paged import blocks_needed  # noqa: E402
 from miniyaie.scheduler import Request  # noqa: E402
 
 RNG = random.Random(1)
-PROMPTS = [[RNG.randrange(320) for _ in range(RNG.randrange(3, 30))] for _ in range(6)]
-MAX_TOKENS = 30
+PROMPTS = [[RNG.randrange(320) for _ in range(RNG.randrange(3, 30))] for _ in range(5)]
+MAX_TOKENS = 24
 CONFIGS = {
     "radix": dict(),
     "paged": dict(enable_prefix_caching=False),
@@ -45,8 +45,15 @@ def models(tmp_path_factory):
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for weight in near.parameters():
-            weight.add_(torch.randn(weight.shape, generator=generator) * weight.std() * 0.5)
+            weight.add_(torch.randn(weight.shape, generator=generator) * weight.std() * 0.05)
     return target, near, load_model(path / "small-vocab")
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(models):
+    """The target's greedy outputs without drafts, per configuration (computed once for both tests)."""
+    target, _, _ = models
+    return {name: run(engine(target, **config)) for name, config in CONFIGS.items()}
 
 
 def engine(model, draft=None, **config) -> LLMEngine:
@@ -77,13 +84,12 @@ def run(llm: LLMEngine) -> list[list[int]]:
     return [out[rid] for rid in ids]
 
 
-@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+@pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.task("9.4")
-def test_the_target_drafting_for_itself_has_every_draft_accepted(models, config):
+def test_the_target_drafting_for_itself_has_every_draft_accepted(models, plain_outputs, name):
     target, _, _ = models
-    plain = run(engine(target, **config))
-    llm = engine(target, target, **config)
-    assert run(llm) == plain, "with a draft model the target's greedy output must not change"
+    llm = engine(target, target, **CONFIGS[name])
+    assert run(llm) == plain_outputs[name], "with a draft model the target's greedy output must not change"
     c = llm.counters
     assert c["draft_tokens"] > 0, f"the draft model never drafted: {c}"
     assert c["accepted_draft_tokens"] == c["draft_tokens"], (
@@ -94,13 +100,12 @@ def test_the_target_drafting_for_itself_has_every_draft_accepted(models, config)
         "every block of the target's and of the draft's pool must be back when every request ended")
 
 
-@pytest.mark.parametrize("config", list(CONFIGS.values()), ids=list(CONFIGS))
+@pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.task("9.4")
-def test_a_draft_model_near_the_target_changes_no_token(models, config):
+def test_a_draft_model_near_the_target_changes_no_token(models, plain_outputs, name):
     target, near, _ = models
-    plain = run(engine(target, **config))
-    llm = engine(target, near, **config)
-    assert run(llm) == plain, "with a draft model the target's greedy output must not change"
+    llm = engine(target, near, **CONFIGS[name])
+    assert run(llm) == plain_outputs[name], "with a draft model the target's greedy output must not change"
     c = llm.counters
     assert c["draft_tokens"] > c["accepted_draft_tokens"] > 0, f"both paths must run (accepted and rejected): {c}"
     assert llm.speculation.proposer.memory.num_used_blocks == 0, "the draft's blocks must be back at the end"
@@ -157,6 +162,7 @@ def test_aborted_and_stopped_requests_give_the_drafts_blocks_back(models):
         "an aborted, a stopped and a finished request must each give the draft's blocks back")
 
 
+@pytest.mark.ungraded  # provided code: the engine's checks at start
 def test_a_draft_model_with_another_vocabulary_or_none_is_refused(models):
     target, _, small_vocab = models
     with pytest.raises(ValueError, match="vocabulary"):
@@ -168,6 +174,7 @@ def test_a_draft_model_with_another_vocabulary_or_none_is_refused(models):
 
 
 @pytest.mark.bundled_model
+@pytest.mark.task("9.4")
 def test_smollm2_drafting_for_itself_has_every_draft_accepted():
     from miniyaie.engine import InferenceEngine
 
@@ -182,6 +189,7 @@ def test_smollm2_drafting_for_itself_has_every_draft_accepted():
     assert stats["method"] == "draft" and stats["acceptance_rate"] == 1.0, stats
 
 
+@pytest.mark.ungraded  # provided code: the engine's checks at start
 def test_a_draft_model_with_another_tokenizer_is_refused_by_name(tmp_path):
     """Given by path, the draft's tokenizer is compared with the target's: the same ids must mean the same text."""
     import json

@@ -57,7 +57,12 @@ def build_engine(args, default_max_tokens: int):
                 raise UsageError(str(exc)) from None
         if getattr(args, "tensor_parallel_size", None):
             engine_config = dataclasses.replace(engine_config, tensor_parallel_size=args.tensor_parallel_size)
-        engine_config = dataclasses.replace(engine_config, **scheduling_overrides(args))
+        try:
+            engine_config = dataclasses.replace(engine_config, **scheduling_overrides(args))
+        except ValueError as exc:  # EngineConfig says which setting does not fit (--draft-model without a draft, ...)
+            raise UsageError(str(exc)) from None
+        if engine_config.speculative == "draft" and engine_config.draft_model is None:
+            raise UsageError("--speculative draft needs --draft-model PATH (a smaller model with the same tokenizer)")
         runtime = cpu_runtime.loaded() if device == "cpu" else None
         print(f"Loading {model or 'SmolLM2-135M-Instruct (bundled)'} on {device}"
               + (f" (OpenMP: {runtime['openmp']}, malloc: {runtime['malloc']})" if runtime else "") + " ...",
@@ -66,5 +71,5 @@ def build_engine(args, default_max_tokens: int):
         if choice:
             print(choice, file=sys.stderr, flush=True)
         return InferenceEngine(model, engine_config, sampling_defaults=sampling, device=device, dtype=dtype)
-    except EngineError as exc:
+    except (EngineError, ValueError) as exc:  # a model that cannot load, or settings that do not fit it (a draft's tokenizer)
         raise UsageError(str(exc)) from None
