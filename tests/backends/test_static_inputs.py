@@ -125,6 +125,21 @@ def test_prefill_and_mixed_steps_run_eagerly(tiny):
     assert counters["eager_steps"] > 0 and counters["replays"] > 0
 
 
+def test_speculative_verify_steps_run_eagerly_and_decode_steps_still_replay(tiny):
+    """A step that verifies drafts has several query rows per request: the static decode path must decline it
+    (its buffers hold one row per request) and every token stay the eager engine's."""
+    path, oracle = tiny
+    prompts = PROMPTS + [[4, 5, 6, 7] * 4]  # a loop the n-gram proposer finds: drafts accepted
+    want = generate(engine_for(path, "off"), prompts, 12)
+    spec = dict(speculative="ngram", num_speculative_tokens=3, max_speculative_step_tokens=64)
+    engine = engine_for(path, "eager", **spec)
+    assert generate(engine, prompts, 12) == want
+    graphs = engine.runner.decode_graphs
+    assert engine.counters["verified_steps"] > 0 and graphs.counters["eager_steps"] >= 1
+    assert graphs.counters["replays"] > 0, "steps without drafts (a request with none found) still replay"
+    assert engine.memory.num_free_blocks == engine.memory.num_blocks
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
 def test_merged_projections_equal_the_separate_ones(tmp_path, kind):
     save_tiny_model(kind, tmp_path)
