@@ -81,7 +81,8 @@ def _run_module(config, path: Path, tests: list[str]) -> dict:
             proc = subprocess.run(args, cwd=config.rootpath, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
             crash = None if proc.returncode in (0, 1, 5) else f"exit status {proc.returncode}"
             if proc.returncode < 0:
-                crash = f"killed by signal {-proc.returncode}"
+                crash = (f"killed by signal {-proc.returncode} (in Triton's interpreter that is what a tl.load or tl.store "
+                         "outside its tensor does: mask every access that can pass the end of a row or tensor)")
             tail = (proc.stdout + proc.stderr)[-3000:]
         except subprocess.TimeoutExpired as exc:
             crash, tail = f"timed out after {CHILD_TIMEOUT_S} s", str(exc.stdout or "")[-3000:]

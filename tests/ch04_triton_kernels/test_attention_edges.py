@@ -148,7 +148,8 @@ def test_merge_weighs_each_split_by_its_log_sum_exp():
         "the merge gave inf/NaN: weigh splits by exp(lse - max lse), give an empty split (lse = -inf) "
         "weight 0, and read only the num_splits live splits"
     )
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5, msg=lambda m: (
+        f"the merge is not the splits' outputs weighed by exp(lse_i) / sum_j exp(lse_j) (weights that sum to 1): {m}"))
 
 
 @pytest.mark.task("4.3")
@@ -165,6 +166,7 @@ def test_extend_scores_near_plus_and_minus_100(page_size, dtype):
     args = (q, k_cache, v_cache, block_tables, query_start, torch.tensor(lens), page_size, HEAD_DIM**-0.5)
     out = extend_attention(*args)
     assert torch.isfinite(out.float()).all(), (
-        "scores near ±100 gave inf/NaN: keep a running max per query row and subtract it before exp"
+        "scores near ±100 gave inf/NaN: keep a running max per query row and subtract it before exp "
+        "(or a query row saw no key: new token i sees keys 0 .. prefix_len + i, itself included)"
     )
     assert_close(out, extend_attention_reference(*args), dtype)

@@ -15,13 +15,18 @@ NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE = 4, 2, 64, 4
 
 
 def step(prefixes: list[int], query_lens: list[int], seed: int):
-    """One step's inputs: (q, k, v, k_cache, v_cache, meta) for sequences with these cached prefixes and new tokens."""
+    """One step's inputs: (q, k, v, k_cache, v_cache, meta) for sequences with these cached prefixes and new tokens.
+
+    The new tokens' slots hold NaN until the step writes them, so attention that reads the pool before
+    storing the step's K/V gives NaN.
+    """
     seq_lens = [p + n for p, n in zip(prefixes, query_lens)]
     k_cache, v_cache, block_tables = paged_pool(seq_lens, NUM_KV_HEADS, HEAD_DIM, PAGE, torch.float32, seed)
     slots = []
     for s, (prefix, length) in enumerate(zip(prefixes, seq_lens)):
         positions = torch.arange(prefix, length)
         slots.append(block_tables[s, positions // PAGE] * PAGE + positions % PAGE)
+        k_cache[slots[-1]], v_cache[slots[-1]] = float("nan"), float("nan")
     gen = generator(seed + 1)
     num_tokens = sum(query_lens)
     q = torch.randn(num_tokens, NUM_HEADS, HEAD_DIM, generator=gen)
@@ -41,7 +46,10 @@ def run_both(backend: TritonAttentionBackend, inputs):
         "after the step the pool must hold exactly what chapter 0's backend writes: the new K/V at the slot mapping"
     )
     assert out.shape == expected.shape, f"output shape {tuple(out.shape)}, expected {tuple(expected.shape)}"
-    assert not out.isnan().any(), "NaN in the output: a kernel read a slot no sequence owns, or new K/V were not stored"
+    assert not out.isnan().any(), (
+        "NaN in the output: a kernel read a slot no sequence owns, or read the new tokens' slots before the step's K/V "
+        "were stored there (they hold NaN until then)"
+    )
     assert_close(out, expected, torch.float32)
 
 

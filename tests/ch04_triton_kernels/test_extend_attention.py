@@ -32,7 +32,10 @@ def run(chunks, group, head_dim, page_size, dtype, seed=0, num_kv_heads=2):
 @example(chunks=[(5, 1), (0, 20), (31, 2)], group=3, head_dim=96, page_size=16, dtype=torch.bfloat16)  # decode mixed in
 def test_extend_attention_matches_reference(chunks, group, head_dim, page_size, dtype):
     out, expected, _ = run(chunks, group, head_dim, page_size, dtype)
-    assert torch.isfinite(out.float()).all(), "read a slot outside the block table (they hold NaN)"
+    assert torch.isfinite(out.float()).all(), (
+        "NaN/inf in the output: a read of a slot outside the block table (they hold NaN), or a query row that saw "
+        "no key (new token i sees keys 0 .. prefix_len + i, itself included)"
+    )
     assert_close(out, expected, dtype)
 
 
@@ -42,4 +45,5 @@ def test_the_mask_is_offset_by_the_prefix():
     out, _, (q, k_cache, v_cache, block_tables, lens) = run([(7, 9), (0, 5)], 2, 64, 16, torch.float32, seed=4)
     slots = block_tables[0, :1] * 16 + torch.arange(16)
     expected = causal_attention(q[:9], k_cache[slots[: lens[0]]], v_cache[slots[: lens[0]]], 64**-0.5)
-    torch.testing.assert_close(out[:9], expected, **FP32_CLOSE)
+    torch.testing.assert_close(out[:9], expected, **FP32_CLOSE, msg=lambda m: (
+        f"sequence 0 has 7 cached tokens and 9 new ones: new token i must see keys 0 .. 7 + i, no later one: {m}"))

@@ -36,7 +36,10 @@ def batch(params, vocab, seed):
 @example(params=[(2.0, 7, 0.5, 0.05, 0.7)], vocab=2500, seed=3)  # every filter at once
 def test_kernel_picks_the_reference_token(params, vocab, seed):
     args = batch(params, vocab, seed)
-    assert sample(*args).tolist() == sample_reference(*args).tolist()
+    ours, expected = sample(*args).tolist(), sample_reference(*args).tolist()
+    assert ours == expected, (
+        f"rows (temperature, top_k, top_p, min_p, u) = {params}: the kernel picked {ours}, the reference {expected}"
+    )
 
 
 @pytest.mark.task("4.6")
@@ -48,6 +51,8 @@ def test_filters_bound_the_choice():
         int(sample(logits, torch.tensor([1.0]), torch.tensor([3]), torch.tensor([1.0]), torch.tensor([0.0]), u[None]))
         for u in uniforms
     }
-    assert picked == {1, 3, 5}
+    assert picked == {1, 3, 5}, (
+        f"top-k 3 over 24 uniforms picked tokens {sorted(picked)}: only the 3 likeliest (1, 3, 5) may come up, and each must"
+    )
     greedy = sample(logits.repeat(2, 1), torch.zeros(2), torch.zeros(2, dtype=torch.int64), torch.ones(2), torch.zeros(2), torch.rand(2))
-    assert greedy.tolist() == [1, 1]
+    assert greedy.tolist() == [1, 1], f"temperature 0 is greedy: token 1 for both rows, got {greedy.tolist()}"

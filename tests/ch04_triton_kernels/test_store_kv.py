@@ -24,7 +24,13 @@ def test_store_writes_each_token_to_its_slot_and_nothing_else(num_tokens, num_kv
     expected = [c.clone() for c in caches]
     store_kv(k, v, *caches, slots)
     store_kv_reference(k, v, *expected, slots)
-    assert torch.equal(caches[0], expected[0]) and torch.equal(caches[1], expected[1])
+    for name, ours, ref in (("k_cache", caches[0], expected[0]), ("v_cache", caches[1], expected[1])):
+        wrong = sorted({int(s) for s in (ours != ref).nonzero()[:, 0]})
+        targets = set(slots.tolist())
+        assert not wrong, (
+            f"{name}: rows {wrong} differ from the reference ({[s for s in wrong if s not in targets]} are slots no token "
+            f"maps to and must not change); token t's row goes to row slot_mapping[t], cast to the cache's dtype"
+        )
 
 
 @pytest.mark.task("4.4")
@@ -33,5 +39,9 @@ def test_store_into_one_layer_of_a_pool_leaves_the_other_layers():
     pool_v = torch.zeros(3, 10, 2, 64)
     k, v = torch.ones(2, 2, 64), torch.full((2, 2, 64), 2.0)
     store_kv(k, v, pool_k[1], pool_v[1], torch.tensor([9, 0]))
-    assert pool_k[1, [0, 9]].eq(1).all() and pool_v[1, [0, 9]].eq(2).all()
-    assert pool_k.sum() == 2 * 2 * 64 and pool_v.sum() == 2 * 2 * 2 * 64
+    assert pool_k[1, [0, 9]].eq(1).all() and pool_v[1, [0, 9]].eq(2).all(), (
+        "slots 9 and 0 of layer 1 (a view into a pool of 3 layers) must hold the tokens' K (1) and V (2)"
+    )
+    assert pool_k.sum() == 2 * 2 * 64 and pool_v.sum() == 2 * 2 * 2 * 64, (
+        "a row outside the two slots changed: this layer's other rows and the other layers must stay as they were"
+    )
