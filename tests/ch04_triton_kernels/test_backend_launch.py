@@ -6,7 +6,7 @@ the outputs must match and so must the pools after the step.
 
 import pytest
 import torch
-from kernel_cases import assert_close, generator, paged_pool
+from kernel_cases import TOLERANCES, generator, paged_pool
 
 from miniyaie.kernels import TritonAttentionBackend
 from miniyaie.model import AttentionMetadata, TorchAttentionBackend
@@ -50,13 +50,17 @@ def run_both(backend: TritonAttentionBackend, inputs):
         "NaN in the output: a kernel read a slot no sequence owns, or read the new tokens' slots before the step's K/V "
         "were stored there (they hold NaN until then)"
     )
-    assert_close(out, expected, torch.float32)
+    torch.testing.assert_close(out, expected, **TOLERANCES[torch.float32], msg=lambda m: (
+        f"query_lens {meta.query_lens}, seq_lens {meta.seq_lens} (after the step): the output differs from chapter 0's "
+        f"backend, which attends each query to all its sequence's tokens up to its own, the new ones included: {m}"))
 
 
 @pytest.mark.task("4.7")
 def test_a_decode_step_uses_the_decode_kernel():
     backend = TritonAttentionBackend()
-    run_both(backend, step([5, 17, 1], [1, 1, 1], seed=0))
+    # The longest sequence holds 17 tokens after the step, one past a 16-token tile: the decode kernel's splits
+    # must be sized by the lengths after the step (meta.seq_lens), the new token included.
+    run_both(backend, step([5, 16, 1], [1, 1, 1], seed=0))
     assert backend.launches == {"decode": 1, "extend": 0}, f"one token per sequence is a decode step: {backend.launches}"
 
 
