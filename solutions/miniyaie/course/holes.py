@@ -11,9 +11,10 @@
     and every later one stubbed (what a learner has who works in book
     order), every test marked with task k must pass.
 
-The chapter's graded tests that no task marks run once more on the reference,
-so that with (c) every test `course mutants` runs has run: when all passed,
-their outcomes and times are recorded for it (course/reference.py).
+The chapter's graded tests that (c) does not run (no task of a region marks
+them) run on the reference, so that with (c) every test `course mutants` runs
+has run: when all passed, their outcomes and times are recorded for it
+(course/reference.py).
 
 All sessions run in the batch workers (course/batch.py), each importing its
 own tree afresh.
@@ -87,7 +88,8 @@ def holes(number: int) -> int:
         graded = [r for r in collected if r.graded and r.chapter == number]
         own = [[t.nodeid for t in graded if r.task in t.tasks] for r in regions]
         others = [[t.nodeid for t in graded if r.task not in t.tasks] for r in regions]
-        unmarked = [t.nodeid for t in light if t.graded and t.chapter == number and not t.tasks]  # (c) runs none of these
+        unmarked = [t.nodeid for t in light  # (c) runs none of these: no mark, or only marks of tasks with no region
+                    if t.graded and t.chapter == number and not set(t.tasks) & set(tasks)]
         sessions = [Session(f"{ch.package}=chapters", [ch.tests, *GRADED])]
         sessions += [Session(f"{ch.package}={root}", [*tests, "-x"]) for tests, root in zip(own, one_stub) if tests]
         stubbed = len(sessions) - 1
