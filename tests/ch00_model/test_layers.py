@@ -131,7 +131,8 @@ def test_apply_rotary_matches_complex_rotation(head_dim, num_heads, positions, s
     assert out.shape == x.shape and out.dtype == x.dtype, f"x's shape and dtype: got {tuple(out.shape)} {out.dtype}"
     torch.testing.assert_close(
         out.double(), expected, rtol=1e-4, atol=1e-4,
-        msg=lambda m: f"pair (i, i + {half}) of every head, read as x[i] + j*x[i + {half}], times e^(j*angle): {m}",
+        msg=lambda m: f"pair (i, i + head_dim/2 = i + {half}) of every head, read as x[i] + j*x[i + {half}], "
+        f"times e^(j*angle): {m}",
     )
 
 
