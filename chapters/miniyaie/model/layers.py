@@ -64,11 +64,10 @@ def rope_inverse_frequencies(config: ModelConfig) -> torch.Tensor:
 def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of every token's rotation angles: two float32 tensors [num_tokens, head_dim].
 
-    positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2]: pair k
-    turns by position * inv_freq[k] (the book's Task 0.2 says which dimensions form
-    pair k). Row t is token t; column c holds the cos (sin) of the angle dimension c
-    turns by (apply_rotary and chapter 4's kernels read it). config is the model's; its
-    rope scaling is already in inv_freq. Asserted: transformers' tables.
+    positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2], config's rope scaling included: pair k
+    turns by position * inv_freq[k] (the book's Task 0.2 says which dimensions form pair k). Row t is token t;
+    column c holds the cos (sin) of the angle dimension c turns by (apply_rotary and chapter 4's kernels read
+    it). Asserted: transformers' tables.
     """
     # Idea: dimension c belongs to one pair: which pair, and so which of the head_dim / 2 speeds is column c's?
     # Stuck? `miniyaie hint 0.2` prints hints, one level at a time.

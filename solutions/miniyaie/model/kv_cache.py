@@ -11,9 +11,8 @@ from miniyaie.model.config import ModelConfig
 class KVCache:
     """K and V of every layer, `num_slots` token slots each.
 
-    Layout [num_layers, num_slots, num_kv_heads, head_dim]: a token's K/V in a
-    layer is one row, found through the slot mapping (see attention.py). Both
-    tensors, self.k and self.v, start as zeros in the dtype and on the device asked for.
+    Layout [num_layers, num_slots, num_kv_heads, head_dim], zeros at first (in the dtype, on the device asked
+    for): a token's K/V in a layer is one row, found through the slot mapping (see attention.py).
     """
 
     def __init__(self, config: ModelConfig, num_slots: int, dtype: torch.dtype, device: str | torch.device = "cpu"):
