@@ -237,3 +237,12 @@ def test_copy_on_write_copies_only_shared_blocks():
         f"a refused copy_on_write changed the pool: ref_count {allocator.ref_count(other)} (was 2), "
         f"{allocator.num_free} free (was 0); the owner's reference must not be dropped when no copy can be taken"
     )
+    allocator.free(copy)  # one block free again, nobody owns it
+    with pytest.raises(ValueError):
+        got = allocator.copy_on_write(copy)
+        pytest.fail(f"copy_on_write of free block {copy} returned {got}: a free block has no owner to write into it, "
+                    "that is a ValueError")
+    assert allocator.num_free == 1 and allocator.ref_count(copy) == 0, (
+        f"copy_on_write of a free block left {allocator.num_free} block(s) free (was 1) and ref_count "
+        f"{allocator.ref_count(copy)}: it must raise ValueError before taking a block or dropping an owner"
+    )

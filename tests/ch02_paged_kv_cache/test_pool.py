@@ -32,7 +32,9 @@ def test_pool_sized_from_a_budget_fits_it_and_one_more_block_would_not(
     one_block = make_pool(config, 1, block_size, dtype).nbytes  # measured on real tensors
     if budget < one_block:
         with pytest.raises(ValueError):  # a budget smaller than one block holds no pool at all
-            num_blocks_for_budget(config, budget, block_size, dtype)
+            num_blocks = num_blocks_for_budget(config, budget, block_size, dtype)
+            pytest.fail(f"a budget of {budget} bytes is less than one block ({one_block} bytes), "
+                        f"so it holds no pool: ValueError, not {num_blocks} block(s)")
         return
     num_blocks = num_blocks_for_budget(config, budget, block_size, dtype)
     assert num_blocks * one_block <= budget, f"{num_blocks} blocks of {one_block} bytes do not fit in {budget} bytes"

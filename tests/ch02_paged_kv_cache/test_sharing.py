@@ -1,4 +1,4 @@
-"""Task 2.3 (sharing): a request starts on blocks another owner filled (share_blocks, fork): references, never copies.
+"""Task 2.3 (sharing): a request starts on blocks another owner filled (share_blocks, fork): references, never copies, until it writes into one.
 
 Needs only the allocator (Task 2.1): the blocks are taken from the memory's
 allocator directly, as chapter 3's prefix cache does.
@@ -9,6 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from miniyaie.paged import PagedMemory
+from miniyaie.scheduler import Request
 
 
 @pytest.mark.task("2.3")
@@ -68,3 +69,35 @@ def test_sharing_a_list_with_a_free_block_takes_no_reference_at_all(num_used, fr
     assert memory.block_table("r") == [], "a refused share gives the request no table"
     memory.share_blocks("r", used)  # the request still holds nothing, so it may start on the blocks in use
     assert memory.block_table("r") == used
+
+
+@pytest.mark.task("2.3")
+@given(block_size=st.sampled_from([1, 2, 4, 7]), num_shared=st.integers(1, 6), start=st.integers(0, 42), length=st.integers(0, 14))
+@example(block_size=4, num_shared=3, start=4, length=4)  # the write ends on a block boundary, the table goes on past it
+@example(block_size=4, num_shared=2, start=5, length=1)  # one token in the middle of a shared block
+@example(block_size=4, num_shared=2, start=6, length=8)  # into the last shared block, then past the table
+def test_a_write_copies_exactly_the_shared_blocks_its_positions_land_in(block_size, num_shared, start, length):
+    """A request on blocks filled by another owner (chapter 3 starts one on a cached prefix like this) writes
+    positions start..end-1: the shared blocks holding one of them are copied; the others, before or after, stay shared."""
+    start = min(start, num_shared * block_size)  # the request's computed tokens lie in the blocks it starts on
+    end = start + length
+    memory = PagedMemory(2 * num_shared + end + 1, block_size)  # room for every copy and every new block
+    blocks = memory.allocator.allocate_many(num_shared)  # filled by someone else (one owner)
+    memory.share_blocks("r", blocks)
+    written = [i for i in range(num_shared) if any(p // block_size == i for p in range(start, end))]
+    assert list(memory._blocks_written(memory.block_table("r"), start, end)) == written, (
+        f"positions {start}..{end - 1} in blocks of {block_size} write into table indexes {written} of the "
+        f"{num_shared} blocks the table has (chapter 3 counts copies with _blocks_written)"
+    )
+    request = Request("r", [0] * max(end, 1), max_tokens=1)
+    request.num_computed_tokens = start
+    memory.allocate(request, length)
+    copies = memory.take_block_copies()
+    assert [src for src, _ in copies] == [blocks[i] for i in written], (
+        f"writing positions {start}..{end - 1} (blocks of {block_size}) into a table of {num_shared} shared blocks "
+        f"copied {[src for src, _ in copies]}, not {[blocks[i] for i in written]}: only a shared block that one of "
+        "the positions lands in may be copied"
+    )
+    table = memory.block_table("r")
+    for i, block in enumerate(blocks):
+        assert (table[i] == block) == (i not in written), f"table index {i}: shared unless written into"

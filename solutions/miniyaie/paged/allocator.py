@@ -201,23 +201,24 @@ class BlockAllocator:
         fresh block is needed and none is free; ValueError for a free `block`.
         """
         self._check(block)
-        if self._ref_counts[block] == 0:
-            raise ValueError(f"block {block} is free: nobody may write into it")
         # Nudge: who else would see the write, and what must still be true if the pool is full?
         # Hint 1: The invariant is that no owner ever sees another owner's writes. A block with one
         #   owner can be written in place; a shared one must not be touched, so the writer moves
         #   to a private block. When the pool is full the call must fail before anything has
         #   changed: think about which of the two changes can fail.
-        # Hint 2: If the block's count is 1, return it. Otherwise allocate a new block first (this
-        #   raises OutOfBlocksError when none is free, and nothing has changed yet), then drop the
-        #   caller's reference to the old block with free (the other owners keep it), and return
-        #   the new one.
+        # Hint 2: A free block (count 0) is a ValueError. If the block's count is 1, return it.
+        #   Otherwise allocate a new block first (this raises OutOfBlocksError when none is free,
+        #   and nothing has changed yet), then drop the caller's reference to the old block with
+        #   free (the other owners keep it), and return the new one.
         # Hint 3:
+        #   if ref_counts[block] == 0: raise ValueError("block ... is free")
         #   if ref_counts[block] == 1: return block
         #   new = allocate()        # may raise: nothing changed
         #   free(block)             # the others keep it
         #   return new
         # BEGIN SOLUTION 2.1: The block allocator: owners, sharing and copy-on-write
+        if self._ref_counts[block] == 0:
+            raise ValueError(f"block {block} is free: nobody may write into it")
         if self._ref_counts[block] == 1:
             return block
         new_block = self.allocate()
