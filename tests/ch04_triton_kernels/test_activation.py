@@ -1,4 +1,4 @@
-"""Task 4.5: SiLU-and-mul."""
+"""Task 4.2: SiLU-and-mul."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from kernel_cases import assert_close, dtypes, generator
 from miniyaie.kernels import silu_and_mul, silu_and_mul_reference
 
 
-@pytest.mark.task("4.5")
+@pytest.mark.task("4.2")
 @settings(max_examples=15)
 @given(rows=st.integers(1, 5), width=st.sampled_from([1, 96, 1536, 2049]), dtype=dtypes, seed=st.integers(0, 2**16))
 @example(rows=3, width=2049, dtype=torch.bfloat16, seed=0)  # past one 1024-element program, ragged end
@@ -22,7 +22,7 @@ def test_silu_and_mul_matches_reference(rows, width, dtype, seed):
     assert_close(out, silu_and_mul_reference(gate, up), dtype)
 
 
-@pytest.mark.task("4.5")
+@pytest.mark.task("4.2")
 @pytest.mark.parametrize("n", [1, 100, 1023, 1025])  # every last program ragged
 def test_silu_and_mul_writes_nothing_at_or_past_n(n):
     """The kernel's contract: it writes elements [0, n) of out and nothing at or past n. Launched on

@@ -1,4 +1,4 @@
-"""Task 4.7: the Triton backend stores a step's K/V and runs one attention launch, the right kernel for the step.
+"""Task 4.4: the Triton backend stores a step's K/V and runs one attention launch, the right kernel for the step.
 
 The oracle is chapter 0's TorchAttentionBackend on a copy of the same pool:
 the outputs must match and so must the pools after the step.
@@ -55,7 +55,7 @@ def run_both(backend: TritonAttentionBackend, inputs):
         f"backend, which attends each query to all its sequence's tokens up to its own, the new ones included: {m}"))
 
 
-@pytest.mark.task("4.7")
+@pytest.mark.task("4.4")
 def test_a_decode_step_uses_the_decode_kernel():
     backend = TritonAttentionBackend()
     # The longest sequence holds 17 tokens after the step, one past a 16-token tile: the decode kernel's splits
@@ -64,7 +64,7 @@ def test_a_decode_step_uses_the_decode_kernel():
     assert backend.launches == {"decode": 1, "extend": 0}, f"one token per sequence is a decode step: {backend.launches}"
 
 
-@pytest.mark.task("4.7")
+@pytest.mark.task("4.4")
 @pytest.mark.parametrize("prefixes, query_lens", [([5, 0, 9], [1, 6, 3]), ([0], [7]), ([3, 2], [2, 1])])
 def test_any_other_step_uses_the_extend_kernel(prefixes, query_lens):
     backend = TritonAttentionBackend()
@@ -72,7 +72,7 @@ def test_any_other_step_uses_the_extend_kernel(prefixes, query_lens):
     assert backend.launches == {"decode": 0, "extend": 1}, f"query lengths {query_lens} need the extend kernel: {backend.launches}"
 
 
-@pytest.mark.task("4.7")
+@pytest.mark.task("4.4")
 def test_every_layer_of_a_step_and_the_next_step_get_their_own_sizes():
     """Two layers share one step's metadata; the next step (now pure decode) brings new metadata."""
     backend = TritonAttentionBackend()

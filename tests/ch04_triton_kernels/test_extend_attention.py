@@ -1,4 +1,4 @@
-"""Task 4.3: extend attention over a cached prefix plus the new tokens, against its torch reference."""
+"""Task 4.1: extend attention over a cached prefix plus the new tokens, against its torch reference."""
 
 import pytest
 import torch
@@ -24,7 +24,7 @@ def run(chunks, group, head_dim, page_size, dtype, seed=0, num_kv_heads=2):
     return extend_attention(*args), extend_attention_reference(*args), (q, k_cache, v_cache, block_tables, lens)
 
 
-@pytest.mark.task("4.3")
+@pytest.mark.task("4.1")
 @settings(max_examples=12)
 @given(chunks=chunks, group=GQA, head_dim=HEAD_DIMS, page_size=PAGE_SIZES, dtype=dtypes)
 @example(chunks=[(0, 1)], group=1, head_dim=64, page_size=1, dtype=torch.float32)  # a one-token prompt
@@ -39,7 +39,7 @@ def test_extend_attention_matches_reference(chunks, group, head_dim, page_size, 
     assert_close(out, expected, dtype)
 
 
-@pytest.mark.task("4.3")
+@pytest.mark.task("4.1")
 def test_the_mask_is_offset_by_the_prefix():
     """Chapter 0's causal_attention on the gathered context is the same computation, one sequence at a time."""
     out, _, (q, k_cache, v_cache, block_tables, lens) = run([(7, 9), (0, 5)], 2, 64, 16, torch.float32, seed=4)

@@ -1,4 +1,4 @@
-"""Task 4.5: RMSNorm with a fused residual add."""
+"""Task 4.2: RMSNorm with a fused residual add."""
 
 import pytest
 import torch
@@ -10,7 +10,7 @@ from miniyaie.kernels import rms_norm, rms_norm_reference
 from miniyaie.model import rms_norm as chapter0_rms_norm
 
 
-@pytest.mark.task("4.5")
+@pytest.mark.task("4.2")
 @settings(max_examples=15)
 @given(rows=st.integers(1, 9), hidden=st.sampled_from([64, 80, 96, 576]), dtype=dtypes,
        with_residual=st.booleans(), seed=st.integers(0, 2**16))
@@ -26,7 +26,7 @@ def test_rms_norm_matches_reference(rows, hidden, dtype, with_residual, seed):
     assert_close(summed, expected_sum, dtype)
 
 
-@pytest.mark.task("4.5")
+@pytest.mark.task("4.2")
 def test_fused_add_equals_chapter0_norm_of_the_sum():
     x, residual, weight = torch.randn(4, 3, 64), torch.randn(4, 3, 64), torch.rand(64)
     out, summed = rms_norm(x, weight, 1e-5, residual)

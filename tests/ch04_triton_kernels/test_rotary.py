@@ -1,4 +1,4 @@
-"""Task 4.5: neox-style rotary embedding, in place on q and k."""
+"""Task 4.2: neox-style rotary embedding, in place on q and k."""
 
 import pytest
 import torch
@@ -19,7 +19,7 @@ def cos_sin(head_dim: int, positions: torch.Tensor):
     return rope_cos_sin(config, positions, rope_inverse_frequencies(config).to(positions.device))
 
 
-@pytest.mark.task("4.5")
+@pytest.mark.task("4.2")
 @settings(max_examples=15)
 @given(num_tokens=st.integers(1, 8), heads=st.sampled_from([(1, 1), (9, 3), (8, 2)]),
        head_dim=st.sampled_from([24, 64, 80, 96]), dtype=dtypes, seed=st.integers(0, 2**16))
@@ -37,7 +37,7 @@ def test_rotary_in_place_matches_reference(num_tokens, heads, head_dim, dtype, s
     assert_close(k, k_ref, dtype)
 
 
-@pytest.mark.task("4.5")
+@pytest.mark.task("4.2")
 def test_rotary_equals_chapter0_apply_rotary():
     positions = torch.tensor([0, 1, 17, 300])
     cos, sin = cos_sin(64, positions)

@@ -1,4 +1,4 @@
-"""Task 4.6 on rows that random logits never give: kept tokens in several tiles, vanishing probabilities, one-ulp ties.
+"""Task 4.3 on rows that random logits never give: kept tokens in several tiles, vanishing probabilities, one-ulp ties.
 
 Every row is run for several uniforms, u = 0 included, and the kernel must
 pick the reference's token each time. 2500 tokens span three tiles of the
@@ -67,7 +67,7 @@ ROWS = [
 ]
 
 
-@pytest.mark.task("4.6")
+@pytest.mark.task("4.3")
 def test_kernel_picks_the_reference_token_on_edge_rows():
     logits = torch.stack([row[1] for row in ROWS for _ in UNIFORMS])
     column = lambda i, dtype=torch.float32: torch.tensor([row[i] for row in ROWS for _ in UNIFORMS], dtype=dtype)  # noqa: E731

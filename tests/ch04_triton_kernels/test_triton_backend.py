@@ -16,7 +16,7 @@ from tiny_models import save_tiny_model, transformers_greedy
 from miniyaie.engine import EngineConfig, LLMEngine
 from miniyaie.model import SamplingParams, load_model
 
-pytestmark = [pytest.mark.task(t) for t in ("4.1", "4.2", "4.3", "4.4", "4.5", "4.7")]
+pytestmark = [pytest.mark.task(t) for t in ("4.1", "4.2", "4.4")]
 PROMPTS = [list(range(1, 18)), [5, 6, 7], list(range(30, 60))]
 MAX_TOKENS = 6
 

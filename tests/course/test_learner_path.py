@@ -11,7 +11,7 @@ Not on the default chat path, and checked as such (the command answers with thei
   - chapter 8 runs only for a constrained request (response_format and the like). Not run here:
     `serve` compiles its pattern in a freshly spawned worker process, about 10 s a request on
     2 cores; tests/ch08_structured_output/test_serve_cli_response_format.py serves that path.
-  - chapter 4's sampling kernel (Task 4.6) is on no command's path: the engine samples with torch.
+  - chapter 4's sampling kernel (Task 4.3) is on no command's path: the engine samples with torch.
 """
 
 import json

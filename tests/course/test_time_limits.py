@@ -58,14 +58,14 @@ def test_a_tree_walk_that_never_advances_fails_at_the_chapter_limit_naming_its_t
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="a CPU run: the kernel runs in Triton's interpreter")
 def test_a_kernel_search_that_never_ends_fails_in_its_child_process_naming_its_task(tmp_path, monkeypatch):
-    """Task 4.6's top-k bisection, planted so that it never narrows; chapter 4 runs each module in a child pytest."""
+    """Task 4.3's top-k bisection, planted so that it never narrows; chapter 4 runs each module in a child pytest."""
     root = planted(tmp_path, 4, "sampling.py", "                if count >= k:\n                    lo = mid\n",
                    "                if count >= k:\n                    lo = lo\n")
     result = run_scaled("tests/ch04_triton_kernels/test_sampling_kernel.py::test_filters_bound_the_choice",
                         f"kernels={root}", monkeypatch)
     limit = CHAPTER_LIMITS_S[4] * SCALE
     assert result.outcome == "failed"
-    assert "Task 4.6" in result.message and f"its {limit:g} s time limit" in result.message, result.message
+    assert "Task 4.3" in result.message and f"its {limit:g} s time limit" in result.message, result.message
 
 
 def test_a_limit_that_runs_out_while_pytest_reports_a_finished_test_is_no_internal_error(tmp_path):

@@ -21,9 +21,9 @@ def _silu_and_mul_kernel(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
     fp16 and bf16. Nothing at or past n is read or written.
     """
     # Idea: an elementwise kernel: load, compute in float32, round where torch rounds, store.
-    # Stuck? `miniyaie hint 4.5` prints hints, one level at a time.
-    # TODO(Task 4.5): The layer's elementwise kernels. Replace this line with your code.
-    raise NotImplementedError("Chapter 4, Task 5: The layer's elementwise kernels — see book/src/ch04_triton_kernels.md")
+    # Stuck? `miniyaie hint 4.2` prints hints, one level at a time.
+    # TODO(Task 4.2): The layer's elementwise kernels. Replace this line with your code.
+    raise NotImplementedError("Chapter 4, Task 2: The layer's elementwise kernels — see book/src/ch04_triton_kernels.md")
 # ANCHOR_END: silu_kernel
 
 

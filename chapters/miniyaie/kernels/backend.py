@@ -17,14 +17,10 @@ from miniyaie.model import AttentionMetadata, LayerOps
 class TritonAttentionBackend:
     """Chapter 0's AttentionBackend on the Triton kernels: one attention launch for a whole step.
 
-    A step where every sequence brings one token (pure decode) uses the
-    split-KV decode kernel; any other step (prefill, chunked prefill, or
-    decode mixed with prefill) uses the extend kernel, which also handles
-    one-token sequences.
-
-    The longest query, the longest context and the decode split count come
-    from the step's metadata, which is on the host: no layer has to read them
-    back from the GPU (each read would wait for the device, 30 times a step).
+    The decode kernel (one query per sequence, split-KV) runs on every step it
+    can compute, the extend kernel on every other. The per-step sizes are made
+    once per step (the layers of a step share its metadata object) and never
+    make the host wait for the device.
     """
 
     def __init__(self):
@@ -37,13 +33,14 @@ class TritonAttentionBackend:
         seq_lens: int32 [num_seqs] on q's device; query_start: int32 [num_seqs + 1] on q's device,
         sequence s owning the packed rows query_start[s] .. query_start[s + 1] - 1 (the last
         entry is the number of rows); max_query_len: an int. Also sets self._max_seq_len (an
-        int) for the decode kernel. Nothing is read back from a device tensor.
+        int: the longest context of the step, its new tokens included) for the decode kernel.
+        On a GPU it never makes the host wait for the device.
         """
         if meta is not self._meta:
-            # Idea: the kernels index packed rows by sequence; the sizes come from lists already on the host.
-            # Stuck? `miniyaie hint 4.7` prints hints, one level at a time.
-            # TODO(Task 4.7): One attention launch per step. Replace this line with your code.
-            raise NotImplementedError('Chapter 4, Task 7: One attention launch per step — see book/src/ch04_triton_kernels.md')
+            # Idea: the kernels index packed rows by sequence; where can the sizes come from without a wait?
+            # Stuck? `miniyaie hint 4.4` prints hints, one level at a time.
+            # TODO(Task 4.4): The backend's step. Replace this line with your code.
+            raise NotImplementedError("Chapter 4, Task 4: The backend's step — see book/src/ch04_triton_kernels.md")
             num_kv_heads = k_cache.shape[1]
             self._num_splits = default_num_splits(len(meta.seq_lens), num_kv_heads, self._max_seq_len, decode_block_n(q.device))
             self._meta = meta
@@ -52,16 +49,16 @@ class TritonAttentionBackend:
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         """Chapter 0's AttentionBackend.forward: the attention of this step's queries, as TorchAttentionBackend gives it.
 
-        Afterwards the pool holds this step's K/V (k, v) at meta.slot_mapping. A pure decode
-        step (every sequence brings one token) is one decode_attention launch with the step's
-        split count and longest context (self._num_splits, self._max_seq_len); any other step
-        is one extend_attention launch with the longest query. Each launch counts in
-        self.launches["decode"] or ["extend"].
+        Afterwards the pool holds this step's K/V (k, v) at meta.slot_mapping. Each call is
+        exactly one attention launch, counted in self.launches["decode"] or ["extend"]: the
+        decode_attention kernel (with the step's split count and longest context,
+        self._num_splits and self._max_seq_len) on every step it can compute, extend_attention
+        (with the longest query) on every other.
         """
-        # Idea: store first, then pick the kernel by the shape of the step.
-        # Stuck? `miniyaie hint 4.7` prints hints, one level at a time.
-        # TODO(Task 4.7): One attention launch per step. Replace this line with your code.
-        raise NotImplementedError('Chapter 4, Task 7: One attention launch per step — see book/src/ch04_triton_kernels.md')
+        # Idea: what must be in the pool before a kernel reads it, and which steps can the decode kernel take?
+        # Stuck? `miniyaie hint 4.4` prints hints, one level at a time.
+        # TODO(Task 4.4): The backend's step. Replace this line with your code.
+        raise NotImplementedError("Chapter 4, Task 4: The backend's step — see book/src/ch04_triton_kernels.md")
 # ANCHOR_END: triton_backend
 
 

@@ -72,10 +72,10 @@ def _decode_split_kernel(
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    # Idea: each K/V tile, read through the block table, serves all heads of the group: online softmax.
+    # Idea: the split's keys arrive a tile at a time; what must each query head carry from tile to tile?
     # Stuck? `miniyaie hint 4.1` prints hints, one level at a time.
-    # TODO(Task 4.1): Paged decode attention, one split. Replace this line with your code.
-    raise NotImplementedError('Chapter 4, Task 1: Paged decode attention, one split — see book/src/ch04_triton_kernels.md')
+    # TODO(Task 4.1): Attention over the paged cache. Replace this line with your code.
+    raise NotImplementedError('Chapter 4, Task 1: Attention over the paged cache — see book/src/ch04_triton_kernels.md')
 # ANCHOR_END: decode_kernel
 
 
@@ -97,10 +97,10 @@ def _merge_splits_kernel(
     seq = tl.program_id(0)
     head = tl.program_id(1)
     num_heads = tl.num_programs(1)
-    # Idea: each split is a softmax over part of the keys; its lse says how much mass it had.
-    # Stuck? `miniyaie hint 4.2` prints hints, one level at a time.
-    # TODO(Task 4.2): Merge flash-decoding splits. Replace this line with your code.
-    raise NotImplementedError('Chapter 4, Task 2: Merge flash-decoding splits — see book/src/ch04_triton_kernels.md')
+    # Idea: how much should a split's normalised output count, and what does its lse know about that?
+    # Stuck? `miniyaie hint 4.1` prints hints, one level at a time.
+    # TODO(Task 4.1): Attention over the paged cache. Replace this line with your code.
+    raise NotImplementedError('Chapter 4, Task 1: Attention over the paged cache — see book/src/ch04_triton_kernels.md')
 # ANCHOR_END: merge_kernel
 
 
@@ -135,7 +135,7 @@ def decode_partials(
     num_splits: int | None = None,
     max_seq_len: int | None = None,
 ) -> DecodePartials:
-    """Run the split kernel alone (Task 4.1); decode_attention merges what it returns.
+    """Run the split kernel alone (the split kernel); decode_attention merges what it returns.
 
     `max_seq_len` (the longest context) sizes the splits. Give it when it is on the
     host already, as the backend does once per step: reading it from `seq_lens` on a
@@ -168,7 +168,7 @@ def decode_partials(
 
 
 def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Run the merge kernel alone (Task 4.2): combine DecodePartials' out and lse into out [num_seqs, num_heads, head_dim]."""
+    """Run the merge kernel alone (the merge kernel): combine DecodePartials' out and lse into out [num_seqs, num_heads, head_dim]."""
     num_seqs, num_heads, num_splits, dim_pad = part_out.shape
     if not (part_out.is_contiguous() and part_lse.is_contiguous()) or part_lse.shape != part_out.shape[:3]:
         raise ValueError("merge_splits needs contiguous partials shaped as decode_partials returns them")
@@ -196,7 +196,7 @@ def decode_attention(
     if q.shape[0] == 0:
         return out
     partials = decode_partials(q, k_cache, v_cache, block_tables, seq_lens, block_size, scale, num_splits, max_seq_len)
-    if partials.out.shape[2] == 1:  # one split is already normalised: nothing to merge (and Task 4.1 runs without 4.2)
+    if partials.out.shape[2] == 1:  # one split is already normalised: nothing to merge (and the split kernel can be tested without the merge)
         out.copy_(partials.out[:, :, 0, : q.shape[2]])
         return out
     return merge_splits(partials.out, partials.lse, out)

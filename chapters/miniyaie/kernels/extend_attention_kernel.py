@@ -1,11 +1,10 @@
 """Extend (prefill) attention: the new tokens of many sequences in one launch.
 
 Each sequence brings query_len new tokens after a cached prefix of
-seq_len - query_len tokens. Their K/V are already in the paged pool (the
-backend stores them first), so every query reads its context through the
-block table: keys 0 .. its own position, a causal mask shifted by the prefix.
-The softmax is computed online, one key tile at a time (FlashAttention), so
-no [queries x keys] matrix is ever written to memory.
+seq_len - query_len tokens. The kernel reads every key, prefix and new
+tokens alike, from the paged pool through the block table; the softmax is
+computed online, one key tile at a time (FlashAttention), so no
+[queries x keys] matrix is ever written to memory.
 """
 
 from __future__ import annotations
@@ -59,9 +58,10 @@ def _extend_kernel(
 
     The sequence's first prefix_len = seq_len - query_len keys are already in the
     cache (a cached prefix or earlier chunks); its query_len new tokens sit at
-    positions prefix_len .. seq_len - 1 and their K/V are in the cache too. New
-    token i sees keys 0 .. prefix_len + i (the causal mask shifted by the
-    prefix), through the block table. The sequence's new tokens are the rows
+    positions prefix_len .. seq_len - 1 and their K/V are in the cache too.
+    Each new token attends, as extend_attention_reference does, to every token
+    of its sequence up to and including itself (read through the block table)
+    and to no other. The sequence's new tokens are the rows
     query_start[seq] .. query_start[seq + 1] - 1 of q and of out; this program
     writes out's rows of its BLOCK_M tokens (query head `head`, the first HEAD_DIM
     columns) and nothing else. The grid has a tile_m for the longest sequence:
@@ -70,10 +70,10 @@ def _extend_kernel(
     seq = tl.program_id(0)
     head = tl.program_id(1)
     tile_m = tl.program_id(2)
-    # Idea: the decode kernel's online softmax, with a causal mask shifted by the cached prefix.
-    # Stuck? `miniyaie hint 4.3` prints hints, one level at a time.
-    # TODO(Task 4.3): Extend attention with an offset causal mask. Replace this line with your code.
-    raise NotImplementedError('Chapter 4, Task 3: Extend attention with an offset causal mask — see book/src/ch04_triton_kernels.md')
+    # Idea: which keys may each query row see, and which key tiles can this whole query tile skip?
+    # Stuck? `miniyaie hint 4.1` prints hints, one level at a time.
+    # TODO(Task 4.1): Attention over the paged cache. Replace this line with your code.
+    raise NotImplementedError('Chapter 4, Task 1: Attention over the paged cache — see book/src/ch04_triton_kernels.md')
 # ANCHOR_END: extend_kernel
 
 

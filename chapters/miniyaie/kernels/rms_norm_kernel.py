@@ -38,9 +38,9 @@ def _rms_norm_kernel(
     and change no statistic.
     """
     # Idea: one pass for the add, the statistics and the scale: the row never leaves the program.
-    # Stuck? `miniyaie hint 4.5` prints hints, one level at a time.
-    # TODO(Task 4.5): The layer's elementwise kernels. Replace this line with your code.
-    raise NotImplementedError("Chapter 4, Task 5: The layer's elementwise kernels — see book/src/ch04_triton_kernels.md")
+    # Stuck? `miniyaie hint 4.2` prints hints, one level at a time.
+    # TODO(Task 4.2): The layer's elementwise kernels. Replace this line with your code.
+    raise NotImplementedError("Chapter 4, Task 2: The layer's elementwise kernels — see book/src/ch04_triton_kernels.md")
 # ANCHOR_END: rms_norm_kernel
 
 

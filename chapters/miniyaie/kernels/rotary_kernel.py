@@ -33,9 +33,9 @@ def _rotate_heads(x_ptr, stride_t, stride_h, token, c, s, NUM_HEADS: tl.constexp
     read nor written.
     """
     # Idea: rotate pairs (i, i + HALF) of every head by this token's angles, in place.
-    # Stuck? `miniyaie hint 4.5` prints hints, one level at a time.
-    # TODO(Task 4.5): The layer's elementwise kernels. Replace this line with your code.
-    raise NotImplementedError("Chapter 4, Task 5: The layer's elementwise kernels — see book/src/ch04_triton_kernels.md")
+    # Stuck? `miniyaie hint 4.2` prints hints, one level at a time.
+    # TODO(Task 4.2): The layer's elementwise kernels. Replace this line with your code.
+    raise NotImplementedError("Chapter 4, Task 2: The layer's elementwise kernels — see book/src/ch04_triton_kernels.md")
 
 
 @triton.jit

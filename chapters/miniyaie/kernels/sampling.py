@@ -112,9 +112,9 @@ def _sample_kernel(
         k = tl.load(top_k_ptr + row)
         top_p = tl.load(top_p_ptr + row)
         # Idea: every rule is a probability threshold; find each by bisection, keep p >= the largest.
-        # Stuck? `miniyaie hint 4.6` prints hints, one level at a time.
-        # TODO(Task 4.6): Sort-free top-k / top-p / min-p sampling. Replace this line with your code.
-        raise NotImplementedError('Chapter 4, Task 6: Sort-free top-k / top-p / min-p sampling — see book/src/ch04_triton_kernels.md')
+        # Stuck? `miniyaie hint 4.3` prints hints, one level at a time.
+        # TODO(Task 4.3): Sort-free top-k / top-p / min-p sampling. Replace this line with your code.
+        raise NotImplementedError('Chapter 4, Task 3: Sort-free top-k / top-p / min-p sampling — see book/src/ch04_triton_kernels.md')
     tl.store(out_ptr + row, chosen.to(tl.int64))
 # ANCHOR_END: sampling_kernel
 

@@ -23,15 +23,15 @@ def _store_kv_kernel(
 
     Token t's row goes to row slot_mapping[t] of both caches (cast to the cache's
     dtype); no other row of the cache changes, and nothing past ROW is read or
-    written. Slots may be in any order and may be large (slot * stride_cs can
-    pass 2**31 in a big pool).
+    written. Slots may be in any order; a real pool holds more than 2**31
+    elements.
     """
     token = tl.program_id(0)
     cols = tl.arange(0, ROW_PAD)
     # Idea: the slot mapping says where each token's row goes; the kernel is a masked row copy.
     # Stuck? `miniyaie hint 4.4` prints hints, one level at a time.
-    # TODO(Task 4.4): Store K/V through the slot mapping. Replace this line with your code.
-    raise NotImplementedError('Chapter 4, Task 4: Store K/V through the slot mapping — see book/src/ch04_triton_kernels.md')
+    # TODO(Task 4.4): The backend's step. Replace this line with your code.
+    raise NotImplementedError("Chapter 4, Task 4: The backend's step — see book/src/ch04_triton_kernels.md")
 # ANCHOR_END: store_kernel
 
 

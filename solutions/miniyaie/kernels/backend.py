@@ -17,14 +17,10 @@ from miniyaie.model import AttentionMetadata, LayerOps
 class TritonAttentionBackend:
     """Chapter 0's AttentionBackend on the Triton kernels: one attention launch for a whole step.
 
-    A step where every sequence brings one token (pure decode) uses the
-    split-KV decode kernel; any other step (prefill, chunked prefill, or
-    decode mixed with prefill) uses the extend kernel, which also handles
-    one-token sequences.
-
-    The longest query, the longest context and the decode split count come
-    from the step's metadata, which is on the host: no layer has to read them
-    back from the GPU (each read would wait for the device, 30 times a step).
+    The decode kernel (one query per sequence, split-KV) runs on every step it
+    can compute, the extend kernel on every other. The per-step sizes are made
+    once per step (the layers of a step share its metadata object) and never
+    make the host wait for the device.
     """
 
     def __init__(self):
@@ -37,10 +33,11 @@ class TritonAttentionBackend:
         seq_lens: int32 [num_seqs] on q's device; query_start: int32 [num_seqs + 1] on q's device,
         sequence s owning the packed rows query_start[s] .. query_start[s + 1] - 1 (the last
         entry is the number of rows); max_query_len: an int. Also sets self._max_seq_len (an
-        int) for the decode kernel. Nothing is read back from a device tensor.
+        int: the longest context of the step, its new tokens included) for the decode kernel.
+        On a GPU it never makes the host wait for the device.
         """
         if meta is not self._meta:
-            # Nudge: the kernels index packed rows by sequence; the sizes come from lists already on the host.
+            # Nudge: the kernels index packed rows by sequence; where can the sizes come from without a wait?
             # Hint 1: The packed q holds every sequence's new tokens one after another, so a kernel
             #   finds sequence s's rows through a table of where each starts, plus one entry for
             #   the end: 0, then the running total of the query lengths. The grid sizes (the
@@ -55,7 +52,7 @@ class TritonAttentionBackend:
             #   self._seq_lens = torch.tensor(meta.seq_lens, dtype=torch.int32, device=q.device)
             #   self._query_start = pad(query_lens.cumsum(0), (1, 0)).to(q.device, torch.int32)
             #   self._max_query_len = max(meta.query_lens); self._max_seq_len = max(meta.seq_lens)
-            # BEGIN SOLUTION 4.7: One attention launch per step
+            # BEGIN SOLUTION 4.4: The backend's step
             query_lens = torch.tensor(meta.query_lens, dtype=torch.int32)
             self._seq_lens = torch.tensor(meta.seq_lens, dtype=torch.int32, device=q.device)
             self._query_start = torch.nn.functional.pad(query_lens.cumsum(0), (1, 0)).to(q.device, torch.int32)
@@ -70,13 +67,13 @@ class TritonAttentionBackend:
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         """Chapter 0's AttentionBackend.forward: the attention of this step's queries, as TorchAttentionBackend gives it.
 
-        Afterwards the pool holds this step's K/V (k, v) at meta.slot_mapping. A pure decode
-        step (every sequence brings one token) is one decode_attention launch with the step's
-        split count and longest context (self._num_splits, self._max_seq_len); any other step
-        is one extend_attention launch with the longest query. Each launch counts in
-        self.launches["decode"] or ["extend"].
+        Afterwards the pool holds this step's K/V (k, v) at meta.slot_mapping. Each call is
+        exactly one attention launch, counted in self.launches["decode"] or ["extend"]: the
+        decode_attention kernel (with the step's split count and longest context,
+        self._num_splits and self._max_seq_len) on every step it can compute, extend_attention
+        (with the longest query) on every other.
         """
-        # Nudge: store first, then pick the kernel by the shape of the step.
+        # Nudge: what must be in the pool before a kernel reads it, and which steps can the decode kernel take?
         # Hint 1: Both kernels read every key, the new ones included, from the pool, so the new K/V
         #   must be in it before either runs. The decode kernel assumes one query per sequence
         #   and splits long contexts for parallelism; the extend kernel handles any query
@@ -93,7 +90,7 @@ class TritonAttentionBackend:
         #       seq_lens, meta.block_size, scale, num_splits=self._num_splits, max_seq_len=self._max_seq_len)
         #   launches["extend"] += 1; return extend_attention(q, k_cache, v_cache, meta.block_tables, query_start, seq_lens,
         #       meta.block_size, scale, max_query_len)
-        # BEGIN SOLUTION 4.7: One attention launch per step
+        # BEGIN SOLUTION 4.4: The backend's step
         store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         seq_lens, query_start, max_query_len = self._step_values(meta, q, k_cache)
         if max_query_len == 1:

@@ -72,7 +72,7 @@ def _decode_split_kernel(
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    # Nudge: each K/V tile, read through the block table, serves all heads of the group: online softmax.
+    # Nudge: the split's keys arrive a tile at a time; what must each query head carry from tile to tile?
     # Hint 1: This program owns the tokens [split * split_len, (split + 1) * split_len) of its
     #   sequence, cut at seq_len (a split past the end is empty). Its KV head serves GROUP
     #   consecutive query heads (GQA): load all of their queries as one [GROUP_PAD, DIM_PAD]
@@ -109,7 +109,7 @@ def _decode_split_kernel(
     #   out = acc / where(l > 0, l, 1); lse = where(l > 0, m + log(l), -inf)
     #   rows = (seq * num_heads + heads) * num_splits + split
     #   store(part_out + rows[:, None] * DIM_PAD + dims[None, :], out, mask=head_ok[:, None]); store(part_lse + rows, lse, mask=head_ok)
-    # BEGIN SOLUTION 4.1: Paged decode attention, one split
+    # BEGIN SOLUTION 4.1: Attention over the paged cache
     seq_len = tl.load(seq_lens_ptr + seq)
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
@@ -170,7 +170,7 @@ def _merge_splits_kernel(
     seq = tl.program_id(0)
     head = tl.program_id(1)
     num_heads = tl.num_programs(1)
-    # Nudge: each split is a softmax over part of the keys; its lse says how much mass it had.
+    # Nudge: how much should a split's normalised output count, and what does its lse know about that?
     # Hint 1: Two partial softmaxes combine exactly when each is weighted by its total mass
     #   exp(lse_i). Subtract the largest lse before exponentiating, or a long split overflows
     #   float32; an empty split (lse -inf) then weighs exactly 0. Padding rows past num_splits
@@ -186,7 +186,7 @@ def _merge_splits_kernel(
     #   lse = load(part_lse + rows, mask=splits < num_splits, other=-inf)
     #   w = exp(lse - max(lse)); parts = load(part_out + rows[:, None] * DIM_PAD + dims[None, :], mask=..., other=0)
     #   out = sum(parts * w[:, None], axis=0) / sum(w); store(out + seq * stride_os + head * stride_oh + dims, out, mask=dims < HEAD_DIM)
-    # BEGIN SOLUTION 4.2: Merge flash-decoding splits
+    # BEGIN SOLUTION 4.1: Attention over the paged cache
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, DIM_PAD)
     rows = (seq * num_heads + head) * num_splits + splits
@@ -230,7 +230,7 @@ def decode_partials(
     num_splits: int | None = None,
     max_seq_len: int | None = None,
 ) -> DecodePartials:
-    """Run the split kernel alone (Task 4.1); decode_attention merges what it returns.
+    """Run the split kernel alone (the split kernel); decode_attention merges what it returns.
 
     `max_seq_len` (the longest context) sizes the splits. Give it when it is on the
     host already, as the backend does once per step: reading it from `seq_lens` on a
@@ -263,7 +263,7 @@ def decode_partials(
 
 
 def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Run the merge kernel alone (Task 4.2): combine DecodePartials' out and lse into out [num_seqs, num_heads, head_dim]."""
+    """Run the merge kernel alone (the merge kernel): combine DecodePartials' out and lse into out [num_seqs, num_heads, head_dim]."""
     num_seqs, num_heads, num_splits, dim_pad = part_out.shape
     if not (part_out.is_contiguous() and part_lse.is_contiguous()) or part_lse.shape != part_out.shape[:3]:
         raise ValueError("merge_splits needs contiguous partials shaped as decode_partials returns them")
@@ -291,7 +291,7 @@ def decode_attention(
     if q.shape[0] == 0:
         return out
     partials = decode_partials(q, k_cache, v_cache, block_tables, seq_lens, block_size, scale, num_splits, max_seq_len)
-    if partials.out.shape[2] == 1:  # one split is already normalised: nothing to merge (and Task 4.1 runs without 4.2)
+    if partials.out.shape[2] == 1:  # one split is already normalised: nothing to merge (and the split kernel can be tested without the merge)
         out.copy_(partials.out[:, :, 0, : q.shape[2]])
         return out
     return merge_splits(partials.out, partials.lse, out)

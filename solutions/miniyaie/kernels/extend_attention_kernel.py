@@ -1,11 +1,10 @@
 """Extend (prefill) attention: the new tokens of many sequences in one launch.
 
 Each sequence brings query_len new tokens after a cached prefix of
-seq_len - query_len tokens. Their K/V are already in the paged pool (the
-backend stores them first), so every query reads its context through the
-block table: keys 0 .. its own position, a causal mask shifted by the prefix.
-The softmax is computed online, one key tile at a time (FlashAttention), so
-no [queries x keys] matrix is ever written to memory.
+seq_len - query_len tokens. The kernel reads every key, prefix and new
+tokens alike, from the paged pool through the block table; the softmax is
+computed online, one key tile at a time (FlashAttention), so no
+[queries x keys] matrix is ever written to memory.
 """
 
 from __future__ import annotations
@@ -59,9 +58,10 @@ def _extend_kernel(
 
     The sequence's first prefix_len = seq_len - query_len keys are already in the
     cache (a cached prefix or earlier chunks); its query_len new tokens sit at
-    positions prefix_len .. seq_len - 1 and their K/V are in the cache too. New
-    token i sees keys 0 .. prefix_len + i (the causal mask shifted by the
-    prefix), through the block table. The sequence's new tokens are the rows
+    positions prefix_len .. seq_len - 1 and their K/V are in the cache too.
+    Each new token attends, as extend_attention_reference does, to every token
+    of its sequence up to and including itself (read through the block table)
+    and to no other. The sequence's new tokens are the rows
     query_start[seq] .. query_start[seq + 1] - 1 of q and of out; this program
     writes out's rows of its BLOCK_M tokens (query head `head`, the first HEAD_DIM
     columns) and nothing else. The grid has a tile_m for the longest sequence:
@@ -70,7 +70,7 @@ def _extend_kernel(
     seq = tl.program_id(0)
     head = tl.program_id(1)
     tile_m = tl.program_id(2)
-    # Nudge: the decode kernel's online softmax, with a causal mask shifted by the cached prefix.
+    # Nudge: which keys may each query row see, and which key tiles can this whole query tile skip?
     # Hint 1: The sequence's new tokens are the q (and out) rows query_start[seq] ..
     #   query_start[seq + 1] - 1; this program takes BLOCK_M of them, from tile_m * BLOCK_M,
     #   and a tile past the sequence's new tokens has nothing to do (the grid is sized for
@@ -99,9 +99,9 @@ def _extend_kernel(
     #   for tile in range(0, key_end, BLOCK_N):
     #       keys = tile + arange(BLOCK_N); ok = keys < key_end; slots via block_tables; k, v masked loads
     #       scores = where(ok[None, :] & (keys[None, :] <= query_pos[:, None]), dot(q, trans(k)), -inf)
-    #       online-softmax update of m, l, acc (as in Task 4.1)
+    #       online-softmax update of m, l, acc (as in the decode split kernel)
     #   store(out + (first + rows)[:, None] * stride_ot + head * stride_oh + dims[None, :], acc / l[:, None], mask=row_ok & dim_ok)
-    # BEGIN SOLUTION 4.3: Extend attention with an offset causal mask
+    # BEGIN SOLUTION 4.1: Attention over the paged cache
     first = tl.load(query_start_ptr + seq)
     query_len = tl.load(query_start_ptr + seq + 1) - first
     if tile_m * BLOCK_M >= query_len:

@@ -49,7 +49,7 @@ def _rotate_heads(x_ptr, stride_t, stride_h, token, c, s, NUM_HEADS: tl.constexp
     #   x1 = load(first, mask=ok).to(float32); x2 = load(first + HALF, mask=ok).to(float32)
     #   store(first, (x1 * c[None, :] - x2 * s[None, :]).to(x dtype), mask=ok)
     #   store(first + HALF, (x2 * c[None, :] + x1 * s[None, :]).to(x dtype), mask=ok)
-    # BEGIN SOLUTION 4.5: The layer's elementwise kernels
+    # BEGIN SOLUTION 4.2: The layer's elementwise kernels
     heads = tl.arange(0, HEADS_PAD)
     cols = tl.arange(0, HALF_PAD)
     ok = (heads < NUM_HEADS)[:, None] & (cols < HALF)[None, :]

@@ -133,7 +133,7 @@ def _sample_kernel(
         #   for each tile: kept = where(p >= threshold, p, 0); cum = running + cumsum(kept)
         #       found = min(found, first offset with cum > target and kept > 0); last_kept = max(...); running += sum(kept)
         #   chosen = min(found, last_kept)
-        # BEGIN SOLUTION 4.6: Sort-free top-k / top-p / min-p sampling
+        # BEGIN SOLUTION 4.3: Sort-free top-k / top-p / min-p sampling
         threshold = 0.0
         if (k > 0) & (k < vocab):
             lo = 0  # bits of a t that keeps >= k tokens

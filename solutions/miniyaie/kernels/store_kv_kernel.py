@@ -23,8 +23,8 @@ def _store_kv_kernel(
 
     Token t's row goes to row slot_mapping[t] of both caches (cast to the cache's
     dtype); no other row of the cache changes, and nothing past ROW is read or
-    written. Slots may be in any order and may be large (slot * stride_cs can
-    pass 2**31 in a big pool).
+    written. Slots may be in any order; a real pool holds more than 2**31
+    elements.
     """
     token = tl.program_id(0)
     cols = tl.arange(0, ROW_PAD)
@@ -40,7 +40,7 @@ def _store_kv_kernel(
     #   slot = load(slot_mapping + token).to(int64); ok = cols < ROW
     #   k = load(k_ptr + token * stride_kt + cols, mask=ok); v likewise
     #   store(k_cache_ptr + slot * stride_cs + cols, k.to(k_cache dtype), mask=ok); v likewise
-    # BEGIN SOLUTION 4.4: Store K/V through the slot mapping
+    # BEGIN SOLUTION 4.4: The backend's step
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
     ok = cols < ROW
     k = tl.load(k_ptr + token * stride_kt + cols, mask=ok)

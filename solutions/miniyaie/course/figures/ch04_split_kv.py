@@ -1,9 +1,9 @@
 """Chapter 4: split-KV decode attention (flash-decoding) and its log-sum-exp merge, on numbers.
 
 One query over 12 cached tokens in 3 splits. Each split (one program of
-Task 4.1) keeps its running max m, its sum l of exp(score - m) and its
+Task 4.1's split kernel) keeps its running max m, its sum l of exp(score - m) and its
 normalised partial output o (values are one number per token here, so that
-o is too); it writes o and lse = m + log l. The merge (Task 4.2) weights
+o is too); it writes o and lse = m + log l. The merge (Task 4.1's merge kernel) weights
 each split by exp(lse_i - LSE), LSE = log-sum-exp of the lse_i, and gets
 exactly the softmax over all 12 tokens.
 """
