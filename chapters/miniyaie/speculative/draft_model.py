@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import accumulate
+from pathlib import Path
 
 import torch
 
+from miniyaie.engine.loading import load_model
 from miniyaie.engine.model_runner import ModelRunner
-from miniyaie.model import CausalLM
+from miniyaie.model import CausalLM, LoadedModel
 from miniyaie.paged import PagedMemory, make_pool
 from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
 
@@ -30,6 +32,19 @@ class DraftCopy:
     request: Request
     confirmed: int = 0
     drafted: list[int] = field(default_factory=list)  # the drafts of the last call, after the confirmed tokens
+
+
+def load_draft_model(source: str | Path | LoadedModel | None, target: LoadedModel, config,
+                     device: str | None, dtype: torch.dtype | None):
+    """Speculative decoding's draft model (chapter 9), on the target's device; ValueError when there is none
+    or when its tokenizer is not the target's (its token ids would mean other words)."""
+    if source is None:
+        raise ValueError("speculative decoding with a draft model needs one: give --draft-model PATH (draft_model=...)")
+    draft = load_model(source, config, device or str(target.model.lm_head.weight.device), dtype)
+    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+        raise ValueError(f"the draft model {str(source)!r} has another tokenizer than the target's: "
+                         "its drafts would be other tokens")
+    return draft.model
 
 
 class DraftModelProposer:

@@ -74,24 +74,27 @@ class Speculation:
         self.accepted: dict[str, list[SampledToken]] = {}  # this step: the tokens emitted before the sampled one
 
     # ------------------------------------------------------------ before the scheduler
+    # ANCHOR: propose
     def propose(self, running: list[Request], num_waiting: int, eligible: Callable[[Request], bool]) -> None:
-        """Append drafts to every eligible request that is decoding (one pending token), within max_tokens,
-        unless the step will be bound by compute anyway: a prompt to prefill, or too many decoding requests."""
+        """Append drafts to the requests that may speculate this step, or to none.
+
+        A request is decoding when only its last token is not computed. No request gets drafts when a
+        request waits or a running one is not decoding (the step prefills: bound by compute already),
+        nor when the decoding requests and at least one draft for each eligible one would pass
+        self.max_step_tokens. Otherwise each eligible decoding request asks self.proposer for the same
+        number of drafts: as many as fit the budget, at most self.num_tokens, and fewer when its
+        max_tokens leaves less room (the target's own token comes after the drafts; no room: no ask).
+        Each request's drafts go onto its output and into self._drafts as (request, how many).
+        Turned off for a prompt or the budget while some request decodes, the step adds one to
+        counters["speculation_off_steps"].
+        """
         self._drafts.clear()
         self.accepted.clear()
-        decoding = [r for r in running if r.num_computed_tokens == r.num_tokens - 1]
-        drafting = [r for r in decoding if eligible(r)]
-        k = min(self.num_tokens, (self.max_step_tokens - len(decoding)) // max(1, len(drafting)))
-        if k <= 0 or num_waiting or len(decoding) < len(running):
-            self.counters["speculation_off_steps"] += bool(decoding)
-            return
-        room = {r.request_id: r.max_tokens - len(r.output_token_ids) - 1 for r in drafting}  # the target's own token comes too
-        wanted = [(r, min(k, room[r.request_id])) for r in drafting if room[r.request_id] > 0]
-        drafts = self.proposer.draft(wanted) if wanted else {}
-        for request, _ in wanted:
-            if drafts.get(request.request_id):
-                request.output_token_ids.extend(drafts[request.request_id])
-                self._drafts[request.request_id] = (request, len(drafts[request.request_id]))
+        # Idea: the budget counts every decoding request's own token before any draft.
+        # Stuck? `miniyaie hint 9.3` prints hints, one level at a time.
+        # TODO(Task 9.3): Drafts through the step. Replace this line with your code.
+        raise NotImplementedError('Chapter 9, Task 3: Drafts through the step — see book/src/ch09_speculative.md')
+    # ANCHOR_END: propose
 
     def forget(self, request_id: str) -> None:
         """A request ended: the proposer gives back what it held for it."""
@@ -109,8 +112,8 @@ class Speculation:
         """
         # Idea: a chunk covers some positions; which drafts' positions are among them?
         # Stuck? `miniyaie hint 9.3` prints hints, one level at a time.
-        # TODO(Task 9.3): The rewind. Replace this line with your code.
-        raise NotImplementedError('Chapter 9, Task 3: The rewind — see book/src/ch09_speculative.md')
+        # TODO(Task 9.3): Drafts through the step. Replace this line with your code.
+        raise NotImplementedError('Chapter 9, Task 3: Drafts through the step — see book/src/ch09_speculative.md')
     # ANCHOR_END: keep_scheduled
 
     # ------------------------------------------------------------ in the step
@@ -169,8 +172,8 @@ class Speculation:
         drafts = request.output_token_ids[len(request.output_token_ids) - n :]
         # Idea: what the target wrote is the truth; everything the request holds must agree with it.
         # Stuck? `miniyaie hint 9.3` prints hints, one level at a time.
-        # TODO(Task 9.3): The rewind. Replace this line with your code.
-        raise NotImplementedError('Chapter 9, Task 3: The rewind — see book/src/ch09_speculative.md')
+        # TODO(Task 9.3): Drafts through the step. Replace this line with your code.
+        raise NotImplementedError('Chapter 9, Task 3: Drafts through the step — see book/src/ch09_speculative.md')
     # ANCHOR_END: settle
 
 

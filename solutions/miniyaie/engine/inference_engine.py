@@ -29,7 +29,7 @@ from miniyaie.engine.chat import ChatMixin
 from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.engine_loop import EngineLoop
 from miniyaie.engine.llm_engine import LLMEngine
-from miniyaie.engine.loading import display_name, load_draft_model, load_model, start_tensor_parallel
+from miniyaie.engine.loading import display_name, load_model, start_tensor_parallel
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput
 from miniyaie.engine.plugins import SETTINGS_FILE, STRUCTURED_OUTPUT, available, plugin
 from miniyaie.engine.prepared import Preparation
@@ -74,9 +74,11 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         self.adapters = list(adapters)
         try:
             draft = None
-            if config.speculative == "draft":
-                loaded_draft = draft_model if isinstance(draft_model, LoadedModel) else config.draft_model
-                draft = load_draft_model(loaded_draft, self.loaded, config, device, dtype)
+            if config.speculative == "draft":  # chapter 9's proposer: a smaller model
+                from miniyaie.speculative.draft_model import load_draft_model
+
+                source = draft_model if isinstance(draft_model, LoadedModel) else config.draft_model
+                draft = load_draft_model(source, self.loaded, config, device, dtype)
             self.llm = LLMEngine(self.loaded.model, config, vocabulary=self._vocabulary, draft_model=draft)
             if self._tensor_parallel is not None:
                 self._tensor_parallel.attach(self.llm, config.attention_backend)

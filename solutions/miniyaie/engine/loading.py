@@ -28,19 +28,6 @@ def load_model(model: str | Path | LoadedModel | None, config: EngineConfig, dev
         raise ModelLoadError(str(exc)) from exc
 
 
-def load_draft_model(source: str | Path | LoadedModel | None, target: LoadedModel, config: EngineConfig,
-                     device: str | None, dtype: torch.dtype | None):
-    """Speculative decoding's draft model (chapter 9), on the target's device; ValueError when there is none
-    or when its tokenizer is not the target's (its token ids would mean other words)."""
-    if source is None:
-        raise ValueError("speculative decoding with a draft model needs one: give --draft-model PATH (draft_model=...)")
-    draft = load_model(source, config, device or str(target.model.lm_head.weight.device), dtype)
-    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
-        raise ValueError(f"the draft model {str(source)!r} has another tokenizer than the target's: "
-                         "its drafts would be other tokens")
-    return draft.model
-
-
 def start_tensor_parallel(model: str | Path | LoadedModel | None, config: EngineConfig, device: str | None,
                           dtype: torch.dtype | None):
     """Rank 0's shard of the model and the runtime of the other ranks, for tensor_parallel_size > 1: chapter 7's

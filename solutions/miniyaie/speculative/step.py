@@ -74,11 +74,41 @@ class Speculation:
         self.accepted: dict[str, list[SampledToken]] = {}  # this step: the tokens emitted before the sampled one
 
     # ------------------------------------------------------------ before the scheduler
+    # ANCHOR: propose
     def propose(self, running: list[Request], num_waiting: int, eligible: Callable[[Request], bool]) -> None:
-        """Append drafts to every eligible request that is decoding (one pending token), within max_tokens,
-        unless the step will be bound by compute anyway: a prompt to prefill, or too many decoding requests."""
+        """Append drafts to the requests that may speculate this step, or to none.
+
+        A request is decoding when only its last token is not computed. No request gets drafts when a
+        request waits or a running one is not decoding (the step prefills: bound by compute already),
+        nor when the decoding requests and at least one draft for each eligible one would pass
+        self.max_step_tokens. Otherwise each eligible decoding request asks self.proposer for the same
+        number of drafts: as many as fit the budget, at most self.num_tokens, and fewer when its
+        max_tokens leaves less room (the target's own token comes after the drafts; no room: no ask).
+        Each request's drafts go onto its output and into self._drafts as (request, how many).
+        Turned off for a prompt or the budget while some request decodes, the step adds one to
+        counters["speculation_off_steps"].
+        """
         self._drafts.clear()
         self.accepted.clear()
+        # Nudge: the budget counts every decoding request's own token before any draft.
+        # Hint 1: Drafts pay only while the step is bound by reading the weights: a prompt in the
+        #   step (waiting, or a running request with more than one token to compute) makes it
+        #   compute-bound, and so do too many tokens. The decoding requests' own tokens take
+        #   the budget first; what is left is shared evenly between the requests that may draft.
+        # Hint 2: decoding = running requests with num_computed_tokens == num_tokens - 1;
+        #   drafting = the eligible ones. k = min(num_tokens, (max_step_tokens - len(decoding))
+        #   // len(drafting)). Off (count it if anyone decodes) when k <= 0, anyone waits, or
+        #   someone running is not decoding. Else ask the proposer once for every drafting
+        #   request with room (max_tokens - len(output) - 1 > 0), capped at that room, and
+        #   append what it returns.
+        # Hint 3:
+        #   decoding = [...]; drafting = [r for r in decoding if eligible(r)]
+        #   k = min(self.num_tokens, (self.max_step_tokens - len(decoding)) // max(1, len(drafting)))
+        #   if k <= 0 or num_waiting or len(decoding) < len(running): off_steps += bool(decoding); return
+        #   wanted = [(r, min(k, room(r))) for r in drafting if room(r) > 0]
+        #   drafts = self.proposer.draft(wanted) if wanted else {}
+        #   for each (r, _) with drafts: r.output_token_ids.extend(d); self._drafts[id] = (r, len(d))
+        # BEGIN SOLUTION 9.3: Drafts through the step
         decoding = [r for r in running if r.num_computed_tokens == r.num_tokens - 1]
         drafting = [r for r in decoding if eligible(r)]
         k = min(self.num_tokens, (self.max_step_tokens - len(decoding)) // max(1, len(drafting)))
@@ -92,6 +122,8 @@ class Speculation:
             if drafts.get(request.request_id):
                 request.output_token_ids.extend(drafts[request.request_id])
                 self._drafts[request.request_id] = (request, len(drafts[request.request_id]))
+        # END SOLUTION
+    # ANCHOR_END: propose
 
     def forget(self, request_id: str) -> None:
         """A request ended: the proposer gives back what it held for it."""
@@ -123,7 +155,7 @@ class Speculation:
         #       kept = 0 if chunk is None else chunk.start + chunk.num_tokens - real
         #       del request.output_token_ids[len(output) - n + kept:]
         #       self._drafts[rid] = (request, kept) if kept else (delete the entry)
-        # BEGIN SOLUTION 9.3: The rewind
+        # BEGIN SOLUTION 9.3: Drafts through the step
         chunks = {c.request.request_id: c for c in out.chunks}
         for rid, (request, n) in list(self._drafts.items()):
             real = request.num_tokens - n
@@ -211,7 +243,7 @@ class Speculation:
         #       self.memory.truncate(request, real + m)
         #   counters: draft_tokens += n; accepted_draft_tokens += m; output_tokens += m; verified_steps += 1
         #   self.accepted[rid] = targets[:m]; return targets[m]
-        # BEGIN SOLUTION 9.3: The rewind
+        # BEGIN SOLUTION 9.3: Drafts through the step
         kept = len(accept_greedy(drafts, [t.token_id for t in targets])) - 1  # drafts the target agreed with
         if not request.is_finished:  # aborted while the step ran: its blocks are already back
             stops = set(row.params.stop_token_ids) | (set() if request.ignore_eos else set(request.eos_token_ids))
