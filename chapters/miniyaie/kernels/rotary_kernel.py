@@ -32,7 +32,7 @@ def _rotate_heads(x_ptr, stride_t, stride_h, token, c, s, NUM_HEADS: tl.constexp
     the chapter's tolerance for x's dtype; padded heads and columns are neither
     read nor written.
     """
-    # Idea: rotate pairs (i, i + HALF) of every head by this token's angles, in place.
+    # Idea: which dimension does each one rotate with, and what must be read before anything is written?
     # Stuck? `miniyaie hint 4.2` prints hints, one level at a time.
     # TODO(Task 4.2): The layer's elementwise kernels. Replace this line with your code.
     raise NotImplementedError("Chapter 4, Task 2: The layer's elementwise kernels — see book/src/ch04_triton_kernels.md")

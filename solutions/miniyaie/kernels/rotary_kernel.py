@@ -32,7 +32,7 @@ def _rotate_heads(x_ptr, stride_t, stride_h, token, c, s, NUM_HEADS: tl.constexp
     the chapter's tolerance for x's dtype; padded heads and columns are neither
     read nor written.
     """
-    # Nudge: rotate pairs (i, i + HALF) of every head by this token's angles, in place.
+    # Nudge: which dimension does each one rotate with, and what must be read before anything is written?
     # Hint 1: Llama's rotary embedding pairs dimension i with dimension i + HALF (not i + 1) and
     #   rotates each pair by the angle of its frequency at this token's position. Both halves
     #   must be read before either is written (in place!), in float32, and written back in x's
