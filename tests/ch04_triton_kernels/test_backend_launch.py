@@ -81,3 +81,32 @@ def test_every_layer_of_a_step_and_the_next_step_get_their_own_sizes():
     run_both(backend, (*prefill[:5], prefill[5]))  # the second layer: same metadata object
     run_both(backend, step([6, 2], [1, 1], seed=4))
     assert backend.launches == {"decode": 1, "extend": 2}, backend.launches
+
+
+@pytest.mark.task("4.4")
+def test_the_step_sizes_are_made_without_reading_a_tensor_back(monkeypatch):
+    """On a GPU, int(t), t.item() or t.tolist() of a device tensor waits for all queued work: here they raise.
+
+    The sizes a step needs are made from the metadata's host lists; _step_values reads no tensor back.
+    """
+    inputs = step([5, 0], [1, 6], seed=7)
+    q, k, v, k_cache, v_cache, meta = inputs
+
+    def waits(*args, **kwargs):
+        raise AssertionError(
+            "_step_values read a tensor back to the host (int(), .item(), .tolist()): on a GPU that waits for "
+            "every queued kernel, in each layer; the metadata's query_lens and seq_lens are host lists already"
+        )
+
+    backend = TritonAttentionBackend()
+    with monkeypatch.context() as patched:
+        for name in ("__int__", "__index__", "__float__", "item", "tolist", "numpy"):
+            patched.setattr(torch.Tensor, name, waits)
+        seq_lens, query_start, max_query_len = backend._step_values(meta, q, k_cache)
+    assert max_query_len == 6 and backend._max_seq_len == 6, (
+        f"query_lens {meta.query_lens}, seq_lens {meta.seq_lens}: the longest query is 6 and the longest context 6, "
+        f"not {max_query_len} and {backend._max_seq_len}"
+    )
+    assert query_start.tolist() == [0, 1, 7] and seq_lens.tolist() == [6, 6], (
+        f"query_start {query_start.tolist()} (expected [0, 1, 7]), seq_lens {seq_lens.tolist()} (expected [6, 6])"
+    )
