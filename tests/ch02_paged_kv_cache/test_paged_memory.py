@@ -1,4 +1,4 @@
-"""Task 2.3: PagedMemory, the scheduler's KV memory on blocks.
+"""Task 2.2: PagedMemory, the scheduler's KV memory on blocks.
 
 The contract the scheduler relies on holds for any KVMemory, so the same
 state machine also runs on chapter 1's TokenCountingMemory (ungraded). The
@@ -270,7 +270,7 @@ class PagedMemoryMachine(KVMemoryContract):
 # failing sequence of calls to its shortest story: over a minute on a busy 2-core machine,
 # past the chapter's 60 s limit, which would report a bug as "a loop that never ends".
 @pytest.mark.timeout(300)
-@pytest.mark.task("2.3")
+@pytest.mark.task("2.2")
 def test_paged_memory_state_machine():
     run_state_machine_as_test(PagedMemoryMachine, settings=MACHINE_SETTINGS)
 
@@ -280,7 +280,7 @@ def test_token_counting_memory_meets_the_same_contract():
     run_state_machine_as_test(TokenCountingContract, settings=MACHINE_SETTINGS)
 
 
-@pytest.mark.task("2.3")
+@pytest.mark.task("2.2")
 @given(num_blocks=st.integers(1, 10), block_size=st.sampled_from([1, 2, 7, 16]), lengths=st.lists(st.integers(1, 60), max_size=6))
 @example(num_blocks=3, block_size=1, lengths=[1, 2, 1])  # block size 1: then the pool is full
 @example(num_blocks=5, block_size=16, lengths=[16, 32, 17])  # prompts ending exactly on a block boundary
@@ -316,7 +316,7 @@ def test_prompts_take_exactly_the_blocks_they_need(num_blocks, block_size, lengt
     assert memory.num_free_blocks == num_blocks and memory.num_used_blocks == 0
 
 
-@pytest.mark.task("2.3")
+@pytest.mark.task("2.2")
 @pytest.mark.parametrize("block_size", [1, 7, 16])
 def test_decode_adds_a_block_only_when_crossing_a_block_boundary(block_size):
     memory = PagedMemory(45, block_size)
@@ -333,7 +333,7 @@ def test_decode_adds_a_block_only_when_crossing_a_block_boundary(block_size):
         assert memory.num_used_blocks == used + new_blocks
 
 
-@pytest.mark.task("2.3")
+@pytest.mark.task("2.2")
 @pytest.mark.parametrize("prompt_len", [10, 8])  # the last block partly filled, or exactly full
 def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     memory = PagedMemory(10, 4)
@@ -371,7 +371,7 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     assert memory.num_used_blocks == 0
 
 
-@pytest.mark.task("2.3")
+@pytest.mark.task("2.2")
 @pytest.mark.parametrize("who_is_freed", ["the child", "another request"])
 def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
     memory = PagedMemory(6, 4)
@@ -396,7 +396,7 @@ def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
         )
 
 
-@pytest.mark.task("2.3")
+@pytest.mark.task("2.2")
 @pytest.mark.parametrize("freed", ["the parent", "the child, forked again first"])
 def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
     """free drops a queued copy exactly when its destination block has no owner left.

@@ -1,11 +1,9 @@
 """Block tables and slot mappings: from a token's position to its slot in the pool.
 
-A request's block table is a plain list of block ids: table[i] is the pool
-block that holds the request's i-th run of block_size tokens (positions
-i * block_size .. (i + 1) * block_size - 1), and block b of the pool owns
-slots b * block_size .. (b + 1) * block_size - 1. A table takes a block only
-when a token reaches it. A step's `AttentionMetadata` is read off the tables
-of its requests.
+A request's block table is a plain list of block ids, in position order:
+the layout is the one chapter 0's reader (`AttentionMetadata.context_slots`)
+already reads. A table takes a block only when a token reaches it. A step's
+`AttentionMetadata` is read off the tables of its requests.
 """
 
 from __future__ import annotations
@@ -26,8 +24,8 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     """
     # Idea: which block does the last token land in?
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: blocks_needed
 
 
@@ -41,8 +39,8 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     """
     # Idea: what must the table look like when the pool cannot give everything?
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: grow_block_table
 
 
@@ -50,11 +48,10 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
 def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> list[int]:
     """The pool slots of positions start..end-1 of the request whose block table is `table`, in order.
 
-    Block b of the pool owns slots b * block_size .. (b + 1) * block_size - 1;
-    table[i] is the pool block holding the request's i-th block of tokens.
-    Example (asserted): block_size 2, table [3, 0, 2], positions 0..5 ->
-    slots [6, 7, 0, 1, 4, 5]. Positions outside the table's blocks are a
-    ValueError.
+    Writer and reader agree: these are the slots where chapter 0's
+    `AttentionMetadata.context_slots` finds positions start..end-1 of a
+    sequence whose block table row is `table` (the tests check both, on
+    scattered tables). Positions outside the table's blocks are a ValueError.
     """
     if not 0 <= start <= end <= len(table) * block_size:
         raise ValueError(
@@ -62,8 +59,8 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
         )
     # Idea: the block table is a page table.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: slot_mapping
 
 
@@ -86,6 +83,6 @@ def attention_metadata(
     """
     # Idea: everything chapter 0's backend needs, read off the block tables.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: attention_metadata

@@ -65,21 +65,25 @@ class PagedMemory:
 
     # ANCHOR: can_allocate
     def _blocks_written(self, table: list[int], start: int, end: int) -> range:
-        """Indexes into `table` of the blocks it already has that positions start..end-1 write into.
+        """Which blocks of `table` a write of positions start..end-1 changes: their indexes into `table`, ascending.
 
-        Empty when end <= start; blocks the table does not have yet are not counted.
+        Only blocks the table already holds count (the ones it will take are
+        fresh); nothing is written when end <= start. Chapter 3 counts these.
         """
         # Idea: which blocks does a write touch that could already be someone else's?
-        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
-        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
-        """Indexes into `table` of the blocks that positions start..end-1 write into and that others share."""
+        """Of the blocks _blocks_written names, the indexes of those another owner also holds (ascending).
+
+        They are the blocks allocate must copy before this write; chapter 3 counts them too.
+        """
         # Idea: the copy-on-write decision: when must a block be copied before a write?
-        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
-        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
         """Whether allocate(request, num_new_tokens) would succeed; asking changes nothing.
@@ -91,9 +95,9 @@ class PagedMemory:
         start = request.num_computed_tokens
         end = start + num_new_tokens
         # Idea: exactly when allocate would succeed: what does allocate take from the pool?
-        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
-        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: can_allocate
 
     # ANCHOR: allocate
@@ -108,9 +112,9 @@ class PagedMemory:
         start = request.num_computed_tokens
         end = start + num_new_tokens
         # Idea: which blocks must change before this step's tokens are written, and what must the runner be told?
-        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
-        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: allocate
 
     # ANCHOR: free
@@ -118,17 +122,32 @@ class PagedMemory:
         """Drop the request's share of every block it holds (finished, aborted or preempted).
 
         Its table is forgotten; a block goes back to the pool when its last
-        owner lets go. Queued copies (not yet taken by take_block_copies)
-        follow one rule: a copy whose destination block no longer has any
-        owner is dropped (that block is free, and may be handed out before
-        the step runs); every other queued copy stays, in order, whoever
-        queued it and whoever owned its source. Freeing a request that holds
-        nothing does nothing.
+        owner lets go. Freeing a request that holds nothing does nothing.
+
+        The queue of copies must stay safe to run: a request can be freed
+        between the allocate that queued a copy and the step that applies it
+        (take_block_copies, then copy_blocks). Whatever is freed, and whatever
+        is allocated afterwards, applying the queue must (1) never write into
+        a block that has no owner or that was handed out again after being
+        freed (its next owner's K/V are its own), and (2) still give every
+        block a request holds as a copy-on-write destination its source's
+        K/V, in the order the copies were queued, whoever queued them and
+        whoever still owns their sources.
+        """
+        # Idea: which blocks does the request hold, and what must it give back of each?
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+
+    def _after_release(self) -> None:
+        """Make the queue of copies meet free's contract (1) and (2) after blocks were given back.
+
+        free and truncate call it once they have dropped their references.
         """
         # Idea: a queued copy outlives the allocate that queued it: which copies may still run?
-        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
-        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: free
 
     # ------------------------------------------------------------ sharing
@@ -145,9 +164,9 @@ class PagedMemory:
         a request on a cached prefix.
         """
         # Idea: what does the pool look like if the third of five blocks cannot be shared?
-        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
-        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     def fork(self, parent_request_id: str, child_request_id: str) -> None:
         """Give the child every block of the parent, shared (parallel sampling: n > 1).
@@ -157,9 +176,9 @@ class PagedMemory:
         parent that holds no blocks is a KeyError.
         """
         # Idea: what does the child start on?
-        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
-        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 
     def take_block_copies(self) -> list[tuple[int, int]]:
         """The (src, dst) block copies queued by copy-on-write since the last call, in order; the queue is then empty.
@@ -167,9 +186,9 @@ class PagedMemory:
         The runner applies them (copy_blocks) before the forward pass.
         """
         # Idea: hand the queue over and start a new one.
-        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
-        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the scheduler's questions. Replace this line with your code.
-        raise NotImplementedError("Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the scheduler's questions — see book/src/ch02_paged_kv_cache.md")
+        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
+        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: sharing
 
     def truncate(self, request: Request, num_tokens: int) -> None:
@@ -186,7 +205,7 @@ class PagedMemory:
         for block in table[keep:]:
             self.allocator.free(block)
         del table[keep:]
-        self._copies = [(src, dst) for src, dst in self._copies if self.allocator.ref_count(dst) > 0]
+        self._after_release()
 
     # ------------------------------------------------------------ for the model runner
     def block_table(self, request_id: str) -> list[int]:

@@ -1,8 +1,8 @@
 """The paged K/V pool: chapter 0's flat KVCache, cut into blocks.
 
 The pool is one tensor for K and one for V, [num_layers, num_blocks *
-block_size, num_kv_heads, head_dim]: block b owns slots b * block_size ..
-(b + 1) * block_size - 1 of every layer. Nothing about the tensor changes
+block_size, num_kv_heads, head_dim]: a block is the block_size slots of
+chapter 0's layout (`AttentionMetadata.context_slots`), in every layer. Nothing about the tensor changes
 from chapter 0; only who gets which slots does. The attention backend writes
 new K/V through the slot mapping and reads each sequence's context through
 its block table (`AttentionMetadata.context_slots`).
@@ -31,8 +31,8 @@ def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: in
     """
     # Idea: what does one block cost, and can a pool hold part of a block?
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: budget
 
 
@@ -65,6 +65,6 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
         return
     # Idea: the allocator speaks in blocks, the tensor in slots.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): Where every token lives: tables, slots, metadata, the pool. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: Where every token lives: tables, slots, metadata, the pool — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: copy_blocks

@@ -1,11 +1,9 @@
 """Block tables and slot mappings: from a token's position to its slot in the pool.
 
-A request's block table is a plain list of block ids: table[i] is the pool
-block that holds the request's i-th run of block_size tokens (positions
-i * block_size .. (i + 1) * block_size - 1), and block b of the pool owns
-slots b * block_size .. (b + 1) * block_size - 1. A table takes a block only
-when a token reaches it. A step's `AttentionMetadata` is read off the tables
-of its requests.
+A request's block table is a plain list of block ids, in position order:
+the layout is the one chapter 0's reader (`AttentionMetadata.context_slots`)
+already reads. A table takes a block only when a token reaches it. A step's
+`AttentionMetadata` is read off the tables of its requests.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     # Hint 2: Divide rounding up. In integers, -(-a // b) rounds up without floats.
     # Hint 3:
     #   return -(-num_tokens // block_size)      # or (num_tokens + block_size - 1) // block_size
-    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
+    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
     return -(-num_tokens // block_size)
     # END SOLUTION
 # ANCHOR_END: blocks_needed
@@ -55,7 +53,7 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     #   missing = blocks_needed(num_tokens, block_size) - len(table)
     #   if missing <= 0: return []
     #   new = allocator.allocate_many(missing); table.extend(new); return new
-    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
+    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
     missing = blocks_needed(num_tokens, block_size) - len(table)
     if missing <= 0:
         return []
@@ -70,11 +68,10 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
 def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> list[int]:
     """The pool slots of positions start..end-1 of the request whose block table is `table`, in order.
 
-    Block b of the pool owns slots b * block_size .. (b + 1) * block_size - 1;
-    table[i] is the pool block holding the request's i-th block of tokens.
-    Example (asserted): block_size 2, table [3, 0, 2], positions 0..5 ->
-    slots [6, 7, 0, 1, 4, 5]. Positions outside the table's blocks are a
-    ValueError.
+    Writer and reader agree: these are the slots where chapter 0's
+    `AttentionMetadata.context_slots` finds positions start..end-1 of a
+    sequence whose block table row is `table` (the tests check both, on
+    scattered tables). Positions outside the table's blocks are a ValueError.
     """
     if not 0 <= start <= end <= len(table) * block_size:
         raise ValueError(
@@ -88,7 +85,7 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
     #   block_size to get the block's first slot, add the offset.
     # Hint 3:
     #   return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
-    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
+    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
     return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
     # END SOLUTION
 # ANCHOR_END: slot_mapping
@@ -126,7 +123,7 @@ def attention_metadata(
     #   return AttentionMetadata(query_lens=[end - start, ...], seq_lens=[end, ...],
     #       slot_mapping=tensor(slots, int64), block_tables=tensor([t + [0] * (width - len(t)), ...], int64),
     #       block_size=block_size)
-    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
+    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
     width = max(len(t) for t in tables)
     slots = [s for table, (_, start, end) in zip(tables, batch) for s in slot_mapping(table, start, end, block_size)]
     return AttentionMetadata(

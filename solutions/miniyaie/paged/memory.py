@@ -65,9 +65,10 @@ class PagedMemory:
 
     # ANCHOR: can_allocate
     def _blocks_written(self, table: list[int], start: int, end: int) -> range:
-        """Indexes into `table` of the blocks it already has that positions start..end-1 write into.
+        """Which blocks of `table` a write of positions start..end-1 changes: their indexes into `table`, ascending.
 
-        Empty when end <= start; blocks the table does not have yet are not counted.
+        Only blocks the table already holds count (the ones it will take are
+        fresh); nothing is written when end <= start. Chapter 3 counts these.
         """
         # Nudge: which blocks does a write touch that could already be someone else's?
         # Hint 1: Writing positions start .. end - 1 touches the blocks from start // block_size up
@@ -79,14 +80,17 @@ class PagedMemory:
         # Hint 3:
         #   if end <= start: return range(0)
         #   return range(start // block_size, min(len(table), blocks_needed(end, block_size)))
-        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
+        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         if end <= start:
             return range(0)
         return range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)))
         # END SOLUTION
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
-        """Indexes into `table` of the blocks that positions start..end-1 write into and that others share."""
+        """Of the blocks _blocks_written names, the indexes of those another owner also holds (ascending).
+
+        They are the blocks allocate must copy before this write; chapter 3 counts them too.
+        """
         # Nudge: the copy-on-write decision: when must a block be copied before a write?
         # Hint 1: This is the copy-on-write decision: a block is shared when its reference count is
         #   above 1 (this request plus at least one other owner). Only blocks the write touches
@@ -95,7 +99,7 @@ class PagedMemory:
         #   count above 1.
         # Hint 3:
         #   return [i for i in _blocks_written(table, start, end) if allocator.ref_count(table[i]) > 1]
-        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
+        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         return [i for i in self._blocks_written(table, start, end) if self.allocator.ref_count(table[i]) > 1]
         # END SOLUTION
 
@@ -119,7 +123,7 @@ class PagedMemory:
         #   missing = max(0, blocks_needed(end, block_size) - len(table))
         #   copies = len(_shared_blocks_to_write(table, start, end))
         #   return missing + copies <= allocator.num_free
-        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
+        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         missing = max(0, blocks_needed(end, self.block_size) - len(table))
         copies = len(self._shared_blocks_to_write(table, start, end))
         return missing + copies <= self.allocator.num_free
@@ -154,7 +158,7 @@ class PagedMemory:
         #   for i in _shared_blocks_to_write(table, start, end):
         #       new = allocator.copy_on_write(table[i]); copies.append((table[i], new)); table[i] = new
         #   grow_block_table(table, end, block_size, allocator)
-        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
+        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         if not self.can_allocate(request, num_new_tokens):
             raise OutOfBlocksError(
                 f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens: "
@@ -174,29 +178,51 @@ class PagedMemory:
         """Drop the request's share of every block it holds (finished, aborted or preempted).
 
         Its table is forgotten; a block goes back to the pool when its last
-        owner lets go. Queued copies (not yet taken by take_block_copies)
-        follow one rule: a copy whose destination block no longer has any
-        owner is dropped (that block is free, and may be handed out before
-        the step runs); every other queued copy stays, in order, whoever
-        queued it and whoever owned its source. Freeing a request that holds
-        nothing does nothing.
+        owner lets go. Freeing a request that holds nothing does nothing.
+
+        The queue of copies must stay safe to run: a request can be freed
+        between the allocate that queued a copy and the step that applies it
+        (take_block_copies, then copy_blocks). Whatever is freed, and whatever
+        is allocated afterwards, applying the queue must (1) never write into
+        a block that has no owner or that was handed out again after being
+        freed (its next owner's K/V are its own), and (2) still give every
+        block a request holds as a copy-on-write destination its source's
+        K/V, in the order the copies were queued, whoever queued them and
+        whoever still owns their sources.
         """
-        # Nudge: a queued copy outlives the allocate that queued it: which copies may still run?
-        # Hint 1: Each table entry is one reference; freeing drops them all. A subtle case: the
-        #   request may have queued a copy-on-write copy in this step and be freed (preempted)
-        #   before the step runs. The copy's destination is then free, maybe handed out already:
-        #   the runner must not write the old K/V over its next owner's. But a copy is not the
-        #   request's alone: after a fork its destination may have another owner, and freeing
-        #   the source's owner leaves the source intact until the step runs. Decide by the
-        #   destination's owners, not by who queued the copy.
-        # Hint 2: Pop the request's table (an empty one if it has none) and free each block. Then
-        #   keep only the queued (src, dst) copies whose dst still has an owner (ref_count > 0).
+        # Nudge: which blocks does the request hold, and what must it give back of each?
+        # Hint 1: Each table entry is one reference on one block (a shared block appears in
+        #   several tables). Freeing drops every one of the request's references; the
+        #   allocator puts a block back when its last reference goes. Then the queue of
+        #   copies may hold copies that are no longer safe: _after_release settles it.
+        # Hint 2: Pop the request's table (an empty one if it has none), free each of its blocks
+        #   once, then call _after_release.
         # Hint 3:
         #   for block in tables.pop(request_id, []): allocator.free(block)
-        #   copies = [(src, dst) for src, dst in copies if allocator.ref_count(dst) > 0]
-        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
+        #   _after_release()
+        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         for block in self.tables.pop(request.request_id, []):
             self.allocator.free(block)
+        self._after_release()
+        # END SOLUTION
+
+    def _after_release(self) -> None:
+        """Make the queue of copies meet free's contract (1) and (2) after blocks were given back.
+
+        free and truncate call it once they have dropped their references.
+        """
+        # Nudge: a queued copy outlives the allocate that queued it: which copies may still run?
+        # Hint 1: A subtle case: a request may have queued a copy-on-write copy in this step and
+        #   be freed (preempted) before the step runs. The copy's destination is then free, maybe
+        #   handed out already: the runner must not write the old K/V over its next owner's. But
+        #   a copy is not the request's alone: after a fork its destination may have another
+        #   owner, and freeing the source's owner leaves the source intact until the step runs.
+        #   Decide by the destination's owners, not by who queued the copy.
+        # Hint 2: Keep only the queued (src, dst) copies whose dst still has an owner
+        #   (ref_count > 0), in their order.
+        # Hint 3:
+        #   copies = [(src, dst) for src, dst in copies if allocator.ref_count(dst) > 0]
+        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         # a queued copy into a block nobody owns any more must not land on its next owner
         self._copies = [(src, dst) for src, dst in self._copies if self.allocator.ref_count(dst) > 0]
         # END SOLUTION
@@ -229,7 +255,7 @@ class PagedMemory:
         #   if any(allocator.ref_count(b) == 0 for b in blocks): raise ValueError("block ... is free")
         #   for b in blocks: allocator.share(b)
         #   tables[request_id] = list(blocks)
-        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
+        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         if self.tables.get(request_id):
             raise ValueError(f"request {request_id!r} already holds blocks")
         free = [block for block in blocks if self.allocator.ref_count(block) == 0]
@@ -255,7 +281,7 @@ class PagedMemory:
         # Hint 3:
         #   if parent not in tables: raise KeyError
         #   share_blocks(child, tables[parent])
-        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
+        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         if parent_request_id not in self.tables:
             raise KeyError(f"request {parent_request_id!r} holds no blocks")
         self.share_blocks(child_request_id, self.tables[parent_request_id])
@@ -271,7 +297,7 @@ class PagedMemory:
         # Hint 2: Return the queued list and leave an empty one in its place.
         # Hint 3:
         #   copies, self._copies = self._copies, []; return copies
-        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the scheduler's questions
+        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         copies, self._copies = self._copies, []
         return copies
         # END SOLUTION
@@ -291,7 +317,7 @@ class PagedMemory:
         for block in table[keep:]:
             self.allocator.free(block)
         del table[keep:]
-        self._copies = [(src, dst) for src, dst in self._copies if self.allocator.ref_count(dst) > 0]
+        self._after_release()
 
     # ------------------------------------------------------------ for the model runner
     def block_table(self, request_id: str) -> list[int]:

@@ -1,8 +1,8 @@
 """The paged K/V pool: chapter 0's flat KVCache, cut into blocks.
 
 The pool is one tensor for K and one for V, [num_layers, num_blocks *
-block_size, num_kv_heads, head_dim]: block b owns slots b * block_size ..
-(b + 1) * block_size - 1 of every layer. Nothing about the tensor changes
+block_size, num_kv_heads, head_dim]: a block is the block_size slots of
+chapter 0's layout (`AttentionMetadata.context_slots`), in every layer. Nothing about the tensor changes
 from chapter 0; only who gets which slots does. The attention backend writes
 new K/V through the slot mapping and reads each sequence's context through
 its block table (`AttentionMetadata.context_slots`).
@@ -39,7 +39,7 @@ def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: in
     #   num_blocks = budget_bytes // (block_size * config.kv_bytes_per_token(dtype.itemsize))
     #   if num_blocks < 1: raise ValueError(f"a KV budget of {budget_bytes} bytes holds no block ...")
     #   return num_blocks
-    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
+    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
     num_blocks = budget_bytes // (block_size * config.kv_bytes_per_token(dtype.itemsize))
     if num_blocks < 1:
         raise ValueError(
@@ -91,7 +91,7 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
     #   src = (tensor(sources)[:, None] * block_size + offsets).flatten()
     #   dst = (tensor(destinations)[:, None] * block_size + offsets).flatten()
     #   pool.k[:, dst] = pool.k[:, src]; pool.v[:, dst] = pool.v[:, src]
-    # BEGIN SOLUTION 2.2: Where every token lives: tables, slots, metadata, the pool
+    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
     device = pool.k.device
     offsets = torch.arange(block_size, device=device)
     src = (torch.tensor([s for s, _ in copies], device=device)[:, None] * block_size + offsets).flatten()
