@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "ch00_model"))
 from tiny_models import save_tiny_model, transformers_greedy  # noqa: E402
@@ -17,7 +19,8 @@ from tiny_models import save_tiny_model, transformers_greedy  # noqa: E402
 from miniyaie.engine import EngineConfig, LLMEngine  # noqa: E402
 from miniyaie.engine.sampling_params import SamplingParams  # noqa: E402
 from miniyaie.paged import blocks_needed  # noqa: E402
-from miniyaie.speculative.step import PromptLookup  # noqa: E402
+from miniyaie.scheduler import Request  # noqa: E402
+from miniyaie.speculative.step import PromptLookup, Speculation  # noqa: E402
 
 RNG = random.Random(0)
 PROMPTS = [[RNG.randrange(320) for _ in range(RNG.randrange(3, 30))] for _ in range(6)] + [[5, 6, 7, 8] * 6]
@@ -343,3 +346,71 @@ def test_smollm2_with_speculation_answers_exactly_as_without_it():
     finally:
         plain.close()
         spec.close()
+
+
+class AskRecorder:
+    """A proposer that records what it is asked for and drafts exactly that many tokens (7, 7, ...)."""
+
+    def __init__(self):
+        self.asked: dict[str, int] = {}
+
+    def draft(self, wanted):
+        self.asked = {r.request_id: k for r, k in wanted}
+        return {r.request_id: [7] * k for r, k in wanted}
+
+    def forget(self, request_id):
+        pass
+
+
+def decoding_request(i: int, room: int) -> Request:
+    """A request whose only uncomputed token is its last, with `room` tokens left before max_tokens (the
+    target's own next token included)."""
+    request = Request(f"r{i}", [1, 2, 3], max_tokens=room + 2)
+    request.output_token_ids.append(5)
+    request.num_computed_tokens = request.num_tokens - 1
+    return request
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 6), st.booleans()), min_size=1, max_size=6),
+       st.integers(0, 2), st.integers(1, 6), st.integers(1, 16))
+@example([(True, 6, True)], 0, 8, 6).via("one request alone: the whole budget but its own token")
+@example([(True, 6, True)], 0, 8, 2).via("room for exactly one draft")
+@example([(True, 6, True)] * 3, 0, 8, 5).via("the budget cannot give each a draft: off, and counted")
+@example([(True, 6, True)] * 2, 1, 4, 16).via("a request waits: off, and counted")
+@example([(True, 6, True), (False, 6, True)], 0, 4, 16).via("a running prompt, nobody waiting: off, and counted")
+@example([(True, 1, True), (True, 0, True), (True, 6, False)], 0, 4, 16).via("room and eligibility per request")
+@pytest.mark.task("9.3")
+def test_propose_asks_each_request_for_the_drafts_the_step_can_carry(requests, num_waiting, num_tokens, max_step):
+    """Speculation.propose against its contract: who is asked, for how many, and when the step is counted off.
+    Each request is (decoding?, room before max_tokens, eligible?)."""
+    running = []
+    for i, (decoding, room, _) in enumerate(requests):
+        request = decoding_request(i, room)
+        if not decoding:  # a prompt still being prefilled: more than its last token to compute
+            request.num_computed_tokens = 1
+        running.append(request)
+    eligible_ids = {f"r{i}" for i, (_, _, ok) in enumerate(requests) if ok}
+    decoding = [r for r, (d, _, _) in zip(running, requests) if d]
+    drafting = [r for r in decoding if r.request_id in eligible_ids]
+    assume(drafting or len(decoding) != max_step)  # the one budget edge the contract leaves open
+    off = bool(num_waiting) or len(decoding) < len(running) or len(decoding) + len(drafting) > max_step
+    want = {}
+    if not off:
+        k = min(num_tokens, (max_step - len(decoding)) // max(1, len(drafting)))
+        want = {r.request_id: min(k, room) for r, (_, room, _) in zip(running, requests) if r in drafting and room > 0}
+
+    recorder, counters = AskRecorder(), dict(speculation_off_steps=0)
+    speculation = Speculation(recorder, num_tokens, memory=None, counters=counters, max_step_tokens=max_step)
+    before = {r.request_id: list(r.output_token_ids) for r in running}
+    speculation.propose(running, num_waiting, lambda r: r.request_id in eligible_ids)
+    story = (f"{len(running)} running ({len(decoding)} decoding, {len(drafting)} may draft), {num_waiting} waiting, "
+             f"num_tokens {num_tokens}, max_step_tokens {max_step}")
+    assert {rid: n for rid, n in recorder.asked.items() if n > 0} == want, (
+        f"{story}: the proposer should be asked for {want or 'nothing'} (each may-draft request the same share of "
+        f"what the decoding requests' own tokens leave, at most num_tokens, within its max_tokens), not {recorder.asked}")
+    for r in running:
+        added = r.output_token_ids[len(before[r.request_id]):]
+        assert added == [7] * want.get(r.request_id, 0), f"{story}: request {r.request_id} got {added} appended"
+    assert counters["speculation_off_steps"] == int(off and bool(decoding)), (
+        f"{story}: a step turned off while requests decode counts once in speculation_off_steps "
+        f"(off here: {off}), got {counters['speculation_off_steps']}")
