@@ -148,6 +148,34 @@ def test_the_drafts_cache_keeps_exactly_the_accepted_drafts(models):
 
 
 @pytest.mark.task("9.4")
+def test_one_round_drafts_every_request_in_k_batched_passes(models):
+    """Three requests asking for 4, 2 and 3 drafts: 4 forward passes of the draft model in all (one per draft
+    position, every request that still wants one in the same pass), each request getting what plain greedy
+    decoding with the draft model would give."""
+    target, near, _ = models
+    proposer = engine(target, near).speculation.proposer
+    requests = [Request(f"r{i}", prompt, max_tokens=50) for i, prompt in enumerate(PROMPTS[:3])]
+    for request in requests:
+        request.output_token_ids.append(9)
+    passes = proposer.forward_passes
+    drafts = proposer.draft([(requests[0], 4), (requests[1], 2), (requests[2], 3)])
+    assert proposer.forward_passes - passes == 4, (
+        f"drafting 4, 2 and 3 tokens took {proposer.forward_passes - passes} forward passes of the draft model: "
+        "one pass per draft position for all the requests that still want one makes 4")
+    for request, k in zip(requests, (4, 2, 3)):
+        alone = run_alone(near, request.all_token_ids, k)
+        assert drafts[request.request_id] == alone, (
+            f"request {request.request_id}: drafted {drafts[request.request_id]}, but greedy decoding with the draft "
+            f"model alone gives {alone}")
+
+
+def run_alone(model, tokens: list[int], k: int) -> list[int]:
+    """Plain greedy decoding of k tokens with `model` on its own engine."""
+    return LLMEngine(model, EngineConfig(block_size=4, num_blocks=100)).generate(
+        [tokens], SamplingParams(max_tokens=k, ignore_eos=True))[0].token_ids
+
+
+@pytest.mark.task("9.4")
 def test_aborted_and_stopped_requests_give_the_drafts_blocks_back(models):
     target, near, _ = models
     llm = engine(target, near)
