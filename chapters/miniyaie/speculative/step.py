@@ -193,18 +193,19 @@ class SpeculativeRunner:
 def speculative_runner(config, runner, memory, counters: dict[str, int], draft_model=None) -> SpeculativeRunner:
     """`runner` wrapped to speculate as `config` says (speculative "ngram" or "draft").
 
-    A draft model must share the target's vocabulary (ValueError otherwise; the caller compares the
+    A draft model must share the target's vocabulary (DraftModelError, a ValueError, otherwise; the caller compares the
     tokenizers, which the model does not know). It gets a pool of its own, as many blocks as the target's.
     """
     if config.speculative == "draft":
+        from miniyaie.backends.choose import use_backend
+        from miniyaie.speculative.draft_model import DraftModelError, DraftModelProposer
+
         if draft_model is None:
-            raise ValueError("speculative decoding with a draft model needs one: give draft_model")
+            raise DraftModelError("speculative decoding with a draft model needs one: give draft_model")
         target_vocab, draft_vocab = runner.model.config.vocab_size, draft_model.config.vocab_size
         if draft_vocab != target_vocab:
-            raise ValueError(f"the draft model's vocabulary has {draft_vocab} tokens, the target's {target_vocab}: "
-                             "a draft model must share the target's tokenizer")
-        from miniyaie.backends.choose import use_backend
-        from miniyaie.speculative.draft_model import DraftModelProposer
+            raise DraftModelError(f"the draft model's vocabulary has {draft_vocab} tokens, the target's {target_vocab}: "
+                                  "a draft model must share the target's tokenizer")
 
         use_backend(draft_model, config.attention_backend, draft_model.lm_head.weight.device)  # as the target's
         proposer = DraftModelProposer(draft_model, memory.num_blocks, memory.block_size)

@@ -71,5 +71,5 @@ def build_engine(args, default_max_tokens: int):
         if choice:
             print(choice, file=sys.stderr, flush=True)
         return InferenceEngine(model, engine_config, sampling_defaults=sampling, device=device, dtype=dtype)
-    except (EngineError, ValueError) as exc:  # a model that cannot load, or settings that do not fit it (a draft's tokenizer)
+    except EngineError as exc:  # a model that cannot load, or one that does not fit (a draft's tokenizer)
         raise UsageError(str(exc)) from None

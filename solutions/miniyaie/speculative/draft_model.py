@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from miniyaie.engine.errors import EngineError
 from miniyaie.engine.loading import load_model
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.model import CausalLM, LoadedModel
@@ -34,15 +35,19 @@ class DraftCopy:
     drafted: list[int] = field(default_factory=list)  # the drafts of the last call, after the confirmed tokens
 
 
+class DraftModelError(EngineError, ValueError):
+    """No draft model, or one whose tokens would mean other words than the target's: refused at start."""
+
+
 def load_draft_model(source: str | Path | LoadedModel | None, target: LoadedModel, config,
                      device: str | None, dtype: torch.dtype | None):
-    """Speculative decoding's draft model (chapter 9), on the target's device; ValueError when there is none
-    or when its tokenizer is not the target's (its token ids would mean other words)."""
+    """Speculative decoding's draft model (chapter 9), on the target's device; DraftModelError when there is
+    none or when its tokenizer is not the target's (its token ids would mean other words)."""
     if source is None:
-        raise ValueError("speculative decoding with a draft model needs one: give --draft-model PATH (draft_model=...)")
+        raise DraftModelError("speculative decoding with a draft model needs one: give --draft-model PATH (draft_model=...)")
     draft = load_model(source, config, device or str(target.model.lm_head.weight.device), dtype)
     if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
-        raise ValueError(f"the draft model {str(source)!r} has another tokenizer than the target's: "
+        raise DraftModelError(f"the draft model {str(source)!r} has another tokenizer than the target's: "
                          "its drafts would be other tokens")
     return draft.model
 
@@ -73,11 +78,11 @@ class DraftModelProposer:
         Afterwards each copy's `drafted` holds its drafts and its memory holds the K/V of every token
         it computed (the request's tokens and every draft but the last).
         """
-        ready = []
+        ready, drafting = [], {r.request_id for r, _ in wanted}
         for request, k in wanted:
             copy = self._follow(request)
             if not self._make_room(copy, k):  # room held for requests not drafting now (preempted) goes first
-                for rid in [rid for rid in self.copies if rid not in {r.request_id for r, _ in wanted}]:
+                for rid in [rid for rid in self.copies if rid not in drafting]:
                     self.forget(rid)
             if self._make_room(copy, k):
                 ready.append((copy, k))
