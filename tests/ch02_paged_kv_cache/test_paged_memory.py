@@ -11,15 +11,21 @@ import itertools
 from collections import Counter
 
 import pytest
+import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from miniyaie.paged import OutOfBlocksError, PagedMemory
+from miniyaie.model import ModelConfig
+from miniyaie.paged import OutOfBlocksError, PagedMemory, copy_blocks, make_pool
 from miniyaie.scheduler import Request, TokenCountingMemory
 
 
 MACHINE_SETTINGS = settings(max_examples=200, stateful_step_count=50)
+TINY = ModelConfig(
+    family="llama", vocab_size=32, hidden_size=16, intermediate_size=32, num_layers=2, num_heads=4,
+    num_kv_heads=2, head_dim=4, rms_norm_eps=1e-6, max_position_embeddings=64, rope_theta=10000.0,
+)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -427,3 +433,44 @@ def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
         f"{reader!r} still owns block {destination} and reads it after the step"
     )
     assert memory.block_table(reader)[1] == destination
+
+
+@pytest.mark.task("2.2")
+@pytest.mark.parametrize("freed", ["nobody", "the parent"])
+def test_a_fork_before_the_step_copies_what_the_shared_block_waits_for(freed):
+    """A request writes into a shared block (a copy is queued) and is forked before the step; the child writes too.
+
+    The parent's private block holds nothing until the queued copy runs, so the child's copy must end up with what
+    that block is waiting for, applied by copy_blocks as the runner does, and still so if the parent is freed
+    before the step (its own copy is then dropped: nobody owns its destination)."""
+    block_size = 4
+    memory = PagedMemory(8, block_size)
+    pool = make_pool(TINY, 8, block_size, torch.float32)
+    first = Request("first", [1] * 6, max_tokens=4)
+    memory.allocate(first, 6)
+    for position, slot in enumerate(memory.slot_mapping("first", 0, 6)):  # the prompt's K/V: 100, 101, ...
+        pool.k[:, slot] = pool.v[:, slot] = 100.0 + position
+    first.num_computed_tokens = 6
+    parent = Request("parent", [1] * 6, max_tokens=4)
+    parent.num_computed_tokens = 6
+    memory.fork("first", "parent")
+    memory.allocate(parent, 1)  # writes position 6 into the shared block 1: a copy is queued
+    child = Request("child", [1] * 6, max_tokens=4)
+    child.num_computed_tokens = 6
+    memory.fork("parent", "child")  # before the step: the child shares the parent's not yet filled copy
+    memory.allocate(child, 1)  # the child writes position 6 too: a copy of a block still waiting for its K/V
+    readers = ["parent", "child"]
+    if freed == "the parent":
+        memory.free(parent)
+        readers = ["child"]
+    copies = memory.take_block_copies()
+    copy_blocks(pool, copies, block_size)
+    for reader in readers:
+        slots = memory.slot_mapping(reader, 0, 6)
+        for name, cache in (("K", pool.k), ("V", pool.v)):
+            got = [round(cache[0, slot, 0, 0].item()) for slot in slots]
+            assert got == list(range(100, 106)), (
+                f"after the queued copies {copies} (freed before the step: {freed}), {reader!r} reads {name} "
+                f"{got} at positions 0..5, not the prompt's {list(range(100, 106))}: a copy taken from a block that "
+                "is itself a queued copy's destination must give what that block will hold when the step runs"
+            )

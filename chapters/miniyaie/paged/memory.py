@@ -106,8 +106,12 @@ class PagedMemory:
 
         Positions num_computed_tokens.. will be written: any shared block
         among them is replaced by a private copy first (queued for
-        `take_block_copies`). Raises OutOfBlocksError with a message naming
-        the request, changing nothing, when the pool cannot hold it.
+        `take_block_copies`). Applied before the step, the copy gets the K/V
+        the shared block is to hold by then, even when that block is itself
+        the destination of a copy still queued (a fork between the allocate
+        that queued it and the step), whoever is freed before the step.
+        Raises OutOfBlocksError with a message naming the request, changing
+        nothing, when the pool cannot hold it.
         """
         start = request.num_computed_tokens
         end = start + num_new_tokens

@@ -136,8 +136,12 @@ class PagedMemory:
 
         Positions num_computed_tokens.. will be written: any shared block
         among them is replaced by a private copy first (queued for
-        `take_block_copies`). Raises OutOfBlocksError with a message naming
-        the request, changing nothing, when the pool cannot hold it.
+        `take_block_copies`). Applied before the step, the copy gets the K/V
+        the shared block is to hold by then, even when that block is itself
+        the destination of a copy still queued (a fork between the allocate
+        that queued it and the step), whoever is freed before the step.
+        Raises OutOfBlocksError with a message naming the request, changing
+        nothing, when the pool cannot hold it.
         """
         start = request.num_computed_tokens
         end = start + num_new_tokens
@@ -146,17 +150,23 @@ class PagedMemory:
         #   private copy (copy_on_write) in its table, and the pool must be told to copy the K/V,
         #   which the model runner does from the queued (old, new) pairs before the forward
         #   pass. Then the table grows to hold every position up to end. Nothing may fail
-        #   half-way: ask can_allocate before taking anything.
+        #   half-way: ask can_allocate before taking anything. A shared block that is itself
+        #   waiting for a queued copy holds nothing yet: copy from where its K/V will come
+        #   from. (Copying it after its own copy instead breaks when its owner is freed before
+        #   the step: that earlier copy is dropped.)
         # Hint 2: If can_allocate says no, raise OutOfBlocksError naming the request. Take the
         #   request's table (a new empty one if it has none). For each index i in
         #   _shared_blocks_to_write(table, start, end): new = allocator.copy_on_write(table[i]);
-        #   queue (table[i], new) in self._copies; put new in table[i]. Then
-        #   grow_block_table(table, end, block_size, allocator).
+        #   the source is table[i], or the source of the queued copy whose destination is
+        #   table[i] if there is one; queue (source, new) in self._copies; put new in table[i].
+        #   Then grow_block_table(table, end, block_size, allocator).
         # Hint 3:
         #   if not can_allocate(request, n): raise OutOfBlocksError(f"request {id!r} cannot grow ...")
         #   table = tables.setdefault(request_id, [])
+        #   pending = {dst: src for src, dst in copies}
         #   for i in _shared_blocks_to_write(table, start, end):
-        #       new = allocator.copy_on_write(table[i]); copies.append((table[i], new)); table[i] = new
+        #       new = allocator.copy_on_write(table[i])
+        #       copies.append((pending.get(table[i], table[i]), new)); table[i] = new
         #   grow_block_table(table, end, block_size, allocator)
         # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
         if not self.can_allocate(request, num_new_tokens):
@@ -165,9 +175,10 @@ class PagedMemory:
                 f"{self.allocator.num_free} of {self.allocator.num_blocks} blocks of {self.block_size} tokens are free"
             )
         table = self.tables.setdefault(request.request_id, [])
+        pending = {dst: src for src, dst in self._copies}  # blocks still waiting for their K/V
         for i in self._shared_blocks_to_write(table, start, end):
             new_block = self.allocator.copy_on_write(table[i])
-            self._copies.append((table[i], new_block))
+            self._copies.append((pending.get(table[i], table[i]), new_block))
             table[i] = new_block
         grow_block_table(table, end, self.block_size, self.allocator)
         # END SOLUTION
