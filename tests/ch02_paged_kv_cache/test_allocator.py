@@ -95,10 +95,19 @@ class AllocatorMachine(RuleBasedStateMachine):
         block %= self.num_blocks
         if block in self.owned():
             return
+        free_before = self.allocator.num_free
         with pytest.raises(ValueError):  # freeing a free block is a double free: ValueError
             self.allocator.free(block)
+        assert self.allocator.ref_count(block) == 0 and self.allocator.num_free == free_before, (
+            f"a refused double free of block {block} left its ref_count {self.allocator.ref_count(block)} and "
+            f"{self.allocator.num_free} blocks free (was 0 and {free_before}): a refused call changes nothing"
+        )
         with pytest.raises(ValueError):  # sharing a free block (nobody filled it) is a ValueError
             self.allocator.share(block)
+        assert self.allocator.ref_count(block) == 0 and self.allocator.num_free == free_before, (
+            f"a refused share of free block {block} left its ref_count {self.allocator.ref_count(block)} and "
+            f"{self.allocator.num_free} blocks free (was 0 and {free_before}): a refused call changes nothing"
+        )
 
     @invariant()
     def counts_add_up(self):
@@ -201,8 +210,8 @@ def test_allocate_many_is_all_or_nothing(num_blocks, first, second):
         allocator.free(block)
     assert allocator.num_free == num_blocks and allocator.num_used == 0
     assert len(set(allocator.allocate_many(num_blocks))) == num_blocks  # every block comes back
-    with pytest.raises(ValueError):
-        allocator.allocate_many(-1)  # a negative count is a caller's bug
+    with pytest.raises(ValueError):  # allocate_many(-1): a negative count is a caller's bug, a ValueError
+        allocator.allocate_many(-1)
 
 
 @pytest.mark.task("2.1")
@@ -215,9 +224,12 @@ def test_a_block_returns_to_the_free_list_with_its_last_owner():
     assert allocator.ref_count(block) == 1 and allocator.num_used == 1, "a shared block freed once is still in use"
     allocator.free(block)
     assert allocator.ref_count(block) == 0 and allocator.num_free == 2
-    with pytest.raises(ValueError):
-        allocator.free(block)  # double free
-    assert allocator.ref_count(block) == 0 and allocator.num_free == 2
+    with pytest.raises(ValueError):  # freeing a free block is a double free: ValueError
+        allocator.free(block)
+    assert allocator.ref_count(block) == 0 and allocator.num_free == 2, (
+        f"a refused double free left ref_count {allocator.ref_count(block)} and {allocator.num_free} free blocks "
+        "(was 0 and 2): check before changing anything"
+    )
 
 
 @pytest.mark.task("2.1")
