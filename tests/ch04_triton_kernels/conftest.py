@@ -1,17 +1,18 @@
-"""Chapter 4: every test module runs in its own Python process.
+"""Chapter 4: the tests run in a child Python process, restarted after a crash.
 
 A Triton kernel that reads out of bounds can kill the whole process (the
 interpreter segfaults on an unmasked load). So the pytest that collects these
-tests does not run them: for each module it starts a child pytest on that
-module's selected tests alone, which records each test's result as it goes, and then reports
-the child's results as its own. A crash fails only the tests of that module
-that had not finished, with the signal and the child's last output.
+tests does not run them: it starts one child pytest on the chapter's selected
+tests, which records each test's result as it goes, and then reports the
+child's results as its own. When the child dies, the first test without a
+result is the one it died in: that test fails with the signal and the child's
+last output, and a new child runs the tests after it. One child, not one per
+module, pays torch's and Triton's start-up once.
 
 `course holes` runs its pytest sessions in worker processes that already
 isolate them (course/batch.py: a worker that dies is restarted and its session
 counts as crashed), so a worker sets KERNEL_TESTS_IN_PROCESS and these tests
-run in it directly, without paying torch and Triton start-up once per module
-per session.
+run in it directly.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ if DEVICE != "cpu":  # on a GPU the same tests run the compiled kernels: their t
 
 _in_child = CHILD_RESULTS in os.environ
 _isolate = not _in_child and KERNEL_TESTS_IN_PROCESS not in os.environ  # the batch worker isolates
-_module_runs: dict[str, dict] = {}  # module path -> {"results": {nodeid: (outcome, text)}, "crash": str | None}
+_chapter_run: dict[str, dict] = {}  # "results" and "crashes" of the child runs, once the first test asks
 
 
 # ------------------------------------------------------------------ child side
@@ -63,12 +64,14 @@ if _in_child:
 
 
 # ----------------------------------------------------------------- parent side
-def _selected(session, path: Path) -> list[str]:
-    """The module's tests this session runs (all of them, or those `file::test` or -k chose)."""
-    return [item.nodeid for item in session.items if Path(item.path) == path]
+def _selected(session) -> list[str]:
+    """This chapter's tests the session runs (all of them, or those `file::test` or -k chose), in order."""
+    here = Path(__file__).parent
+    return [item.nodeid for item in session.items if Path(item.path).parent == here]
 
 
-def _run_module(config, path: Path, tests: list[str]) -> dict:
+def _run_child(config, tests: list[str]) -> dict:
+    """One child pytest on `tests`: the results it recorded, and why it died (None when it did not)."""
     with tempfile.TemporaryDirectory() as tmp:
         results_file = Path(tmp) / "results.jsonl"
         env = {k: v for k, v in os.environ.items() if k != "MINIYAIE_RESULTS"}  # the parent writes that one
@@ -76,7 +79,6 @@ def _run_module(config, path: Path, tests: list[str]) -> dict:
         args = [sys.executable, "-m", "pytest", "-q", *tests]
         if config.getoption("maxfail") == 1:
             args.append("-x")
-        started = time.monotonic()
         try:
             proc = subprocess.run(args, cwd=config.rootpath, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
             crash = None if proc.returncode in (0, 1, 5) else f"exit status {proc.returncode}"
@@ -92,7 +94,25 @@ def _run_module(config, path: Path, tests: list[str]) -> dict:
                 entry = json.loads(line)
                 if entry["nodeid"] not in results or entry["outcome"] == "failed":
                     results[entry["nodeid"]] = (entry["outcome"], entry["text"], entry["seconds"])
-        return {"results": results, "crash": crash, "tail": tail, "seconds": time.monotonic() - started}
+        return {"results": results, "crash": crash, "tail": tail}
+
+
+def _run_chapter(config, tests: list[str]) -> tuple[dict, dict]:
+    """(results by node id, (why, output) by the node id of each test a child died in)."""
+    results: dict[str, tuple] = {}
+    crashes: dict[str, tuple[str, str]] = {}
+    remaining = tests
+    while remaining:
+        run = _run_child(config, remaining)
+        results.update(run["results"])
+        missing = [t for t in remaining if t not in results]
+        if run["crash"] is None or not missing:
+            break
+        crashes[missing[0]] = (run["crash"], run["tail"])  # tests run in order: it died in the first one missing
+        if config.getoption("maxfail") == 1:
+            break
+        remaining = missing[1:]
+    return results, crashes
 
 
 if _isolate:
@@ -101,21 +121,20 @@ if _isolate:
         """No time limit here: the child enforces each test's own limit (it also runs the course plugin)."""
         for item in items:
             if Path(item.path).parent == Path(__file__).parent:
-                item.add_marker(pytest.mark.timeout(0))  # the first test of a module runs the whole module
+                item.add_marker(pytest.mark.timeout(0))  # the first test runs the whole chapter
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(item, nextitem):
         path = Path(item.path)
         if path.parent != Path(__file__).parent:
             return None
-        key = str(path)
-        if key not in _module_runs:
-            _module_runs[key] = _run_module(item.config, path, _selected(item.session, path))
-        run = _module_runs[key]
-        outcome, text, seconds = run["results"].get(item.nodeid, (None, "", 0.0))
+        if not _chapter_run:
+            _chapter_run["results"], _chapter_run["crashes"] = _run_chapter(item.config, _selected(item.session))
+        outcome, text, seconds = _chapter_run["results"].get(item.nodeid, (None, "", 0.0))
         if outcome is None:
-            why = run["crash"] or "the child stopped before this test (an earlier failure with -x)"
-            outcome, text = "failed", f"no result from the child process for this module: {why}\n{run['tail']}"
+            why, tail = _chapter_run["crashes"].get(item.nodeid, ("", ""))
+            why = why or "the child stopped before this test (an earlier failure with -x, or a crash in an earlier test)"
+            outcome, text = "failed", f"no result from the child process for this test: {why}\n{tail}"
         longrepr = None
         if outcome == "failed":
             longrepr = f"{text}\n[ran in a child process]"

@@ -58,7 +58,7 @@ def test_a_tree_walk_that_never_advances_fails_at_the_chapter_limit_naming_its_t
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="a CPU run: the kernel runs in Triton's interpreter")
 def test_a_kernel_search_that_never_ends_fails_in_its_child_process_naming_its_task(tmp_path, monkeypatch):
-    """Task 4.3's top-k bisection, planted so that it never narrows; chapter 4 runs each module in a child pytest."""
+    """Task 4.3's top-k bisection, planted so that it never narrows; chapter 4 runs its tests in a child pytest."""
     root = planted(tmp_path, 4, "sampling.py", "                if count >= k:\n                    lo = mid\n",
                    "                if count >= k:\n                    lo = lo\n")
     result = run_scaled("tests/ch04_triton_kernels/test_sampling_kernel.py::test_filters_bound_the_choice",

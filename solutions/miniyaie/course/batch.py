@@ -13,7 +13,7 @@ chapter of `course holes` / `course mutants`) sends its sessions to the same
 processes, which isolate them the same way, so torch and the rest are imported
 once per command, not once per call (1.5-3.5 s of CPU per worker each time).
 Because the worker isolates every session this way, chapter 4's tests run in
-it directly instead of one child process per test module (their conftest.py).
+it directly instead of in a child pytest (their conftest.py).
 
 The sessions are shared out between WORKERS workers that run side by side
 (the CI machines have 2 cores and a session is mostly single-threaded
