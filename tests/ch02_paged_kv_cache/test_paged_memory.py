@@ -53,6 +53,8 @@ class KVMemoryContract(RuleBasedStateMachine):
     def expected_fit(self, request: Request, num_new_tokens: int) -> bool:
         raise NotImplementedError
 
+    fit_detail = ""  # the numbers behind expected_fit's answer, for can_allocate's message
+
     def snapshot(self):
         return self.used()
 
@@ -102,7 +104,7 @@ class KVMemoryContract(RuleBasedStateMachine):
         assert fits == expected, (
             f"can_allocate said {'yes' if fits else 'no'} for {request.request_id} + {n} tokens, but allocate would "
             f"{'fail' if fits else 'succeed'} (new blocks the table lacks + copies of shared blocks written into, "
-            "against the free blocks)"
+            f"against the free blocks{self.fit_detail})"
         )
         if not fits:
             with pytest.raises(MemoryError):
@@ -190,6 +192,7 @@ class PagedMemoryMachine(KVMemoryContract):
         missing = max(0, ceil_div(end, self.block_size) - len(table))
         written = range(start // self.block_size, min(len(table), ceil_div(end, self.block_size))) if n else []
         copies = sum(owners[table[i]] > 1 for i in written)  # shared blocks it writes into: copied first
+        self.fit_detail = f": {missing} new + {copies} copies against {self.memory.num_free_blocks} free"
         return missing + copies <= self.memory.num_free_blocks
 
     def add(self, request):
