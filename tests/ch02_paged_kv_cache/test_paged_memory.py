@@ -477,3 +477,24 @@ def test_a_fork_before_the_step_copies_what_the_shared_block_waits_for(freed):
                 f"{got} at positions 0..5, not the prompt's {list(range(100, 106))}: a copy taken from a block that "
                 "is itself a queued copy's destination must give what that block will hold when the step runs"
             )
+
+
+@pytest.mark.task("2.2")
+def test_a_table_longer_than_the_write_needs_still_counts_its_copies():
+    """A table may already hold blocks past the write (slots taken for drafts that were not computed, chapter 9):
+    they are no block the write needs, and they do not pay for the copy of a shared block it writes into."""
+    memory = PagedMemory(3, 4)
+    parent = Request("parent", [1] * 6, max_tokens=8)
+    memory.allocate(parent, 6)
+    parent.num_computed_tokens = 6
+    memory.allocate(parent, 3)  # positions 6..8 taken ahead (not computed yet): a third block, the pool is full
+    child = Request("child", [1] * 6, max_tokens=8)
+    child.num_computed_tokens = 6
+    memory.fork("parent", "child")
+    fits = memory.can_allocate(child, 1)  # position 6 lands in the shared block 1: a copy, and no block is free
+    assert not fits, (
+        "can_allocate said yes for the child + 1 token, but its write needs a copy of a shared block and no block "
+        "is free: the table's third block (beyond the write) is no room for that copy"
+    )
+    with pytest.raises(OutOfBlocksError, match="child"):
+        memory.allocate(child, 1)
