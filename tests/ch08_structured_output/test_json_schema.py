@@ -139,7 +139,7 @@ def doubling_object_regex(members: list[tuple[str, bool]]) -> str:
 
 
 @pytest.mark.ungraded
-@pytest.mark.parametrize("required", SIZE_CASES[:2], ids=SIZE_IDS[:2])
+@pytest.mark.parametrize("required", SIZE_CASES[:1], ids=SIZE_IDS[:1])
 def test_the_size_bound_refuses_a_construction_that_doubles(required):
     """The bound above is not vacuous: the doubling construction (correct, but 2^n) fails it, and says why."""
     members = [(re.escape(member_text(i)), r) for i, r in enumerate(required)]
