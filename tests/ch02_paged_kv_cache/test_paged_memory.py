@@ -426,7 +426,7 @@ def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
         reader = "child"
     else:
         grandchild = Request("grandchild", [1] * 6, max_tokens=4)
-        grandchild.num_computed_tokens = 7
+        grandchild.num_computed_tokens = 6  # the child's computed tokens: its write is not run yet
         memory.fork("child", "grandchild")  # the grandchild shares the child's new block
         memory.free(child)
         reader = "grandchild"
