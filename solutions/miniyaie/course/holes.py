@@ -9,7 +9,9 @@
     meets the rest of the chapter's graded tests (a second session).
 (c) Book order: for each task k, with the regions of tasks up to k filled
     and every later one stubbed (what a learner has who works in book
-    order), every test marked with task k must pass.
+    order), every test marked with task k must pass. The bundled model's
+    tests are left out here, as `course mutants` leaves them out: tiny
+    models run the same code, and the test suite runs them on the reference.
 
 The chapter's graded tests that (c) does not run (no task of a region marks
 them) run on the reference, so that with (c) every test `course mutants` runs
@@ -93,8 +95,9 @@ def holes(number: int) -> int:
         sessions = [Session(f"{ch.package}=chapters", [ch.tests, *GRADED])]
         sessions += [Session(f"{ch.package}={root}", [*tests, "-x"]) for tests, root in zip(own, one_stub) if tests]
         stubbed = len(sessions) - 1
+        light_ids = {t.nodeid for t in light}
         sessions += [
-            Session(f"{ch.package}={root}", [t.nodeid for t in graded if k in t.tasks])
+            Session(f"{ch.package}={root}", [t.nodeid for t in graded if k in t.tasks and t.nodeid in light_ids])
             for k, root in zip(tasks, book_order)
         ]
         sessions += [Session("solutions", unmarked)] if unmarked else []  # for course mutants (course/reference.py)
