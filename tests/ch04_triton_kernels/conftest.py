@@ -70,6 +70,13 @@ def _selected(session) -> list[str]:
     return [item.nodeid for item in session.items if Path(item.path).parent == here]
 
 
+def _crash_output(output: str) -> str:
+    """What a dead child's output shows: faulthandler's dump from its start (innermost frame first, so the
+    kernel line that faulted is in it), else the last 3,000 characters."""
+    at = output.find("Fatal Python error")
+    return output[at : at + 3000] if at >= 0 else output[-3000:]
+
+
 def _run_child(config, tests: list[str]) -> dict:
     """One child pytest on `tests`: the results it recorded, and why it died (None when it did not)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,13 +86,15 @@ def _run_child(config, tests: list[str]) -> dict:
         args = [sys.executable, "-m", "pytest", "-q", *tests]
         if config.getoption("maxfail") == 1:
             args.append("-x")
+        if config.getoption("timeout", None) is not None:  # `pytest --timeout=S` sets each test's limit in the child
+            args.append(f"--timeout={config.getoption('timeout')}")
         try:
             proc = subprocess.run(args, cwd=config.rootpath, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
             crash = None if proc.returncode in (0, 1, 5) else f"exit status {proc.returncode}"
             if proc.returncode < 0:
                 crash = (f"killed by signal {-proc.returncode} (in Triton's interpreter that is what a tl.load or tl.store "
                          "outside its tensor does: mask every access that can pass the end of a row or tensor)")
-            tail = (proc.stdout + proc.stderr)[-3000:]
+            tail = _crash_output(proc.stdout + proc.stderr)
         except subprocess.TimeoutExpired as exc:
             crash, tail = f"timed out after {CHILD_TIMEOUT_S} s", str(exc.stdout or "")[-3000:]
         results = {}
