@@ -85,10 +85,10 @@ class Sampler:
         """One SampledToken per row: the token, and when want[i] is not None its logprob under
         raw_logprobs and the want[i] likeliest tokens as (id, logprob), likeliest first ([] for 0).
 
-        raw_logprobs is None when no row wants logprobs. One topk for the batch (the largest k
-        asked), not one per row.
+        raw_logprobs is None when no row wants logprobs. Cost: the vocabulary is searched once
+        for the whole batch, however many rows ask and whatever each asks, not once per row.
         """
-        # Idea: one gather and one topk for the batch; each row then takes what it asked for.
+        # Idea: rows ask for different numbers of alternatives: how can one search serve them all?
         # Stuck? `miniyaie hint 5.8` prints hints, one level at a time.
         # TODO(Task 5.8): One sampler for the whole batch. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 8: One sampler for the whole batch — see book/src/ch05_engine.md')

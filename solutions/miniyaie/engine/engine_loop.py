@@ -198,18 +198,19 @@ class EngineLoop(FaultBoundary):
 
     # ANCHOR: loop
     def _loop(self) -> None:
-        """Until closed: sleep while there is nothing to do; apply the inbox in arrival order; step.
+        """The engine thread's whole work until it is closed: the callers' submissions and aborts, and the steps.
 
-        Runs on the engine thread only. Waits on self._wake (no busy loop)
-        while the inbox is empty, the loop is open and the engine has nothing
-        unfinished; returns as soon as it is closed. Submissions start their
-        requests (self.processor.start); an abort ends its request
+        Runs on the engine thread only. It never spins: while the inbox is
+        empty, the loop is open and the engine has nothing unfinished, it
+        waits on self._wake; it returns as soon as it is closed. The inbox's
+        actions take effect in the order they arrived: a submission starts
+        its requests (self.processor.start); an abort ends its request
         (self.processor.abort) only if that very request is still in flight
-        (it may have ended, and a later request may reuse its id). Each of those
-        actions runs through self._guarded, so a fault ends only its request.
-        Then, if the engine has work, one self._step().
+        (it may have ended, and a later request may reuse its id). Each
+        action runs through self._guarded, so a fault ends only its request.
+        While the engine has work, it steps (self._step).
         """
-        # Nudge: take the whole inbox under the lock, act on it outside the lock, then step once.
+        # Nudge: a caller must never wait for a model step: what may the lock cover, and what not?
         # Hint 1: Callers append to self._inbox and notify self._wake from their threads; this
         #   thread is the only one that touches the engine. Hold the lock only to wait and to
         #   swap the inbox for an empty list: a caller must never wait for a model step. Order

@@ -148,10 +148,10 @@ class Sampler:
         """One SampledToken per row: the token, and when want[i] is not None its logprob under
         raw_logprobs and the want[i] likeliest tokens as (id, logprob), likeliest first ([] for 0).
 
-        raw_logprobs is None when no row wants logprobs. One topk for the batch (the largest k
-        asked), not one per row.
+        raw_logprobs is None when no row wants logprobs. Cost: the vocabulary is searched once
+        for the whole batch, however many rows ask and whatever each asks, not once per row.
         """
-        # Nudge: one gather and one topk for the batch; each row then takes what it asked for.
+        # Nudge: rows ask for different numbers of alternatives: how can one search serve them all?
         # Hint 1: The chosen token's logprob is a lookup per row (gather); the alternatives are the
         #   row's best k, and rows ask for different k: compute the largest k once for the whole
         #   batch and let each row keep its first k. A row that asked for nothing gets the bare
