@@ -88,12 +88,8 @@ class Scheduler:
 
     # ANCHOR: finish
     def _finish(self, request: Request, reason: FinishReason) -> None:
-        """End a request that is in neither queue any more.
-
-        Afterwards it holds no memory, it is FINISHED with `reason` as its
-        finish_reason, and the scheduler no longer knows its id (add_request
-        may use it again).
-        """
+        """End a request that is in neither queue any more. Afterwards it holds no memory, it is
+        FINISHED with `reason` as its finish_reason, and its id is free (add_request may reuse it)."""
         # Idea: a finished request holds nothing and is known by nobody.
         # Stuck? `miniyaie hint 1.3` prints hints, one level at a time.
         # TODO(Task 1.3): Record a step's results. Replace this line with your code.

@@ -117,12 +117,8 @@ class Scheduler:
 
     # ANCHOR: finish
     def _finish(self, request: Request, reason: FinishReason) -> None:
-        """End a request that is in neither queue any more.
-
-        Afterwards it holds no memory, it is FINISHED with `reason` as its
-        finish_reason, and the scheduler no longer knows its id (add_request
-        may use it again).
-        """
+        """End a request that is in neither queue any more. Afterwards it holds no memory, it is
+        FINISHED with `reason` as its finish_reason, and its id is free (add_request may reuse it)."""
         # Nudge: a finished request holds nothing and is known by nobody.
         # Hint 1: Once finished, a request's memory goes back to the pool and its id is free:
         #   self.requests holds unfinished requests only.
