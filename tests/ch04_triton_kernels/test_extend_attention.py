@@ -47,3 +47,16 @@ def test_the_mask_is_offset_by_the_prefix():
     expected = causal_attention(q[:9], k_cache[slots[: lens[0]]], v_cache[slots[: lens[0]]], 64**-0.5)
     torch.testing.assert_close(out[:9], expected, **FP32_CLOSE, msg=lambda m: (
         f"sequence 0 has 7 cached tokens and 9 new ones: new token i must see keys 0 .. 7 + i, no later one: {m}"))
+
+
+@pytest.mark.task("4.1")
+def test_each_query_head_of_a_new_token_reads_its_own_kv_head():
+    """GQA: query heads 0-1 share KV head 0 and 2-3 KV head 1; different V per KV head tells them apart."""
+    lens, group = [6], 2
+    k_cache, v_cache, block_tables = paged_pool(lens, 2, 64, 1, torch.float32, seed=3)
+    v_cache[:, 0], v_cache[:, 1] = 1.0, -1.0
+    q = torch.randn(4, 2 * group, 64)  # 4 new tokens after a cached prefix of 2
+    out = extend_attention(q, k_cache, v_cache, block_tables, torch.tensor([0, 4]), torch.tensor(lens), 1, 0.125)
+    ones = torch.ones(4, group, 64)
+    torch.testing.assert_close(out[:, :group], ones, **FP32_CLOSE, msg=lambda m: f"query heads 0-1 must read KV head 0 (V = +1): {m}")
+    torch.testing.assert_close(out[:, group:], -ones, **FP32_CLOSE, msg=lambda m: f"query heads 2-3 must read KV head 1 (V = -1): {m}")
