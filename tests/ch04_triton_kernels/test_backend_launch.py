@@ -79,7 +79,15 @@ def test_every_layer_of_a_step_and_the_next_step_get_their_own_sizes():
     prefill = step([0, 4], [6, 2], seed=3)
     run_both(backend, prefill)
     run_both(backend, (*prefill[:5], prefill[5]))  # the second layer: same metadata object
-    run_both(backend, step([6, 2], [1, 1], seed=4))
+    decode = step([6, 2], [1, 1], seed=4)
+    q, _, _, k_cache, _, meta = decode
+    seq_lens, query_start, max_query_len = backend._step_values(meta, q, k_cache)
+    assert (seq_lens.tolist(), query_start.tolist(), max_query_len) == ([7, 3], [0, 1, 2], 1), (
+        f"the next step (query_lens {meta.query_lens}, seq_lens {meta.seq_lens}) brings a new metadata object: its sizes "
+        f"are seq_lens [7, 3], query_start [0, 1, 2], max_query_len 1, not {seq_lens.tolist()}, {query_start.tolist()}, "
+        f"{max_query_len} (the last step's sizes send the kernels past the end of this step's tensors)"
+    )
+    run_both(backend, decode)
     assert backend.launches == {"decode": 1, "extend": 2}, backend.launches
 
 
