@@ -51,6 +51,14 @@ def top_k_meets_top_p():
     return logits
 
 
+def top_p_of_what_top_k_kept():
+    """p = 1, 0.9, and 0.8 for 98 more: top-k 2 keeps tokens 0 and 1, and top-p 0.5 of their mass (0.95) keeps token 0
+    alone (the mass above token 1 is 1); against the whole row's mass (80.3) token 1 would stay."""
+    logits = torch.full((VOCAB,), -1000.0)
+    logits[0], logits[1], logits[2:100] = 0.0, math.log(0.9), math.log(0.8)
+    return logits
+
+
 # (what the row checks, logits, temperature, top_k, top_p, min_p)
 ROWS = [
     ("no filter: the running sum carries across tiles", spread(), 1.0, 0, 1.0, 0.0),
@@ -64,6 +72,7 @@ ROWS = [
     ("top-k 1 keeps exactly the largest p, not the one a float step below", one_ulp_below(), 1.0, 1, 1.0, 0.0),
     ("top-k 2 keeps both", one_ulp_below(), 1.0, 2, 1.0, 0.0),
     ("top-p ends on the token where top-k ends", top_k_meets_top_p(), 1.0, 2, 0.6, 0.0),
+    ("top-p takes its share of the mass top-k kept, not of the row's", top_p_of_what_top_k_kept(), 1.0, 2, 0.5, 0.0),
 ]
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 from kernel_cases import generator
 
@@ -28,7 +28,9 @@ def batch(params, vocab, seed):
 
 
 @pytest.mark.task("4.3")
-@settings(max_examples=8)
+# No shrinking: each example is dozens of passes over the row in the interpreter, and shrinking a wrong kernel's
+# first failure took minutes, past the test's time limit, whose message then hid the wrong token.
+@settings(max_examples=8, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(params=rows, vocab=st.sampled_from([50, 1000, 2500]), seed=st.integers(0, 2**16))
 @example(params=[(0.0, 0, 1.0, 0.0, 0.5)], vocab=50, seed=0)  # greedy
 @example(params=[(1.0, 1, 1.0, 0.0, 0.99)], vocab=1000, seed=1)  # top-k 1 is greedy whatever u
