@@ -252,8 +252,9 @@ class EngineLoop(FaultBoundary):
         The requests failed are those in flight that had started (they have
         completions) when the step ran, not those queued during it; their
         blocks come back (self._fail), the failure is logged as an error with
-        its traceback, and the loop goes on. An event whose
-        request has ended meanwhile (aborted, failed) is dropped.
+        its traceback, counted in self.failed_steps, and the loop goes on. An
+        event whose request has ended meanwhile (aborted, failed) is dropped.
+        self.busy_seconds adds up the time of the steps that ran.
         """
         # Nudge: a failed step is the engine's fault, not the caller's: fail what it touched, keep serving.
         # Hint 1: self.llm.step() returns the step's token events; each goes to its request's
