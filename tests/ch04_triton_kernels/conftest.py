@@ -93,7 +93,8 @@ def _run_child(config, tests: list[str]) -> dict:
             crash = None if proc.returncode in (0, 1, 5) else f"exit status {proc.returncode}"
             if proc.returncode < 0:
                 crash = (f"killed by signal {-proc.returncode} (in Triton's interpreter that is what a tl.load or tl.store "
-                         "outside its tensor does: mask every access that can pass the end of a row or tensor)")
+                         "outside its tensor does: mask every access that can pass the end of a row or tensor, and compute an offset "
+                         "that can pass 2**31 in int64)")
             tail = _crash_output(proc.stdout + proc.stderr)
         except subprocess.TimeoutExpired as exc:
             crash, tail = f"timed out after {CHILD_TIMEOUT_S} s", str(exc.stdout or "")[-3000:]

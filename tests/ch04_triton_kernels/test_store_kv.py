@@ -45,3 +45,21 @@ def test_store_into_one_layer_of_a_pool_leaves_the_other_layers():
     assert pool_k.sum() == 2 * 2 * 64 and pool_v.sum() == 2 * 2 * 2 * 64, (
         "a row outside the two slots changed: this layer's other rows and the other layers must stay as they were"
     )
+
+
+@pytest.mark.task("4.4")
+def test_a_slot_past_2_to_the_31_elements_is_written_where_it_is():
+    """A pool of 2**31 + 2,048 half-precision elements (4 GiB allocated; only the rows written here are touched).
+
+    The last slot's offset, slot * row stride, is past what an int32 holds: computed in int32 it wraps, and the
+    store lands outside the pool (in the interpreter that kills the test process: the crash names the store).
+    """
+    num_slots = 2**31 // 256 + 8  # a row of the pool: (K, V) x 2 heads x 64 = 256 elements
+    pool = torch.empty(num_slots, 2, 2, 64, dtype=torch.float16)
+    k_cache, v_cache = pool[:, 0], pool[:, 1]  # one layer's K and V, each a strided view, as a real pool gives them
+    slots = torch.tensor([num_slots - 1, 3])
+    store_kv(torch.ones(2, 2, 64), torch.full((2, 2, 64), 2.0), k_cache, v_cache, slots)
+    assert k_cache[slots].eq(1).all() and v_cache[slots].eq(2).all(), (
+        f"slot {num_slots - 1} sits {(num_slots - 1) * 256:,} elements into the pool, past 2**31: its K (1) and V (2) "
+        "must land there (compute slot * stride in int64)"
+    )
