@@ -21,10 +21,11 @@ The reference's own run (every test's outcome and time) is skipped when
 Tests that load the bundled SmolLM2 (marked bundled_model) are left out:
 each would cost minutes per mutant, and the tiny random models run the
 same code. A test past its time limit counts as failed: the limit is generous (ten
-times the test's own time on the reference, at least 30 seconds), so a
-mutant that trips it has made the code loop (on a machine whose load jumps
-tenfold it could also be a slow pass: a kill that is too lenient, never a
-false survivor).
+times the test's own time on the reference, and at least 15 seconds, three
+times the slowest set-up of a graded test module, which the limit also
+covers), so a mutant that trips it has made the code loop (on a machine
+whose load jumps tenfold it could also be a slow pass: a kill that is too
+lenient, never a false survivor).
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def mutants(number: int, turn: int | None = None) -> int:
         print(f"    the reference fails its own tests: {[r.nodeid for r in broken] or 'no graded tests'}")
         return 1
     reference = [r for r in reference if r.outcome == "passed"]
-    limits = {r.nodeid: max(30.0, round(10 * r.duration, 1)) for r in reference}
+    limits = {r.nodeid: max(15.0, round(10 * r.duration, 1)) for r in reference}
 
     with tempfile.TemporaryDirectory() as tmp:
         trees = {m: _tree_with(m, Path(tmp) / str(i)) for i, m in enumerate(to_run)}
