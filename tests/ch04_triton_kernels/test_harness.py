@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,9 @@ def test_harness_checks_every_kernel_and_writes_json_and_plot(tmp_path):
 
 
 def test_harness_reports_a_wrong_kernel_and_fails(tmp_path):
+    stub = Path(__file__).parents[2] / "chapters" / "miniyaie" / "kernels" / "activation.py"
+    if "raise NotImplementedError" not in stub.read_text():
+        pytest.skip("chapters/ holds a written silu_and_mul (a learner's), not the stub this test runs as a wrong kernel")
     proc, report = harness("--impl", "kernels=chapters", "--kernel", "silu_and_mul", tmp_path=tmp_path)
     assert proc.returncode == 1
     assert [r["correct"] for r in report["results"]] == [False]
