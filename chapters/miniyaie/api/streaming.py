@@ -80,7 +80,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     ends first, its result is returned or its exception raised, as it is. Either
     way no task is left running: the listener for the hang-up is cancelled too.
     """
-    # Idea: race two tasks, and clean up the loser before you return.
+    # Idea: awaiting either one alone misses the other; what may still be running when you return?
     # Stuck? `miniyaie hint 6.4` prints hints, one level at a time.
     # TODO(Task 6.4): Answer unless the client hangs up. Replace this line with your code.
     raise NotImplementedError('Chapter 6, Task 4: Answer unless the client hangs up — see book/src/ch06_api.md')

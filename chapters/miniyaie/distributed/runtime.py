@@ -79,7 +79,7 @@ class ParallelModelRunner(ModelRunner):
         The copies are applied to this rank's pool here (as chapter 5's
         prepare would) and remembered in self._copies, for `forward` to send.
         """
-        # Idea: chapter 5's prepare takes the copies and applies them to rank 0's pool only.
+        # Idea: the copy-on-write copies can be taken only once: which pools need them, and how do the workers learn of them?
         # Stuck? `miniyaie hint 7.4` prints hints, one level at a time.
         # TODO(Task 7.4): Rank 0 schedules, the workers replay. Replace this line with your code.
         raise NotImplementedError('Chapter 7, Task 4: Rank 0 schedules, the workers replay — see book/src/ch07_tensor_parallel.md')

@@ -40,7 +40,7 @@ class IncrementalDetokenizer:
         Decoding cost stays bounded: never the whole sequence per token.
         """
         self.token_ids.extend(token_ids)
-        # Idea: decode a small window twice, with and without the new tokens, and emit the difference.
+        # Idea: a token alone may lose its space or split a character: how much context is enough, and when is text final?
         # Stuck? `miniyaie hint 5.5` prints hints, one level at a time.
         # TODO(Task 5.5): Incremental detokenization. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 5: Incremental detokenization — see book/src/ch05_engine.md')

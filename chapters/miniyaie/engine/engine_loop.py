@@ -60,7 +60,7 @@ class EngineLoop(FaultBoundary):
         twice in `requests`; then nothing is queued. Otherwise the requests are in flight
         (in_flight counts them, abort finds them) from this moment, and the loop is woken.
         """
-        # Idea: everything callers share sits behind one lock; check all, then queue all, then wake the loop.
+        # Idea: other threads share the inbox: what if one request of a batch is refused, and from when may abort find them?
         # Stuck? `miniyaie hint 5.14` prints hints, one level at a time.
         # TODO(Task 5.14): The engine thread and its fault boundaries. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 14: The engine thread and its fault boundaries — see book/src/ch05_engine_loop.md')

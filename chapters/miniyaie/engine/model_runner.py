@@ -47,7 +47,7 @@ class ModelRunner:
         the model runs even then (the chunks' K/V must be written). The LM head runs only
         on the rows that sample (self.forward), and the sampler once for all of them.
         """
-        # Idea: pack, run once, keep only the rows that sample, sample them all at once.
+        # Idea: which rows are worth a vocabulary-wide LM head, and must the model run when no row is?
         # Stuck? `miniyaie hint 5.9` prints hints, one level at a time.
         # TODO(Task 5.9): Pack the step into one batch. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 9: Pack the step into one batch — see book/src/ch05_engine_loop.md')

@@ -23,7 +23,7 @@ class OfflineGeneration:
         """Run every prompt to completion, all in the same batches; outputs in prompt order (completion 0
         of each when n > 1: the others run, and are left out). A failed request's error (an event
         that carries one) is raised."""
-        # Idea: add them all first, then step until nothing is left, sorting each event to its prompt.
+        # Idea: the engine batches what it holds, and events come mixed: when do prompts go in, and where does a token go?
         # Stuck? `miniyaie hint 5.11` prints hints, one level at a time.
         # TODO(Task 5.11): The engine step. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 11: The engine step — see book/src/ch05_engine_loop.md')

@@ -106,7 +106,7 @@ class OutputProcessor:
         a logprob entry (self._token_logprob) is made only for a completion that records
         logprobs; _emit gets the token, its text, the event's finish_reason and that entry.
         """
-        # Idea: one event, one token: find its completion, turn the token into text, let _emit do the rest.
+        # Idea: the detokenizer may hold half a character back: when must it let go, and whose events ask for logprobs?
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')

@@ -88,7 +88,7 @@ def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> t
     with probability 0 is never drawn. A seeded row's draw depends only on its
     own generator: the same seed gives the same token whatever else is in the batch.
     """
-    # Idea: one uniform number per row, placed on the row's cumulative distribution.
+    # Idea: a seeded row must not depend on its batch: how does one random number pick a token from an unnormalised row?
     # Stuck? `miniyaie hint 5.4` prints hints, one level at a time.
     # TODO(Task 5.4): One draw per row, seeded rows on their own generator. Replace this line with your code.
     raise NotImplementedError('Chapter 5, Task 4: One draw per row, seeded rows on their own generator — see book/src/ch05_engine.md')

@@ -34,7 +34,7 @@ class Sink:
         loop's thread may touch an asyncio.Event, so the engine thread asks the loop to set it.
         A loop that is closed cannot be asked (RuntimeError): nobody will read, return False.
         """
-        # Idea: queue it, then wake the reader the way its world allows.
+        # Idea: which thread may touch an asyncio.Event, and what if the reader's loop has closed?
         # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
         # TODO(Task 5.13): From the engine thread to its caller. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine_loop.md')
@@ -62,7 +62,7 @@ class Sink:
         if self._loop is None:  # the first read binds the sink to the caller's event loop
             self._ready = asyncio.Event()
             self._loop = asyncio.get_running_loop()
-        # Idea: never block the loop: take what is there, else sleep on the event until put sets it.
+        # Idea: never block, spin, lose a put or wait forever: what does the reader sleep on, and in what state?
         # Stuck? `miniyaie hint 5.13` prints hints, one level at a time.
         # TODO(Task 5.13): From the engine thread to its caller. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 13: From the engine thread to its caller — see book/src/ch05_engine_loop.md')

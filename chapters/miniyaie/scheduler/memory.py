@@ -86,14 +86,14 @@ class TokenCountingMemory:
 
         Raises MemoryError, changing nothing, when can_allocate says no.
         """
-        # Idea: check first, then record only what is missing.
+        # Idea: what must the pool look like after a call that raises, and after an ask smaller than what is held?
         # Stuck? `miniyaie hint 1.1` prints hints, one level at a time.
         # TODO(Task 1.1): Counting memory. Replace this line with your code.
         raise NotImplementedError('Chapter 1, Task 1: Counting memory — see book/src/ch01_scheduler.md')
 
     def _missing(self, request: Request, num_new_tokens: int) -> int:
         """Slots still to reserve so the request holds num_computed + num_new tokens."""
-        # Idea: the target minus what is held, never negative.
+        # Idea: what does a request need that already holds more than it now asks for?
         # Stuck? `miniyaie hint 1.1` prints hints, one level at a time.
         # TODO(Task 1.1): Counting memory. Replace this line with your code.
         raise NotImplementedError('Chapter 1, Task 1: Counting memory — see book/src/ch01_scheduler.md')

@@ -26,7 +26,7 @@ def lpm_order(waiting: Sequence[Request], prefix_len: PrefixLenOracle) -> list[R
     Requests that share a cached prefix run close together, so the prefix is
     still cached when they are admitted. Ties keep the queue order.
     """
-    # Idea: a stable sort keeps the queue order among equals.
+    # Idea: two requests with the same cached prefix: which goes first, and what guarantees it?
     # Stuck? `miniyaie hint 1.6` prints hints, one level at a time.
     # TODO(Task 1.6): Longest-prefix-match order. Replace this line with your code.
     raise NotImplementedError('Chapter 1, Task 6: Longest-prefix-match order — see book/src/ch01_scheduler.md')

@@ -86,7 +86,7 @@ class DraftModelProposer:
                     self.forget(rid)
             if self._make_room(copy, k):
                 ready.append((copy, k))
-        # Idea: one forward pass per draft position, for every request that still wants a draft.
+        # Idea: k drafts may cost k passes for the whole batch: what must a copy's first pass compute, and each later one?
         # Stuck? `miniyaie hint 9.4` prints hints, one level at a time.
         # TODO(Task 9.4): The draft model's cache. Replace this line with your code.
         raise NotImplementedError("Chapter 9, Task 4: The draft model's cache — see book/src/ch09_speculative.md")

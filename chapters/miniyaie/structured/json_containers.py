@@ -75,7 +75,7 @@ def json_object_regex(depth: int = 2) -> str:
     objects at the top: not [1], not "x". Its length grows with depth, and by a
     constant factor per level, never with the number of members.
     """
-    # Idea: describe "a value at most k levels deep" for k = 0, 1, ..., depth.
+    # Idea: a regex cannot recurse, and may grow only by a constant factor per level: what is each level made of?
     # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
     # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
     raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')

@@ -112,7 +112,7 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     ends first, its result is returned or its exception raised, as it is. Either
     way no task is left running: the listener for the hang-up is cancelled too.
     """
-    # Nudge: race two tasks, and clean up the loser before you return.
+    # Nudge: awaiting either one alone misses the other; what may still be running when you return?
     # Hint 1: Awaiting `work` alone would never notice the hang-up; awaiting the hang-up alone
     #   would never return the answer. Run both as tasks and wait for the first to complete.
     #   The loser must not outlive the call: a listener left running leaks, and a collection

@@ -79,7 +79,7 @@ class ParallelModelRunner(ModelRunner):
         The copies are applied to this rank's pool here (as chapter 5's
         prepare would) and remembered in self._copies, for `forward` to send.
         """
-        # Nudge: chapter 5's prepare takes the copies and applies them to rank 0's pool only.
+        # Nudge: the copy-on-write copies can be taken only once: which pools need them, and how do the workers learn of them?
         # Hint 1: Copy-on-write (chapter 2) queues block copies in the memory; whoever takes them
         #   must apply them, and every rank's pool needs them, since every rank's pool holds the
         #   same blocks (its own heads). Take them before chapter 5's prepare would.

@@ -40,7 +40,7 @@ class IncrementalDetokenizer:
         Decoding cost stays bounded: never the whole sequence per token.
         """
         self.token_ids.extend(token_ids)
-        # Nudge: decode a small window twice, with and without the new tokens, and emit the difference.
+        # Nudge: a token alone may lose its space or split a character: how much context is enough, and when is text final?
         # Hint 1: Decoding one token alone loses context (SentencePiece drops a word's leading
         #   space at the start of a decode) and can split a character; decoding everything each
         #   time is quadratic. So keep a window: some tokens already emitted, for context, plus

@@ -60,7 +60,7 @@ class EngineLoop(FaultBoundary):
         twice in `requests`; then nothing is queued. Otherwise the requests are in flight
         (in_flight counts them, abort finds them) from this moment, and the loop is woken.
         """
-        # Nudge: everything callers share sits behind one lock; check all, then queue all, then wake the loop.
+        # Nudge: other threads share the inbox: what if one request of a batch is refused, and from when may abort find them?
         # Hint 1: Callers run on other threads than the loop, so the inbox and the map of requests
         #   in flight are changed only under self._wake (a Condition: its lock, and the way to
         #   wake the loop). Nothing slow happens under it: the loop applies the inbox later.

@@ -71,7 +71,7 @@ class ModelRunner:
         the model runs even then (the chunks' K/V must be written). The LM head runs only
         on the rows that sample (self.forward), and the sampler once for all of them.
         """
-        # Nudge: pack, run once, keep only the rows that sample, sample them all at once.
+        # Nudge: which rows are worth a vocabulary-wide LM head, and must the model run when no row is?
         # Hint 1: The whole step is one forward pass over the packed batch (prepare), but only the
         #   rows of chunks that reach their end become logits (sampling_rows): computing the LM
         #   head for every prompt token would cost a vocabulary-wide matmul per token for

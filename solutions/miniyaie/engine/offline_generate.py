@@ -23,7 +23,7 @@ class OfflineGeneration:
         """Run every prompt to completion, all in the same batches; outputs in prompt order (completion 0
         of each when n > 1: the others run, and are left out). A failed request's error (an event
         that carries one) is raised."""
-        # Nudge: add them all first, then step until nothing is left, sorting each event to its prompt.
+        # Nudge: the engine batches what it holds, and events come mixed: when do prompts go in, and where does a token go?
         # Hint 1: The engine batches what it holds, so every prompt is added before the first step.
         #   Each step returns events for many requests, in no particular order: gather each
         #   request's tokens by its id, and keep the finish reason of its last event. The events

@@ -131,7 +131,7 @@ class OutputProcessor:
         a logprob entry (self._token_logprob) is made only for a completion that records
         logprobs; _emit gets the token, its text, the event's finish_reason and that entry.
         """
-        # Nudge: one event, one token: find its completion, turn the token into text, let _emit do the rest.
+        # Nudge: the detokenizer may hold half a character back: when must it let go, and whose events ask for logprobs?
         # Hint 1: Events come per completion (by engine id), text is made per completion. The
         #   detokenizer may hold text back (half a character) and only releases it when told that
         #   no more tokens come; a finishing event is that moment. Logprob entries cost a

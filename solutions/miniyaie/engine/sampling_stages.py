@@ -161,7 +161,7 @@ def draw(probs: torch.Tensor, generators: Sequence[torch.Generator | None]) -> t
     with probability 0 is never drawn. A seeded row's draw depends only on its
     own generator: the same seed gives the same token whatever else is in the batch.
     """
-    # Nudge: one uniform number per row, placed on the row's cumulative distribution.
+    # Nudge: a seeded row must not depend on its batch: how does one random number pick a token from an unnormalised row?
     # Hint 1: Inverse-CDF sampling: lay the row's probabilities end to end on [0, total) and
     #   see which piece a uniform point lands in. The point must be scaled by the row's total
     #   (rows are not normalised), must never reach the total, and a seeded row must take its

@@ -34,7 +34,7 @@ class Sink:
         loop's thread may touch an asyncio.Event, so the engine thread asks the loop to set it.
         A loop that is closed cannot be asked (RuntimeError): nobody will read, return False.
         """
-        # Nudge: queue it, then wake the reader the way its world allows.
+        # Nudge: which thread may touch an asyncio.Event, and what if the reader's loop has closed?
         # Hint 1: A thread reader blocks on the queue itself: queuing is enough. An async reader
         #   sleeps on an asyncio.Event, which belongs to its event loop; setting it from another
         #   thread is a race. The loop has a thread-safe door for that: ask it to run the set.
@@ -97,7 +97,7 @@ class Sink:
         if self._loop is None:  # the first read binds the sink to the caller's event loop
             self._ready = asyncio.Event()
             self._loop = asyncio.get_running_loop()
-        # Nudge: never block the loop: take what is there, else sleep on the event until put sets it.
+        # Nudge: never block, spin, lose a put or wait forever: what does the reader sleep on, and in what state?
         # Hint 1: A blocking queue.get would freeze every coroutine of the server, so take items
         #   without waiting, and when there is none, sleep on self._ready, which put sets through
         #   the loop (call_soon_threadsafe runs the set on this loop's thread, after you went to

@@ -95,7 +95,7 @@ class TokenCountingMemory:
 
         Raises MemoryError, changing nothing, when can_allocate says no.
         """
-        # Nudge: check first, then record only what is missing.
+        # Nudge: what must the pool look like after a call that raises, and after an ask smaller than what is held?
         # Hint 1: All or nothing: when the request does not fit, raise MemoryError before touching
         #   anything. When it fits, its holding grows to the target; it never shrinks (a smaller
         #   ask leaves it as it is).
@@ -113,7 +113,7 @@ class TokenCountingMemory:
 
     def _missing(self, request: Request, num_new_tokens: int) -> int:
         """Slots still to reserve so the request holds num_computed + num_new tokens."""
-        # Nudge: the target minus what is held, never negative.
+        # Nudge: what does a request need that already holds more than it now asks for?
         # Hint 1: A request that holds more than it asks for needs nothing more: 0, not a
         #   negative number (a negative count would hand slots back by accident).
         # Hint 2: Subtract the slots the request holds (0 if it holds none) from

@@ -26,7 +26,7 @@ def lpm_order(waiting: Sequence[Request], prefix_len: PrefixLenOracle) -> list[R
     Requests that share a cached prefix run close together, so the prefix is
     still cached when they are admitted. Ties keep the queue order.
     """
-    # Nudge: a stable sort keeps the queue order among equals.
+    # Nudge: two requests with the same cached prefix: which goes first, and what guarantees it?
     # Hint 1: The order is by prefix_len(request), longest first; among requests with the same
     #   length the queue order must survive (first come, first served among equals).
     # Hint 2: Python's sorted() is stable: sort the waiting requests with the negated prefix

@@ -86,7 +86,7 @@ class DraftModelProposer:
                     self.forget(rid)
             if self._make_room(copy, k):
                 ready.append((copy, k))
-        # Nudge: one forward pass per draft position, for every request that still wants a draft.
+        # Nudge: k drafts may cost k passes for the whole batch: what must a copy's first pass compute, and each later one?
         # Hint 1: The copies are ready (followed, room made). The first token of each copy's
         #   drafts needs what the draft has not computed yet: everything from its computed
         #   count to its end, at least the last token. Every later draft needs only the draft

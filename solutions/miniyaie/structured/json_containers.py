@@ -127,7 +127,7 @@ def json_object_regex(depth: int = 2) -> str:
     objects at the top: not [1], not "x". Its length grows with depth, and by a
     constant factor per level, never with the number of members.
     """
-    # Nudge: describe "a value at most k levels deep" for k = 0, 1, ..., depth.
+    # Nudge: a regex cannot recurse, and may grow only by a constant factor per level: what is each level made of?
     # Hint 1: A value that nests at most 0 levels is a scalar. A value that nests at most
     #   k + 1 levels is a value of at most k levels, or an object or array whose members
     #   and items are values of at most k levels. The answer is an object whose values
