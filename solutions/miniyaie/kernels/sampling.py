@@ -111,7 +111,7 @@ def _sample_kernel(
         inv_t = 1.0 / temperature
         k = tl.load(top_k_ptr + row)
         top_p = tl.load(top_p_ptr + row)
-        # Nudge: every rule is a probability threshold; find each by bisection, keep p >= the largest.
+        # Nudge: each rule keeps p >= some t; with no sort, what can find t, and when does a search over floats end?
         # Hint 1: A sort does not fit a GPU program over a 150k vocabulary, but each rule keeps the
         #   tokens whose (unnormalised) probability p = exp((x - max) / T) is at least some t:
         #   top-k's t is the largest that still keeps k tokens, top-p's the smallest (at or above
