@@ -11,6 +11,7 @@ from miniyaie import _switch
 from miniyaie.course import sync
 from miniyaie.course.regions import RegionError, find_regions, stub_regions
 from miniyaie.course.registry import CHAPTERS, chapter
+from miniyaie.course.stub_imports import drop_unused_stdlib_imports
 
 pytestmark = pytest.mark.ungraded
 REPO = Path(__file__).resolve().parents[2]
@@ -163,3 +164,19 @@ def test_no_stub_keeps_code_after_its_raise_that_reads_a_name_only_the_region_de
         problems += [f"{stub.relative_to(REPO)}: {p}" for p in
                      _names_after_a_stub_that_only_the_region_defined(stub.read_text())]
     assert not problems, "\n".join(problems)
+
+
+def test_a_stub_keeps_no_standard_library_import_only_its_solution_used():
+    """`from collections import deque` over a stubbed allocator names the data structure to choose."""
+    text = (
+        "from __future__ import annotations\n\nimport heapq\nimport math\nfrom collections import Counter, deque\n"
+        "from miniyaie.paged import grow_block_table\n\n\ndef f(x: 'Counter') -> float:\n    return math.sqrt(x)\n"
+    )
+    assert drop_unused_stdlib_imports(text) == (
+        "from __future__ import annotations\n\nimport math\nfrom collections import Counter\n"
+        "from miniyaie.paged import grow_block_table\n\n\ndef f(x: 'Counter') -> float:\n    return math.sqrt(x)\n"
+    )
+    one = "from __future__ import annotations\n\nfrom collections import deque\n\n\nclass A:\n    pass\n"
+    assert drop_unused_stdlib_imports(one) == "from __future__ import annotations\n\n\nclass A:\n    pass\n"
+    allocator = (REPO / "chapters" / "miniyaie" / "paged" / "allocator.py").read_text()
+    assert "deque" not in allocator and "heapq" not in (REPO / "chapters" / "miniyaie" / "radix" / "tree.py").read_text()

@@ -19,13 +19,11 @@ take the server's defaults (params.server_defaults).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from functools import partial
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse

@@ -9,7 +9,6 @@ streaming response and the client's disconnect through untouched.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 

@@ -10,9 +10,7 @@ best passages in front of each prompt.
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -7,7 +7,6 @@ its clients wait for).
 
 from __future__ import annotations
 
-import json
 
 DONE = "[DONE]"
 

@@ -13,7 +13,6 @@ goes away, so that its KV blocks return to the pool at once:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from typing import Protocol, TypeVar

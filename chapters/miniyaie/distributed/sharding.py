@@ -15,7 +15,6 @@ input, so a block communicates only after o_proj and after down_proj.
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from miniyaie.engine.errors import EngineError
 from miniyaie.model import ModelConfig

@@ -9,7 +9,6 @@ defaults a model's authors recommend (a server uses them, chapter 6).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -149,7 +148,6 @@ class SamplingParams:
                 seed=params.seed, ignore_eos=params.ignore_eos,
             )
         raise InvalidRequestError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
-
 
 
 def _as_tuple(name: str, value, what: str) -> tuple:

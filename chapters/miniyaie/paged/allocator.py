@@ -10,8 +10,6 @@ lets go.
 
 from __future__ import annotations
 
-from collections import deque
-
 
 class OutOfBlocksError(MemoryError):
     """The pool has fewer free blocks than asked for. Nothing was allocated."""

@@ -13,7 +13,6 @@ their blocks, and may turn their parent into an evictable leaf.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field

@@ -7,7 +7,6 @@ and a value nested deeper than a parser's stack is refused before anything recur
 from __future__ import annotations
 
 import json
-import math
 
 from miniyaie.structured.limits import PatternError
 

@@ -9,8 +9,6 @@ fraction of one).
 
 from __future__ import annotations
 
-import re
-
 
 # ANCHOR: alternation
 def alternation(texts: list[str]) -> str:

@@ -15,6 +15,7 @@ from miniyaie.course import hints
 from miniyaie.course.regions import find_regions, function_kinds, stub_regions
 from miniyaie.course.registry import CHAPTERS
 from miniyaie.course.sources import SKIP_DIRS, chapter_files, regions_of
+from miniyaie.course.stub_imports import drop_unused_stdlib_imports
 
 __all__ = ["MANIFEST", "chapter_files", "check", "generated_tree", "kind_changes", "regions_of", "sync"]
 
@@ -28,8 +29,8 @@ def generated_tree() -> dict[str, str]:
         for path in chapter_files(ch):
             rel = path.relative_to(ch.solution_dir.parent).as_posix()
             text = path.read_text()
-            if path.suffix == ".py":
-                text = stub_regions(text, find_regions(text, rel), ch.page_of)
+            if path.suffix == ".py" and (regions := find_regions(text, rel)):
+                text = drop_unused_stdlib_imports(stub_regions(text, regions, ch.page_of))
             tree[rel] = text
     return tree
 
