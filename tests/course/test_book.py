@@ -120,6 +120,11 @@ def test_every_task_names_its_file_command_and_existing_tests(ch):
         assert tests_line, f"Task {task}: missing '- **Tests:**' line"
         listed = set(re.findall(r"`([^`]+)`", tests_line.group(1)))
         assert listed == marked.get(task, set()), f"Task {task}: the book's test ids and the tests marked task({task!r}) differ"
+        pytest_command = re.search(r"`pytest ([^`]+)`", run_line.group(1))
+        if pytest_command:  # the command must reach every file of the task's tests (a file or a folder above it)
+            paths = [arg for arg in pytest_command.group(1).split() if arg.startswith("tests/")]
+            missed = sorted({t.split("::")[0] for t in listed if not any(t.split("::")[0].startswith(p) for p in paths)})
+            assert not missed, f"Task {task}: the Run line's pytest command misses {missed}"
 
 
 def _innermost_def(source: str, line: int) -> str:
