@@ -1,4 +1,5 @@
-"""Task 4.3 on rows that random logits never give: kept tokens in several tiles, vanishing probabilities, one-ulp ties.
+"""Task 4.3 on rows that random logits never give: kept tokens in several tiles, vanishing probabilities, one-ulp ties,
+a top-p boundary hit exactly, a top-k boundary between two tiny probabilities.
 
 Every row is run for several uniforms, u = 0 included, and the kernel must
 pick the reference's token each time. 2500 tokens span three tiles of the
@@ -59,6 +60,23 @@ def top_p_of_what_top_k_kept():
     return logits
 
 
+def mass_above_equals_the_share():
+    """p = 1 and 1/16 (exact in float32 whatever exp's last bit): the kept mass is 1.0625, and top-p 16/17 of it is
+    exactly 1, the mass above token 1. Kept means strictly below, so token 1 goes (with <= it would stay)."""
+    logits = torch.full((VOCAB,), -1000.0)
+    logits[0], logits[1] = 0.0, math.log(1 / 16)
+    return logits
+
+
+def tiny_neighbours():
+    """Tokens 0 and 1 have p near 4e-18, token 1's larger by 2e-5 of it (about 8e-23, far below 2^-64), token 2 has
+    p = 1. Top-k 2 keeps tokens 1 and 2 but not 0: a search over the values of p that stops after a fixed number of
+    halvings (30, or 64) cannot tell 0 from 1. With u = 0 the draw picks the first kept token, which shows it."""
+    logits = torch.full((VOCAB,), -1000.0)
+    logits[0], logits[1], logits[2] = -40.00002, -40.0, 0.0
+    return logits
+
+
 # (what the row checks, logits, temperature, top_k, top_p, min_p)
 ROWS = [
     ("no filter: the running sum carries across tiles", spread(), 1.0, 0, 1.0, 0.0),
@@ -73,6 +91,10 @@ ROWS = [
     ("top-k 2 keeps both", one_ulp_below(), 1.0, 2, 1.0, 0.0),
     ("top-p ends on the token where top-k ends", top_k_meets_top_p(), 1.0, 2, 0.6, 0.0),
     ("top-p takes its share of the mass top-k kept, not of the row's", top_p_of_what_top_k_kept(), 1.0, 2, 0.5, 0.0),
+    ("top-p drops a token whose mass above is exactly top_p of the kept mass (kept means strictly less)",
+     mass_above_equals_the_share(), 1.0, 0, 16 / 17, 0.0),
+    ("top-k 2 finds its threshold exactly among p near 4e-18, not to within 2^-30 or 2^-64",
+     tiny_neighbours(), 1.0, 2, 1.0, 0.0),
 ]
 
 
