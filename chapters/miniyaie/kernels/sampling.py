@@ -111,7 +111,7 @@ def _sample_kernel(
         inv_t = 1.0 / temperature
         k = tl.load(top_k_ptr + row)
         top_p = tl.load(top_p_ptr + row)
-        # Idea: each rule keeps p >= some t; with no sort, what can find t, and when does a search over floats end?
+        # Idea: each rule keeps p >= some t: what can find t exactly, without a sort?
         # Stuck? `miniyaie hint 4.3` prints hints, one level at a time.
         # TODO(Task 4.3): Sort-free top-k / top-p / min-p sampling. Replace this line with your code.
         raise NotImplementedError('Chapter 4, Task 3: Sort-free top-k / top-p / min-p sampling — see book/src/ch04_triton_kernels.md')

@@ -111,13 +111,14 @@ def _sample_kernel(
         inv_t = 1.0 / temperature
         k = tl.load(top_k_ptr + row)
         top_p = tl.load(top_p_ptr + row)
-        # Nudge: each rule keeps p >= some t; with no sort, what can find t, and when does a search over floats end?
+        # Nudge: each rule keeps p >= some t: what can find t exactly, without a sort?
         # Hint 1: A sort does not fit a GPU program over a 150k vocabulary, but each rule keeps the
         #   tokens whose (unnormalised) probability p = exp((x - max) / T) is at least some t:
         #   top-k's t is the largest that still keeps k tokens, top-p's the smallest (at or above
         #   top-k's) whose strictly-higher mass is below top_p of the mass top-k kept, min-p's is
         #   min_p itself (p of the max is 1). Counts and masses are monotone in t, so bisect.
-        #   Bisecting over the int32 bit patterns of non-negative floats is exact and ends.
+        #   Bisecting over the int32 bit patterns of non-negative floats is exact and ends
+        #   (x.to(tl.int32, bitcast=True) reinterprets a float's bits, and back).
         # Hint 2: threshold = 0. If 0 < k < vocab: bisect bits in [0, bits(1.0) + 1) for the
         #   largest t with count(p >= t) >= k. If top_p < 1: with kept = mass(p >= threshold),
         #   bisect for the smallest t with mass(p > t) < top_p * kept; raise threshold to it.
