@@ -6,7 +6,9 @@ tests does not run them: it starts one child pytest on the chapter's selected
 tests, which records each test's result as it goes, and then reports the
 child's results as its own. When the child dies, the first test without a
 result is the one it died in: that test fails with the signal and the child's
-last output, and a new child runs the tests after it. One child, not one per
+last output, and a new child runs the tests after it. A child that ends any
+other way (pytest could not collect, the backstop ran out) fails every test
+left with its output: a new child would meet the same. One child, not one per
 module, pays torch's and Triton's start-up once.
 
 `course holes` runs its pytest sessions in worker processes that already
@@ -88,10 +90,12 @@ def _run_child(config, tests: list[str]) -> dict:
             args.append("-x")
         if config.getoption("timeout", None) is not None:  # `pytest --timeout=S` sets each test's limit in the child
             args.append(f"--timeout={config.getoption('timeout')}")
+        killed = False  # by a signal
         try:
             proc = subprocess.run(args, cwd=config.rootpath, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+            killed = proc.returncode < 0
             crash = None if proc.returncode in (0, 1, 5) else f"exit status {proc.returncode}"
-            if proc.returncode < 0:
+            if killed:
                 crash = (f"killed by signal {-proc.returncode} (in Triton's interpreter that is what a tl.load or tl.store "
                          "outside its tensor does: mask every access that can pass the end of a row or tensor, and compute an offset "
                          "that can pass 2**31 in int64)")
@@ -104,7 +108,9 @@ def _run_child(config, tests: list[str]) -> dict:
                 entry = json.loads(line)
                 if entry["nodeid"] not in results or entry["outcome"] == "failed":
                     results[entry["nodeid"]] = (entry["outcome"], entry["text"], entry["seconds"])
-        return {"results": results, "crash": crash, "tail": tail}
+        # Killed by a signal: a kernel took the process down in the test it ran. Any other end (pytest could not
+        # collect, the whole run timed out) is no single test's doing, and a new child would meet it again.
+        return {"results": results, "crash": crash, "tail": tail, "in_a_test": killed}
 
 
 def _run_chapter(config, tests: list[str]) -> tuple[dict, dict]:
@@ -117,6 +123,9 @@ def _run_chapter(config, tests: list[str]) -> tuple[dict, dict]:
         results.update(run["results"])
         missing = [t for t in remaining if t not in results]
         if run["crash"] is None or not missing:
+            break
+        if not run["in_a_test"]:  # nothing a restart would get past: every test left gets the reason
+            crashes.update({test: (run["crash"], run["tail"]) for test in missing})
             break
         crashes[missing[0]] = (run["crash"], run["tail"])  # tests run in order: it died in the first one missing
         if config.getoption("maxfail") == 1:

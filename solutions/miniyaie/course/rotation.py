@@ -22,7 +22,7 @@ from miniyaie._switch import REPO_ROOT
 # Slices per chapter, from each chapter's mutant count and the time one of its mutants takes (chapter 4
 # runs Triton's interpreter; chapter 5 builds tiny models and engines for each), so that one slice of
 # every chapter fits CI's time. Every mutant is tried within max(SLICES.values()) successive commits.
-SLICES: dict[int, int] = {0: 4, 1: 6, 2: 4, 3: 6, 4: 12, 5: 16, 6: 8, 7: 6, 8: 10, 9: 8}
+SLICES: dict[int, int] = {0: 4, 1: 6, 2: 4, 3: 6, 4: 16, 5: 16, 6: 8, 7: 6, 8: 10, 9: 8}
 DEFAULT_SLICES = 8
 
 
