@@ -22,10 +22,10 @@ Tests that load the bundled SmolLM2 (marked bundled_model) are left out:
 each would cost minutes per mutant, and the tiny random models run the
 same code. A test past its time limit counts as failed: the limit is generous (ten
 times the test's own time on the reference, and at least 15 seconds, three
-times the slowest set-up of a graded test module, which the limit also
-covers), so a mutant that trips it has made the code loop (on a machine
-whose load jumps tenfold it could also be a slow pass: a kill that is too
-lenient, never a false survivor).
+times the slowest set-up of a test module in the suite, 4.7 s to start a
+server, which the limit also covers), so a mutant that trips it has made
+the code loop (on a machine whose load jumps tenfold it could also be a
+slow pass: a kill that is too lenient, never a false survivor).
 """
 
 from __future__ import annotations
