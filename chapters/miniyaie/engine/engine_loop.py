@@ -113,6 +113,7 @@ class EngineLoop(FaultBoundary):
             "forked_requests": c["forked_requests"],
             "speculative": speculative_stats(self.llm.config.speculative, c),
             "steps": c["steps"],
+            "overlapped_steps": c["overlapped_steps"],  # launched before the step before was recorded (backends/overlap.py)
             "failed_steps": self.failed_steps,
             "loop_alive": self.alive,
             "loop_error": None if self.error is None else describe(self.error),

@@ -8,4 +8,5 @@
     static_decode_attention.py decode attention with launch sizes fixed per padded batch
     merged_projections.py      q/k/v and gate/up as one matmul each
     step_threads.py            how many CPU threads a step runs on (small steps: one)
+    overlap.py                 overlap scheduling: the model runs a step while the host records the one before
 """

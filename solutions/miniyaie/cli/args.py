@@ -73,14 +73,16 @@ def non_negative_int(text: str) -> int:
     return _whole_number(text, 0, ">= 0")
 
 
-SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills", "enforce_eager", "speculative",
-                    "num_speculative_tokens", "draft_model")
+SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills", "enforce_eager", "overlap_schedule",
+                    "speculative", "num_speculative_tokens", "draft_model")
 
 
 def add_enforce_eager_arg(p: argparse.ArgumentParser) -> None:
     """--enforce-eager, and speculative decoding's flags (chapter 9): how the engine runs its steps."""
     p.add_argument("--enforce-eager", action="store_true", default=None,
                    help="never replay decode steps as CUDA graphs (they are used only on a GPU with the triton backend)")
+    p.add_argument("--overlap-schedule", action="store_true", default=None,
+                   help="record each step and schedule the next while the model runs (default: the config's, else off)")
     p.add_argument("--speculative", choices=["ngram", "draft"], default=None,
                    help="speculative decoding: ngram proposes drafts from the request's own tokens, draft from "
                         "--draft-model; one step verifies them (default: the config's, else off)")

@@ -28,6 +28,7 @@ from miniyaie.engine.admission import Admission
 from miniyaie.backends.choose import use_backend
 from miniyaie.engine.config import EngineConfig
 from miniyaie.backends.cuda_graphs import decode_graphs_mode, kv_budget_bytes, make_decode_graphs
+from miniyaie.backends.overlap import OverlapScheduling
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.offline_generate import OfflineGeneration
 from miniyaie.engine.outputs import RequestEvent, StepRecord
@@ -41,7 +42,7 @@ from miniyaie.radix import RadixMemory
 from miniyaie.scheduler import Request, ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
 
 
-class LLMEngine(Admission, StepAccounting, OfflineGeneration):
+class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling):
     def __init__(self, model: CausalLM, config: EngineConfig = EngineConfig(), vocabulary=None, decode_graphs="auto",
                  draft_model: CausalLM | None = None):
         """`draft_model`: the proposer's model when config.speculative is "draft" (chapter 9).
@@ -76,7 +77,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
         self.on_step: Callable[[StepRecord], None] | None = None  # called after every step (tracing)
         self.counters = dict(
             steps=0, prompt_tokens=0, computed_tokens=0, cached_tokens=0, resumed_cached_tokens=0, output_tokens=0,
-            max_used_blocks=0, finished_requests=0, forked_requests=0, forced_tokens=0,
+            max_used_blocks=0, finished_requests=0, forked_requests=0, forced_tokens=0, overlapped_steps=0,
             draft_tokens=0, accepted_draft_tokens=0, verified_steps=0, speculation_off_steps=0,  # chapter 9
         )
         self.speculation = None
@@ -89,7 +90,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
     # ------------------------------------------------------------ requests
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self._in_flight is not None
 
     def _row(self, request_id: str, request: Request) -> SamplingRow:
         """`request_id`'s sampling settings over `request`'s tokens (a forked completion reads its parent's)."""
@@ -109,7 +110,11 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration):
     # ------------------------------------------------------------ one step
     # ANCHOR: step
     def step(self) -> list[RequestEvent]:
-        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events."""
+        """Schedule, run the model once, record the new tokens. Returns (request, token, finish) events:
+        with overlap scheduling (backends/overlap.py) those of the step before, recorded while this one runs."""
+        return self._overlap_step() if self.config.overlap_schedule else self._plain_step()
+
+    def _plain_step(self) -> list[RequestEvent]:
         started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
         if self.speculation is not None:

@@ -6,6 +6,7 @@
       max_num_seqs: 64
       enable_prefix_caching: true
       enforce_eager: false       # true: no CUDA graphs for decode steps
+      overlap_schedule: false    # true: the host records a step while the model runs the next
       speculative: ngram         # speculative decoding (chapter 9): ngram or draft (with draft_model: PATH); leave out for none
       num_speculative_tokens: 4
     sampling:                    # default SamplingParams of every request
@@ -34,7 +35,7 @@ from miniyaie.engine.errors import InvalidRequestError
 from miniyaie.engine.sampling_params import SamplingParams
 
 ENGINE_KEYS = {"model", "max_num_batched_tokens", "max_num_seqs", "policy", "enable_prefix_caching", "attention_backend",
-               "enforce_eager", "speculative", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+               "enforce_eager", "overlap_schedule", "speculative", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
                "max_speculative_step_tokens", "draft_model"}
 RESOURCE_KEYS = {"device", "dtype", "kv_cache_bytes", "num_blocks", "block_size"}
 DTYPES = ("float32", "bfloat16", "float16")
