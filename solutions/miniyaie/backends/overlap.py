@@ -33,6 +33,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import torch
+
 from miniyaie.scheduler import FinishReason, Request, SchedulerOutput
 
 if TYPE_CHECKING:  # the engine (chapter 5) mixes this in; at run time nothing here imports it
@@ -40,6 +42,12 @@ if TYPE_CHECKING:  # the engine (chapter 5) mixes this in; at run time nothing h
     from miniyaie.engine.sampler import SampledToken, SamplingRow
 
 PENDING = -1  # an output token sampled by a step in flight: its value is not on the host yet
+
+
+def _use_device(device: torch.device) -> None:
+    """The model's thread launches on the model's GPU (a thread starts on GPU 0; Triton launches on the current one)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
 
 @dataclasses.dataclass
@@ -96,7 +104,8 @@ class OverlapScheduling:
     def _launch(self, out: SchedulerOutput, started: float, used_blocks: int, cached: int) -> StepInFlight:
         """Hand the step to the device thread; return once it has packed the step (the memory is ours again)."""
         if self._device_thread is None:
-            self._device_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="miniyaie-device")
+            self._device_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="miniyaie-device",
+                                                     initializer=_use_device, initargs=(self.runner.device,))
         sampling = {c.request.request_id: c.request for c in out.chunks if c.samples_next_token}
         rows = {rid: self._snapshot_row(rid, request) for rid, request in sampling.items()}
         packed, failed = threading.Event(), []
