@@ -31,15 +31,10 @@ import dataclasses
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 import torch
 
 from miniyaie.scheduler import FinishReason, Request, SchedulerOutput
-
-if TYPE_CHECKING:  # the engine (chapter 5) mixes this in; at run time nothing here imports it
-    from miniyaie.engine.outputs import RequestEvent
-    from miniyaie.engine.sampler import SampledToken, SamplingRow
 
 PENDING = -1  # an output token sampled by a step in flight: its value is not on the host yet
 
@@ -66,7 +61,8 @@ class StepInFlight:
 
 
 class OverlapScheduling:
-    """Mixed into LLMEngine: needs self.scheduler, self.runner, self.memory, self.counters and the
+    """Mixed into LLMEngine (chapter 5's engine: nothing here imports it, so the events, rows and tokens it
+    handles are the engine's RequestEvent, SamplingRow and SampledToken): needs self.scheduler, self.runner, self.memory, self.counters and the
     engine's per-request maps. `self._in_flight` is the launched step not recorded yet (or None)."""
 
     _in_flight: StepInFlight | None = None
@@ -81,8 +77,8 @@ class OverlapScheduling:
                        for p in self._params.values())
 
     # ANCHOR: overlap_step
-    def _overlap_step(self) -> list[RequestEvent]:
-        """Launch the next step and record the one before it; a step that cannot overlap runs plain."""
+    def _overlap_step(self) -> list:
+        """Launch the next step and record the one before it (its RequestEvents); a step that cannot overlap runs plain."""
         if not self._can_overlap():
             events = self._land() if self._in_flight is not None else []
             return events + self._plain_step()
@@ -120,15 +116,15 @@ class OverlapScheduling:
         return StepInFlight(out, result, started, used_blocks, cached, sampling,
                             {rid: self._params[rid] for rid in sampling})
 
-    def _snapshot_row(self, request_id: str, request: Request) -> SamplingRow:
+    def _snapshot_row(self, request_id: str, request: Request):
         """The row over a copy of the output so far (its last token may be PENDING: only its length is read)."""
         return dataclasses.replace(self._row(request_id, request), output_token_ids=tuple(request.output_token_ids))
 
-    def _device_step(self, out: SchedulerOutput, rows: dict[str, SamplingRow], packed: threading.Event,
-                     failed: list[BaseException]) -> dict[str, SampledToken]:
+    def _device_step(self, out: SchedulerOutput, rows: dict, packed: threading.Event, failed: list[BaseException]) -> dict:
         """On the device thread: fill in the PENDING tokens, pack (the runner's prepare), tell the host, run, sample.
 
-        ModelRunner.run, split where the host may go on."""
+        ModelRunner.run, split where the host may go on: `rows` are the SamplingRows by request id; returns
+        the SampledTokens by request id."""
         try:
             for chunk in out.chunks:  # a PENDING token is always the last of its chunk: the next input
                 tokens = chunk.request.output_token_ids
@@ -155,11 +151,11 @@ class OverlapScheduling:
                            if len(request.output_token_ids) > before[rid]}  # a chunk of a finished request is skipped
         step.finished = {r.request_id: r.finish_reason.value for r in done}
 
-    def _land(self) -> list[RequestEvent]:
+    def _land(self) -> list:
         """Wait for the step in flight and record it: its tokens, stops, counters and events."""
         step, self._in_flight = self._in_flight, None
         try:
-            sampled_all: dict[str, SampledToken] = step.result.result()
+            sampled_all = step.result.result()
         except BaseException:  # its PENDING tokens will never be known: end its requests, their blocks come back
             for rid in step.requests:
                 if self._params.get(rid) is step.params[rid]:
