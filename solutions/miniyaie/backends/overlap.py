@@ -61,9 +61,10 @@ class StepInFlight:
 
 
 class OverlapScheduling:
-    """Mixed into LLMEngine (chapter 5's engine: nothing here imports it, so the events, rows and tokens it
-    handles are the engine's RequestEvent, SamplingRow and SampledToken): needs self.scheduler, self.runner, self.memory, self.counters and the
-    engine's per-request maps. `self._in_flight` is the launched step not recorded yet (or None)."""
+    """Mixed into LLMEngine: needs self.scheduler, self.runner, self.memory, self.counters and the engine's
+    per-request maps. Nothing here imports the engine (chapter 5), so the events, rows and tokens it handles
+    are the engine's RequestEvent, SamplingRow and SampledToken, unnamed. `self._in_flight` is the launched
+    step not recorded yet (or None)."""
 
     _in_flight: StepInFlight | None = None
     _device_thread: ThreadPoolExecutor | None = None
