@@ -145,12 +145,13 @@ def test_a_request_that_needs_its_tokens_on_the_host_runs_plain_steps(tiny):
 
 def test_step_returns_while_the_model_still_runs(tiny):
     engine = engine_for(tiny, True)
-    forward, release, running = engine.runner.forward, threading.Event(), threading.Event()
+    forward, release, running, done = engine.runner.forward, threading.Event(), threading.Event(), []
 
     def held_forward(*args):
         running.set()
         assert release.wait(30), "the test never let the model go on"
-        return forward(*args)
+        done.append(forward(*args))
+        return done[-1]
 
     engine.runner.forward = held_forward
     engine.add_request([1, 2, 3], SamplingParams(max_tokens=3, ignore_eos=True))
@@ -159,6 +160,8 @@ def test_step_returns_while_the_model_still_runs(tiny):
         assert running.wait(30) and not release.is_set(), "step() returned while the model was held"
     finally:
         release.set()
+    engine.wait_for_model()
+    assert len(done) == 1, "wait_for_model returns once the step in flight has run"
     tokens = [e.token_id for _ in range(10) if engine.has_unfinished() for e in engine.step()]
     assert len(tokens) == 3
 

@@ -70,6 +70,11 @@ class OverlapScheduling:
     _device_thread: ThreadPoolExecutor | None = None
     _last_sampled: dict[str, int] = {}  # the device thread's tokens of the step it ran last (it sets its own)
 
+    def wait_for_model(self) -> None:
+        """Block until the step in flight, if any, has run (it is recorded by the next step()): for timing."""
+        if self._in_flight is not None:
+            self._in_flight.result.exception()
+
     def _can_overlap(self) -> bool:
         """No live request needs its tokens' values on the host before its next step is packed."""
         if self._children or (self._constraints is not None and self._constraints.guides):

@@ -12,10 +12,11 @@ traceback under "errors") and the next part runs. Parts, in order:
   eager and transformers; graph counters, capture time, graph memory (--quick stops after this);
 - decode_step: SmolLM2-135M in bf16 (the bundled model, else random weights of its shape), decode
   steps at batch 1 and 32: wall ms per step, GPU busy ms (profiler kernel time), launches per step,
-  eager against graphs;
+  eager against graphs against graphs with overlap scheduling (miniyaie/backends/overlap.py);
 - random_workload: `miniyaie bench offline`'s random workload (64 requests, seed 0), output tok/s,
-  eager against graphs (each run once to warm up, then timed);
-- greedy_float32: 8 prompts x 32 tokens, graphs on, float32 (TF32 off) against transformers;
+  eager against graphs against graphs with overlap (each run once to warm up, then timed);
+- greedy_float32: 8 prompts x 32 tokens, graphs on, float32 (TF32 off) against transformers, and
+  graphs with overlap against graphs alone;
 - pytest: tests/backends/test_static_inputs.py and tests/ch04_triton_kernels on this machine.
 On a CPU (--device cpu) it runs with TRITON_INTERPRET=1, graphs replaced by the eager replay
 (decode_graphs="eager") and tiny sizes: only to check the script itself.
@@ -49,12 +50,12 @@ def graphs_mode(args) -> str:
     return "auto" if args.device == "cuda" else "eager"
 
 
-def engine(model, args, graphs: bool, **config):
+def engine(model, args, graphs: bool, overlap: bool = False, **config):
     from miniyaie.engine import EngineConfig, LLMEngine
 
     if args.device != "cuda" and "num_blocks" not in config:
         config["kv_cache_bytes"] = 2**24  # the CPU check: a small pool
-    base = EngineConfig(attention_backend="triton", enforce_eager=not graphs, **config)
+    base = EngineConfig(attention_backend="triton", enforce_eager=not graphs, overlap_schedule=overlap, **config)
     return LLMEngine(model, base, decode_graphs=graphs_mode(args) if graphs else "off")
 
 
@@ -112,14 +113,15 @@ def smollm2_path(args):
     return path, "random weights, SmolLM2-135M shape" if not small else "random weights, tiny"
 
 
-def step_profile(model, args, graphs: bool, batch: int, steps: int) -> dict:
-    """Per decode step at `batch` rows: wall ms, GPU busy ms (profiler), kernel and graph launches."""
+def step_profile(model, args, graphs: bool, batch: int, steps: int, overlap: bool = False) -> dict:
+    """Per decode step at `batch` rows: wall ms, GPU busy ms (profiler), kernel and graph launches.
+    With `overlap` the wall time per step is the steady state of step() calls, each launching a step."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from miniyaie.model import SamplingParams
 
-    eng = engine(model, args, graphs, max_num_seqs=max(batch, 1))
+    eng = engine(model, args, graphs, overlap, max_num_seqs=max(batch, 1))
     prompt_len = 64 if args.device != "cuda" else 256
     for i in range(batch):
         eng.add_request([(31 * i + 7 * j) % 1000 + 10 for j in range(prompt_len)],
@@ -129,16 +131,19 @@ def step_profile(model, args, graphs: bool, batch: int, steps: int) -> dict:
     for _ in range(3):
         eng.step()
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    eng.wait_for_model()  # with overlap a step is in flight when step() returns
     sync()
     start = time.perf_counter()
     for _ in range(steps):
         eng.step()
+    eng.wait_for_model()
     sync()
     wall_ms = (time.perf_counter() - start) / steps * 1e3
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
     with profile(activities=activities) as prof:
         for _ in range(steps):
             eng.step()
+        eng.wait_for_model()
         sync()
     events = prof.key_averages()
     count = lambda keys: sum(e.count for e in events if e.key in keys) / steps  # noqa: E731
@@ -156,6 +161,7 @@ def decode_step(model, args) -> dict:
     for batch in args.batches:
         for graphs in (False, True):
             out[f"batch_{batch}_{'graphs' if graphs else 'eager'}"] = step_profile(model, args, graphs, batch, args.steps)
+        out[f"batch_{batch}_graphs_overlap"] = step_profile(model, args, True, batch, args.steps, overlap=True)
     return out
 
 
@@ -167,15 +173,17 @@ def random_workload_run(model, args) -> dict:
     small = {} if args.device == "cuda" else dict(input_len=(8, 16), output_len=(3, 6))  # the CPU check
     workload = random_workload(args.requests, model.config.vocab_size, **small)
     out = {}
-    for graphs in (False, True, False, True):  # alternated: eager, graphs, eager, graphs; the first of each warms up
-        label = "graphs" if graphs else "eager"
-        config = EngineConfig(attention_backend="triton", enforce_eager=not graphs)
-        eng = engine(model, args, graphs, **({} if args.device == "cuda" else dict(max_num_seqs=4)))
+    runs = [(False, False), (True, False), (True, True)] * 2  # alternated; the first of each warms up
+    for graphs, overlap in runs:
+        label = ("graphs" if graphs else "eager") + ("_overlap" if overlap else "")
+        config = EngineConfig(attention_backend="triton", enforce_eager=not graphs, overlap_schedule=overlap)
+        eng = engine(model, args, graphs, overlap, **({} if args.device == "cuda" else dict(max_num_seqs=4)))
         result = run_engine(model, workload, config, label, progress=False, engine=eng)
         out[label] = dict(output_tok_s=round(result.tokens_per_second, 1), seconds=round(result.seconds, 3),
                           output_tokens=result.output_tokens, steps=result.stats["steps"],
                           graph_counters=None if eng.runner.decode_graphs is None else eng.runner.decode_graphs.counters)
     out["graphs_over_eager"] = round(out["graphs"]["output_tok_s"] / out["eager"]["output_tok_s"], 3)
+    out["overlap_over_graphs"] = round(out["graphs_overlap"]["output_tok_s"] / out["graphs"]["output_tok_s"], 3)
     return out
 
 
@@ -193,7 +201,9 @@ def greedy_float32(path, args) -> dict:
     reference = hf_tokens(path, torch.float32, prompts, args.greedy_tokens, args.device)
     eng = engine(model, args, graphs=True)
     ours = greedy(eng, prompts, args.greedy_tokens)
-    return dict(agreement=agreement(ours, reference), graph_counters=eng.runner.decode_graphs.counters)
+    overlapped = greedy(engine(model, args, graphs=True, overlap=True), prompts, args.greedy_tokens)
+    return dict(agreement=agreement(ours, reference), graph_counters=eng.runner.decode_graphs.counters,
+                overlap_equals_plain=overlapped == ours)
 
 
 def run_pytest(args) -> dict:
