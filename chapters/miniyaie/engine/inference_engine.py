@@ -223,6 +223,7 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
     def close(self) -> None:
         """Stop the loop thread (requests still in flight end with an EngineError), any compile workers, then the other ranks."""
         self._loop.close()
+        self.llm.wait_for_model()  # with overlap scheduling a step may still be running: nothing outlives close()
         self.close_compile_workers()
         if self._tensor_parallel is not None:
             self._tensor_parallel.close()
