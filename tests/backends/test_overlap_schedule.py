@@ -13,6 +13,7 @@ import threading
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 from tiny_models import save_tiny_model, transformers_greedy
 
 from miniyaie.engine import EngineConfig, LLMEngine
@@ -216,3 +217,74 @@ def test_the_engine_thread_with_stop_strings_and_logprobs_gives_the_plain_loops_
     got, stats = run(True, stop=stops)
     assert got == expected
     assert stats["overlapped_steps"] > 0
+
+
+class OverlapMachine(RuleBasedStateMachine):
+    """Requests arrive, steps run, callers abort or end a completion (a stop string) at any moment, a step
+    always possibly in flight. After every rule the memory's accounting holds; at the end every block is
+    back, and each request that ran to its own end has exactly the plain loop's tokens."""
+
+    tiny = None  # set by the test: the module's tiny model
+
+    @initialize(caching=st.booleans(), num_blocks=st.sampled_from([12, 64]))
+    def start(self, caching, num_blocks):
+        self.config = dict(num_blocks=num_blocks, enable_prefix_caching=caching, max_num_batched_tokens=16)
+        self.engine = engine_for(self.tiny, True, **self.config)
+        self.requests, self.results, self.cut = {}, {}, set()  # id -> (prompt, params); id -> [tokens, reason]
+
+    @rule(prompt=st.lists(st.integers(1, 319), min_size=1, max_size=10), max_tokens=st.integers(1, 8),
+          seed=st.none() | st.integers(0, 3))
+    def add(self, prompt, max_tokens, seed):
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0 if seed is None else 0.9, seed=seed)
+        rid = self.engine.add_request(prompt, params, [EOS])
+        self.requests[rid], self.results[rid] = (prompt, params), [[], None]
+
+    @rule()
+    def step(self):
+        for event in self.engine.step():
+            tokens_reason = self.results[event.request_id]
+            assert tokens_reason[1] is None, f"{event.request_id} got a token after it ended"
+            tokens_reason[0].append(event.token_id)
+            tokens_reason[1] = event.finish_reason
+
+    @precondition(lambda self: any(r[1] is None for r in self.results.values()))
+    @rule(data=st.data(), stop_string=st.booleans())
+    def end_early(self, data, stop_string):
+        rid = data.draw(st.sampled_from(sorted(r for r, (_, reason) in self.results.items() if reason is None)))
+        if stop_string:
+            self.engine.finish(rid)  # what the output processor does on a stop string
+        else:
+            self.engine.abort(rid)
+        self.results[rid][1] = "cut"
+        self.cut.add(rid)
+
+    @invariant()
+    def accounting_holds(self):
+        if hasattr(self, "engine"):
+            check_blocks(self.engine)
+
+    def teardown(self):
+        if not hasattr(self, "engine"):
+            return
+        for _ in range(200):
+            if not self.engine.has_unfinished():
+                break
+            self.step()
+        assert not self.engine.has_unfinished(), "the engine did not finish its requests"
+        assert self.engine.num_request_blocks == 0, "a request's block never came back"
+        ran = [rid for rid in self.requests if rid not in self.cut]
+        if ran:
+            plain = engine_for(self.tiny, False, **self.config)
+            ids = {plain.add_request(*self.requests[rid], [EOS]): rid for rid in ran}
+            expected = {rid: [[], None] for rid in ran}
+            while plain.has_unfinished():
+                for event in plain.step():
+                    expected[ids[event.request_id]][0].append(event.token_id)
+                    expected[ids[event.request_id]][1] = event.finish_reason
+            for rid in ran:
+                assert self.results[rid] == expected[rid], f"{rid}: overlapped {self.results[rid]}, plain {expected[rid]}"
+
+
+def test_overlap_state_machine(tiny):
+    OverlapMachine.tiny = tiny
+    run_state_machine_as_test(OverlapMachine, settings=settings(max_examples=15, stateful_step_count=25, deadline=None))
