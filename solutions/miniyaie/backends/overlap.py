@@ -19,9 +19,10 @@ loop's (the tests compare the two).
 
 Only steps whose sampling needs no token values on the host overlap:
 requests with penalties (they read the output), a structured-output guide
-(its mask follows every token), n > 1 completions still to fork, and
-speculative decoding make the engine land the step in flight and run the
-plain step instead. The memory (block tables, copies) is touched by one
+(its mask follows every token) and n > 1 completions still to fork make the
+engine land the step in flight and run the plain step instead (EngineConfig
+refuses overlap with speculative decoding, whose drafts read the tokens, and
+with tensor parallelism). The memory (block tables, copies) is touched by one
 thread at a time: the host waits until the device thread has packed a step.
 """
 
