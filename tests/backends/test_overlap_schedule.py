@@ -52,7 +52,7 @@ def check_blocks(engine: LLMEngine) -> None:
         engine.memory.check_integrity()
 
 
-def drive(engine: LLMEngine, requests, arrivals, abort_at=None, max_steps=400):
+def drive(engine: LLMEngine, requests, arrivals, abort_at=None, max_steps=400, eos=EOS):
     """Add request i after arrivals[i] calls of step(); abort_at = (request index, step call). Returns
     {index: (tokens, finish reason)} from the events, every step checking the memory's accounting."""
     ids, results, calls = {}, {}, 0
@@ -61,7 +61,7 @@ def drive(engine: LLMEngine, requests, arrivals, abort_at=None, max_steps=400):
         while pending and arrivals[pending[0]] <= calls:
             i = pending.pop(0)
             prompt, params = requests[i]
-            ids[engine.add_request(prompt, params, [EOS])] = i
+            ids[engine.add_request(prompt, params, [eos])] = i
             results[i] = ([], None)
         if abort_at is not None and calls == abort_at[1] and abort_at[0] in results:
             rid = next(r for r, i in ids.items() if i == abort_at[0])
@@ -113,6 +113,27 @@ def test_overlap_gives_the_plain_loops_tokens_and_blocks(tiny, requests, arrival
     assert overlapped.counters["overlapped_steps"] > 0 and plain.counters["overlapped_steps"] == 0
 
 
+def test_stops_seen_one_step_late_end_requests_as_the_plain_loop_does(tiny):
+    """End-of-sequence and stop tokens taken from real outputs, so that they fire; at the last allowed
+    token too, where the plain loop says "stop" for end-of-sequence and "length" for a stop token."""
+    prompts = [[1, 2, 3, 4, 5], [9, 8, 7, 6], [40, 41], [100, 3, 17]]
+    free = drive(engine_for(tiny, False), [(p, SamplingParams(max_tokens=10, ignore_eos=True)) for p in prompts], [0] * 4)
+    eos, stop = free[0][0][3], free[1][0][5]
+    requests = [(prompts[0], SamplingParams(max_tokens=10)), (prompts[1], SamplingParams(max_tokens=10, stop_token_ids=[stop])),
+                (prompts[2], SamplingParams(max_tokens=10)), (prompts[3], SamplingParams(max_tokens=10, stop_token_ids=[stop])),
+                (prompts[0], SamplingParams(max_tokens=free[0][0].index(eos) + 1)),  # end-of-sequence is the last allowed
+                (prompts[1], SamplingParams(max_tokens=free[1][0].index(stop) + 1, stop_token_ids=[stop]))]
+    arrivals = [0, 0, 0, 1, 2, 2]
+    expected = drive(engine_for(tiny, False), requests, arrivals, eos=eos)
+    assert expected[0][1] == "stop" and expected[1][1] == "stop", "the chosen tokens must end these requests"
+    assert expected[4][1] == "stop" and expected[5][1] == "length"
+    engine = engine_for(tiny, True)
+    got = drive(engine, requests, arrivals, eos=eos)
+    for i in expected:
+        assert got[i] == expected[i], f"request {i}: overlapped {got[i]}, plain loop {expected[i]}"
+    assert engine.num_request_blocks == 0 and engine.counters["overlapped_steps"] > 0
+
+
 def test_greedy_tokens_equal_transformers_with_overlap(tiny):
     prompts = [list(range(1, 18)), [5, 6, 7], list(range(30, 60))]
     engine = engine_for(tiny, True)
@@ -144,6 +165,27 @@ def test_a_request_that_needs_its_tokens_on_the_host_runs_plain_steps(tiny):
     assert 0 < overlapped < steps, f"{overlapped} of {steps} steps overlapped: only those without the penalty may"
 
 
+def test_completions_of_n_fork_on_a_plain_step_and_then_overlap(tiny):
+    """n > 1: the other completions fork from their parent's prompt logits, a plain step's work."""
+
+    def run(overlap):
+        engine, events = engine_for(tiny, overlap), {}
+        engine.add_request([1, 2, 3, 4, 5], SamplingParams(n=3, max_tokens=9, temperature=0.8, seed=3, ignore_eos=True))
+        engine.add_request([9, 8, 7], SamplingParams(n=2, max_tokens=6), [EOS])
+        for _ in range(100):
+            if not engine.has_unfinished():
+                break
+            for event in engine.step():
+                events.setdefault(event.request_id, []).append((event.token_id, event.finish_reason))
+        assert engine.num_request_blocks == 0
+        return events, engine.counters
+
+    expected, _ = run(False)
+    got, counters = run(True)
+    assert len(expected) == 5 and got == expected
+    assert 0 < counters["overlapped_steps"] < counters["steps"], "the fork's step runs plain, the rest overlap"
+
+
 def test_step_returns_while_the_model_still_runs(tiny):
     engine = engine_for(tiny, True)
     forward, release, running, done = engine.runner.forward, threading.Event(), threading.Event(), []
@@ -156,11 +198,16 @@ def test_step_returns_while_the_model_still_runs(tiny):
 
     engine.runner.forward = held_forward
     engine.add_request([1, 2, 3], SamplingParams(max_tokens=3, ignore_eos=True))
-    try:
-        assert engine.step() == [], "the first step's tokens cannot be known yet"
-        assert running.wait(30) and not release.is_set(), "step() returned while the model was held"
-    finally:
-        release.set()
+    returned = []
+    caller = threading.Thread(target=lambda: returned.append(engine.step()), daemon=True)
+    caller.start()
+    caller.join(10)  # the model is held all this time
+    step_came_back = not caller.is_alive()
+    release.set()
+    caller.join(30)
+    assert running.is_set(), "the model was never asked to run the step"
+    assert step_came_back, "step() waited for the model to finish: nothing overlaps"
+    assert returned == [[]], "the first step's tokens cannot be known when step() returns"
     engine.wait_for_model()
     assert len(done) == 1, "wait_for_model returns once the step in flight has run"
     tokens = [e.token_id for _ in range(10) if engine.has_unfinished() for e in engine.step()]
