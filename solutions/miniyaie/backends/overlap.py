@@ -124,8 +124,13 @@ class OverlapScheduling:
                             {rid: self._params[rid] for rid in sampling})
 
     def _snapshot_row(self, request_id: str, request: Request):
-        """The row over a copy of the output so far (its last token may be PENDING: only its length is read)."""
-        return dataclasses.replace(self._row(request_id, request), output_token_ids=tuple(request.output_token_ids))
+        """The request's SamplingRow. The host appends to the output while the model samples, and the sampler
+        reads only its length here (penalties never overlap): a request still short of min_tokens gets a copy,
+        the length of the others cannot change what the sampler bans, so they keep the list (no copy a step)."""
+        row = self._row(request_id, request)
+        if len(request.output_token_ids) >= row.params.min_tokens:
+            return row
+        return dataclasses.replace(row, output_token_ids=tuple(request.output_token_ids))
 
     def _device_step(self, out: SchedulerOutput, rows: dict, packed: threading.Event, failed: list[BaseException]) -> dict:
         """On the device thread: fill in the PENDING tokens, pack (the runner's prepare), tell the host, run, sample.
