@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from miniyaie._switch import REPO_ROOT
 from miniyaie.course.batch import Session, run_sessions
 from miniyaie.course.grade import stub_hit, task_table
 from miniyaie.course.mutants import chapter_mutants, load_equivalent, mutants_of
@@ -182,34 +181,3 @@ def test_each_new_commit_takes_the_next_turn_and_a_tree_outside_git_turn_zero(tm
     outside = tmp_path / "plain"
     outside.mkdir()
     assert commit_turn(outside)[0] == 0
-
-
-SPINNER = '''import os
-import threading
-
-
-def test_leaves_a_thread_that_never_sleeps():
-    threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True, name="spinner").start()
-    assert False, f"worker {os.getpid()}"
-'''
-QUIET_TEST = '''import os
-
-
-def test_says_its_worker():
-    assert False, f"worker {os.getpid()}"
-'''
-
-
-def test_a_session_that_leaves_a_thread_running_hard_ends_its_worker(tmp_path):
-    """A mutant's loop that never sleeps, left running by its test, would take a core and the GIL from every
-    later session in the worker: the worker ends after that session, and the next session gets a new one."""
-    (tmp_path / "test_spinner.py").write_text(SPINNER)
-    (tmp_path / "test_quiet.py").write_text(QUIET_TEST)
-    ini = ["-c", str(REPO_ROOT / "pyproject.toml"), "--rootdir", str(REPO_ROOT)]
-    names = ["test_quiet.py", "test_spinner.py", "test_quiet.py", "test_quiet.py"]
-    outcomes = run_sessions([Session("solutions", [*ini, str(tmp_path / name)]) for name in names], workers=1)
-    messages = [next(r.message for r in results if "worker" in (r.message or "")) for results in outcomes]
-    workers = [message.split("worker ")[1].split()[0] for message in messages]
-    assert workers[0] == workers[1], "one worker runs sessions one after another"
-    assert workers[2] != workers[1], "the session that left a spinning thread ended its worker"
-    assert workers[3] == workers[2], "a session that leaves nothing running keeps its worker"

@@ -8,10 +8,6 @@ chapter module (`miniyaie.<package>`) and every test module is dropped from
 `sys.modules`, so chapter code and tests are imported afresh from the tree
 that session selects. A worker that dies (a segfault in a mutant) is restarted
 for the sessions after the one it died in, which is reported as "crashed".
-A session that leaves a thread running hard (a mutant's engine loop that
-never sleeps, holding a lock its test could not take back) ends its worker
-after its results: that thread would otherwise take a core and the GIL from
-every later session in the worker (one did: 346 s for chapter 5's 67 mutants).
 A worker outlives one call of run_sessions: the next call (the next stage or
 chapter of `course holes` / `course mutants`) sends its sessions to the same
 processes, which isolate them the same way, so torch and the rest are imported
@@ -37,8 +33,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +82,6 @@ class _Worker:
     """
 
     def __init__(self) -> None:
-        self.retired = False  # it ended after its last session: that session left a thread running hard
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "miniyaie.course.batch"],
             cwd=REPO_ROOT,
@@ -110,11 +103,7 @@ class _Worker:
         if not line:
             self.close()
             return None
-        answer = json.loads(line)
-        if answer["retire"]:
-            self.retired = True
-            self.close()
-        return [_result(nodeid, r) for nodeid, r in answer["results"].items()]
+        return [_result(nodeid, r) for nodeid, r in json.loads(line).items()]
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -137,9 +126,8 @@ def _run_in_order(slot: int, sessions: list[Session]) -> list[list[TestResult]]:
         if slot not in _POOL:
             _POOL[slot] = _Worker()
         done = _POOL[slot].run(session)
-        if done is None or _POOL[slot].retired:  # it died inside this session, or ended after it
+        if done is None:  # the worker died inside this session
             del _POOL[slot]
-        if done is None:
             done = [TestResult("<worker died>", None, [], False, True, CRASHED, "the test process died")]
         results.append(done)
     return results
@@ -190,27 +178,6 @@ def _run_one(session: Session, report: Path) -> dict:
     return json.loads(report.read_text())
 
 
-def _threads_running_hard(before: set[int], window: float = 0.1) -> list[str]:
-    """Threads started since `before` (idents) that are still alive and used the CPU for over a third of
-    `window` seconds: a mutant's loop that never sleeps, in a thread the session could not stop. Linux
-    only (it reads /proc); elsewhere none. Idle leftovers (a pool's parked workers) do not count."""
-    left = [t for t in threading.enumerate() if t.ident not in before and t.native_id is not None]
-    if not left or not Path("/proc/self/task").is_dir():
-        return []
-
-    def cpu_ticks(thread: threading.Thread) -> int:
-        try:  # fields 14 and 15 of stat: user and system time, in clock ticks
-            fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # it ended meanwhile
-            return 0
-        return int(fields[11]) + int(fields[12])
-
-    start = {t: cpu_ticks(t) for t in left}
-    time.sleep(window)
-    hard = window * os.sysconf("SC_CLK_TCK") / 3
-    return [t.name for t in left if t.is_alive() and cpu_ticks(t) - start[t] > hard]
-
-
 def _worker() -> None:
     sys.dont_write_bytecode = True  # a tree's .pyc must never stand in for another tree's source
     os.environ.setdefault("HYPOTHESIS_PROFILE", "mutants")  # pass or fail is all we read: no shrinking
@@ -221,13 +188,8 @@ def _worker() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         for line in jobs:
-            before = {t.ident for t in threading.enumerate()}
-            outcomes = _run_one(Session(**json.loads(line)), report)
-            retire = bool(_threads_running_hard(before))  # it would slow every later session in this worker
-            results.write(json.dumps({"results": outcomes, "retire": retire}) + "\n")
+            results.write(json.dumps(_run_one(Session(**json.loads(line)), report)) + "\n")
             results.flush()
-            if retire:
-                os._exit(0)  # not exit(): the interpreter would wait for that thread
 
 
 if __name__ == "__main__":
