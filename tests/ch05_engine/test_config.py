@@ -111,6 +111,10 @@ def test_cli_reports_config_and_impl_errors_clearly(tmp_path):
     (dict(speculative="ngram", prompt_lookup_min=3, prompt_lookup_max=2), "prompt_lookup_min"),
     (dict(speculative="ngram", tensor_parallel_size=2), "tensor parallelism"),
     (dict(speculative="ngram", draft_model="small"), "draft_model is used only"),
+    (dict(num_speculative_tokens=8), "num_speculative_tokens is used only with speculative"),  # it would do nothing
+    (dict(max_speculative_step_tokens=32), "max_speculative_step_tokens is used only"),
+    (dict(speculative="draft", draft_model="small", prompt_lookup_max=5), "prompt_lookup_max is used only with speculative='ngram'"),
+    (dict(speculative=""), "unknown speculative method"),
 ])
 def test_bad_speculative_settings_are_refused_with_one_clear_line(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -135,6 +139,15 @@ def test_cli_generate_speculates_when_asked_and_refuses_a_bad_k(tmp_path, tiny_d
     assert plain.returncode == 0 and spec.returncode == 0, spec.stderr
     assert spec.stdout == plain.stdout, "greedy output is the same with drafts"
     assert_clear_error(miniyaie(*args, "--speculative", "ngram", "--num-speculative-tokens", "0"), "num-speculative-tokens")
+    assert_clear_error(miniyaie(*args, "--num-speculative-tokens", "3"), "--num-speculative-tokens is used only with --speculative")
+
+
+def test_the_engine_keywords_refuse_speculative_settings_that_would_do_nothing(tiny_dir):
+    # refused before the model loads: nothing is started
+    with pytest.raises(ValueError, match="unknown speculative method"):
+        InferenceEngine(str(tiny_dir[0]), speculative="")
+    with pytest.raises(ValueError, match="num_speculative_tokens is used only with speculative"):
+        InferenceEngine(str(tiny_dir[0]), num_speculative_tokens=4)
 
 def test_cli_generate_drafts_with_a_draft_model_and_refuses_none(tmp_path, tiny_dir):
     path = tmp_path / "engine.toml"

@@ -69,10 +69,11 @@ def test_without_max_tokens_the_default_is_cut_to_the_room_left():
 @pytest.mark.task("6.5")
 def test_every_field_given_reaches_the_sampling_params_and_the_rest_keep_the_defaults():
     given = dict(temperature=0.7, top_p=0.9, n=2, seed=5, presence_penalty=0.5, frequency_penalty=-0.5, top_k=7,
-                 min_p=0.1, repetition_penalty=1.2, min_tokens=2, ignore_eos=True, max_tokens=9, stop=["</a>", "."])
+                 min_p=0.1, repetition_penalty=1.2, min_tokens=2, ignore_eos=True, max_tokens=9, stop=["</a>", "."],
+                 stop_token_ids=[3, 9])
     params = sampling_params_for(completion(logprobs=3, **given), 10, CONTEXT, DEFAULTS)
     for name, value in given.items():
-        expected = tuple(value) if name == "stop" else value
+        expected = tuple(value) if name in ("stop", "stop_token_ids") else value
         assert getattr(params, name) == pytest.approx(expected), f"{name} was asked for but did not arrive"
     assert params.logprobs == 3, f"logprobs=3 was asked for (a completion's spelling) but params.logprobs is {params.logprobs}"
     assert sampling_params_for(completion(stop="END"), 10, CONTEXT, DEFAULTS).stop == ("END",), "one stop string"
@@ -119,3 +120,34 @@ def test_streamed_logprobs_and_usage_arrive(served, client):
     entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
     assert len(entries) == 4, f"{len(entries)} streamed logprob entries for 4 tokens"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4, "include_usage asked for a usage chunk"
+
+
+@pytest.mark.ungraded  # provided code: the request schema and the fields it passes through
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_stop_token_ids_end_the_output_through_both_endpoints_and_bad_ones_are_refused(served, client, endpoint):
+    """vLLM's servers take stop_token_ids; a token among them ends the output "stop", as it does in the engine."""
+    import httpx
+
+    def ask(**extra):
+        if endpoint == "completions":
+            reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0,
+                                              extra_body={"ignore_eos": True, **extra})
+            return reply.choices[0].finish_reason, reply.usage.completion_tokens
+        reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPT}], max_tokens=8,
+                                               temperature=0, extra_body={"ignore_eos": True, **extra})
+        return reply.choices[0].finish_reason, reply.usage.completion_tokens
+
+    engine = served[0]
+    prompt = PROMPT if endpoint == "completions" else engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True)
+    tokens = engine.generate(prompt, max_tokens=8, ignore_eos=True).outputs[0].token_ids
+    assert ask() == ("length", 8)
+    stop = tokens[2]
+    want = tokens.index(stop) + 1
+    assert ask(stop_token_ids=[stop]) == ("stop", want), f"stop_token_ids=[{stop}]: the output ends at its first {stop}"
+    body = {"model": MODEL, "max_tokens": 4, **({"prompt": PROMPT} if endpoint == "completions" else
+                                                {"messages": [{"role": "user", "content": PROMPT}]})}
+    path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
+    for bad in ([-1], ["7"], [True], 7, list(range(65))):
+        response = httpx.post(f"{served[1].url}{path}", json={**body, "stop_token_ids": bad}, timeout=60)
+        assert response.status_code == 400, f"stop_token_ids={str(bad)[:40]} must be refused with 400, got {response.status_code}"

@@ -154,6 +154,7 @@ def test_one_round_drafts_every_request_in_k_batched_passes(models):
     decoding with the draft model would give."""
     target, near, _ = models
     proposer = engine(target, near).speculation.proposer
+    proposer.max_prefill_tokens = 1000  # every prompt is caught up with in this one call
     requests = [Request(f"r{i}", prompt, max_tokens=50) for i, prompt in enumerate(PROMPTS[:3])]
     for request in requests:
         request.output_token_ids.append(9)

@@ -10,7 +10,7 @@ from miniyaie.engine import SamplingParams
 
 # request fields that are SamplingParams fields of the same name (None = "the server's default")
 PASSED_THROUGH = ("temperature", "top_p", "n", "seed", "presence_penalty", "frequency_penalty",
-                  "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos")
+                  "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids")
 # ANCHOR: server_defaults
 OPENAI_DEFAULTS = {"temperature": 1.0, "top_p": 1.0}  # what OpenAI's API does with a field left out
 

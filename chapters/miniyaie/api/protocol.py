@@ -18,6 +18,7 @@ from miniyaie.engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRING
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 MAX_PROMPTS = 16  # prompts in one /v1/completions batch
+MAX_STOP_TOKEN_IDS = 64  # every step checks each sampled token against them, and masks them under min_tokens
 
 
 def _valid_unicode(value):
@@ -97,6 +98,7 @@ class _GenerationRequest(_Strict):
     repetition_penalty: float | None = Field(None, gt=0, le=10)
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
+    stop_token_ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=MAX_STOP_TOKEN_IDS)] | None = None
     # structured output (chapter 8): OpenAI's response_format, vLLM's structured_outputs and guided_* names
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None

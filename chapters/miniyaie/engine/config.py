@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-SPECULATIVE_METHODS = (None, "ngram", "draft")
+# Chapter 9's settings: checked by its package (speculative/settings.py) when any of them is set.
+SPECULATIVE_SETTINGS = ("speculative", "draft_model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+                        "max_speculative_step_tokens")
 
 
 @dataclass(frozen=True)
@@ -82,14 +84,10 @@ class EngineConfig:
             raise ValueError(f"long_prefill_token_threshold must be a whole number >= 0, got {self.long_prefill_token_threshold!r}")
         if not isinstance(self.max_long_partial_prefills, int) or self.max_long_partial_prefills < 1:
             raise ValueError(f"max_long_partial_prefills must be a whole number >= 1, got {self.max_long_partial_prefills!r}")
-        if self.speculative not in SPECULATIVE_METHODS:
-            raise ValueError(f"unknown speculative method {self.speculative!r}; choose from ngram, draft (or none)")
-        if self.draft_model is not None and self.speculative != "draft":
-            raise ValueError("draft_model is used only with speculative='draft'")
-        if self.prompt_lookup_min > self.prompt_lookup_max:
-            raise ValueError(f"prompt_lookup_min ({self.prompt_lookup_min}) is more than prompt_lookup_max ({self.prompt_lookup_max})")
-        if self.speculative and self.tensor_parallel_size > 1:
-            raise ValueError("speculative decoding does not run with tensor parallelism yet: use one of them")
+        if any(getattr(self, f.name) != f.default for f in fields(self) if f.name in SPECULATIVE_SETTINGS):
+            from miniyaie.speculative.settings import check_settings  # chapter 9's, loaded only when asked for
+
+            check_settings(self)
         if self.structured_limits:
             from miniyaie.engine.plugins import STRUCTURED_OUTPUT, plugin
 

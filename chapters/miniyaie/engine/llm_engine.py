@@ -82,7 +82,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
         )
         self.speculation = None
         if config.speculative is not None:  # chapter 9: drafts verified in the step (speculative/step.py)
-            from miniyaie.speculative.step import speculative_runner
+            from miniyaie.speculative.runner import speculative_runner
 
             self.runner = speculative_runner(config, self.runner, self.memory, self.counters, draft_model)
             self.speculation = self.runner.speculation

@@ -73,6 +73,9 @@ class OutputProcessor:
         self.tell = tell  # hands a CompletionDelta or the GenerationOutput to the request's caller
         self._by_engine_id: dict[str, tuple[RequestState, CompletionState]] = {}
         self._started: set[str] = set()  # request ids added to the LLMEngine and not dropped yet
+        # Tokens the callers got. The LLMEngine counts every token its steps emit, and a stop string can end a
+        # completion before the last of them (a speculative step emits several tokens of one completion).
+        self.returned_tokens = 0
 
     # ANCHOR: processor
     def start(self, request: RequestState) -> None:
@@ -151,6 +154,7 @@ class OutputProcessor:
         # Stuck? `miniyaie hint 5.12` prints hints, one level at a time.
         # TODO(Task 5.12): The request lifecycle. Replace this line with your code.
         raise NotImplementedError('Chapter 5, Task 12: The request lifecycle — see book/src/ch05_engine_loop.md')
+        self.returned_tokens += len(token_ids)
         if request.finished:
             self._started.discard(request.request_id)  # ended: nothing left to abort or drop
     # ANCHOR_END: emit

@@ -14,7 +14,9 @@ cache keeps a rejected token.
 Every token emitted at a position is the target's own token there, drawn from the distribution decoding
 one token at a time would use: greedy output is unchanged, and sampled output has exactly the target's
 distribution (for a draft that is a single token, sampling the target and comparing is the
-rejection-sampling rule). Structured output decodes one token per step: its guide would have to follow
+rejection-sampling rule). A seeded request draws the same random number for the same output position
+whatever else is in the step, so its tokens are those of decoding without drafts: its rows are drawn in
+position order, and its generator is rewound to just after its last emitted token. Structured output decodes one token per step: its guide would have to follow
 every draft.
 """
 
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+
+import torch
 
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
@@ -129,7 +133,7 @@ class Speculation:
             return runner.run(out, rows, fanout)
         input_ids, positions, meta = runner.prepare(out)
         last_rows, picked = runner.sampling_rows(out, fanout or {})
-        logit_rows, sampling, owners = [], [], []
+        logit_rows, sampling, owners, offsets = [], [], [], []
         for row, rid in zip(last_rows, picked):
             n = self._drafts[rid][1] if rid in self._drafts else 0
             base = rows[rid]
@@ -138,16 +142,43 @@ class Speculation:
                 logit_rows.append(row - n + j)
                 sampling.append(replace(base, output_token_ids=base.output_token_ids[: real + j]) if n else base)
                 owners.append(rid)
+                offsets.append(j)
         logits = runner.forward(input_ids, positions, meta, logit_rows)
         if not owners:
             return {}
+        tokens_of_rows, states = self._sample(runner.sampler, logits, sampling, owners, offsets)
         per_request: dict[str, list[SampledToken]] = {}
-        for rid, token in zip(owners, runner.sampler(logits, sampling)):
+        for rid, token in zip(owners, tokens_of_rows):
             per_request.setdefault(rid, []).append(token)
         sampled = {}
         for rid, tokens in per_request.items():
             sampled[rid] = self._settle(out, rid, tokens, rows[rid]) if rid in self._drafts else tokens[0]
+            if rid in states:  # its generator as if it had drawn once per emitted token, and no more
+                rows[rid].generator.set_state(states[rid][len(self.accepted.get(rid, ()))])
         return sampled
+
+    @staticmethod
+    def _sample(sampler, logits, rows: list[SamplingRow], owners: list[str], offsets: list[int]):
+        """One token per row, and for each seeded request that drafted, its generator's state after each of its rows.
+
+        A seeded request must draw the same random numbers for the same output positions whatever the step's
+        shape: the token at output position p takes the p-th number of its generator, drafts or not. Its rows
+        are therefore sampled in position order, one position per sampler call (at most k + 1 calls, and only
+        while such a request drafted), and `run` rewinds its generator to the state after its last emitted
+        token, so that the numbers behind rejected drafts are drawn again at the next step.
+        """
+        drafted = {rid for rid, j in zip(owners, offsets) if j > 0}
+        if not any(row.generator is not None and rid in drafted for row, rid in zip(rows, owners)):
+            return sampler(logits, rows), {}
+        tokens: list[SampledToken | None] = [None] * len(rows)
+        states: dict[str, list[torch.Tensor]] = {}
+        for j in range(max(offsets) + 1):
+            wave = [i for i, offset in enumerate(offsets) if offset == j]
+            for i, token in zip(wave, sampler(logits[wave], [rows[i] for i in wave])):
+                tokens[i] = token
+                if rows[i].generator is not None and owners[i] in drafted:
+                    states.setdefault(owners[i], []).append(rows[i].generator.get_state())
+        return tokens, states
 
     # ANCHOR: settle
     def _settle(self, out: SchedulerOutput, rid: str, targets: list[SampledToken], row: SamplingRow) -> SampledToken:
@@ -175,41 +206,3 @@ class Speculation:
         # TODO(Task 9.3): Drafts through the step. Replace this line with your code.
         raise NotImplementedError('Chapter 9, Task 3: Drafts through the step — see book/src/ch09_speculative.md')
     # ANCHOR_END: settle
-
-
-class SpeculativeRunner:
-    """The engine's model runner with speculation in its `run`; every other attribute is the runner's own."""
-
-    def __init__(self, runner, speculation: Speculation):
-        self._runner, self.speculation = runner, speculation
-
-    def run(self, out: SchedulerOutput, rows: dict[str, SamplingRow], fanout: dict[str, list[str]] | None = None):
-        return self.speculation.run(self._runner, out, rows, fanout)
-
-    def __getattr__(self, name: str):
-        return getattr(self._runner, name)
-
-
-def speculative_runner(config, runner, memory, counters: dict[str, int], draft_model=None) -> SpeculativeRunner:
-    """`runner` wrapped to speculate as `config` says (speculative "ngram" or "draft").
-
-    A draft model must share the target's vocabulary (DraftModelError, a ValueError, otherwise; the caller compares the
-    tokenizers, which the model does not know). It gets a pool of its own, as many blocks as the target's.
-    """
-    if config.speculative == "draft":
-        from miniyaie.backends.choose import use_backend
-        from miniyaie.speculative.draft_model import DraftModelError, DraftModelProposer
-
-        if draft_model is None:
-            raise DraftModelError("speculative decoding with a draft model needs one: give draft_model")
-        target_vocab, draft_vocab = runner.model.config.vocab_size, draft_model.config.vocab_size
-        if draft_vocab != target_vocab:
-            raise DraftModelError(f"the draft model's vocabulary has {draft_vocab} tokens, the target's {target_vocab}: "
-                                  "a draft model must share the target's tokenizer")
-
-        use_backend(draft_model, config.attention_backend, draft_model.lm_head.weight.device)  # as the target's
-        proposer = DraftModelProposer(draft_model, memory.num_blocks, memory.block_size)
-    else:
-        proposer = PromptLookup(NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max))
-    speculation = Speculation(proposer, config.num_speculative_tokens, memory, counters, config.max_speculative_step_tokens)
-    return SpeculativeRunner(runner, speculation)

@@ -67,14 +67,18 @@ def run(args, config_overrides: dict | None = None) -> dict:
     engine = lambda config, name: run_engine(model, workload, config, name, progress, sampling=sampling)  # noqa: E731
 
     # The engine's defaults (and the scheduling flags'); only the prefix cache and the policy change (LPM where it pays).
-    base = EngineConfig(**(config_overrides or {}))
+    overrides = dict(config_overrides or {})
+    spec_only = {}  # --num-speculative-tokens without --speculative: for the copy workload's speculative run
+    if "speculative" not in overrides and "num_speculative_tokens" in overrides:
+        spec_only["num_speculative_tokens"] = overrides.pop("num_speculative_tokens")
+    base = EngineConfig(**overrides)
     ours: list[Result] = []
     if workload.name == "shared-prefix":
         ours.append(engine(replace(base, enable_prefix_caching=False), "miniyaie (prefix cache off)"))
         ours.append(engine(replace(base, enable_prefix_caching=True, policy="lpm"), "miniyaie (prefix cache on)"))
     elif workload.name == "copy" and base.speculative is None:  # the same engine without and with n-gram drafts
         ours.append(engine(base, "miniyaie"))
-        spec = replace(base, speculative="ngram")
+        spec = replace(base, speculative="ngram", **spec_only)
         ours.append(engine(spec, f"miniyaie (n-gram speculation, k={spec.num_speculative_tokens})"))
     else:
         ours.append(engine(base, "miniyaie"))

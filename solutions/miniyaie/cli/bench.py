@@ -126,8 +126,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from miniyaie.bench.offline import main as bench_offline
         from miniyaie.model import ModelLoadError
 
+        overrides = scheduling_overrides(args)
+        if "num_speculative_tokens" in overrides and "speculative" not in overrides and args.workload != "copy":
+            raise UsageError("--num-speculative-tokens is used only with --speculative (or --workload copy, which runs "
+                             "ours without and with n-gram speculation)")
         try:
-            return bench_offline(args, scheduling_overrides(args))
+            return bench_offline(args, overrides)
         except ModelLoadError as exc:
             raise UsageError(str(exc)) from None
     from miniyaie.bench.serve import main as bench_serve

@@ -57,8 +57,11 @@ def build_engine(args, default_max_tokens: int):
                 raise UsageError(str(exc)) from None
         if getattr(args, "tensor_parallel_size", None):
             engine_config = dataclasses.replace(engine_config, tensor_parallel_size=args.tensor_parallel_size)
+        overrides = scheduling_overrides(args)
+        if "num_speculative_tokens" in overrides and overrides.get("speculative", engine_config.speculative) is None:
+            raise UsageError("--num-speculative-tokens is used only with --speculative ngram or draft")
         try:
-            engine_config = dataclasses.replace(engine_config, **scheduling_overrides(args))
+            engine_config = dataclasses.replace(engine_config, **overrides)
         except ValueError as exc:  # EngineConfig says which setting does not fit (--draft-model without a draft, ...)
             raise UsageError(str(exc)) from None
         if engine_config.speculative == "draft" and engine_config.draft_model is None:

@@ -151,11 +151,11 @@ class EngineLoop(FaultBoundary):
     def stats(self) -> dict:
         """The engine's counters (InferenceEngine.get_stats; the book, chapter 5, explains each one)."""
         c = self.llm.stats
-        prompt_tokens = c["prompt_tokens"]
+        prompt_tokens, returned = c["prompt_tokens"], self.processor.returned_tokens  # the tokens callers got
         return {
             "requests": {"waiting": c["num_waiting"], "running": c["num_running"], "in_flight": self.in_flight,
                          "finished": c["finished_requests"], "failed": self.failed_requests},
-            "tokens": {"prompt": prompt_tokens, "output": c["output_tokens"], "computed": c["computed_tokens"],
+            "tokens": {"prompt": prompt_tokens, "output": returned, "computed": c["computed_tokens"],
                        "cached_prompt": c["cached_tokens"]},
             "prefix_cache_hit_rate": c["cached_tokens"] / prompt_tokens if prompt_tokens else 0.0,
             "kv_blocks": {"used": c["used_blocks"], "held_by_requests": c["request_blocks"],
@@ -171,7 +171,7 @@ class EngineLoop(FaultBoundary):
             "loop_error": None if self.error is None else describe(self.error),
             "busy_seconds": self.busy_seconds,
             "uptime_seconds": time.monotonic() - self._started,
-            "output_tokens_per_second": c["output_tokens"] / self.busy_seconds if self.busy_seconds else 0.0,
+            "output_tokens_per_second": returned / self.busy_seconds if self.busy_seconds else 0.0,
         }
 
     def check_running(self) -> None:

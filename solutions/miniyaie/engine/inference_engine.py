@@ -59,7 +59,9 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         loaded model sharing the target's tokenizer) set those fields of `config` (chapter 9)."""
         config = config or EngineConfig()
         if speculative is not None or num_speculative_tokens is not None or draft_model is not None:
-            config = replace(config, speculative=speculative or config.speculative,
+            if num_speculative_tokens is not None and (speculative or config.speculative) is None:
+                raise ValueError("num_speculative_tokens is used only with speculative decoding: give speculative='ngram' or 'draft'")
+            config = replace(config, speculative=config.speculative if speculative is None else speculative,
                              num_speculative_tokens=config.num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens,
                              draft_model=str(draft_model) if isinstance(draft_model, (str, Path)) else config.draft_model)
         self._tensor_parallel = None

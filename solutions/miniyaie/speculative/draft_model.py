@@ -7,32 +7,23 @@ choices, a point mass on each, so the engine's verification stays one rule for e
 target's own token at each position; for a point mass that is exactly the rejection-sampling rule of
 Task 9.2). The same model drafting for itself must have every draft accepted: a strong check that its
 cache follows the request exactly.
+
+Which copies are ready to draft, and the draft's own prefill budget, are given (backends/draft_prefill.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from itertools import accumulate
 from pathlib import Path
 
 import torch
 
+from miniyaie.backends.draft_prefill import DraftCopy, DraftPrefill
 from miniyaie.engine.errors import EngineError
 from miniyaie.engine.loading import load_model
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.model import CausalLM, LoadedModel
 from miniyaie.paged import PagedMemory, make_pool
-from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
-
-
-@dataclass
-class DraftCopy:
-    """The draft model's view of one request: its tokens (`request`, a Request of the draft's own) and how many
-    of them the target has confirmed (`confirmed`: the prompt and the target's emitted tokens)."""
-
-    request: Request
-    confirmed: int = 0
-    drafted: list[int] = field(default_factory=list)  # the drafts of the last call, after the confirmed tokens
+from miniyaie.scheduler import Request, ScheduledChunk
 
 
 class DraftModelError(EngineError, ValueError):
@@ -52,24 +43,25 @@ def load_draft_model(source: str | Path | LoadedModel | None, target: LoadedMode
     return draft.model
 
 
-class DraftModelProposer:
+class DraftModelProposer(DraftPrefill):
     """Proposes up to k drafts per request with `model`, batched over the requests of a step.
 
     num_blocks, block_size: the draft's own KV pool. A request that does not fit gets no drafts this step
-    (the step still runs); finished requests' blocks come back through `forget`.
+    (the step still runs); finished requests' blocks come back through `forget`. max_prefill_tokens: the
+    most tokens one call computes for the requests the draft is catching up with (DraftPrefill).
     """
 
-    def __init__(self, model: CausalLM, num_blocks: int, block_size: int):
+    def __init__(self, model: CausalLM, num_blocks: int, block_size: int, max_prefill_tokens: int = 256):
         weight = model.lm_head.weight
-        self.memory = PagedMemory(num_blocks, block_size)
+        memory = PagedMemory(num_blocks, block_size)
         pool = make_pool(model.config, num_blocks, block_size, weight.dtype, weight.device)
-        self.runner = ModelRunner(model, pool, self.memory)
-        self.copies: dict[str, DraftCopy] = {}
-        self.forward_passes = 0  # the draft model's own steps (each drafts one token for every request in it)
+        super().__init__(memory, ModelRunner(model, pool, memory), max_prefill_tokens)
 
     # ANCHOR: draft
     def draft(self, wanted: list[tuple[Request, int]]) -> dict[str, list[int]]:
-        """Request id -> its drafts, for each (request, k) of `wanted` that fits in the draft's pool.
+        """Request id -> its drafts, for each (request, k) of `wanted` that fits in the draft's pool and that
+        the draft has caught up with (one with more tokens to compute than this call's prefill budget has a
+        chunk of them computed instead, and no entry).
 
         Each list holds exactly k tokens: the draft model's greedy continuation of the request's
         tokens, one token at a time as plain decoding would choose them. Requests that do not fit get
@@ -78,14 +70,7 @@ class DraftModelProposer:
         Afterwards each copy's `drafted` holds its drafts and its memory holds the K/V of every token
         it computed (the request's tokens and every draft but the last).
         """
-        ready, drafting = [], {r.request_id for r, _ in wanted}
-        for request, k in wanted:
-            copy = self._follow(request)
-            if not self._make_room(copy, k):  # room held for requests not drafting now (preempted) goes first
-                for rid in [rid for rid in self.copies if rid not in drafting]:
-                    self.forget(rid)
-            if self._make_room(copy, k):
-                ready.append((copy, k))
+        ready = self._ready(wanted)  # followed (your _follow), caught up, room made (given)
         # Nudge: k drafts may cost k passes for the whole batch: what must a copy's first pass compute, and each later one?
         # Hint 1: The copies are ready (followed, room made). The first token of each copy's
         #   drafts needs what the draft has not computed yet: everything from its computed
@@ -118,12 +103,6 @@ class DraftModelProposer:
         return {c.request.request_id: list(c.drafted) for c, _ in ready}
         # END SOLUTION
     # ANCHOR_END: draft
-
-    def forget(self, request_id: str) -> None:
-        """Give back the draft's blocks of a request that ended."""
-        copy = self.copies.pop(request_id, None)
-        if copy is not None:
-            self.memory.free(copy.request)
 
     # ANCHOR: follow
     def _follow(self, request: Request) -> DraftCopy:
@@ -178,19 +157,3 @@ class DraftModelProposer:
         return copy
         # END SOLUTION
     # ANCHOR_END: follow
-
-    def _make_room(self, copy: DraftCopy, k: int) -> bool:
-        """Allocate the slots drafting k tokens writes (the new tokens and k - 1 drafts); False if they do not fit."""
-        need = copy.request.num_tokens - copy.request.num_computed_tokens + k - 1
-        if not self.memory.can_allocate(copy.request, need):
-            return False
-        self.memory.allocate(copy.request, need)
-        return True
-
-    @torch.inference_mode()
-    def _next_tokens(self, chunks: list[ScheduledChunk]) -> list[int]:
-        """The draft model's greedy token after each chunk (one forward pass for all of them)."""
-        input_ids, positions, meta = self.runner.prepare(SchedulerOutput(chunks, []))
-        rows = [end - 1 for end in accumulate(chunk.num_tokens for chunk in chunks)]  # each chunk's last token
-        self.forward_passes += 1
-        return self.runner.forward(input_ids, positions, meta, rows).argmax(dim=-1).tolist()
