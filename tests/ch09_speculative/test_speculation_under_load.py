@@ -60,31 +60,53 @@ OTHER_PARAMS = st.sampled_from([
 ])
 
 
-@settings(max_examples=12)
-@given(others=st.lists(st.tuples(st.sampled_from(range(len(OTHERS))), OTHER_PARAMS), max_size=4),
-       position=st.integers(0, 4), k=st.integers(1, 5), budget=st.sampled_from([8, 16, 32]),
-       step_tokens=st.integers(2, 40), method=st.sampled_from(["ngram", "draft"]))
-@example([(i, SamplingParams(max_tokens=24, temperature=0.8, ignore_eos=True)) for i in range(4)], 0, 4, 32, 64,
-         "ngram").via("the copy request first of five, its neighbours sampling: how it was found")
-@example([], 0, 4, 32, 64, "ngram").via("alone, drafting at every step")
-@example([(0, SamplingParams(max_tokens=24, ignore_eos=True))] * 4, 2, 5, 8, 6, "draft").via(
-    "a tight budget: drafts for some steps and not others")
-@pytest.mark.task("9.3")
-def test_a_seeded_request_draws_the_same_tokens_whatever_shares_its_steps(target, others, position, k, budget,
-                                                                         step_tokens, method):
-    """SamplingParams.seed: the same seed, the same tokens, whatever else is in the batch. How many drafts a
-    request verifies in a step depends on the others (the step's draft budget), so the seeded request's tokens
-    must equal its tokens decoded alone without any drafts."""
+def seeded_tokens_in_a_mix(target, others, position, method, **config) -> tuple[list[int], list[int]]:
+    """(the seeded copy request's tokens alone without drafts, its tokens among `others` with `method` drafting)."""
     want = run(engine(target), [(COPY, SEEDED)])[0]
     requests = [(OTHERS[i], params) for i, params in others]
     requests.insert(min(position, len(requests)), (COPY, SEEDED))
-    llm = engine(target, method, num_speculative_tokens=k, max_num_batched_tokens=budget, max_speculative_step_tokens=step_tokens)
+    llm = engine(target, method, **config)
     got = run(llm, requests)[min(position, len(others))]
-    assert got == want, (
-        f"with {method} speculation (k={k}) among {len(others)} other requests the seeded request wrote {got}, "
-        f"alone and without drafts {want}: a verify step must draw, for each output position, the number that "
-        "position would get decoding one token at a time (the numbers behind rejected drafts are not used up)")
     assert llm.num_request_blocks == 0
+    return want, got
+
+
+def different_tokens(method: str, k: int, n_others: int, got, want) -> str:
+    return (f"with {method} speculation (k={k}) among {n_others} other requests the seeded request wrote {got}, "
+            f"alone and without drafts {want}: a verify step must draw, for each output position, the number that "
+            "position would get decoding one token at a time (the numbers behind rejected drafts are not used up)")
+
+
+@settings(max_examples=12)
+@given(others=st.lists(st.tuples(st.sampled_from(range(len(OTHERS))), OTHER_PARAMS), max_size=4),
+       position=st.integers(0, 4), k=st.integers(1, 5), budget=st.sampled_from([8, 16, 32]),
+       step_tokens=st.integers(2, 40))
+@example([(i, SamplingParams(max_tokens=24, temperature=0.8, ignore_eos=True)) for i in range(4)], 0, 4, 32, 64).via(
+    "the copy request first of five, its neighbours sampling")
+@example([], 0, 4, 32, 64).via("alone, drafting at every step")
+@example([(0, SamplingParams(max_tokens=24, ignore_eos=True))] * 4, 2, 5, 8, 6).via(
+    "a tight budget: drafts for some steps and not others")
+@pytest.mark.task("9.3")
+def test_a_seeded_request_draws_the_same_tokens_whatever_shares_its_steps(target, others, position, k, budget, step_tokens):
+    """SamplingParams.seed: the same seed, the same tokens, whatever else is in the batch. How many drafts a
+    request verifies in a step depends on the others (the step's draft budget), so the seeded request's tokens
+    must equal its tokens decoded alone without any drafts."""
+    want, got = seeded_tokens_in_a_mix(target, others, position, "ngram", num_speculative_tokens=k,
+                                       max_num_batched_tokens=budget, max_speculative_step_tokens=step_tokens)
+    assert got == want, different_tokens("n-gram", k, len(others), got, want)
+
+
+@pytest.mark.parametrize("others,position,k,step_tokens", [
+    ([], 0, 4, 64),
+    ([(i, SamplingParams(max_tokens=24, temperature=0.8, ignore_eos=True)) for i in range(4)], 0, 3, 64),
+    ([(0, SamplingParams(max_tokens=24, ignore_eos=True))] * 4, 2, 5, 6),
+], ids=["alone", "first-of-five", "tight-budget"])
+@pytest.mark.task("9.4")
+def test_a_seeded_request_drafted_by_a_model_draws_the_same_tokens_whatever_shares_its_steps(target, others, position,
+                                                                                            k, step_tokens):
+    want, got = seeded_tokens_in_a_mix(target, others, position, "draft", num_speculative_tokens=k,
+                                       max_speculative_step_tokens=step_tokens)
+    assert got == want, different_tokens("draft-model", k, len(others), got, want)
 
 
 @pytest.mark.task("9.3")

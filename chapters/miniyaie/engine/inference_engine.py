@@ -18,7 +18,6 @@ Closing a stream before its end aborts its request.
 from __future__ import annotations
 
 from contextlib import aclosing
-from dataclasses import replace
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
@@ -59,11 +58,9 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         loaded model sharing the target's tokenizer) set those fields of `config` (chapter 9)."""
         config = config or EngineConfig()
         if speculative is not None or num_speculative_tokens is not None or draft_model is not None:
-            if num_speculative_tokens is not None and (speculative or config.speculative) is None:
-                raise ValueError("num_speculative_tokens is used only with speculative decoding: give speculative='ngram' or 'draft'")
-            config = replace(config, speculative=config.speculative if speculative is None else speculative,
-                             num_speculative_tokens=config.num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens,
-                             draft_model=str(draft_model) if isinstance(draft_model, (str, Path)) else config.draft_model)
+            from miniyaie.speculative.settings import with_speculation  # chapter 9's keywords
+
+            config = with_speculation(config, speculative, num_speculative_tokens, draft_model)
         self._tensor_parallel = None
         if config.tensor_parallel_size > 1:
             self.loaded, self._tensor_parallel = start_tensor_parallel(model, config, device, dtype)

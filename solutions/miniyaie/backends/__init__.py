@@ -7,6 +7,6 @@
     static_inputs.py           the static buffers a replayed step reads, padded to a batch ladder
     static_decode_attention.py decode attention with launch sizes fixed per padded batch
     merged_projections.py      q/k/v and gate/up as one matmul each
-    step_threads.py            how many CPU threads a step runs on (small steps: one)
+    step_threads.py            how many CPU threads a step runs on (one or all: what ran faster lately)
     overlap.py                 overlap scheduling: the model runs a step while the host records the one before
 """

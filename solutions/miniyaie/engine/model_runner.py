@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from miniyaie.engine.sampler import SampledToken, Sampler, SamplingRow
-from miniyaie.backends.step_threads import threads_for_step
+from miniyaie.backends.step_threads import ThreadChoice, threads_for_step
 from miniyaie.model import AttentionMetadata, CausalLM, KVCache
 from miniyaie.paged import copy_blocks
 from miniyaie.scheduler import SchedulerOutput
@@ -17,6 +17,7 @@ class ModelRunner:
         self.device = model.lm_head.weight.device
         self.sampler = Sampler()
         self.decode_graphs = None  # a DecodeGraphRunner (miniyaie/backends/cuda_graphs.py) when decode steps replay graphs
+        self.thread_choice = ThreadChoice()  # one CPU thread or all, per step size: what ran faster lately
 
     # ANCHOR: prepare
     def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
@@ -102,7 +103,7 @@ class ModelRunner:
         The one call tensor parallelism (chapter 7) replays on every rank. A decode step that
         self.decode_graphs accepts replays its recorded graph; any other step runs the model.
         """
-        with threads_for_step(input_ids.numel(), self.device):  # small steps off the main thread: one thread
+        with threads_for_step(input_ids.numel(), self.device, self.thread_choice):  # one thread or all: the faster
             hidden = self.decode_graphs.run(input_ids, positions, meta) if self.decode_graphs is not None else None
             if hidden is None:
                 hidden = self.model(input_ids, positions, self.pool, meta)
