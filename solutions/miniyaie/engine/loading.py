@@ -23,9 +23,14 @@ def load_model(model: str | Path | LoadedModel | None, config: EngineConfig, dev
     prepare_backend(config.attention_backend, device)  # a CPU triton backend must set up Triton before the load imports it
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
     try:
-        return load(None if model is None else str(model), dtype=dtype, device=device)
+        loaded = load(None if model is None else str(model), dtype=dtype, device=device)
     except ChapterZeroModelLoadError as exc:
         raise ModelLoadError(str(exc)) from exc
+    if config.quantization != "none":  # weights in blocks (miniyaie/quant), before any backend packs them
+        from miniyaie.quant import quantize_loaded
+
+        quantize_loaded(loaded, model, config.quantization)
+    return loaded
 
 
 def start_tensor_parallel(model: str | Path | LoadedModel | None, config: EngineConfig, device: str | None,

@@ -15,9 +15,8 @@ class ModelRunner:
     def __init__(self, model: CausalLM, pool: KVCache, memory):
         self.model, self.pool, self.memory = model, pool, memory
         self.device = model.lm_head.weight.device
-        self.sampler = Sampler()
+        self.sampler, self.thread_choice = Sampler(), ThreadChoice()  # the choice: one CPU thread or all, per step size
         self.decode_graphs = None  # a DecodeGraphRunner (miniyaie/backends/cuda_graphs.py) when decode steps replay graphs
-        self.thread_choice = ThreadChoice()  # one CPU thread or all, per step size: what ran faster lately
 
     # ANCHOR: prepare
     def prepare(self, out: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:

@@ -1,9 +1,10 @@
 """The C++ kernels of the CPU backend: built once with the machine's g++, loaded with ctypes.
 
-Three sources make one library: paged_decode_attention.cpp (decode attention
+Four sources make one library: paged_decode_attention.cpp (decode attention
 over the paged cache), paged_chunk_attention.cpp (prefill and extend chunks
-over it) and layer_ops.cpp (RMSNorm with its residual add,
-RoPE, SiLU-times-up, each in one pass; used by layer_ops.py). The two
+over it), layer_ops.cpp (RMSNorm with its residual add,
+RoPE, SiLU-times-up, each in one pass; used by layer_ops.py) and
+quant_matmul.cpp (linears over 4- and 8-bit weight blocks; miniyaie/quant). The two
 attention kernels take their vector width from cpu_vector.h: the width of
 the machine's own registers (16 floats with AVX-512, 8 with AVX2).
 
@@ -37,7 +38,7 @@ from pathlib import Path
 import torch
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
-                                                                       "layer_ops.cpp"))
+                                                                       "layer_ops.cpp", "quant_matmul.cpp"))
 HEADERS = (Path(__file__).with_name("cpu_vector.h"),)  # included by the sources: part of the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
@@ -57,6 +58,9 @@ SIGNATURES = {
     "rotary_in_place": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _int],
     "silu_mul_in_place": [_ptr, _ptr, _i64, _int],
     "silu_mul_rows": [_ptr, _i64, _i64, _ptr, _int],
+    "quant_matmul_q4": [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _int],
+    "quant_matmul_q8": [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr, _int],
+    "dequantize_blocks": [_ptr, _int, _ptr, _ptr, _i64, _i64, _i64, _ptr, _int],
 }
 
 RESTYPES = {"paged_chunk_attention": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)

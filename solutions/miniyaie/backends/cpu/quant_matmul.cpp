@@ -1,0 +1,237 @@
+// y[M, N] = x[M, K] @ W^T with W kept in its quantized blocks, dequantized in registers (chapter 10).
+//
+// A block ("group") of G weights of one output row shares a scale d and, for 4-bit codes, a minimum m:
+//   4-bit: w = d * q + m, q in 0..15, two codes a byte: byte j of a group holds code j in its low
+//          nibble and code j + G/2 in its high one (GGUF's Q4_1 order, so a Q4_1 file's bytes are used as
+//          they are); a symmetric format is the same with m = -8 d.
+//   8-bit: w = d * q, q a signed byte (GGUF's Q8_0 with G = 32; one group per row for int8 per channel).
+// The sum of a group is taken over the codes and the scale applied once to it, in float32:
+//   sum_k w_k x_k = sum_groups (d * sum_j q_j x_j + m * sum_j x_j),
+// which is the float32 product with the dequantized weights up to the order of the additions. A decode
+// step reads each weight once, so the bytes it reads (4.5 to 5 bits a weight, not 32) decide its time.
+//
+// Rows of x go through in tiles of ROWS, so that one decode of a group serves every row of the tile.
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#include "cpu_vector.h"
+
+using cpu_vector::W;
+using cpu_vector::vec;
+using cpu_vector::ivec;
+
+namespace {
+
+constexpr int ROWS = 4;
+
+// W codes from W bytes (W = 8 or 16), as floats: 4-bit codes from the low or the high nibbles, 8-bit
+// from signed bytes. With AVX-512 or AVX2 one widening instruction does what the vector extensions
+// left to a loop over the lanes.
+inline vec nibbles(const uint8_t* p, bool high) {
+#if defined(__AVX512F__) && !defined(MINIYAIE_VECTOR_FLOATS)
+  __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (high) b = _mm_srli_epi16(b, 4);
+  b = _mm_and_si128(b, _mm_set1_epi8(15));
+  return vec(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)));
+#elif defined(__AVX2__) && !defined(MINIYAIE_VECTOR_FLOATS)
+  __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  if (high) b = _mm_srli_epi16(b, 4);
+  b = _mm_and_si128(b, _mm_set1_epi8(15));
+  return vec(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)));
+#else
+  vec v;
+  for (int i = 0; i < W; ++i) v[i] = float(high ? p[i] >> 4 : p[i] & 15);
+  return v;
+#endif
+}
+
+inline vec signed_bytes(const int8_t* p) {
+#if defined(__AVX512F__) && !defined(MINIYAIE_VECTOR_FLOATS)
+  return vec(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+#elif defined(__AVX2__) && !defined(MINIYAIE_VECTOR_FLOATS)
+  return vec(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+#else
+  vec v;
+  for (int i = 0; i < W; ++i) v[i] = float(p[i]);
+  return v;
+#endif
+}
+
+// The sum of x over each group of each row: [M, K / G], for the minimums' term.
+std::vector<float> group_sums(const float* x, int64_t M, int64_t K, int64_t G) {
+  std::vector<float> sums(M * (K / G));
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t g = 0; g < K / G; ++g) {
+      vec s = {};
+      for (int64_t j = 0; j < G; j += W) s += cpu_vector::load(x + r * K + g * G + j);
+      sums[r * (K / G) + g] = cpu_vector::sum_lanes(s);
+    }
+  return sums;
+}
+
+// One output column n for R rows of x (R known when compiled: the accumulators stay in registers).
+template <int R>
+void q4_column(const float* x, int64_t K, const uint8_t* row, const float* scales, const float* mins,
+               const float* xsum, int64_t groups, int64_t G, int64_t N, float* y) {
+  const int64_t half = G / 2;
+  vec acc[R] = {};
+  float from_mins[R] = {};
+  for (int64_t g = 0; g < groups; ++g) {
+    vec sum[R] = {};
+    for (int64_t j = 0; j < half; j += W) {
+      const vec low = nibbles(row + g * half + j, false), high = nibbles(row + g * half + j, true);
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x + r * K + g * G;
+        sum[r] += low * cpu_vector::load(xr + j) + high * cpu_vector::load(xr + half + j);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      acc[r] += scales[g] * sum[r];
+      from_mins[r] += mins[g] * xsum[r * groups + g];
+    }
+  }
+  for (int r = 0; r < R; ++r) y[r * N] = cpu_vector::sum_lanes(acc[r]) + from_mins[r];
+}
+
+// One row of x against C output columns at once: a decode step's shape. C independent accumulators keep
+// the multiply-adds from waiting on each other (one column alone is a chain of dependent adds).
+template <int C>
+void q4_columns_one_row(const float* x, int64_t K, const uint8_t* rows, const float* scales, const float* mins,
+                        const float* xsum, int64_t groups, int64_t G, float* y) {
+  const int64_t half = G / 2;
+  vec acc[C] = {};
+  float from_mins[C] = {};
+  for (int64_t g = 0; g < groups; ++g) {
+    vec sum[C] = {};
+    for (int64_t j = 0; j < half; j += W) {
+      const vec xl = cpu_vector::load(x + g * G + j), xh = cpu_vector::load(x + g * G + half + j);
+      for (int c = 0; c < C; ++c) {
+        const uint8_t* b = rows + c * (K / 2) + g * half + j;
+        sum[c] += nibbles(b, false) * xl + nibbles(b, true) * xh;
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      acc[c] += scales[c * groups + g] * sum[c];
+      from_mins[c] += mins[c * groups + g] * xsum[g];
+    }
+  }
+  for (int c = 0; c < C; ++c) y[c] = cpu_vector::sum_lanes(acc[c]) + from_mins[c];
+}
+
+template <int C>
+void q8_columns_one_row(const float* x, int64_t K, const int8_t* rows, const float* scales, int64_t groups, int64_t G,
+                        float* y) {
+  vec acc[C] = {};
+  for (int64_t g = 0; g < groups; ++g) {
+    vec sum[C] = {};
+    for (int64_t j = 0; j < G; j += W) {
+      const vec xv = cpu_vector::load(x + g * G + j);
+      for (int c = 0; c < C; ++c) sum[c] += signed_bytes(rows + c * K + g * G + j) * xv;
+    }
+    for (int c = 0; c < C; ++c) acc[c] += scales[c * groups + g] * sum[c];
+  }
+  for (int c = 0; c < C; ++c) y[c] = cpu_vector::sum_lanes(acc[c]);
+}
+
+template <int R>
+void q8_column(const float* x, int64_t K, const int8_t* row, const float* scales, int64_t groups, int64_t G,
+               int64_t N, float* y) {
+  vec acc[R] = {};
+  for (int64_t g = 0; g < groups; ++g) {
+    vec sum[R] = {};
+    for (int64_t j = 0; j < G; j += W) {
+      const vec q = signed_bytes(row + g * G + j);
+      for (int r = 0; r < R; ++r) sum[r] += q * cpu_vector::load(x + r * K + g * G + j);
+    }
+    for (int r = 0; r < R; ++r) acc[r] += scales[g] * sum[r];
+  }
+  for (int r = 0; r < R; ++r) y[r * N] = cpu_vector::sum_lanes(acc[r]);
+}
+
+}  // namespace
+
+extern "C" {
+
+// 4-bit codes [N, K / 2] bytes, scales and mins [N, K / G] floats; G a multiple of 2 W.
+void quant_matmul_q4(const float* x, int64_t M, int64_t K, const uint8_t* codes, const float* scales,
+                     const float* mins, int64_t N, int64_t G, float* y, int threads) {
+  const int64_t groups = K / G;
+  const std::vector<float> xsum = group_sums(x, M, K, G);
+  if (M == 1 && N % 4 == 0) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t n = 0; n < N; n += 4)
+      q4_columns_one_row<4>(x, K, codes + n * (K / 2), scales + n * groups, mins + n * groups, xsum.data(), groups, G, y + n);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const uint8_t* row = codes + n * (K / 2);
+    const float *d = scales + n * groups, *m = mins + n * groups;
+    for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
+      const float* xr = x + r0 * K;
+      const float* s = xsum.data() + r0 * groups;
+      switch (M - r0 < ROWS ? M - r0 : ROWS) {
+        case 1: q4_column<1>(xr, K, row, d, m, s, groups, G, N, y + r0 * N + n); break;
+        case 2: q4_column<2>(xr, K, row, d, m, s, groups, G, N, y + r0 * N + n); break;
+        case 3: q4_column<3>(xr, K, row, d, m, s, groups, G, N, y + r0 * N + n); break;
+        default: q4_column<4>(xr, K, row, d, m, s, groups, G, N, y + r0 * N + n);
+      }
+    }
+  }
+}
+
+// 8-bit codes [N, K] signed bytes, scales [N, K / G] floats; G a multiple of W.
+void quant_matmul_q8(const float* x, int64_t M, int64_t K, const int8_t* codes, const float* scales, int64_t N,
+                     int64_t G, float* y, int threads) {
+  const int64_t groups = K / G;
+  if (M == 1 && N % 4 == 0) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t n = 0; n < N; n += 4) q8_columns_one_row<4>(x, K, codes + n * K, scales + n * groups, groups, G, y + n);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const int8_t* row = codes + n * K;
+    const float* d = scales + n * groups;
+    for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
+      const float* xr = x + r0 * K;
+      switch (M - r0 < ROWS ? M - r0 : ROWS) {
+        case 1: q8_column<1>(xr, K, row, d, groups, G, N, y + r0 * N + n); break;
+        case 2: q8_column<2>(xr, K, row, d, groups, G, N, y + r0 * N + n); break;
+        case 3: q8_column<3>(xr, K, row, d, groups, G, N, y + r0 * N + n); break;
+        default: q8_column<4>(xr, K, row, d, groups, G, N, y + r0 * N + n);
+      }
+    }
+  }
+}
+
+// The float32 weights [N, K] of 4-bit or 8-bit blocks (mins null for 8-bit): for steps with many rows,
+// where a float32 matmul library beats decoding every group once per tile of rows.
+void dequantize_blocks(const void* codes, int bits, const float* scales, const float* mins, int64_t N, int64_t K,
+                       int64_t G, float* w, int threads) {
+  const int64_t groups = K / G, half = G / 2;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < groups; ++g) {
+      const float d = scales[n * groups + g];
+      float* out = w + n * K + g * G;
+      if (bits == 4) {
+        const uint8_t* b = static_cast<const uint8_t*>(codes) + n * (K / 2) + g * half;
+        const float m = mins[n * groups + g];
+        for (int64_t j = 0; j < half; ++j) {
+          out[j] = d * float(b[j] & 15) + m;
+          out[half + j] = d * float(b[j] >> 4) + m;
+        }
+      } else {
+        const int8_t* q = static_cast<const int8_t*>(codes) + n * K + g * G;
+        for (int64_t j = 0; j < G; ++j) out[j] = d * float(q[j]);
+      }
+    }
+}
+
+}  // extern "C"
