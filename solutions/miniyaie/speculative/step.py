@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-import torch
-
+from miniyaie.backends.seeded_draws import sample_in_position_order
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.scheduler import Request, ScheduledChunk, SchedulerOutput
 from miniyaie.speculative.acceptance import accept_greedy
@@ -199,7 +198,7 @@ class Speculation:
         logits = runner.forward(input_ids, positions, meta, logit_rows)
         if not owners:
             return {}
-        tokens_of_rows, states = self._sample(runner.sampler, logits, sampling, owners, offsets)
+        tokens_of_rows, states = sample_in_position_order(runner.sampler, logits, sampling, owners, offsets)
         per_request: dict[str, list[SampledToken]] = {}
         for rid, token in zip(owners, tokens_of_rows):
             per_request.setdefault(rid, []).append(token)
@@ -209,29 +208,6 @@ class Speculation:
             if rid in states:  # its generator as if it had drawn once per emitted token, and no more
                 rows[rid].generator.set_state(states[rid][len(self.accepted.get(rid, ()))])
         return sampled
-
-    @staticmethod
-    def _sample(sampler, logits, rows: list[SamplingRow], owners: list[str], offsets: list[int]):
-        """One token per row, and for each seeded request that drafted, its generator's state after each of its rows.
-
-        A seeded request must draw the same random numbers for the same output positions whatever the step's
-        shape: the token at output position p takes the p-th number of its generator, drafts or not. Its rows
-        are therefore sampled in position order, one position per sampler call (at most k + 1 calls, and only
-        while such a request drafted), and `run` rewinds its generator to the state after its last emitted
-        token, so that the numbers behind rejected drafts are drawn again at the next step.
-        """
-        drafted = {rid for rid, j in zip(owners, offsets) if j > 0}
-        if not any(row.generator is not None and rid in drafted for row, rid in zip(rows, owners)):
-            return sampler(logits, rows), {}
-        tokens: list[SampledToken | None] = [None] * len(rows)
-        states: dict[str, list[torch.Tensor]] = {}
-        for j in range(max(offsets) + 1):
-            wave = [i for i, offset in enumerate(offsets) if offset == j]
-            for i, token in zip(wave, sampler(logits[wave], [rows[i] for i in wave])):
-                tokens[i] = token
-                if rows[i].generator is not None and owners[i] in drafted:
-                    states.setdefault(owners[i], []).append(rows[i].generator.get_state())
-        return tokens, states
 
     # ANCHOR: settle
     def _settle(self, out: SchedulerOutput, rid: str, targets: list[SampledToken], row: SamplingRow) -> SampledToken:
