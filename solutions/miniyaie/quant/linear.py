@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from miniyaie.backends.cpu.linear import MERGED, MergedLinears
 from miniyaie.quant.blocks import QuantizedWeight, from_gguf_blocks, quantize_int4, quantize_int8
 
 MANY_ROWS = 16  # above this many rows a step decodes the weights once and runs the float32 matmul
@@ -76,6 +77,48 @@ class QuantizedEmbedding(nn.Module):
         return self.qweight.dequantize(ids.reshape(-1)).view(*ids.shape, self.qweight.shape[1])
 
 
+class MergedBlocks(MergedLinears):
+    """Projections of one input (q/k/v, gate/up) over blocks as one kernel call: their blocks stacked once,
+    each member's weight a view of the stack (no second copy). The CPU layer ops call it as they call
+    MergedLinears (backends/cpu/linear.py): one call where there were three or two."""
+
+    def __init__(self, members: list[QuantizedLinear]):
+        weights = [m.qweight for m in members]
+        self.members, self.sizes, self.calls = members, [w.shape[0] for w in weights], 0
+        cat = lambda name: torch.cat([getattr(w, name) for w in weights])  # noqa: E731
+        first = weights[0]
+        stacked = QuantizedWeight(cat("codes"), cat("scales"), None if first.mins is None else cat("mins"), first.bits,
+                                  first.group, (sum(self.sizes), first.shape[1]))
+        biases = [m.bias for m in members]
+        self.linear = QuantizedLinear(stacked, None if biases[0] is None else torch.cat(biases))
+        start = 0
+        for member, size in zip(members, self.sizes):
+            member.qweight = QuantizedWeight(stacked.codes[start : start + size], stacked.scales[start : start + size],
+                                             None if stacked.mins is None else stacked.mins[start : start + size],
+                                             first.bits, first.group, (size, first.shape[1]))
+            member.merged, start = self, start + size
+
+    def usable(self, x: torch.Tensor) -> bool:
+        return True  # a QuantizedLinear takes any input
+
+    def stacked(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.linear(x)
+
+
+def merge_blocks(model: nn.Module) -> int:
+    """Merge each q/k/v and gate/up whose members are all blocks of one kind; returns how many groups."""
+    merged = 0
+    for module in list(model.modules()):
+        for names in MERGED:
+            members = [getattr(module, name, None) for name in names]
+            if all(isinstance(m, QuantizedLinear) for m in members) and len(
+                    {(m.qweight.bits, m.qweight.group, m.in_features, m.bias is None) for m in members}) == 1:
+                MergedBlocks(members)
+                merged += 1
+    return merged
+
+
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of the model's weights as it holds them: parameters, buffers and weight blocks, each once."""
     seen, total = set(), 0
@@ -107,7 +150,9 @@ def quantize_model(model: nn.Module, scheme: str, group: int = 32, gguf_path: st
     if scheme == "none":
         return
     if scheme == "gguf":
-        return _load_gguf_blocks(model, gguf_path)
+        _load_gguf_blocks(model, gguf_path)
+        merge_blocks(model)
+        return
     for layer in model.model.layers:
         for name in PROJECTIONS.values():
             parent_name, child = name.split(".")
@@ -115,6 +160,7 @@ def quantize_model(model: nn.Module, scheme: str, group: int = 32, gguf_path: st
             linear = _linear(getattr(parent, child))
             weight = quantize_int8(linear.weight) if scheme == "int8" else quantize_int4(linear.weight, group)
             setattr(parent, child, QuantizedLinear(weight, linear.bias))
+    merge_blocks(model)
 
 
 def _load_gguf_blocks(model: nn.Module, gguf_path: str | Path | None) -> None:

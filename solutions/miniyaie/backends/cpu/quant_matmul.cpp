@@ -1,6 +1,6 @@
 // y[M, N] = x[M, K] @ W^T with W kept in its quantized blocks, dequantized in registers (chapter 10).
 //
-// A block ("group") of G weights of one output row shares a scale d and, for 4-bit codes, a minimum m:
+// A block ("group") of G weights of one output row shares a float16 scale d and, for 4-bit codes, a minimum m:
 //   4-bit: w = d * q + m, q in 0..15, two codes a byte: byte j of a group holds code j in its low
 //          nibble and code j + G/2 in its high one (GGUF's Q4_1 order, so a Q4_1 file's bytes are used as
 //          they are); a symmetric format is the same with m = -8 d.
@@ -15,7 +15,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -28,6 +28,23 @@ using cpu_vector::ivec;
 namespace {
 
 constexpr int ROWS = 4;
+
+// A float16 (a block's scale or minimum, as GGUF stores them) as a float.
+inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  const uint32_t sign = uint32_t(h & 0x8000) << 16, exponent = (h >> 10) & 31, mantissa = h & 1023;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+    const float f = float(mantissa) * (1.0f / 16777216.0f);
+    return sign ? -f : f;
+  }
+  const uint32_t bits = sign | (exponent == 31 ? 0x7f800000u | (mantissa << 13) : ((exponent + 112) << 23) | (mantissa << 13));
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
 
 // W codes from W bytes (W = 8 or 16), as floats: 4-bit codes from the low or the high nibbles, 8-bit
 // from signed bytes. With AVX-512 or AVX2 one widening instruction does what the vector extensions
@@ -76,7 +93,7 @@ std::vector<float> group_sums(const float* x, int64_t M, int64_t K, int64_t G) {
 
 // One output column n for R rows of x (R known when compiled: the accumulators stay in registers).
 template <int R>
-void q4_column(const float* x, int64_t K, const uint8_t* row, const float* scales, const float* mins,
+void q4_column(const float* x, int64_t K, const uint8_t* row, const uint16_t* scales, const uint16_t* mins,
                const float* xsum, int64_t groups, int64_t G, int64_t N, float* y) {
   const int64_t half = G / 2;
   vec acc[R] = {};
@@ -90,9 +107,10 @@ void q4_column(const float* x, int64_t K, const uint8_t* row, const float* scale
         sum[r] += low * cpu_vector::load(xr + j) + high * cpu_vector::load(xr + half + j);
       }
     }
+    const float d = half_to_float(scales[g]), m = half_to_float(mins[g]);
     for (int r = 0; r < R; ++r) {
-      acc[r] += scales[g] * sum[r];
-      from_mins[r] += mins[g] * xsum[r * groups + g];
+      acc[r] += d * sum[r];
+      from_mins[r] += m * xsum[r * groups + g];
     }
   }
   for (int r = 0; r < R; ++r) y[r * N] = cpu_vector::sum_lanes(acc[r]) + from_mins[r];
@@ -101,7 +119,7 @@ void q4_column(const float* x, int64_t K, const uint8_t* row, const float* scale
 // One row of x against C output columns at once: a decode step's shape. C independent accumulators keep
 // the multiply-adds from waiting on each other (one column alone is a chain of dependent adds).
 template <int C>
-void q4_columns_one_row(const float* x, int64_t K, const uint8_t* rows, const float* scales, const float* mins,
+void q4_columns_one_row(const float* x, int64_t K, const uint8_t* rows, const uint16_t* scales, const uint16_t* mins,
                         const float* xsum, int64_t groups, int64_t G, float* y) {
   const int64_t half = G / 2;
   vec acc[C] = {};
@@ -116,15 +134,15 @@ void q4_columns_one_row(const float* x, int64_t K, const uint8_t* rows, const fl
       }
     }
     for (int c = 0; c < C; ++c) {
-      acc[c] += scales[c * groups + g] * sum[c];
-      from_mins[c] += mins[c * groups + g] * xsum[g];
+      acc[c] += half_to_float(scales[c * groups + g]) * sum[c];
+      from_mins[c] += half_to_float(mins[c * groups + g]) * xsum[g];
     }
   }
   for (int c = 0; c < C; ++c) y[c] = cpu_vector::sum_lanes(acc[c]) + from_mins[c];
 }
 
 template <int C>
-void q8_columns_one_row(const float* x, int64_t K, const int8_t* rows, const float* scales, int64_t groups, int64_t G,
+void q8_columns_one_row(const float* x, int64_t K, const int8_t* rows, const uint16_t* scales, int64_t groups, int64_t G,
                         float* y) {
   vec acc[C] = {};
   for (int64_t g = 0; g < groups; ++g) {
@@ -133,13 +151,13 @@ void q8_columns_one_row(const float* x, int64_t K, const int8_t* rows, const flo
       const vec xv = cpu_vector::load(x + g * G + j);
       for (int c = 0; c < C; ++c) sum[c] += signed_bytes(rows + c * K + g * G + j) * xv;
     }
-    for (int c = 0; c < C; ++c) acc[c] += scales[c * groups + g] * sum[c];
+    for (int c = 0; c < C; ++c) acc[c] += half_to_float(scales[c * groups + g]) * sum[c];
   }
   for (int c = 0; c < C; ++c) y[c] = cpu_vector::sum_lanes(acc[c]);
 }
 
 template <int R>
-void q8_column(const float* x, int64_t K, const int8_t* row, const float* scales, int64_t groups, int64_t G,
+void q8_column(const float* x, int64_t K, const int8_t* row, const uint16_t* scales, int64_t groups, int64_t G,
                int64_t N, float* y) {
   vec acc[R] = {};
   for (int64_t g = 0; g < groups; ++g) {
@@ -148,7 +166,8 @@ void q8_column(const float* x, int64_t K, const int8_t* row, const float* scales
       const vec q = signed_bytes(row + g * G + j);
       for (int r = 0; r < R; ++r) sum[r] += q * cpu_vector::load(x + r * K + g * G + j);
     }
-    for (int r = 0; r < R; ++r) acc[r] += scales[g] * sum[r];
+    const float d = half_to_float(scales[g]);
+    for (int r = 0; r < R; ++r) acc[r] += d * sum[r];
   }
   for (int r = 0; r < R; ++r) y[r * N] = cpu_vector::sum_lanes(acc[r]);
 }
@@ -157,9 +176,9 @@ void q8_column(const float* x, int64_t K, const int8_t* row, const float* scales
 
 extern "C" {
 
-// 4-bit codes [N, K / 2] bytes, scales and mins [N, K / G] floats; G a multiple of 2 W.
-void quant_matmul_q4(const float* x, int64_t M, int64_t K, const uint8_t* codes, const float* scales,
-                     const float* mins, int64_t N, int64_t G, float* y, int threads) {
+// 4-bit codes [N, K / 2] bytes, scales and mins [N, K / G] float16s; G a multiple of 2 W.
+void quant_matmul_q4(const float* x, int64_t M, int64_t K, const uint8_t* codes, const uint16_t* scales,
+                     const uint16_t* mins, int64_t N, int64_t G, float* y, int threads) {
   const int64_t groups = K / G;
   const std::vector<float> xsum = group_sums(x, M, K, G);
   if (M == 1 && N % 4 == 0) {
@@ -171,7 +190,7 @@ void quant_matmul_q4(const float* x, int64_t M, int64_t K, const uint8_t* codes,
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const uint8_t* row = codes + n * (K / 2);
-    const float *d = scales + n * groups, *m = mins + n * groups;
+    const uint16_t *d = scales + n * groups, *m = mins + n * groups;
     for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
       const float* xr = x + r0 * K;
       const float* s = xsum.data() + r0 * groups;
@@ -185,8 +204,8 @@ void quant_matmul_q4(const float* x, int64_t M, int64_t K, const uint8_t* codes,
   }
 }
 
-// 8-bit codes [N, K] signed bytes, scales [N, K / G] floats; G a multiple of W.
-void quant_matmul_q8(const float* x, int64_t M, int64_t K, const int8_t* codes, const float* scales, int64_t N,
+// 8-bit codes [N, K] signed bytes, scales [N, K / G] float16s; G a multiple of W.
+void quant_matmul_q8(const float* x, int64_t M, int64_t K, const int8_t* codes, const uint16_t* scales, int64_t N,
                      int64_t G, float* y, int threads) {
   const int64_t groups = K / G;
   if (M == 1 && N % 4 == 0) {
@@ -197,7 +216,7 @@ void quant_matmul_q8(const float* x, int64_t M, int64_t K, const int8_t* codes, 
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const int8_t* row = codes + n * K;
-    const float* d = scales + n * groups;
+    const uint16_t* d = scales + n * groups;
     for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
       const float* xr = x + r0 * K;
       switch (M - r0 < ROWS ? M - r0 : ROWS) {
@@ -212,17 +231,17 @@ void quant_matmul_q8(const float* x, int64_t M, int64_t K, const int8_t* codes, 
 
 // The float32 weights [N, K] of 4-bit or 8-bit blocks (mins null for 8-bit): for steps with many rows,
 // where a float32 matmul library beats decoding every group once per tile of rows.
-void dequantize_blocks(const void* codes, int bits, const float* scales, const float* mins, int64_t N, int64_t K,
+void dequantize_blocks(const void* codes, int bits, const uint16_t* scales, const uint16_t* mins, int64_t N, int64_t K,
                        int64_t G, float* w, int threads) {
   const int64_t groups = K / G, half = G / 2;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t n = 0; n < N; ++n)
     for (int64_t g = 0; g < groups; ++g) {
-      const float d = scales[n * groups + g];
+      const float d = half_to_float(scales[n * groups + g]);
       float* out = w + n * K + g * G;
       if (bits == 4) {
         const uint8_t* b = static_cast<const uint8_t*>(codes) + n * (K / 2) + g * half;
-        const float m = mins[n * groups + g];
+        const float m = half_to_float(mins[n * groups + g]);
         for (int64_t j = 0; j < half; ++j) {
           out[j] = d * float(b[j] & 15) + m;
           out[half + j] = d * float(b[j] >> 4) + m;
