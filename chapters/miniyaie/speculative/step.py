@@ -16,7 +16,8 @@ one token at a time would use: greedy output is unchanged, and sampled output ha
 distribution (for a draft that is a single token, sampling the target and comparing is the
 rejection-sampling rule). A seeded request draws the same random number for the same output position
 whatever else is in the step, so its tokens are those of decoding without drafts: its rows are drawn in
-position order, and its generator is rewound to just after its last emitted token. Structured output decodes one token per step: its guide would have to follow
+position order, and its generator is rewound to just after its last emitted token
+(backends/seeded_draws.py). Structured output decodes one token per step: its guide would have to follow
 every draft.
 """
 
