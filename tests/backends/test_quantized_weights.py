@@ -97,6 +97,8 @@ def test_a_quantized_tiny_model_generates_what_float32_generates_with_the_same_w
                     if isinstance(child, QuantizedLinear):
                         getattr(getattr(da, part), name).weight.copy_(child.qweight.dequantize())
     assert weight_bytes(quantized) < weight_bytes(dense)
+    with pytest.raises(ValueError, match="given loaded, with float weights"):  # the setting would do nothing
+        LLMEngine(dense, EngineConfig(block_size=4, num_blocks=64, quantization=scheme))
     prompts = [[3, 1, 4, 1, 5], [9, 2, 6], list(range(20, 60))]
     params = SamplingParams(max_tokens=24, ignore_eos=True)
     outputs = [[o.token_ids for o in LLMEngine(m, EngineConfig(block_size=4, num_blocks=64)).generate(prompts, params)]

@@ -64,7 +64,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
             max_long_partial_prefills=config.max_long_partial_prefills,
         )
         self.scheduler = Scheduler(scheduler_config, self.memory)
-        use_backend(model, config.attention_backend, device)
+        use_backend(model, config.attention_backend, device, config.quantization)
         self.runner = ModelRunner(model, self.pool, self.memory)
         self.runner.decode_graphs = make_decode_graphs(graphs, model, self.pool, num_blocks, config)
         self._params: dict[str, SamplingParams] = {}

@@ -117,11 +117,19 @@ def make_layer_ops(name: str, device: torch.device | str) -> LayerOps:
     return LayerOps()
 
 
-def use_backend(model, name: str, device: torch.device | str) -> None:
+def use_backend(model, name: str, device: torch.device | str, quantization: str = "none") -> None:
     """Point `model` (a CausalLM) at backend `name`: its attention backend, its layer ops and,
     with the cpu backend, its linear layers on oneDNN with packed weights (backends/cpu/linear.py)
-    and glibc told to keep freed memory (backends/cpu/allocator.py)."""
+    and glibc told to keep freed memory (backends/cpu/allocator.py).
+
+    `quantization` (EngineConfig's) is applied where the engine loads a model by name (engine/loading.py);
+    a model given already loaded must already hold its weights in blocks (miniyaie.quant.quantize_model),
+    else ValueError: the setting would do nothing."""
     from miniyaie.backends.cpu.linear import pack_linears, packing_available, unpack_linears
+
+    if quantization != "none" and not any(hasattr(module, "qweight") for module in model.modules()):
+        raise ValueError(f"quantization {quantization!r} is applied when the engine loads the model by name or path; "
+                         "this model was given loaded, with float weights (miniyaie.quant.quantize_model puts them in blocks)")
 
     model.backend = make_attention_backend(name, device)
     model.ops = make_layer_ops(name, device)

@@ -7,10 +7,10 @@ Both in one process, one after the other: the bytes of the weights, milliseconds
 timed alone and subtracted), and whether four prompts get the same greedy tokens.
 """
 import sys
-import time
 
 import torch
 
+from miniyaie.bench.lab.bench_one_client import seconds_per_token
 from miniyaie.engine import EngineConfig, LLMEngine, SamplingParams
 from miniyaie.model import load
 from miniyaie.quant.linear import gguf_source, quantize_model, weight_bytes
@@ -26,17 +26,7 @@ def main():
                                                          "def fibonacci(n):", "Once upon a time"]]
         engine = LLMEngine(loaded.model, EngineConfig())
         answers[scheme] = [o.token_ids for o in engine.generate(prompts, SamplingParams(max_tokens=32))]
-        prompt = [(17 * i) % 30000 + 100 for i in range(192)]
-        run = lambda n: engine.generate([prompt], SamplingParams(max_tokens=n, ignore_eos=True))  # noqa: E731
-        run(4)
-        best = float("inf")
-        for _ in range(4):
-            start = time.perf_counter()
-            run(1)
-            prefill = time.perf_counter() - start
-            start = time.perf_counter()
-            run(33)
-            best = min(best, (time.perf_counter() - start - prefill) / 32)
+        best = seconds_per_token(engine, 32, repeats=4)
         print(f"{scheme}: weights {weight_bytes(loaded.model) / 1e6:.0f} MB, {best * 1e3:.1f} ms per decoded token")
     same = [a == b for a, b in zip(answers["none"], answers["gguf"])]
     print(f"the same greedy tokens on {sum(same)} of {len(same)} prompts")
