@@ -41,6 +41,7 @@ CHAPTER_PACKAGES: dict[int, str] = {
     7: "distributed",
     8: "structured",
     9: "speculative",
+    10: "quant",
 }
 _PACKAGE_NAMES = set(CHAPTER_PACKAGES.values())
 

@@ -107,28 +107,3 @@ def test_a_quantized_tiny_model_generates_what_float32_generates_with_the_same_w
     layer = quantized.model.layers[0]
     assert layer.self_attn.q_proj.merged is layer.self_attn.v_proj.merged and layer.mlp.up_proj.merged.calls > 0, (
         "q/k/v and gate/up over blocks run as one kernel call each, on the engine's steps")
-
-
-@pytest.mark.bundled_model
-def test_the_bundled_gguf_runs_as_it_is_with_the_float32_paths_weights_and_answers():
-    """SmolLM2's Q4_1 file as it is: every projection and the embedding decode to the float32 loader's weights,
-    bit for bit; the weights take about a fifth of the bytes; greedy answers are the same."""
-    from miniyaie.engine import EngineConfig, InferenceEngine, SamplingParams
-    from miniyaie.quant.linear import PROJECTIONS
-
-    dense = InferenceEngine("smollm2")
-    quantized = InferenceEngine("smollm2", EngineConfig(quantization="gguf"))
-    d, q = dense.loaded.model, quantized.loaded.model
-    for i in (0, 13, 29):
-        for name in PROJECTIONS.values():
-            part, child = name.split(".")
-            dense_weight = getattr(getattr(d.model.layers[i], part), child)
-            dense_weight = getattr(dense_weight, "linear", dense_weight).weight
-            blocks = getattr(getattr(q.model.layers[i], part), child).qweight
-            assert torch.equal(blocks.dequantize(), dense_weight), f"layer {i} {name}: not the float32 path's weights"
-    assert weight_bytes(q) <= 110e6 and weight_bytes(d) >= 5 * weight_bytes(q), (weight_bytes(q), weight_bytes(d))
-    prompts = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):"]
-    params = SamplingParams(max_tokens=24)
-    assert [r.text for r in quantized.generate(prompts, params)] == [r.text for r in dense.generate(prompts, params)]
-    dense.close()
-    quantized.close()

@@ -9,7 +9,7 @@ import torch
 from miniyaie.backends.choose import prepare_backend
 from miniyaie.engine.config import EngineConfig
 from miniyaie.engine.errors import ModelLoadError
-from miniyaie.engine.plugins import TENSOR_PARALLEL, plugin
+from miniyaie.engine.plugins import QUANTIZATION, TENSOR_PARALLEL, plugin
 from miniyaie.model import LoadedModel, load
 from miniyaie.model import ModelLoadError as ChapterZeroModelLoadError
 
@@ -26,10 +26,8 @@ def load_model(model: str | Path | LoadedModel | None, config: EngineConfig, dev
         loaded = load(None if model is None else str(model), dtype=dtype, device=device)
     except ChapterZeroModelLoadError as exc:
         raise ModelLoadError(str(exc)) from exc
-    if config.quantization != "none":  # weights in blocks (miniyaie/quant), before any backend packs them
-        from miniyaie.quant import quantize_loaded
-
-        quantize_loaded(loaded, model, config.quantization)
+    if config.quantization != "none":  # weights in blocks (chapter 10's plugin), before any backend packs them
+        plugin(QUANTIZATION)(loaded, model, config.quantization)
     return loaded
 
 

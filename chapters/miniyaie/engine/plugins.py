@@ -1,18 +1,13 @@
 """Where the chapters built on the engine plug into it: an entry-point group, looked up by name.
 
-The engine (chapter 5) imports nothing above it. Tensor parallelism (chapter 7),
-structured output (chapter 8) and the settings file (provided, serving/) declare
-what they provide in pyproject.toml, and `pip install -e .` registers it:
+The engine (chapter 5) imports nothing above it. Tensor parallelism (chapter 7), structured output
+(chapter 8), quantization (chapter 10) and the settings file (provided, serving/) declare what they
+provide in pyproject.toml (`tensor_parallel = "miniyaie.distributed.engine_plugin:start_tensor_parallel"`
+in `[project.entry-points."miniyaie.engine_plugins"]`, and so on), and `pip install -e .` registers it.
 
-    [project.entry-points."miniyaie.engine_plugins"]
-    tensor_parallel = "miniyaie.distributed.engine_plugin:start_tensor_parallel"
-    structured_output = "miniyaie.structured.engine_plugin"
-    settings_file = "miniyaie.serving.config_file:load_settings"
-
-The engine asks for one by name only when a setting or a request needs it
-(tensor_parallel_size > 1, a constrained request, structured_limits, a config
-file), and says which plugin is missing when none is installed. vLLM loads
-its plugins the same way (the entry-point group `vllm.general_plugins`).
+The engine asks for one by name only when a setting or a request needs it (tensor_parallel_size > 1,
+a constrained request, structured_limits, a config file, quantization), and says which plugin is
+missing when none is installed. vLLM loads its plugins the same way (`vllm.general_plugins`).
 """
 
 from __future__ import annotations
@@ -26,11 +21,13 @@ GROUP = "miniyaie.engine_plugins"
 TENSOR_PARALLEL = "tensor_parallel"  # start_tensor_parallel(model, config, device, dtype) -> (LoadedModel, runtime)
 STRUCTURED_OUTPUT = "structured_output"  # a module: check_limits, vocabulary, constraints
 SETTINGS_FILE = "settings_file"  # load_settings(path) -> settings with .engine, .sampling, .model, .device, .dtype
+QUANTIZATION = "quantization"  # quantize_loaded(loaded, source, scheme): the loaded model's weights in blocks
 
 WHAT = {
     TENSOR_PARALLEL: "tensor_parallel_size > 1 (chapter 7, miniyaie.distributed)",
     STRUCTURED_OUTPUT: "structured output: response_format, a regex or JSON schema, structured_limits (chapter 8, miniyaie.structured)",
     SETTINGS_FILE: "reading a YAML/TOML settings file (miniyaie.serving)",
+    QUANTIZATION: "quantization: weights in 4- or 8-bit blocks (chapter 10, miniyaie.quant)",
 }
 
 

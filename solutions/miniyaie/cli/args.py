@@ -77,11 +77,21 @@ SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills",
                     "speculative", "num_speculative_tokens", "draft_model", "quantization")
 
 
+def _quantization(text: str) -> str:
+    from miniyaie.quant.engine_plugin import check_scheme  # chapter 10's
+
+    try:
+        return check_scheme(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_enforce_eager_arg(p: argparse.ArgumentParser) -> None:
     """--enforce-eager, and speculative decoding's flags (chapter 9): how the engine runs its steps."""
-    p.add_argument("--quantization", choices=["none", "int8", "int4", "gguf"], default=None,
-                   help="weights in blocks: int8 per channel, int4 in groups of 32, or gguf (the bundled model's own "
-                        "Q4_1 file, as it is); default: the config's, else none")
+    p.add_argument("--quantization", type=_quantization, default=None, metavar="{none,int8,int4,gguf}",
+                   help="weights in blocks: int8 per channel, int4 in groups of 32 with a minimum (int4-g64, int4-g128; "
+                        "int4-sym: without one), or gguf (the bundled model's own Q4_1 file, as it is); default: the "
+                        "config's, else none")
     p.add_argument("--enforce-eager", action="store_true", default=None,
                    help="never replay decode steps as CUDA graphs (they are used only on a GPU with the triton backend)")
     p.add_argument("--overlap-schedule", action="store_true", default=None,

@@ -67,6 +67,7 @@ CHAPTERS: list[Chapter] = [
     Chapter(7, "Tensor parallelism", "ch07_tensor_parallel"),
     Chapter(8, "Structured output", "ch08_structured_output"),
     Chapter(9, "Speculative decoding", "ch09_speculative"),
+    Chapter(10, "Quantization", "ch10_quantization"),
 ]
 
 

@@ -1,13 +1,11 @@
 """Weight blocks: a group of G weights of one output row shares a scale d (and, for 4-bit codes, a minimum m).
 
-    4-bit: w = d * q + m, q in 0..15. Two codes a byte: byte j of a group holds code j in its low nibble
-           and code j + G/2 in its high one. That is GGUF's Q4_1 (G = 32), so a Q4_1 file's codes are used
-           as they are; symmetric int4 is the same with m = -8 d.
+    4-bit: w = d * q + m, q in 0..15, two codes a byte (pack_nibbles says which two). That is GGUF's
+           Q4_1 (G = 32), so a Q4_1 file's bytes are used as they are; symmetric int4 is the same with m = -8 d.
     8-bit: w = d * q, q a signed byte. GGUF's Q8_0 is G = 32; int8 per output channel is one group a row.
 
-Scales and minimums are float16, as in GGUF's blocks (so a 4-bit weight costs 5 bits with them, an 8-bit
-one 8.5 at groups of 32). `dequantize` is the definition (and the oracle of every kernel): float32
-weights, d and m widened to float32, as transformers' GGUF loader makes them for the float32 path.
+Scales and minimums are float16, as in GGUF's blocks: a 4-bit weight costs 5 bits with them, an 8-bit one
+8.5 at groups of 32. `dequantize` is the definition, and the oracle of every kernel (Task 10.1).
 """
 
 from __future__ import annotations
@@ -18,13 +16,84 @@ import numpy as np
 import torch
 
 
+# ANCHOR: nibbles
+def pack_nibbles(q: torch.Tensor, group: int) -> torch.Tensor:
+    """4-bit codes uint8 [..., K] (each 0..15) as bytes uint8 [..., K / 2], two codes a byte.
+
+    The layout is GGUF's Q4_1 (and the kernels'): within each group of `group` codes, byte j of the
+    group holds code j in its low nibble (bits 0-3) and code j + group / 2 in its high nibble. The
+    bytes of group g are bytes g * group / 2 .. (g + 1) * group / 2 - 1 of the row.
+    ValueError when group is odd or K is not a multiple of it, or when a code is above 15.
+
+    >>> pack_nibbles(torch.tensor([1, 2, 3, 4], dtype=torch.uint8), 4)   # codes 0, 1 low; 2, 3 high
+    tensor([49, 66], dtype=torch.uint8)
+    """
+    # Nudge: a byte pairs a code of the group's first half with the code half a group later.
+    # Hint 1: Cut the last axis into groups; in each, the first half of the codes goes to the low
+    #   nibbles and the second half to the high nibbles of the same bytes, in order. Shifting a
+    #   code left by 4 moves it to the high nibble; OR joins the two halves. Check the arguments
+    #   before touching the data, or a bad shape fails with a reshape error instead of yours.
+    # Hint 2: Check group (even, divides K) and the codes (none above 15). View the codes as
+    #   [..., K / group, group]; take the first group / 2 and the last group / 2 along the new
+    #   last axis; the bytes are first | (second << 4); view the result back as [..., K / 2].
+    # Hint 3:
+    #   if group % 2 or K % group: raise ValueError; if q.max() > 15: raise ValueError
+    #   blocks = q.reshape(*q.shape[:-1], K // group, group)
+    #   low, high = blocks[..., : group // 2], blocks[..., group // 2 :]
+    #   return (low | (high << 4)).reshape(*q.shape[:-1], K // 2)
+    # BEGIN SOLUTION 10.1: The 4-bit layout and the blocks' meaning
+    k = q.shape[-1]
+    if group % 2 or k % group:
+        raise ValueError(f"{k} codes cannot be cut into groups of {group} (an even number that divides them)")
+    if q.numel() and int(q.max()) > 15:
+        raise ValueError(f"a 4-bit code is at most 15, got {int(q.max())}")
+    blocks = q.to(torch.uint8).reshape(*q.shape[:-1], k // group, group)
+    low, high = blocks[..., : group // 2], blocks[..., group // 2 :]
+    return (low | (high << 4)).reshape(*q.shape[:-1], k // 2)
+    # END SOLUTION
+
+
+def unpack_nibbles(packed: torch.Tensor, group: int) -> torch.Tensor:
+    """The inverse of pack_nibbles: bytes uint8 [..., K / 2] back to codes uint8 [..., K].
+
+    ValueError when group is odd or 2 * packed.shape[-1] is not a multiple of it.
+
+    >>> unpack_nibbles(torch.tensor([49, 66], dtype=torch.uint8), 4)
+    tensor([1, 2, 3, 4], dtype=torch.uint8)
+    """
+    # Nudge: undo the packing group by group: which nibble holds the group's first half?
+    # Hint 1: A byte's low nibble is byte & 15 and its high nibble byte >> 4 (a uint8 shifts in
+    #   zeros). The low nibbles of a group's bytes are its first half of codes, the high nibbles
+    #   its second half: concatenate them per group, not interleave them byte by byte.
+    # Hint 2: Check group against the width 2 * packed.shape[-1]. View the bytes as
+    #   [..., groups, group / 2]; concatenate (bytes & 15) and (bytes >> 4) along the last axis;
+    #   view back as [..., K].
+    # Hint 3:
+    #   k = 2 * packed.shape[-1]; if group % 2 or k % group: raise ValueError
+    #   half = packed.reshape(*packed.shape[:-1], k // group, group // 2)
+    #   return torch.cat([half & 15, half >> 4], dim=-1).reshape(*packed.shape[:-1], k)
+    # BEGIN SOLUTION 10.1: The 4-bit layout and the blocks' meaning
+    k = 2 * packed.shape[-1]
+    if group % 2 or k % group:
+        raise ValueError(f"{k} codes cannot be cut into groups of {group} (an even number that divides them)")
+    half = packed.reshape(*packed.shape[:-1], k // group, group // 2)
+    return torch.cat([half & 15, half >> 4], dim=-1).reshape(*packed.shape[:-1], k)
+    # END SOLUTION
+# ANCHOR_END: nibbles
+
+
 @dataclass
 class QuantizedWeight:
-    """A [out_features, in_features] weight in blocks of `group` along in_features."""
+    """A [out_features, in_features] weight in blocks of `group` along in_features (see the module's docstring).
 
-    codes: torch.Tensor  # 4-bit: uint8 [N, K / 2] (two codes a byte); 8-bit: int8 [N, K]
-    scales: torch.Tensor  # float16 [N, K / group]
-    mins: torch.Tensor | None  # float16 [N, K / group] for 4-bit codes, None for 8-bit
+    codes:  4-bit: uint8 [N, K / 2] in pack_nibbles's layout; 8-bit: int8 [N, K]
+    scales: float16 [N, K / group], the step d of each block
+    mins:   float16 [N, K / group], the minimum m of each block, for 4-bit codes; None for 8-bit codes
+    """
+
+    codes: torch.Tensor
+    scales: torch.Tensor
+    mins: torch.Tensor | None
     bits: int
     group: int
     shape: tuple[int, int]
@@ -33,16 +102,39 @@ class QuantizedWeight:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mins) if t is not None)
 
+    # ANCHOR: dequantize
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """The float32 weights (of `rows` only, when given: an embedding's lookup)."""
-        codes, scales = (self.codes, self.scales) if rows is None else (self.codes[rows], self.scales[rows])
-        n, k, scales = codes.shape[0], self.shape[1], scales.float()
-        if self.bits == 8:
-            return (codes.view(n, k // self.group, self.group).float() * scales[..., None]).view(n, k)
-        mins = (self.mins if rows is None else self.mins[rows]).float()
-        half = codes.view(n, k // self.group, self.group // 2)
-        q = torch.cat([half & 15, half >> 4], dim=-1).float()  # low nibbles are the group's first half
-        return (q * scales[..., None] + mins[..., None]).view(n, k)
+        """The float32 weights [N, K] (or [len(rows), K] of the output rows `rows` only: an embedding's lookup).
+
+        Every weight is its block's d * q (+ m for 4-bit codes), computed in float32 from d and m widened
+        to float32, in that order: bit for bit what the gguf package's dequantization of Q4_1 and Q8_0
+        gives, and so the same weights as the float32 model transformers loads from a GGUF file.
+        """
+        # Nudge: each weight needs its own block's scale and minimum, and its code from the right nibble.
+        # Hint 1: Index first (rows, when given, picks rows of the codes, scales and mins alike),
+        #   then decode: the block of weight k of a row is k // group, so a block's d and m apply to
+        #   `group` consecutive weights. Shape the codes as [rows, blocks, group] and broadcast d and
+        #   m over the last axis. Widen everything to float32 before multiplying; multiply, then add.
+        # Hint 2: Take codes, scales (and mins) of the rows asked for. 8-bit: codes as float32,
+        #   viewed [n, K / group, group], times scales[..., None]. 4-bit: unpack the nibbles
+        #   (unpack_nibbles), same view, times scales[..., None], plus mins[..., None]. View [n, K].
+        # Hint 3:
+        #   codes, d, m = (self.codes, self.scales, self.mins) or their [rows]
+        #   q = codes if bits == 8 else unpack_nibbles(codes, group)
+        #   w = q.float().view(n, K // group, group) * d.float()[..., None]
+        #   if bits == 4: w = w + m.float()[..., None]
+        #   return w.view(n, K)
+        # BEGIN SOLUTION 10.1: The 4-bit layout and the blocks' meaning
+        pick = (lambda t: t) if rows is None else (lambda t: t[rows])
+        codes, scales = pick(self.codes), pick(self.scales).float()
+        n, k = codes.shape[0], self.shape[1]
+        q = codes if self.bits == 8 else unpack_nibbles(codes, self.group)
+        weights = q.float().view(n, k // self.group, self.group) * scales[..., None]
+        if self.bits == 4:
+            weights = weights + pick(self.mins).float()[..., None]
+        return weights.view(n, k)
+        # END SOLUTION
+    # ANCHOR_END: dequantize
 
     def rows(self, order: torch.Tensor) -> QuantizedWeight:
         """The same weight with its output rows reordered (rows are independent blocks)."""
@@ -50,59 +142,14 @@ class QuantizedWeight:
                                self.bits, self.group, self.shape)
 
 
-def _check(weight: torch.Tensor, group: int) -> None:
-    if weight.dim() != 2 or weight.shape[1] % group:
-        raise ValueError(f"a weight of shape {list(weight.shape)} cannot be cut into groups of {group} along its "
-                         "input features: the width must be a multiple of the group")
-
-
-def _half_up(values: torch.Tensor) -> torch.Tensor:
-    """float16 values at least `values` (a step rounded down would leave the largest weight out of range)."""
-    half = values.half()
-    return torch.where(half.float() < values, torch.nextafter(half, torch.full_like(half, float("inf"))), half)
-
-
-def _half_down(values: torch.Tensor) -> torch.Tensor:
-    half = values.half()
-    return torch.where(half.float() > values, torch.nextafter(half, torch.full_like(half, float("-inf"))), half)
-
-
-def quantize_int8(weight: torch.Tensor, group: int | None = None) -> QuantizedWeight:
-    """Symmetric 8-bit codes, one scale per output channel (group None) or per group: d = max |w| / 127."""
-    group = group or weight.shape[1]
-    _check(weight, group)
-    n, k = weight.shape
-    blocks = weight.detach().float().reshape(n, k // group, group)
-    scales = _half_up(blocks.abs().amax(-1) / 127)
-    step = scales.float()
-    codes = torch.round(blocks / torch.where(step > 0, step, 1)[..., None]).clamp(-127, 127).to(torch.int8)
-    return QuantizedWeight(codes.reshape(n, k), scales, None, 8, group, (n, k))
-
-
-def quantize_int4(weight: torch.Tensor, group: int = 32, symmetric: bool = False) -> QuantizedWeight:
-    """4-bit codes in groups: with a minimum (d = (max - min) / 15, m = min, as Q4_1) or symmetric (q - 8 in -8..7,
-    d = max |w| / 7, m = -8 d). Every weight is within d / 2 of its dequantized value."""
-    _check(weight, group)
-    n, k = weight.shape
-    blocks = weight.detach().float().reshape(n, k // group, group)
-    if symmetric:
-        scales = _half_up(blocks.abs().amax(-1) / 7)  # -max and max land on codes -7 and 7
-        mins = -8 * scales
-    else:
-        mins = _half_down(blocks.amin(-1))
-        scales = _half_up((blocks.amax(-1) - mins.float()) / 15)
-    step, low = scales.float(), mins.float()
-    q = torch.round((blocks - low[..., None]) / torch.where(step > 0, step, 1)[..., None]).clamp(0, 15).to(torch.uint8)
-    half = group // 2
-    codes = q[..., :half] | (q[..., half:] << 4)
-    return QuantizedWeight(codes.reshape(n, k // 2).contiguous(), scales, mins, 4, group, (n, k))
-
-
 GGUF_BLOCKS = {"Q4_1": (4, 20), "Q8_0": (8, 34)}  # bits, bytes per block of 32: fp16 scale [, fp16 minimum], codes
 
 
 def from_gguf_blocks(kind: str, data: np.ndarray, shape: tuple[int, int]) -> QuantizedWeight:
-    """A GGUF tensor's raw blocks (uint8 [N, K / 32 * block bytes], as gguf.GGUFReader gives them) as they are."""
+    """A GGUF tensor's raw blocks (uint8 [N, K / 32 * block bytes], as gguf.GGUFReader gives them) as they are.
+
+    ValueError, naming the type, for a block type no kernel here reads (Q4_K, Q6_K, ...).
+    """
     if kind not in GGUF_BLOCKS:
         raise ValueError(f"GGUF blocks of type {kind} are not read as they are (only {', '.join(GGUF_BLOCKS)})")
     bits, size = GGUF_BLOCKS[kind]

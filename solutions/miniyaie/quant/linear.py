@@ -1,11 +1,11 @@
 """Linear layers and the embedding over weight blocks, and a model's linears swapped for them.
 
-A decode step at a small batch reads every weight once: on a CPU its time is the bytes it reads. A
-4-bit block of 32 weights with two float16s is 20 bytes where float32 weights take 128. The C++ kernel
-(backends/cpu/quant_matmul.cpp) multiplies by the blocks as they are, dequantizing in registers; a step
-with many rows decodes the weights once into float32 and multiplies with the float32 library, which wins
-once the rows outnumber the cost of that decode. Without the kernel library, the weights are dequantized
-for every call (the reference: slow, never wrong).
+A decode step at a small batch reads every weight once: its time is the bytes it reads. A 4-bit block
+of 32 weights with two float16s is 20 bytes where float32 weights take 128. On a GPU the Triton kernel
+(kernel.py) multiplies by the blocks, dequantizing in registers; on a CPU the C++ kernel
+(backends/cpu/quant_matmul.cpp) does, and a step with many rows decodes the weights once into float32
+and multiplies with the float32 library, which wins once the rows outnumber the cost of that decode.
+Without either, the weights are dequantized for every call (the reference: slow, never wrong).
 """
 
 from __future__ import annotations
@@ -17,13 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from miniyaie.backends.cpu.linear import MERGED, MergedLinears
-from miniyaie.quant.blocks import QuantizedWeight, from_gguf_blocks, quantize_int4, quantize_int8
+from miniyaie.quant.blocks import QuantizedWeight
 
 MANY_ROWS = 16  # above this many rows a step decodes the weights once and runs the float32 matmul
-SCHEMES = ("none", "int8", "int4", "gguf")
-PROJECTIONS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-               "ffn_down": "mlp.down_proj"}
 
 
 def _library():
@@ -44,6 +40,11 @@ class QuantizedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
+        if x.is_cuda:  # the Triton kernel (Task 10.3)
+            from miniyaie.quant.kernel import quant_matmul
+
+            out = quant_matmul(x, self.qweight)
+            return out if self.bias is None else out + self.bias
         library = _library() if x.device.type == "cpu" and x.dtype == torch.float32 else None
         if library is None:
             return F.linear(x, self.qweight.dequantize().to(x.dtype), self.bias)
@@ -134,86 +135,6 @@ def weight_bytes(model: nn.Module) -> int:
     return total
 
 
-def _linear(module: nn.Module) -> nn.Module:
-    return getattr(module, "linear", module)  # a PackedLinear (backends/cpu/linear.py) wraps the nn.Linear
-
-
-def quantize_model(model: nn.Module, scheme: str, group: int = 32, gguf_path: str | Path | None = None) -> None:
-    """Swap the model's projections (and, for gguf, its embedding and head) for blocks, in place.
-
-    int8: per output channel; int4: groups of `group` with a minimum; gguf: the file's own blocks (Q4_1, Q8_0)
-    as they are, which the float32 path holds dequantized (the same weights). ValueError, one line, where
-    the scheme cannot apply.
-    """
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown quantization {scheme!r}; choose from {', '.join(SCHEMES)}")
-    if scheme == "none":
-        return
-    if scheme == "gguf":
-        _load_gguf_blocks(model, gguf_path)
-        merge_blocks(model)
-        return
-    for layer in model.model.layers:
-        for name in PROJECTIONS.values():
-            parent_name, child = name.split(".")
-            parent = getattr(layer, parent_name)
-            linear = _linear(getattr(parent, child))
-            weight = quantize_int8(linear.weight) if scheme == "int8" else quantize_int4(linear.weight, group)
-            setattr(parent, child, QuantizedLinear(weight, linear.bias))
-    merge_blocks(model)
-
-
-def _load_gguf_blocks(model: nn.Module, gguf_path: str | Path | None) -> None:
-    import gguf
-    import numpy as np
-
-    if gguf_path is None:
-        raise ValueError("quantization 'gguf' runs a GGUF file's own blocks: the model must come from a GGUF file "
-                         "(the bundled SmolLM2 does)")
-    config = model.config
-    tensors = {t.name: t for t in gguf.GGUFReader(str(gguf_path)).tensors}
-
-    def blocks(name: str, shape: tuple[int, int]) -> QuantizedWeight:
-        tensor = tensors[name]
-        return from_gguf_blocks(tensor.tensor_type.name, np.asarray(tensor.data), shape)
-
-    heads = {"attn_q": config.num_heads, "attn_k": config.num_kv_heads}
-    for i, layer in enumerate(model.model.layers):
-        for short, name in PROJECTIONS.items():
-            parent_name, child = name.split(".")
-            parent = getattr(layer, parent_name)
-            linear = _linear(getattr(parent, child))
-            weight = blocks(f"blk.{i}.{short}.weight", tuple(linear.weight.shape))
-            if short in heads:  # llama.cpp stores q and k with each head's rotary halves interleaved
-                weight = weight.rows(_unpermute_rows(weight.shape[0], heads[short]))
-            setattr(parent, child, QuantizedLinear(weight, linear.bias))
-    embedding = blocks("token_embd.weight", tuple(model.model.embed_tokens.weight.shape))
-    model.model.embed_tokens = QuantizedEmbedding(embedding)
-    if config.tie_word_embeddings:
-        model.lm_head = QuantizedLinear(embedding)
-
-
-def _unpermute_rows(rows: int, heads: int) -> torch.Tensor:
-    """The row order that undoes llama.cpp's interleaving of each head's two rotary halves."""
-    half = rows // heads // 2
-    return torch.arange(rows).view(heads, half, 2).transpose(1, 2).reshape(rows)
-
-
-def gguf_source(model) -> Path | None:
-    """The GGUF file a model name is loaded from: the bundled SmolLM2's; None for any other."""
-    if model in (None, "smollm2"):
-        from miniyaie.model.loader import bundled_gguf
-
-        return bundled_gguf()
-    return None
-
-
-def quantize_loaded(loaded, source, scheme: str) -> None:
-    """The engine's hook: `loaded.model` (from `source`, a name or a path) in blocks; ModelLoadError (one line) where
-    the scheme cannot apply."""
-    from miniyaie.engine.errors import ModelLoadError
-
-    try:
-        quantize_model(loaded.model, scheme, gguf_path=gguf_source(source))
-    except ValueError as exc:
-        raise ModelLoadError(f"quantization {scheme!r}: {exc}") from None
+def float_linear(module: nn.Module) -> nn.Module:
+    """The nn.Linear a layer holds (the CPU backend's PackedLinear wraps one, backends/cpu/linear.py)."""
+    return getattr(module, "linear", module)

@@ -1,0 +1,58 @@
+"""A GGUF file's weights as they are: its Q4_1 and Q8_0 blocks put in the model's layers (Task 10.4).
+
+transformers reads a GGUF file by dequantizing every tensor to float32 (and undoing llama.cpp's reordering
+of the q and k rows): the float32 model it gives is the oracle. This loader keeps the file's blocks instead,
+so the two paths hold the same weights and differ only in the order of a dot product's additions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from miniyaie.quant.blocks import QuantizedWeight, from_gguf_blocks
+from miniyaie.quant.linear import QuantizedEmbedding, QuantizedLinear, float_linear
+
+# the model's projections of layer i and the names llama.cpp gives them in blk.{i}
+PROJECTIONS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+               "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+               "ffn_down": "mlp.down_proj"}
+
+
+def read_gguf_tensors(path: str | Path) -> dict[str, tuple[str, "object", tuple[int, ...]]]:
+    """Every tensor of the file: name -> (type name such as "Q4_1" or "F32", raw data as stored, shape [rows, cols])."""
+    import gguf
+    import numpy as np
+
+    tensors = {}
+    for t in gguf.GGUFReader(str(path)).tensors:
+        shape = tuple(int(s) for s in reversed(t.shape.tolist()))  # GGUF lists the fastest axis first
+        tensors[t.name] = (t.tensor_type.name, np.asarray(t.data), shape)
+    return tensors
+
+
+# ANCHOR: load_gguf_blocks
+def load_gguf_blocks(model: nn.Module, path: str | Path) -> int:
+    """Put the GGUF file's Q4_1 / Q8_0 tensors into `model` (chapter 0's CausalLM, loaded from this file) as
+    blocks, in place; returns how many tensors went in as blocks.
+
+    The file names llama.cpp's tensors: layer i's projections are `blk.{i}.<name>.weight` with the names of
+    PROJECTIONS, the embedding is `token_embd.weight` and the head `output.weight` (absent when the model
+    ties its head to its embedding). Each tensor in a block type (GGUF_BLOCKS) replaces its layer: a
+    projection or the head by a QuantizedLinear (keeping the layer's bias), the embedding by a
+    QuantizedEmbedding; a tied head reads the embedding's blocks (one copy). A tensor stored as F32 or F16
+    leaves its layer as it is (it already holds those weights). llama.cpp's converter reorders the rows of
+    q and k within each head: stored row 2 i is the model's row i, stored row 2 i + 1 the model's row
+    i + head_dim / 2 (the two halves of each rotary pair side by side); the model's rows come back in
+    its own order. Afterwards every layer computes what the float32 model computed from the same file,
+    up to the order of the additions.
+    ValueError, naming the tensor: a tensor the model needs is missing, its shape differs from the
+    layer's, or its type has no kernel here (Q4_K, Q6_K, ...).
+    """
+    # Idea: for each layer of the model, which tensor of the file, in what row order, and what replaces it?
+    # Stuck? `miniyaie hint 10.4` prints hints, one level at a time.
+    # TODO(Task 10.4): Reading a GGUF file's blocks. Replace this line with your code.
+    raise NotImplementedError("Chapter 10, Task 4: Reading a GGUF file's blocks — see book/src/ch10_quantization.md")
+# ANCHOR_END: load_gguf_blocks
