@@ -107,3 +107,40 @@ def test_a_quantized_tiny_model_generates_what_float32_generates_with_the_same_w
     layer = quantized.model.layers[0]
     assert layer.self_attn.q_proj.merged is layer.self_attn.v_proj.merged and layer.mlp.up_proj.merged.calls > 0, (
         "q/k/v and gate/up over blocks run as one kernel call each, on the engine's steps")
+
+
+def test_scheme_names_parse_and_a_bad_one_is_refused_in_one_line():
+    import argparse
+
+    from miniyaie.cli.args import _quantization
+    from miniyaie.quant import parse_scheme
+
+    assert parse_scheme("int4-sym-g64") == parse_scheme("int4-sym-g64") and parse_scheme("int4-sym-g64").group == 64
+    assert parse_scheme("int4").group == 32 and not parse_scheme("int4").symmetric and parse_scheme("int4-sym").symmetric
+    for bad in ("fp3", "int4-g48", "int4-g", "int8-g32"):
+        with pytest.raises(ValueError, match="quantization"):
+            parse_scheme(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown quantization 'fp3'"):
+        _quantization("fp3")
+
+
+def test_inference_engine_takes_quantization_and_refuses_a_group_that_does_not_divide_a_layer(tmp_path):
+    for folder in ("ch00_model", "ch05_engine"):
+        sys.path.append(str(Path(__file__).resolve().parents[1] / folder))
+    from tiny_models import save_tiny_model
+    from tiny_tokenizer import save_tiny_tokenizer
+
+    from miniyaie.engine import EngineConfig, InferenceEngine
+    from miniyaie.engine.errors import ModelLoadError
+
+    save_tiny_model("llama", tmp_path, intermediate_size=96)
+    save_tiny_tokenizer(tmp_path)
+    engine = InferenceEngine(str(tmp_path), EngineConfig(block_size=4, num_blocks=32), quantization="int4-sym")
+    try:
+        layer = engine.loaded.model.model.layers[0]
+        assert isinstance(layer.mlp.down_proj, QuantizedLinear) and layer.mlp.down_proj.qweight.mins is not None
+        assert engine.generate_text("hello", max_tokens=4) is not None
+    finally:
+        engine.close()
+    with pytest.raises(ModelLoadError, match="int4-g64.*multiple of the group"):  # down_proj is 96 wide
+        InferenceEngine(str(tmp_path), quantization="int4-g64")

@@ -58,8 +58,9 @@ class EngineConfig:
     # while a step is bound by reading the weights. 16 on a 2-core CPU (copy workload, greedy: 3.3x at 1
     # request, 0.88x at 16 with no bound); a GPU stays bound by its weights to far larger steps.
     max_speculative_step_tokens: int = 16
-    # Weights in 4- or 8-bit blocks (miniyaie/quant): none, int8 (per output channel), int4 (groups of 32 with
-    # a minimum), or gguf (a GGUF file's own Q4_1/Q8_0 blocks: the bundled SmolLM2's, 97 MB where float32 holds 538).
+    # Weights in 4- or 8-bit blocks (chapter 10, miniyaie.quant, through the engine plugin 'quantization'): none,
+    # int8 (per output channel), int4 (groups of 32 with a minimum; int4-g64, int4-g128, int4-sym...), or gguf (a
+    # GGUF file's own Q4_1/Q8_0 blocks: the bundled SmolLM2's, 97 MB where float32 holds 538).
     quantization: str = "none"
 
     def __post_init__(self):

@@ -61,7 +61,8 @@ def run(args, config_overrides: dict | None = None) -> dict:
     path = resolve_model_path(args.model)
     model = load_model(path)
     if config_overrides and config_overrides.get("quantization", "none") != "none":  # the runs below use these weights
-        from miniyaie.quant.linear import gguf_source, quantize_model
+        from miniyaie.quant import quantize_model
+        from miniyaie.quant.engine_plugin import gguf_source
 
         quantize_model(model, config_overrides["quantization"], gguf_path=gguf_source(args.model))
     workload = make_workload(args, model.config.vocab_size, path)

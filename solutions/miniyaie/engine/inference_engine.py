@@ -18,6 +18,7 @@ Closing a stream before its end aborts its request.
 from __future__ import annotations
 
 from contextlib import aclosing
+from dataclasses import replace
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 
@@ -53,10 +54,12 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         speculative: str | None = None,
         num_speculative_tokens: int | None = None,
         draft_model: str | Path | LoadedModel | None = None,
+        quantization: str | None = None,
     ):
         """`speculative` ("ngram" or "draft"), `num_speculative_tokens` and `draft_model` (a path, a hub id or a
-        loaded model sharing the target's tokenizer) set those fields of `config` (chapter 9)."""
-        config = config or EngineConfig()
+        loaded model sharing the target's tokenizer) set those fields of `config` (chapter 9); `quantization`
+        ("int8", "int4", "gguf", ...) sets config.quantization (chapter 10)."""
+        config = (config or EngineConfig()) if quantization is None else replace(config or EngineConfig(), quantization=quantization)
         if speculative is not None or num_speculative_tokens is not None or draft_model is not None:
             from miniyaie.speculative.settings import with_speculation  # chapter 9's keywords
 

@@ -21,6 +21,7 @@ def check_blocks(weight: torch.Tensor, group: int) -> None:
     if group < 2 or weight.shape[1] % group:
         raise ValueError(f"a weight of shape {list(weight.shape)} cannot be cut into groups of {group} along its "
                          "input features: the width must be a multiple of the group")
+    weight = weight.detach()
     if not bool(torch.isfinite(weight).all()) or float(weight.abs().max()) > MAX_WEIGHT:
         raise ValueError(f"weights must be finite and at most {MAX_WEIGHT:g} in size for float16 scales")
 
