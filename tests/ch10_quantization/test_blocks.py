@@ -55,8 +55,9 @@ def test_pack_nibbles_puts_a_groups_first_half_in_the_low_nibbles(case):
     got = pack_nibbles(torch.tensor(q, dtype=torch.uint8), group)
     assert got.dtype == torch.uint8 and got.shape == (len(q) // 2,), f"want uint8 [{len(q) // 2}], got {got.dtype} {list(got.shape)}"
     assert got.tolist() == layout(q, group), name_the_layout(got.tolist(), q, group)
-    rows = torch.tensor([q, q[::-1]], dtype=torch.uint8)  # leading axes are rows: each packed on its own
-    assert pack_nibbles(rows, group).tolist() == [layout(q, group), layout(q[::-1], group)], "each row is packed alone"
+    rows = torch.tensor([[q, q[::-1]]] * 3, dtype=torch.uint8)  # leading axes (here 3 x 2) are rows: each packed alone
+    assert pack_nibbles(rows, group).tolist() == [[layout(q, group), layout(q[::-1], group)]] * 3, (
+        "each row is packed alone, whatever the leading axes")
 
 
 @pytest.mark.task("10.1")
@@ -73,6 +74,8 @@ def test_unpack_nibbles_reads_the_layout_back(case, rows):
             "the halves were interleaved byte by byte: the low nibbles of a group are its FIRST half of codes, in order")
         assert got[0].tolist() == q, wrong
     assert torch.equal(unpack_nibbles(pack_nibbles(got, group), group), got), "unpack(pack(q)) must be q"
+    stacked = unpack_nibbles(packed.expand(2, *packed.shape), group)  # any leading axes
+    assert stacked.shape == (2, rows, len(q)) and stacked[1, 0].tolist() == q, "leading axes stay as they are"
 
 
 @pytest.mark.task("10.1")

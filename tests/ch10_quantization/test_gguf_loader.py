@@ -107,7 +107,7 @@ def check_layers(blocks_model, float_model, written: dict[str, str]) -> None:
 @pytest.mark.task("10.4")
 @pytest.mark.parametrize("kind,types", [
     ("llama", {}),  # GQA, its own head (output.weight), Q4_1 projections, Q8_0 embedding and head
-    ("llama-tied-mha", {"attn_v": Q.Q8_0, "ffn_down.1": Q.F32}),  # a tied head; a projection kept as F32
+    ("llama-tied-mha", {"attn_v": Q.Q8_0, "attn_output.1": Q.F32}),  # a tied head; a projection kept as F32
     ("qwen2", {"token_embd": Q.Q4_1}),  # q/k/v biases, a tied head over a Q4_1 embedding
 ])
 def test_the_files_blocks_compute_what_the_float32_model_of_the_file_computes(tmp_path, kind, types):

@@ -47,6 +47,21 @@ def tricky_for_float16() -> torch.Tensor:
     return torch.stack([block, -block])
 
 
+def exact_steps(scheme: str) -> torch.Tensor:
+    """Rows whose step (and minimum) are float16 numbers already: rounding them up (or down) changes nothing."""
+    g = torch.Generator().manual_seed(5)
+    if scheme.startswith("int8"):  # max |w| = 127 / 64: the step 1 / 64
+        w = torch.randint(-127, 128, (2, 64), generator=g).float() / 64
+        w[:, 0], w[:, 32] = 127 / 64, -127 / 64
+    elif scheme == "int4-sym":  # max |w| = 7 / 8: the step 1 / 8
+        w = torch.randint(-7, 8, (2, 64), generator=g).float() / 8
+        w[:, 0], w[:, 32] = -7 / 8, 7 / 8
+    else:  # from -1 to -1 + 15 / 16: the minimum -1, the step 1 / 16
+        w = torch.randint(0, 16, (2, 64), generator=g).float() / 16 - 1
+        w[:, 0], w[:, 1], w[:, 32], w[:, 33] = -1, -1 + 15 / 16, -1, -1 + 15 / 16
+    return w
+
+
 blocks_of = dict(rows=st.integers(1, 4), groups=st.integers(1, 3), group=st.sampled_from([32, 64, 128]),
                  spread=st.sampled_from([1e-4, 0.02, 1.0, 300.0]), seed=st.integers(0, 2**16),
                  shape=st.sampled_from(["normal", "offset", "outlier", "constant", "zeros"]))
@@ -105,6 +120,20 @@ def test_no_step_is_wider_than_its_block_needs(scheme, rows, groups, group, spre
     assert bool((d <= need * (1 + ULP) + 6e-8).all()), (
         f"{scheme}: a step is {float((d / need.clamp_min(1e-30)).max()):.4f} times what its block needs; round the "
         "step up to the next float16, no further, and take it from the block's own weights")
+
+
+@pytest.mark.task("10.2")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_a_step_that_is_a_float16_already_is_kept_exactly(scheme):
+    w = exact_steps(scheme)
+    q = quantize(scheme, w, 32)
+    want = {"int8": 1 / 64, "int8-g32": 1 / 64, "int4-sym": 1 / 8, "int4": 1 / 16}[scheme]
+    assert bool((q.scales.float() == want).all()), (
+        f"{scheme}: the exact step is {want}, a float16 already, but the stored steps are {q.scales.unique().tolist()}: "
+        "a value that is a float16 needs no rounding, up or down")
+    if scheme == "int4":
+        assert bool((q.mins.float() == -1).all()), f"the minimum -1 is a float16 already; stored {q.mins.unique().tolist()}"
+    assert torch.equal(q.dequantize(), w), "every weight here is on its block's grid: it must decode exactly"
 
 
 @pytest.mark.task("10.2")

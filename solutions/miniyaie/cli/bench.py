@@ -1,4 +1,5 @@
-"""`miniyaie bench serve`, `bench offline`, `bench compare` and `bench setup-vllm`: the flags; the measuring lives in miniyaie.bench."""
+"""`miniyaie bench serve`, `bench offline`, `bench compare`, `bench quality` and `bench setup-vllm`: the flags; the measuring
+lives in miniyaie.bench."""
 
 from __future__ import annotations
 
@@ -38,6 +39,21 @@ def _peers(text: str) -> list[str]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown peer {unknown[0]!r}; choose from {', '.join(PEERS)} or none")
     return names
+
+
+def _variants(text: str) -> list[str]:
+    """'none,int8,int4-g64' -> the names, each a quantization scheme (checked by miniyaie.quant.parse_scheme)."""
+    from miniyaie.quant import parse_scheme
+
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of quantizations")
+    for name in names:
+        try:
+            parse_scheme(name)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return list(dict.fromkeys(names))
 
 
 def add_parsers(sub) -> None:
@@ -104,6 +120,21 @@ def add_parsers(sub) -> None:
     p.add_argument("--names", default=None, help="two comma-separated names for the table (default A,B)")
     p.add_argument("--json", default=None, metavar="OUT", help="write every run's time and the verdict as JSON")
 
+    from miniyaie.bench.quality import DEFAULT_VARIANTS, PROMPTS
+
+    p = bench_sub.add_parser("quality", help="what weight quantization costs: perplexity and greedy agreement with float32")
+    p.add_argument("--variants", type=_variants, default=list(DEFAULT_VARIANTS),
+                   help=f"comma-separated quantizations (default {','.join(DEFAULT_VARIANTS)}); none (float32, the "
+                        "reference) is always measured; gguf needs the bundled model")
+    p.add_argument("--tokens", type=positive_int, default=4096,
+                   help="perplexity over the first N tokens of the book's chapter pages (default 4096)")
+    p.add_argument("--window", type=positive_int, default=512, help="tokens per perplexity forward call (default 512)")
+    p.add_argument("--prompts", type=positive_int, default=len(PROMPTS),
+                   help=f"fixed chat prompts for greedy agreement, at most {len(PROMPTS)} (default {len(PROMPTS)})")
+    p.add_argument("--new-tokens", type=positive_int, default=64, help="greedy tokens per prompt (default 64)")
+    p.add_argument("--model", default=None, help="a local Hugging Face directory (default: bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the table as JSON")
+
     from miniyaie.bench import vllm_env
 
     p = bench_sub.add_parser("setup-vllm", help="make a virtual environment with vLLM's CPU build, the peer of --peers vllm")
@@ -132,6 +163,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              "ours without and with n-gram speculation)")
         try:
             return bench_offline(args, overrides)
+        except ModelLoadError as exc:
+            raise UsageError(str(exc)) from None
+    if args.bench_command == "quality":
+        from miniyaie.bench.quality import PROMPTS
+        from miniyaie.bench.quality import main as bench_quality
+        from miniyaie.model import ModelLoadError
+
+        if args.tokens < 2 or args.window < 2:
+            raise UsageError("--tokens and --window must be at least 2: perplexity predicts a token from the ones before it")
+        if args.prompts > len(PROMPTS):
+            raise UsageError(f"--prompts {args.prompts}: there are {len(PROMPTS)} fixed prompts")
+        if "gguf" in args.variants and args.model not in (None, "smollm2"):
+            raise UsageError("variant gguf runs a GGUF file's own blocks: only the bundled model comes from one")
+        try:
+            return bench_quality(args)
         except ModelLoadError as exc:
             raise UsageError(str(exc)) from None
     from miniyaie.bench.serve import main as bench_serve
