@@ -55,11 +55,12 @@ def test_gguf_blocks_are_read_as_they_are_and_decode_as_the_gguf_package_decodes
 
 
 @settings(max_examples=30)
-@given(rows=st.sampled_from([1, 2, 3, 4, 5, 16, 17, 40]), out=st.sampled_from([4, 6, 64, 100]),
+@given(rows=st.sampled_from([1, 2, 3, 4, 5, 16, 17, 40, 65]), out=st.sampled_from([4, 6, 64, 100]),
        groups=st.integers(1, 3), group=st.sampled_from([32, 64, 128]), bits=st.sampled_from([4, 8]),
        bias=st.booleans(), seed=st.integers(0, 2**16))
 @example(rows=1, out=64, groups=2, group=32, bits=4, bias=False, seed=0).via("a decode row, four columns at a time")
-@example(rows=17, out=6, groups=1, group=32, bits=8, bias=True, seed=0).via("many rows: decoded once into float32")
+@example(rows=17, out=6, groups=1, group=32, bits=8, bias=True, seed=0).via("a batch: each weight row decoded once")
+@example(rows=65, out=6, groups=2, group=32, bits=4, bias=True, seed=0).via("a prefill chunk: the float32 library")
 def test_the_kernel_equals_the_float32_product_with_the_dequantized_weights(rows, out, groups, group, bits, bias, seed):
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(out, groups * group, generator=g)

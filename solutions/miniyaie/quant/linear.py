@@ -3,8 +3,10 @@
 A decode step at a small batch reads every weight once: its time is the bytes it reads. A 4-bit block
 of 32 weights with two float16s is 20 bytes where float32 weights take 128. On a GPU the Triton kernel
 (kernel.py) multiplies by the blocks, dequantizing in registers; on a CPU the C++ kernel
-(backends/cpu/quant_matmul.cpp) does, and a step with many rows decodes the weights once into float32
-and multiplies with the float32 library, which wins once the rows outnumber the cost of that decode.
+(backends/cpu/quant_matmul.cpp) does: one row reads the blocks and decodes them in registers; a few
+rows (a batch of decodes) decode each weight row once into a cache-resident float32 buffer and multiply
+it by every row from registers; a prefill chunk of many rows decodes the weights into float32 and hands
+them to the float32 library, whose matmul is faster than ours once the step is bound by arithmetic.
 Without either, the weights are dequantized for every call (the reference: slow, never wrong).
 """
 
@@ -19,7 +21,7 @@ from torch import nn
 from miniyaie.backends.cpu.linear import MERGED, MergedLinears
 from miniyaie.quant.blocks import QuantizedWeight
 
-MANY_ROWS = 16  # above this many rows a step decodes the weights once and runs the float32 matmul
+MANY_ROWS = 64  # above this many rows (a prefill chunk) a step decodes the weights and runs the float32 matmul
 
 
 def _library():
@@ -49,19 +51,24 @@ class QuantizedLinear(nn.Module):
         if library is None:
             return F.linear(x, self.qweight.dequantize().to(x.dtype), self.bias)
         rows, w, threads = rows.contiguous(), self.qweight, torch.get_num_threads()
-        if rows.shape[0] > MANY_ROWS:
+        mins = None if w.mins is None else w.mins.data_ptr()
+        if rows.shape[0] > MANY_ROWS:  # a long prefill chunk: the float32 library's matmul wins
             dense = torch.empty(w.shape)
-            library.dequantize_blocks(w.codes.data_ptr(), w.bits, w.scales.data_ptr(),
-                                      None if w.mins is None else w.mins.data_ptr(), *w.shape, w.group, dense.data_ptr(), threads)
+            library.dequantize_blocks(w.codes.data_ptr(), w.bits, w.scales.data_ptr(), mins, *w.shape, w.group,
+                                      dense.data_ptr(), threads)
             out = F.linear(rows, dense)
-        else:
+        elif rows.shape[0] > 1:  # a batch of decodes: each weight decoded once, multiplied by every row
             out = torch.empty(rows.shape[0], self.out_features)
+            library.quant_matmul_rows(rows.data_ptr(), rows.shape[0], self.in_features, w.codes.data_ptr(), w.bits,
+                                      w.scales.data_ptr(), mins, self.out_features, w.group, out.data_ptr(), threads)
+        else:  # one row: the blocks decoded in registers as they are read
+            out = torch.empty(1, self.out_features)
             if w.bits == 4:
-                library.quant_matmul_q4(rows.data_ptr(), rows.shape[0], self.in_features, w.codes.data_ptr(),
-                                        w.scales.data_ptr(), w.mins.data_ptr(), self.out_features, w.group, out.data_ptr(), threads)
+                library.quant_matmul_q4(rows.data_ptr(), 1, self.in_features, w.codes.data_ptr(), w.scales.data_ptr(),
+                                        mins, self.out_features, w.group, out.data_ptr(), threads)
             else:
-                library.quant_matmul_q8(rows.data_ptr(), rows.shape[0], self.in_features, w.codes.data_ptr(),
-                                        w.scales.data_ptr(), self.out_features, w.group, out.data_ptr(), threads)
+                library.quant_matmul_q8(rows.data_ptr(), 1, self.in_features, w.codes.data_ptr(), w.scales.data_ptr(),
+                                        self.out_features, w.group, out.data_ptr(), threads)
         if self.bias is not None:
             out += self.bias
         return out.view(*x.shape[:-1], self.out_features)

@@ -61,6 +61,7 @@ SIGNATURES = {
     "quant_matmul_q4": [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _i64, _i64, _ptr, _int],
     "quant_matmul_q8": [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr, _int],
     "dequantize_blocks": [_ptr, _int, _ptr, _ptr, _i64, _i64, _i64, _ptr, _int],
+    "quant_matmul_rows": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
 }
 
 RESTYPES = {"paged_chunk_attention": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)

@@ -172,6 +172,46 @@ void q8_column(const float* x, int64_t K, const int8_t* row, const uint16_t* sca
   for (int r = 0; r < R; ++r) y[r * N] = cpu_vector::sum_lanes(acc[r]);
 }
 
+
+// Row n of the weights as K float32s: decoded once per step and then used for every row of x, so the
+// decoding is paid once however many rows the step has.
+void decode_row(const void* codes, int bits, const uint16_t* scales, const uint16_t* mins, int64_t n, int64_t K,
+                int64_t G, float* out) {
+  const int64_t groups = K / G, half = G / 2;
+  for (int64_t g = 0; g < groups; ++g) {
+    const vec d = half_to_float(scales[n * groups + g]) + vec{};
+    float* o = out + g * G;
+    if (bits == 4) {
+      const uint8_t* b = static_cast<const uint8_t*>(codes) + n * (K / 2) + g * half;
+      const vec m = half_to_float(mins[n * groups + g]) + vec{};
+      for (int64_t j = 0; j < half; j += W) {
+        cpu_vector::store(o + j, d * nibbles(b + j, false) + m);
+        cpu_vector::store(o + half + j, d * nibbles(b + j, true) + m);
+      }
+    } else {
+      const int8_t* q = static_cast<const int8_t*>(codes) + n * K + g * G;
+      for (int64_t j = 0; j < G; j += W) cpu_vector::store(o + j, d * signed_bytes(q + j));
+    }
+  }
+}
+
+// y[r, c] for R rows of x and C decoded weight rows: R * C accumulators in registers, so each load of x
+// or of the weights feeds several multiply-adds (the loop is bound by the FMA units, not by loads).
+template <int R, int C>
+void rows_times_decoded(const float* x, int64_t K, const float* w, float* y, int64_t N) {
+  vec acc[R][C] = {};
+  for (int64_t k = 0; k < K; k += W) {
+    vec wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = cpu_vector::load(w + c * K + k);
+    for (int r = 0; r < R; ++r) {
+      const vec xv = cpu_vector::load(x + r * K + k);
+      for (int c = 0; c < C; ++c) acc[r][c] += xv * wv[c];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[r * N + c] = cpu_vector::sum_lanes(acc[r][c]);
+}
+
 }  // namespace
 
 extern "C" {
@@ -224,6 +264,39 @@ void quant_matmul_q8(const float* x, int64_t M, int64_t K, const int8_t* codes, 
         case 2: q8_column<2>(xr, K, row, d, groups, G, N, y + r0 * N + n); break;
         case 3: q8_column<3>(xr, K, row, d, groups, G, N, y + r0 * N + n); break;
         default: q8_column<4>(xr, K, row, d, groups, G, N, y + r0 * N + n);
+      }
+    }
+  }
+}
+
+// Many rows (a prefill chunk, a batch of decodes): each weight row is decoded once into float32, in
+// groups of COLS rows kept in a per-thread buffer, and multiplied by every row of x from registers.
+// The weights are read once per step as blocks; the float32 copy never leaves the cache.
+void quant_matmul_rows(const float* x, int64_t M, int64_t K, const void* codes, int bits, const uint16_t* scales,
+                       const uint16_t* mins, int64_t N, int64_t G, float* y, int threads) {
+  constexpr int COLS = 4, TILE = 4;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> decoded(COLS * K);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; n += COLS) {
+      const int cols = N - n < COLS ? int(N - n) : COLS;
+      for (int c = 0; c < cols; ++c) decode_row(codes, bits, scales, mins, n + c, K, G, decoded.data() + c * K);
+      for (int64_t r = 0; r < M; r += TILE) {
+        const int rows = M - r < TILE ? int(M - r) : TILE;
+        const float *xr = x + r * K, *w = decoded.data();
+        float* yr = y + r * N + n;
+        if (cols == COLS) {
+          switch (rows) {
+            case 1: rows_times_decoded<1, COLS>(xr, K, w, yr, N); break;
+            case 2: rows_times_decoded<2, COLS>(xr, K, w, yr, N); break;
+            case 3: rows_times_decoded<3, COLS>(xr, K, w, yr, N); break;
+            default: rows_times_decoded<TILE, COLS>(xr, K, w, yr, N);
+          }
+        } else {
+          for (int c = 0; c < cols; ++c)
+            for (int i = 0; i < rows; ++i) rows_times_decoded<1, 1>(xr + i * K, K, w + c * K, yr + i * N + c, N);
+        }
       }
     }
   }
