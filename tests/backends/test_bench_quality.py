@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from miniyaie.bench.quality import (DEFAULT_VARIANTS, PROMPTS, book_text, greedy_agreement, greedy_outputs, perplexity,
-                                    plain_text, quantized_copy)
+from miniyaie.bench.quality import (DEFAULT_VARIANTS, PROMPTS, book_text, format_table, greedy_agreement, greedy_outputs,
+                                    perplexity, plain_text, quantized_copy)
 from miniyaie.quant import QuantizedLinear
 
 pytestmark = pytest.mark.ungraded  # provided machinery, not a learner's task
@@ -74,6 +74,8 @@ def test_int8_costs_little_perplexity_and_int4_some_and_the_float_model_is_left_
     int4 = perplexity(quantized_copy(tiny, "int4-g32"), ids, window=64)
     assert int4 != pytest.approx(base, rel=1e-6), "int4 weights change the logits, so the perplexity moves"
     assert quantized_copy(tiny, "none") is tiny
+    with pytest.raises(ValueError, match="multiple of the group"):  # the run reports such a variant as not applicable
+        quantized_copy(tiny, "int4-g128")
     assert perplexity(tiny, ids, window=64) == base
 
 
@@ -110,6 +112,20 @@ def test_the_text_is_the_book_s_prose_without_markup():
     assert not any(s in text for s in ("#", "*", "`", "http", "x = 1", "|", "---"))
     book = book_text()
     assert book.startswith("Chapter 0") and len(book) > 50_000 and "```" not in book
+
+
+def test_the_table_has_a_row_per_measured_variant_and_names_the_ones_that_could_not_apply():
+    report = dict(command="miniyaie bench quality", cpu="cpu", threads=2, torch="t", transformers="tf", date="d",
+                  text="text", window=512, prompts=16, new_tokens=64, note=None, rows=[
+                      dict(variant="none", weight_mb=538.1, perplexity=69.29, ppl_change_pct=0.0, exact=16, total=16,
+                           mean_prefix=64.0, mean_prefix_fraction=1.0),
+                      dict(variant="int4-g64", weight_mb=170.2, perplexity=93.2, ppl_change_pct=34.5, exact=1, total=16,
+                           mean_prefix=12.25, mean_prefix_fraction=0.19),
+                      dict(variant="int4-g128", skipped="576 is no multiple of 128")])
+    table = format_table(report).splitlines()
+    assert "| int4-g64 | 170.2 | 93.200 | +34.50% | 1/16 | 12.2 tokens (19%) |" in table
+    assert sum(line.startswith("| ") for line in table) == 3, "a header and the two measured rows"
+    assert "int4-g128: not applicable: 576 is no multiple of 128" in table
 
 
 def test_the_command_parses_its_flags_and_refuses_unknown_variants(capsys):

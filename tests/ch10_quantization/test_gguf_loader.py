@@ -30,10 +30,10 @@ def llama_cpp_rows(rows: int, heads: int) -> torch.Tensor:
     return torch.arange(rows).view(heads, 2, half).transpose(1, 2).reshape(rows)
 
 
-def write_gguf(model, path: Path, types: dict[str, Q], drop: str | None = None) -> dict[str, str]:
-    """Write the model's weights as llama.cpp would into `path`, and set the model's weights to what the blocks
-    decode to. Returns {GGUF name: type name} of the tensors written."""
-    config, writer, written = model.config, gguf.GGUFWriter(str(path), "llama"), {}
+def write_gguf(model, path: Path, types: dict[str, Q], drop: str | None = None, architecture: str = "llama") -> dict[str, str]:
+    """Write the model's weights as llama.cpp would into `path` (q and k rows interleaved for "llama" only), and set
+    the model's weights to what the blocks decode to. Returns {GGUF name: type name} of the tensors written."""
+    config, writer, written = model.config, gguf.GGUFWriter(str(path), architecture), {}
 
     def put(name: str, weight: torch.Tensor, kind: Q, heads: int | None = None) -> torch.Tensor:
         stored = weight.detach().float()
@@ -58,7 +58,8 @@ def write_gguf(model, path: Path, types: dict[str, Q], drop: str | None = None) 
                 for child, short in NAMES.items():
                     if hasattr(part, child):
                         linear = getattr(part, child)
-                        heads = {"attn_q": config.num_heads, "attn_k": config.num_kv_heads}.get(short)
+                        heads = {"attn_q": config.num_heads, "attn_k": config.num_kv_heads}.get(short) if (
+                            architecture == "llama") else None
                         kind = types.get(short, types.get(f"{short}.{i}", Q.Q4_1))
                         linear.weight.copy_(put(f"blk.{i}.{short}.weight", linear.weight, kind, heads))
             for norm in ("input_layernorm", "post_attention_layernorm"):
@@ -79,7 +80,7 @@ def greedy(model, prompts, n=12):
     return [g.token_ids for g in generate(model, prompts, SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True))]
 
 
-def check_layers(blocks_model, float_model, written: dict[str, str]) -> None:
+def check_layers(blocks_model, float_model, written: dict[str, str], architecture: str) -> None:
     x = torch.randn(3, float_model.config.hidden_size, generator=torch.Generator().manual_seed(0))
     for i, (ql, fl) in enumerate(zip(blocks_model.model.layers, float_model.model.layers)):
         for part in ("self_attn", "mlp"):
@@ -96,29 +97,34 @@ def check_layers(blocks_model, float_model, written: dict[str, str]) -> None:
                 ok = torch.allclose(got(inputs), want(inputs), rtol=1e-4, atol=1e-4)
                 if not ok and short in ("attn_q", "attn_k"):
                     heads = float_model.config.num_heads if short == "attn_q" else float_model.config.num_kv_heads
-                    as_stored = want.weight[llama_cpp_rows(want.weight.shape[0], heads)]
-                    wrong = ("its rows are still in llama.cpp's order (each head's two rotary halves interleaved)"
-                             if torch.equal(got.qweight.dequantize(), as_stored) else
-                             "its rows are in neither the model's order nor llama.cpp's (q has num_heads heads, k num_kv_heads)")
+                    order = llama_cpp_rows(want.weight.shape[0], heads)
+                    decoded = got.qweight.dequantize()
+                    if architecture != "llama" and torch.equal(decoded[order], want.weight):
+                        wrong = (f"its rows were reordered, but a {architecture} file keeps the model's order: "
+                                 "only llama.cpp's llama files interleave each head's rotary halves")
+                    elif torch.equal(decoded, want.weight[order]):
+                        wrong = "its rows are still in llama.cpp's order (each head's two rotary halves interleaved)"
+                    else:
+                        wrong = "its rows are in neither the model's order nor llama.cpp's (q has num_heads heads, k num_kv_heads)"
                     raise AssertionError(f"layer {i} {child}: {wrong}")
                 assert ok, f"layer {i} {child} ({name}) does not compute what the float32 layer computes"
 
 
 @pytest.mark.task("10.4")
-@pytest.mark.parametrize("kind,types", [
-    ("llama", {}),  # GQA, its own head (output.weight), Q4_1 projections, Q8_0 embedding and head
-    ("llama-tied-mha", {"attn_v": Q.Q8_0, "attn_output.1": Q.F32}),  # a tied head; a projection kept as F32
-    ("qwen2", {"token_embd": Q.Q4_1}),  # q/k/v biases, a tied head over a Q4_1 embedding
+@pytest.mark.parametrize("kind,types,architecture", [
+    ("llama", {}, "llama"),  # GQA, its own head (output.weight), Q4_1 projections, Q8_0 embedding and head
+    ("llama-tied-mha", {"attn_v": Q.Q8_0, "attn_output.1": Q.F32}, "llama"),  # a tied head; a projection kept as F32
+    ("qwen2", {"token_embd": Q.Q4_1}, "qwen2"),  # q/k/v biases, a tied head over a Q4_1 embedding; rows as they are
 ])
-def test_the_files_blocks_compute_what_the_float32_model_of_the_file_computes(tmp_path, kind, types):
+def test_the_files_blocks_compute_what_the_float32_model_of_the_file_computes(tmp_path, kind, types, architecture):
     save_tiny_model(kind, tmp_path / "hf", seed=3)
     float_model, blocks_model = load_model(tmp_path / "hf"), load_model(tmp_path / "hf")
-    written = write_gguf(float_model, tmp_path / "model.gguf", types)
-    write_gguf(blocks_model, tmp_path / "same.gguf", types)  # the same decoded float weights in the second copy
+    written = write_gguf(float_model, tmp_path / "model.gguf", types, architecture=architecture)
+    write_gguf(blocks_model, tmp_path / "same.gguf", types, architecture=architecture)  # the same decoded weights
     count = load_gguf_blocks(blocks_model, tmp_path / "model.gguf")
     in_blocks = [n for n, t in written.items() if t not in ("F32", "F16")]
     assert count == len(in_blocks), f"{len(in_blocks)} tensors of the file are blocks ({in_blocks}); returned {count}"
-    check_layers(blocks_model, float_model, written)
+    check_layers(blocks_model, float_model, written, architecture)
     assert isinstance(blocks_model.model.embed_tokens, QuantizedEmbedding), "token_embd.weight: a QuantizedEmbedding"
     ids = torch.tensor([[0, 5, 17, 300]])
     assert torch.equal(blocks_model.model.embed_tokens(ids), float_model.model.embed_tokens(ids)), "the embedding's rows"

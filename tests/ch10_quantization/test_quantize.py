@@ -75,6 +75,11 @@ def check_within_half_a_step(scheme: str, w: torch.Tensor, q, group: int) -> Non
     allowed = d / 2 + 4e-7 * w.abs() + 1e-30  # float32's rounding of d * q + m
     if not bool((error <= allowed).all()):
         i, j = np.unravel_index(int(torch.argmax(error - allowed)), error.shape)
+        if d[i, j] == 0:
+            raise AssertionError(
+                f"{scheme}: weight [{i}, {j}] = {float(w[i, j])!r} has a step of 0 but decodes to "
+                f"{float(q.dequantize()[i, j])!r}: a step may be 0 only when its block's weights are float16s "
+                "already; a block of equal weights needs its minimum rounded down and a small step up to them")
         raise AssertionError(
             f"{scheme}: weight [{i}, {j}] = {float(w[i, j])!r} decodes to {float(q.dequantize()[i, j])!r}, "
             f"{float(error[i, j] / d[i, j]) if d[i, j] else float('inf'):.4f} steps away (at most 0.5). Were the codes "

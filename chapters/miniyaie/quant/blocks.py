@@ -73,8 +73,8 @@ class QuantizedWeight:
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The float32 weights [N, K] (or [len(rows), K] of the output rows `rows` only: an embedding's lookup).
 
-        Every weight is its block's d * q (+ m for 4-bit codes), computed in float32 from d and m widened
-        to float32, in that order: bit for bit what the gguf package's dequantization of Q4_1 and Q8_0
+        Every weight is its block's (d * q) + m (d * q for 8-bit codes): d and m widened to float32 first,
+        then the product and the sum each in float32: bit for bit what the gguf package's dequantization of Q4_1 and Q8_0
         gives, and so the same weights as the float32 model transformers loads from a GGUF file.
         """
         # Idea: each weight needs its own block's scale and minimum, and its code from the right nibble.

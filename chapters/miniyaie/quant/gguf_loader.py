@@ -21,16 +21,23 @@ PROJECTIONS = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn
                "ffn_down": "mlp.down_proj"}
 
 
-def read_gguf_tensors(path: str | Path) -> dict[str, tuple[str, "object", tuple[int, ...]]]:
-    """Every tensor of the file: name -> (type name such as "Q4_1" or "F32", raw data as stored, shape [rows, cols])."""
+# llama.cpp's converter reorders the q and k rows of these architectures only (see load_gguf_blocks)
+ROTARY_INTERLEAVED = ("llama",)
+
+
+def read_gguf(path: str | Path) -> tuple[str, dict[str, tuple[str, "object", tuple[int, ...]]]]:
+    """The file's architecture (`general.architecture`, e.g. "llama" or "qwen2") and every tensor:
+    name -> (type name such as "Q4_1" or "F32", raw data as stored, shape [rows, cols])."""
     import gguf
     import numpy as np
 
+    reader = gguf.GGUFReader(str(path))
+    architecture = reader.fields["general.architecture"].contents()
     tensors = {}
-    for t in gguf.GGUFReader(str(path)).tensors:
+    for t in reader.tensors:
         shape = tuple(int(s) for s in reversed(t.shape.tolist()))  # GGUF lists the fastest axis first
         tensors[t.name] = (t.tensor_type.name, np.asarray(t.data), shape)
-    return tensors
+    return architecture, tensors
 
 
 # ANCHOR: load_gguf_blocks
@@ -40,14 +47,17 @@ def load_gguf_blocks(model: nn.Module, path: str | Path) -> int:
 
     The file names llama.cpp's tensors: layer i's projections are `blk.{i}.<name>.weight` with the names of
     PROJECTIONS, the embedding is `token_embd.weight` and the head `output.weight` (absent when the model
-    ties its head to its embedding). Each tensor in a block type (GGUF_BLOCKS) replaces its layer: a
-    projection or the head by a QuantizedLinear (keeping the layer's bias), the embedding by a
-    QuantizedEmbedding; a tied head reads the embedding's blocks (one copy). A tensor stored as F32 or F16
-    leaves its layer as it is (it already holds those weights). llama.cpp's converter reorders the rows of
-    q and k within each head: stored row 2 i is the model's row i, stored row 2 i + 1 the model's row
-    i + head_dim / 2 (the two halves of each rotary pair side by side); the model's rows come back in
-    its own order. Afterwards every layer computes what the float32 model computed from the same file,
-    up to the order of the additions.
+    ties its head to its embedding). Each tensor in a block type (GGUF_BLOCKS in blocks.py: read it with
+    from_gguf_blocks) replaces its layer: a projection or the head by a QuantizedLinear (keeping the
+    layer's bias; float_linear gives the nn.Linear inside a layer), the embedding by a QuantizedEmbedding;
+    a tied head reads the embedding's blocks (one copy, counted once). A tensor stored as F32, F16 or BF16
+    leaves its layer as it is (it already holds those weights). For the architectures in
+    ROTARY_INTERLEAVED, llama.cpp's converter reorders the rows of q and k within each head: stored row
+    2 i is the model's row i, stored row 2 i + 1 the model's row i + head_dim / 2 (the two halves of each
+    rotary pair side by side); the model's rows come back in its own order (model.config.num_heads and
+    num_kv_heads count the heads; QuantizedWeight.rows reorders rows of blocks). Other architectures
+    (qwen2, ...) are stored in the model's order. Afterwards every layer computes what the float32 model
+    computed from the same file, up to the order of the additions.
     ValueError, naming the tensor: a tensor the model needs is missing, its shape differs from the
     layer's, or its type has no kernel here (Q4_K, Q6_K, ...).
     """

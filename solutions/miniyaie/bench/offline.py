@@ -1,12 +1,15 @@
 """`miniyaie bench offline`: our engine and transformers on the same prompts, in one process.
 
     miniyaie bench offline --workload random|shared-prefix|copy [--sampling greedy|sampled] [--num-requests N]
-        [--peers hf-static,hf-cb,vllm] [--vllm-python PATH] [--machine GBPS,GFLOPS] [--json OUT] [--plot OUT.png]
+        [--peers hf-static,hf-cb,vllm,llamacpp] [--vllm-python PATH] [--llamacpp-python PATH]
+        [--machine GBPS,GFLOPS] [--json OUT] [--plot OUT.png]
 
 Every system gets the same random-token prompts (seed 0) and must produce
 exactly each request's output length (`ignore_eos`). transformers runs in
 this process; vLLM, which needs its own torch, in a child process of its
-own environment (bench/vllm_peer.py), with the same number of threads.
+own environment (bench/vllm_peer.py), with the same number of threads;
+llama.cpp likewise (bench/llamacpp_peer.py), at batch 1 on the bundled
+model's GGUF file, the requests one after another.
 The table gives output tokens per second, our speed over each other
 system's, and our share of the no-attention baseline: the same step
 shapes through the model with attention replaced by a no-op, timed in the
@@ -26,8 +29,8 @@ from dataclasses import replace
 from miniyaie.backends.cpu import runtime as cpu_runtime
 from miniyaie.bench.workloads import SAMPLING, Workload, copy_workload, random_workload, shared_prefix_workload
 
-PEERS = ("hf-static", "hf-cb", "vllm")
-DEFAULT_PEERS = ("hf-static", "hf-cb")  # vllm needs an environment of its own: asked for by name
+PEERS = ("hf-static", "hf-cb", "vllm", "llamacpp")
+DEFAULT_PEERS = ("hf-static", "hf-cb")  # vllm and llamacpp need environments of their own: asked for by name
 
 
 def make_workload(args, vocab_size: int, path=None) -> Workload:
@@ -120,6 +123,18 @@ def run(args, config_overrides: dict | None = None) -> dict:
             not_run.append(dict(system="vllm", status="skipped", reason=str(exc)))
         except PeerFailed as exc:
             not_run.append(dict(system="vllm", status="failed", reason=str(exc)))
+    if "llamacpp" in args.peers:
+        from miniyaie.bench.llamacpp_peer import run_llamacpp
+
+        if mode != "greedy":
+            not_run.append(dict(system="llamacpp", status="skipped", reason="greedy only (--sampling greedy)"))
+        else:
+            try:  # on the bundled model's GGUF file (PeerSkipped for another model)
+                results.append(run_llamacpp(workload, threads, getattr(args, "llamacpp_python", None), model=args.model))
+            except PeerSkipped as exc:
+                not_run.append(dict(system="llamacpp", status="skipped", reason=str(exc)))
+            except PeerFailed as exc:
+                not_run.append(dict(system="llamacpp", status="failed", reason=str(exc)))
 
     from miniyaie.bench import roofline
 

@@ -27,7 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-DEFAULT_VARIANTS = ("none", "int8", "int4-g32", "int4-g64", "int4-g128", "int4-sym-g32", "gguf")
+DEFAULT_VARIANTS = ("none", "int8", "int4-g32", "int4-g64", "int4-sym-g32", "gguf")  # SmolLM2's 576 is no multiple of 128
+BUNDLED_NOTE = ("the bundled model's float32 weights are its Q4_1 file dequantized (4-bit, groups of 32, with a "
+                "minimum): int4-g32 finds that same grid again and gguf holds the same weights, so both cost next to "
+                "nothing here; a model with float weights shows what int4 costs")
 PROMPTS = (  # varied on purpose: a quantization error shows first where the model is least sure
     "What is the capital of Australia?",
     "Write a Python function that returns the n-th Fibonacci number.",
@@ -188,7 +191,12 @@ def run(args) -> dict:
     rows, reference, base_ppl = [], None, None
     for name in variants:
         started = time.perf_counter()
-        variant = quantized_copy(model, name, gguf_path)
+        try:
+            variant = quantized_copy(model, name, gguf_path)
+        except ValueError as exc:  # a scheme that cannot apply to this model (a width the group does not divide)
+            rows.append(dict(variant=name, skipped=str(exc)))
+            print(f"  {name}: not applicable: {exc}", file=sys.stderr, flush=True)
+            continue
         ppl, outputs = measure(variant, ids, args.window, prompts, args.new_tokens, **gen)
         if reference is None:
             reference, base_ppl = outputs, ppl
@@ -205,7 +213,8 @@ def run(args) -> dict:
         text_sha256=hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16], window=args.window,
         prompts=len(prompts), new_tokens=args.new_tokens, cpu=cpu_name(), threads=torch.get_num_threads(),
         torch=torch.__version__, transformers=transformers.__version__,
-        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), rows=rows)
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), rows=rows,
+        note=BUNDLED_NOTE if gguf_path is not None else None)
 
 
 def format_table(report: dict) -> str:
@@ -216,10 +225,11 @@ def format_table(report: dict) -> str:
              f"{report['window']}); greedy: {report['prompts']} chat prompts x {report['new_tokens']} new tokens", "",
              "| variant | weight MB | perplexity | vs float32 | same output as float32 | mean matching prefix |",
              "|---|---:|---:|---:|---:|---:|"]
-    for r in report["rows"]:
+    for r in (r for r in report["rows"] if "skipped" not in r):
         lines.append(f"| {r['variant']} | {r['weight_mb']:.1f} | {r['perplexity']:.3f} | {r['ppl_change_pct']:+.2f}% | "
                      f"{r['exact']}/{r['total']} | {r['mean_prefix']:.1f} tokens ({r['mean_prefix_fraction']:.0%}) |")
-    return "\n".join(lines)
+    lines += [f"\n{r['variant']}: not applicable: {r['skipped']}" for r in report["rows"] if "skipped" in r]
+    return "\n".join(lines + ([f"\nNote: {report['note']}"] if report.get("note") else []))
 
 
 def main(args) -> int:

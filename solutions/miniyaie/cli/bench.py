@@ -1,5 +1,5 @@
-"""`miniyaie bench serve`, `bench offline`, `bench compare`, `bench quality` and `bench setup-vllm`: the flags; the measuring
-lives in miniyaie.bench."""
+"""`miniyaie bench serve`, `bench offline`, `bench compare`, `bench quality`, `bench setup-vllm` and
+`bench setup-llamacpp`: the flags; the measuring lives in miniyaie.bench."""
 
 from __future__ import annotations
 
@@ -80,6 +80,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--plot", default=None, metavar="OUT.png", help="plot tok/s and p50 TTFT against concurrency")
 
     from miniyaie.bench.offline import DEFAULT_PEERS
+    from miniyaie.bench.llamacpp_env import ENV_VAR as LLAMACPP_ENV_VAR
     from miniyaie.bench.vllm_env import ENV_VAR
 
     p = bench_sub.add_parser("offline", help="offline throughput against transformers, side by side")
@@ -97,9 +98,13 @@ def add_parsers(sub) -> None:
     p.add_argument("--question-len", type=int, default=32, help="shared-prefix: tokens after the prefix (default 32)")
     p.add_argument("--group-size", type=int, default=8, help="shared-prefix: prompts per group (default 8)")
     p.add_argument("--peers", type=_peers, default=list(DEFAULT_PEERS),
-                   help="comma-separated: hf-static, hf-cb, vllm, or none (default hf-static,hf-cb)")
+                   help="comma-separated: hf-static, hf-cb, vllm, llamacpp (batch 1, the bundled GGUF), or none "
+                        "(default hf-static,hf-cb)")
     p.add_argument("--vllm-python", default=None, metavar="PATH",
                    help=f"the Python of vLLM's environment, for --peers vllm (default: ${ENV_VAR}; see bench setup-vllm)")
+    p.add_argument("--llamacpp-python", default=None, metavar="PATH",
+                   help=f"the Python of llama.cpp's environment, for --peers llamacpp (default: ${LLAMACPP_ENV_VAR}; "
+                        "see bench setup-llamacpp)")
     p.add_argument("--no-floor", action="store_true", help="skip timing the no-attention baseline (our step shapes with attention a no-op)")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=1, metavar="N",
                    help="also run our engine split over N processes (chapter 7; default 1: not run)")
@@ -140,12 +145,22 @@ def add_parsers(sub) -> None:
     p = bench_sub.add_parser("setup-vllm", help="make a virtual environment with vLLM's CPU build, the peer of --peers vllm")
     vllm_env.add_arguments(p)
 
+    from miniyaie.bench import llamacpp_env
+
+    p = bench_sub.add_parser("setup-llamacpp", help="make a virtual environment with llama-cpp-python built from source, "
+                                                    "the peer of --peers llamacpp")
+    llamacpp_env.add_arguments(p)
+
 
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench_command == "setup-vllm":
         from miniyaie.bench import vllm_env
 
         return vllm_env.setup(args.venv, args.python, args.dry_run)
+    if args.bench_command == "setup-llamacpp":
+        from miniyaie.bench import llamacpp_env
+
+        return llamacpp_env.setup(args.venv, args.python, args.dry_run)
     if args.bench_command == "compare":
         from miniyaie.bench.compare import main as bench_compare
 

@@ -78,8 +78,9 @@ def quantize_int4(weight: torch.Tensor, group: int = 32, symmetric: bool = False
     With a minimum (symmetric False, GGUF's Q4_1): m is the block's own minimum, rounded down to a float16,
     and d spans the block: at most (max w - m) / 15, rounded up to the next float16.
     Symmetric: m = -8 * d (so q - 8 runs -8..7) and d is at most max |w| / 7, rounded up to the next float16.
-    For every weight w of a block, |w - (d * q + m)| <= d / 2 (up to float32 rounding); a block whose weights
-    are all equal has d = 0 (with a minimum: m is that weight, rounded). ValueError as quantize_int8.
+    For every weight w of a block, |w - (d * q + m)| <= d / 2 (up to float32 rounding). A block of zeros has
+    d = 0 (and m = 0); a block of equal weights w has m = w rounded down and a step just wide enough to reach
+    w (d = 0 only when w is a float16 already). ValueError as quantize_int8.
     """
     # Nudge: which two float16 numbers does the decoder read, and which way must each be rounded?
     # Hint 1: Codes 0..15 cover [m, m + 15 d]. Every weight must fall in that range (or within half a
