@@ -84,10 +84,9 @@ def _log_tail(path: Path) -> str:
     return "\n".join(lines[-LOG_TAIL_LINES:]) or "(no output)"
 
 
-def label(num_requests: int, threads: int) -> str:
-    """The table's name for the peer: batch 1 always; several requests run one after another."""
-    order = "" if num_requests == 1 else f", {num_requests} requests one after another"
-    return f"llama.cpp Q4_1 gguf (batch 1{order}, {threads} threads)"
+def label(num_requests: int) -> str:
+    """The table's name for the peer (at most 34 characters, its column): batch 1; several requests one at a time."""
+    return "llama.cpp gguf (batch 1)" if num_requests == 1 else "llama.cpp (batch 1, one at a time)"
 
 
 def run_llamacpp(workload, threads: int, python: str | None = None, model: str | None = None,
@@ -142,7 +141,7 @@ def run_llamacpp(workload, threads: int, python: str | None = None, model: str |
     if rates:
         stats["note"] = (f"llama-cpp-python {report.get('version')}, decode alone {sum(rates) / len(rates):.1f} tok/s "
                          f"per request (mean), prefill {sum(prefill):.2f} s in all")
-    return Result(label(len(outputs), threads), seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)
+    return Result(label(len(outputs)), seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)
 
 
 if __name__ == "__main__":  # the child, in llama.cpp's environment
