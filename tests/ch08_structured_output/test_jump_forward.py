@@ -150,6 +150,27 @@ def test_after_a_step_each_request_advances_jumps_within_its_room_and_ends_or_fa
     assert c.forced_tokens == 2 + 3 + 8 + 1, f"forced_tokens counts the tokens appended: 14, got {c.forced_tokens}"
 
 
+@pytest.mark.task("8.5")
+@pytest.mark.parametrize("room", [1, 2])
+def test_forced_text_cut_to_the_room_leaves_the_guide_after_the_kept_tokens(room):
+    """'xyz' after sampling 'x' forces 'yz'; with room for one token only 'y' is written, and 'xy' is not 'xyz'."""
+    from miniyaie.structured import Constraints
+
+    c = Constraints(byte_vocabulary([]), 300)
+    c.start(["cut"], SamplingParams(regex="xyz"))
+    forced, ended, failed = c.after_step({"cut": ord("x")}, {}, lambda rid: True, lambda rid: room)
+    kept = b"yz"[:room]
+    assert not failed and bytes(forced.get("cut", [])) == kept, f"forced text cut to {room} token(s): {kept!r}"
+    g = c.guides["cut"]
+    assert g.state == walked(g, b"x" + kept), (
+        f"the guide stands after the tokens kept ({(b'x' + kept)!r}), not after every forced token the pattern "
+        f"had: only what is written moves it")
+    want = "stop" if room == 2 else "length"
+    assert ended == {"cut": want}, (
+        f"'x' + {kept!r} {'is' if room == 2 else 'is not'} the whole pattern 'xyz': the request ends {want!r}; got {ended} "
+        "(a request cut short by its room did not complete its pattern)")
+
+
 @pytest.mark.ungraded
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_pattern_the_vocabulary_cannot_finish_fails_its_request_alone(tiny_model, temperature):

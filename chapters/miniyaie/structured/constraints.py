@@ -149,10 +149,11 @@ class Constraints:
         room(id): how many more tokens the request may take; jump_forward(id): whether it asked for
         jump-forward. Returns (forced, ended, failed):
         - forced[id]: the tokens appended without a model step (Task 8.5's forced_tokens), only for
-          requests that asked and whose pattern is not complete, at most room(id) of them; their
-          number is added to self.forced_tokens. No entry where there are none.
-        - ended[id]: "stop" where the pattern is complete (after the sampled and forced tokens);
-          otherwise "length" where no room is left after the forced tokens.
+          requests that asked and whose pattern is not complete, at most room(id) of them (the guide
+          then stands after the tokens kept, not after every token the pattern forced); their number
+          is added to self.forced_tokens. No entry where there are none.
+        - ended[id]: "stop" where the pattern is complete (after the sampled and the kept forced
+          tokens); otherwise "length" where no room is left after the forced tokens.
         - failed[id]: the exception where the request's guide raised (a token it refuses): that
           request alone fails; every other request gets what it would get without it.
         Example (tests): "xy" after sampling "x", with jump-forward and room 1: forced ["y"],

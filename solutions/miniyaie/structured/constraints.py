@@ -172,10 +172,11 @@ class Constraints:
         room(id): how many more tokens the request may take; jump_forward(id): whether it asked for
         jump-forward. Returns (forced, ended, failed):
         - forced[id]: the tokens appended without a model step (Task 8.5's forced_tokens), only for
-          requests that asked and whose pattern is not complete, at most room(id) of them; their
-          number is added to self.forced_tokens. No entry where there are none.
-        - ended[id]: "stop" where the pattern is complete (after the sampled and forced tokens);
-          otherwise "length" where no room is left after the forced tokens.
+          requests that asked and whose pattern is not complete, at most room(id) of them (the guide
+          then stands after the tokens kept, not after every token the pattern forced); their number
+          is added to self.forced_tokens. No entry where there are none.
+        - ended[id]: "stop" where the pattern is complete (after the sampled and the kept forced
+          tokens); otherwise "length" where no room is left after the forced tokens.
         - failed[id]: the exception where the request's guide raised (a token it refuses): that
           request alone fails; every other request gets what it would get without it.
         Example (tests): "xy" after sampling "x", with jump-forward and room 1: forced ["y"],
@@ -184,18 +185,24 @@ class Constraints:
         # Nudge: in what order do a request's sampled token, forced tokens and end come, and what may one bad guide spoil?
         # Hint 1: Per request, in the order the text is written: the sampled token moves the
         #   guide, then (if asked, and the pattern is not complete) the forced tokens, cut to the
-        #   room left. Only then is it known whether the pattern is complete ("stop" wins over
-        #   "length": the text is whole). A guide that raises fails its own request: catch per
-        #   request, record it, and go on with the next, before anything of it is recorded.
+        #   room left. forced_tokens moves the guide over every token it returns, so a cut must
+        #   put the guide back where the kept tokens leave it. Only then is it known whether the
+        #   pattern is complete ("stop" wins over "length": the text is whole). A guide that raises
+        #   fails its own request: catch per request, record it, and go on with the next, before
+        #   anything of it is recorded.
         # Hint 2: For each sampled request with a guide and not in `finished`: in a try, advance
-        #   the guide, then take forced_tokens()[:room] if it asked for jump-forward and the guide
-        #   is not finished; on an exception record it in failed and continue. Record non-empty
+        #   the guide, then take forced_tokens() if it asked for jump-forward and the guide is not
+        #   finished; if there are more than room, set the guide's state back to where it stood
+        #   before them and advance it over the first room tokens only; on an exception record it
+        #   in failed and continue. Record non-empty
         #   forced tokens (and count them); then "stop" if the guide is finished, else "length"
         #   if room minus the forced tokens is <= 0.
         # Hint 3:
         #   for rid, token in sampled: guide = guides.get(rid); skip if None or rid in finished
         #       try: guide.advance(token)
-        #            tokens = guide.forced_tokens()[:room(rid)] if jump_forward(rid) and not guide.finished else []
+        #            before = guide.state
+        #            tokens = guide.forced_tokens() if jump_forward(rid) and not guide.finished else []
+        #            if len(tokens) > room(rid): tokens = tokens[:room(rid)]; guide.state = before; advance over tokens
         #       except Exception as exc: failed[rid] = exc; continue
         #       if tokens: forced[rid] = tokens; self.forced_tokens += len(tokens)
         #       if guide.finished: ended[rid] = "stop"
@@ -208,7 +215,12 @@ class Constraints:
                 continue
             try:
                 guide.advance(token)
-                tokens = guide.forced_tokens()[: room(rid)] if jump_forward(rid) and not guide.finished else []
+                before = guide.state
+                tokens = guide.forced_tokens() if jump_forward(rid) and not guide.finished else []
+                if len(tokens) > room(rid):  # cut: the guide stands after the tokens kept, not all it forced
+                    tokens, guide.state = tokens[: room(rid)], before
+                    for kept in tokens:
+                        guide.advance(kept)
             except Exception as exc:  # noqa: BLE001 - handed to the request's caller (LLMEngine.step's events)
                 failed[rid] = exc
                 continue
