@@ -97,3 +97,37 @@ def test_propose_reads_each_token_a_bounded_number_of_times(length, vocab, max_n
     assert ids.reads <= limit, (
         f"propose read {ids.reads:,} tokens of a {length:,}-token sequence (max_n={max_n}): more than {limit:,}; "
         f"the proposer runs for every request every step, so its work must stay O(len * max_n)")
+
+
+class CountedToken(int):
+    """A token id that counts every comparison made with it (an int in every other way)."""
+
+    comparisons = 0
+
+    def __eq__(self, other):
+        CountedToken.comparisons += 1
+        return int.__eq__(self, other)
+
+    def __ne__(self, other):
+        CountedToken.comparisons += 1
+        return int.__ne__(self, other)
+
+    __hash__ = int.__hash__
+
+
+@pytest.mark.task("9.1")
+@pytest.mark.parametrize("pattern,repeats,max_n", [([7], 6_000, 3), ([1, 2, 3], 2_000, 5), ([4, 4, 5], 2_000, 8)])
+def test_propose_compares_a_bounded_number_of_tokens_on_repeating_text(pattern, repeats, max_n):
+    """Text that repeats matches everywhere: a match must stop at max_n tokens (and the search once a match of
+    max_n is found), or the work grows with the square of the length. Every comparison of two tokens is counted,
+    whether the sequence is read directly or copied first."""
+    ids = [CountedToken(t) for t in pattern * repeats]
+    CountedToken.comparisons = 0
+    got = NgramProposer(1, max_n).propose(ids, 4)
+    continuation = (pattern * 3)[len(ids) % len(pattern):][:4]  # what follows any earlier occurrence
+    assert got and [int(t) for t in got] == continuation[: len(got)], f"the drafts continue the pattern, got {got}"
+    limit = 4 * max_n * len(ids)
+    assert CountedToken.comparisons <= limit, (
+        f"propose compared tokens {CountedToken.comparisons:,} times on {len(ids):,} tokens of repeating text "
+        f"(max_n={max_n}): more than {limit:,}. Does a match stop growing at max_n tokens, and the search at "
+        "the first match of max_n?")
