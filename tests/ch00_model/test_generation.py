@@ -146,6 +146,21 @@ def test_bad_prompts_raise_before_any_token(models):
 
 
 @pytest.mark.task("0.5")
+def test_a_seeded_request_draws_new_random_numbers_at_every_step(tmp_path):
+    """A model whose logits are all zero: every step samples from the same uniform distribution over the
+    vocabulary. One generator per request (the contract) gives a different draw at each step; a generator
+    re-created from the seed at every step gives the same token every time."""
+    save_tiny_model("llama", tmp_path, seed=5)
+    model = load_model(tmp_path)
+    with torch.no_grad():
+        model.lm_head.weight.zero_()
+    tokens = generate(model, [[5, 6, 7]], SamplingParams(max_tokens=24, temperature=1.0, seed=11, ignore_eos=True))[0].token_ids
+    assert len(set(tokens)) > 1, (
+        f"24 draws from a uniform distribution over {model.config.vocab_size} tokens all gave {tokens[0]}: is the "
+        "generator seeded again at every step? One generator per request, seeded once, draws new numbers each step")
+
+
+@pytest.mark.task("0.5")
 def test_seeded_sampling_repeats_and_follows_its_parameters(models):
     model, hf_model = models("llama")
     prompts = [[5, 6, 7], [8]]
