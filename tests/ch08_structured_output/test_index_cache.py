@@ -84,11 +84,12 @@ class CacheMachine(RuleBasedStateMachine):
             self.users[pattern] -= 1
         self.evict()
 
-    @rule()
-    def failing_compile(self):
-        self.story.append("get(bad)")
+    @rule(take=st.booleans())
+    def failing_compile(self, take):
+        """A compile that raises leaves nothing behind: no index, and for a take no use (nothing to give back)."""
+        self.story.append(f"{'take' if take else 'get'}(bad)")
         with pytest.raises(PatternError):
-            self.cache.get("bad")
+            (self.cache.take if take else self.cache.get)("bad")
         self.compiles += 1
 
     @invariant()
@@ -100,7 +101,9 @@ class CacheMachine(RuleBasedStateMachine):
             f"it holds {stats['index_cache_bytes']} bytes ({[p for p in PATTERNS if stats['index_cache_bytes'] >> int(p[1:]) & 1]})")
         assert stats["indexes"] == len(self.order), f"after {self.story}: {len(self.order)} indexes held, stats say {stats['indexes']}"
         in_use = sum(1 for n in self.users.values() if n > 0)
-        assert stats["indexes_in_use"] == in_use, f"after {self.story}: {in_use} patterns in use, stats say {stats['indexes_in_use']}"
+        assert stats["indexes_in_use"] == in_use, (
+            f"after {self.story}: {in_use} patterns in use, stats say {stats['indexes_in_use']}"
+            + (" (a take whose compile failed must not count a use: nobody will give it back)" if "take(bad)" in self.story else ""))
         assert stats["compiles"] == self.compiles, f"after {self.story}: {self.compiles} compiles started, stats say {stats['compiles']}"
         assert stats["evictions"] == self.evictions, f"after {self.story}: {self.evictions} evictions, stats say {stats['evictions']}"
 
