@@ -67,7 +67,7 @@ def test_rms_norm_rounds_like_the_checkpoints_code(hidden, seed, eps):
     worst = ((out.float() - expected.float()).abs() / ulp).max().item()
     assert share < 0.01 and worst <= 1, (
         f"{share:.1%} of the elements differ from transformers' LlamaRMSNorm in bfloat16 (a norm that rounds where "
-        f"the checkpoint's code rounds differs in well under 1%), by up to {worst:.0f} units in the last place: "
+        f"the checkpoint's code rounds differs in well under 1%), by up to {worst:.2f} units in the last place: "
         "which steps run in float32, and does the weight multiply before or after the result returns to bfloat16?"
     )
 

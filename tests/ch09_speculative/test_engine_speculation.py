@@ -110,7 +110,13 @@ class OracleProposer:
 
     def propose(self, token_ids, k: int) -> list[int]:
         self.calls += 1
-        seq = next(s for s in self.sequences if s[: len(token_ids)] == list(token_ids))
+        seq = next((s for s in self.sequences if s[: len(token_ids)] == list(token_ids)), None)
+        if seq is None:  # the request's tokens left every plain output: say where, not a bare StopIteration
+            ids = list(token_ids)
+            where = max(next((i for i, (a, b) in enumerate(zip(s, ids)) if a != b), min(len(s), len(ids)))
+                        for s in self.sequences)
+            raise AssertionError(f"the request's tokens {ids[max(0, where - 3): where + 3]} (around position {where}) "
+                                 "are no longer the plain engine's output: speculation changed a token that was emitted")
         drafts = seq[len(token_ids) : len(token_ids) + k]
         if self.spoil and drafts and self.calls % self.spoil == 0:
             drafts[-1] = (drafts[-1] + 1) % 320
