@@ -1,0 +1,64 @@
+"""Timing, not a test: one request on the bundled model, ours (float32 and the GGUF file's blocks) beside llama.cpp.
+
+    MINIYAIE_LLAMACPP_PYTHON=<venv>/bin/python python -m miniyaie.bench.lab.bench_llamacpp_one_client
+
+All in one run, one system after the other, at 2 threads and at 1: decode tokens per second of one request
+(a 192-token prompt, 32 tokens, best of four; ours through bench_one_client.seconds_per_token, llama.cpp
+through the bench peer, miniyaie bench setup-llamacpp), the load before each, and how many leading greedy
+tokens llama.cpp shares with ours on four text prompts (a near-tie may part them: its dot products round
+the activations to 8 bits).
+"""
+import os
+import subprocess
+
+import torch
+
+from miniyaie.bench.lab.bench_one_client import seconds_per_token
+from miniyaie.bench.llamacpp_peer import run_llamacpp
+from miniyaie.bench.workloads import Workload
+from miniyaie.engine import EngineConfig, LLMEngine, SamplingParams
+from miniyaie.model import load
+from miniyaie.quant import quantize_model
+from miniyaie.quant.engine_plugin import gguf_source
+
+PROMPT = [(17 * i) % 30000 + 100 for i in range(192)]
+TEXTS = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):", "Once upon a time"]
+
+
+def load_average() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip().split("load average:")[-1]
+
+
+def leading_agreement(ours: list[list[int]], theirs: list[list[int]]) -> list[int]:
+    return [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), min(len(x), len(y))) for x, y in zip(ours, theirs)]
+
+
+def main():
+    python = os.environ["MINIYAIE_LLAMACPP_PYTHON"]
+    rows, answers, prompts = [], {}, None
+    for threads in (2, 1):
+        torch.set_num_threads(threads)
+        for scheme in ("none", "gguf"):
+            load_now = load_average()
+            loaded = load(None)
+            quantize_model(loaded.model, scheme, gguf_path=gguf_source(None))
+            engine = LLMEngine(loaded.model, EngineConfig())
+            if threads == 2:
+                prompts = [loaded.tokenizer.encode(t) for t in TEXTS]
+                answers[scheme] = [o.token_ids for o in engine.generate(prompts, SamplingParams(max_tokens=32, ignore_eos=True))]
+            rows.append((f"ours, {'float32' if scheme == 'none' else 'gguf blocks'}", threads,
+                         1 / seconds_per_token(engine, 32, repeats=4), load_now))
+    for threads in (2, 1):
+        load_now = load_average()
+        result = run_llamacpp(Workload("random", [PROMPT] * 4, [33] * 4), threads, python)
+        rows.append((f"llama.cpp {result.stats['version']}, the same file", threads, max(result.stats["decode_tok_s"]), load_now))
+    theirs = run_llamacpp(Workload("text", prompts, [32] * 4), 2, python).stats["outputs"]
+    print(f"{'system':32} {'threads':>7} {'tok/s':>7} {'ms/token':>9}  load before")
+    for name, threads, rate, load_now in rows:
+        print(f"{name:32} {threads:7d} {rate:7.1f} {1e3 / rate:9.2f} {load_now}")
+    for scheme, ours in answers.items():
+        print(f"leading greedy tokens shared with llama.cpp ({scheme}, of 32): {leading_agreement(ours, theirs)}")
+
+
+if __name__ == "__main__":
+    main()
