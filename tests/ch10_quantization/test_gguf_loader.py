@@ -181,7 +181,7 @@ def test_the_bundled_gguf_runs_as_it_is_with_the_float32_paths_weights_and_answe
     from miniyaie.quant.gguf_loader import PROJECTIONS
     from miniyaie.quant import weight_bytes
 
-    dense = InferenceEngine("smollm2")
+    dense = InferenceEngine("smollm2", EngineConfig(quantization="none"))
     quantized = InferenceEngine("smollm2", EngineConfig(quantization="gguf"))
     d, q = dense.loaded.model, quantized.loaded.model
     for i in (0, 13, 29):

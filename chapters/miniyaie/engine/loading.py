@@ -22,13 +22,13 @@ def load_model(model: str | Path | LoadedModel | None, config: EngineConfig, dev
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     prepare_backend(config.attention_backend, device)  # a CPU triton backend must set up Triton before the load imports it
     dtype = dtype or (torch.bfloat16 if str(device).startswith("cuda") else torch.float32)
-    try:
-        loaded = load(None if model is None else str(model), dtype=dtype, device=device)
+    source = None if model is None else str(model)
+    try:  # weights in blocks: chapter 10's plugin loads them (what "auto" means: EngineConfig.quantization)
+        if config.quantization != "none":
+            return plugin(QUANTIZATION)(source, config.quantization, dtype, device)
+        return load(source, dtype=dtype, device=device)
     except ChapterZeroModelLoadError as exc:
         raise ModelLoadError(str(exc)) from exc
-    if config.quantization != "none":  # weights in blocks (chapter 10's plugin), before any backend packs them
-        plugin(QUANTIZATION)(loaded, model, config.quantization)
-    return loaded
 
 
 def start_tensor_parallel(model: str | Path | LoadedModel | None, config: EngineConfig, device: str | None,

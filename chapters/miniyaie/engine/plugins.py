@@ -21,7 +21,7 @@ GROUP = "miniyaie.engine_plugins"
 TENSOR_PARALLEL = "tensor_parallel"  # start_tensor_parallel(model, config, device, dtype) -> (LoadedModel, runtime)
 STRUCTURED_OUTPUT = "structured_output"  # a module: check_limits, vocabulary, constraints
 SETTINGS_FILE = "settings_file"  # load_settings(path) -> settings with .engine, .sampling, .model, .device, .dtype
-QUANTIZATION = "quantization"  # quantize_loaded(loaded, source, scheme): the loaded model's weights in blocks
+QUANTIZATION = "quantization"  # load_quantized(source, scheme, dtype, device): a LoadedModel with weights in blocks
 
 WHAT = {
     TENSOR_PARALLEL: "tensor_parallel_size > 1 (chapter 7, miniyaie.distributed)",

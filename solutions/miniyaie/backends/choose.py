@@ -124,10 +124,10 @@ def use_backend(model, name: str, device: torch.device | str, quantization: str 
 
     `quantization` (EngineConfig's) is applied where the engine loads a model by name (engine/loading.py);
     a model given already loaded must already hold its weights in blocks (miniyaie.quant.quantize_model),
-    else ValueError: the setting would do nothing."""
+    else ValueError: the setting would do nothing ("auto" takes such a model as it is)."""
     from miniyaie.backends.cpu.linear import pack_linears, packing_available, unpack_linears
 
-    if quantization != "none" and not any(hasattr(module, "qweight") for module in model.modules()):
+    if quantization not in ("none", "auto") and not any(hasattr(module, "qweight") for module in model.modules()):
         raise ValueError(f"quantization {quantization!r} is applied when the engine loads the model by name or path; "
                          "this model was given loaded, with float weights (miniyaie.quant.quantize_model puts them in blocks)")
 

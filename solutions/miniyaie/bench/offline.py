@@ -57,17 +57,25 @@ def run(args, config_overrides: dict | None = None) -> dict:
     from miniyaie.bench.vllm_peer import PeerFailed, PeerSkipped, run_vllm
     from miniyaie.engine import EngineConfig
     from miniyaie.model import load_model, resolve_model_path
+    from miniyaie.quant.engine_plugin import resolve_scheme
+    from miniyaie.quant.linear import bytes_per_weight
 
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)  # the same for every system; see book/src/ch05_performance.md
     progress = not args.no_progress
     path = resolve_model_path(args.model)
-    model = load_model(path)
-    if config_overrides and config_overrides.get("quantization", "none") != "none":  # the runs below use these weights
-        from miniyaie.quant import quantize_model
-        from miniyaie.quant.engine_plugin import gguf_source
+    # the weights generate and serve would run (auto: the bundled model in its GGUF file's blocks)
+    scheme = resolve_scheme((config_overrides or {}).get("quantization", EngineConfig().quantization), args.model,
+                            "cpu", torch.float32)
+    if scheme == "gguf":
+        from miniyaie.quant.engine_plugin import load_quantized
 
-        quantize_model(model, config_overrides["quantization"], gguf_path=gguf_source(args.model))
+        model = load_quantized(args.model, scheme, torch.float32, "cpu").model
+    else:
+        from miniyaie.quant import quantize_model
+
+        model = load_model(path)
+        quantize_model(model, scheme)
     workload = make_workload(args, model.config.vocab_size, path)
     block_size = EngineConfig().block_size
     mode = getattr(args, "sampling", "greedy")
@@ -140,7 +148,7 @@ def run(args, config_overrides: dict | None = None) -> dict:
 
     machine = roofline.parse_machine(args.machine) if args.machine else roofline.measure_machine(model.lm_head.weight.dtype, model.lm_head.weight.device)
     decode = roofline.decode_steps(model.config, best.stats["step_chunks"], best.stats["step_seconds"], machine,
-                                   model.lm_head.weight.element_size())
+                                   model.lm_head.weight.element_size(), bytes_per_weight(model))
     rows = []
     for r in results:
         row = dict(system=r.system, seconds=round(r.seconds, 3), output_tokens=r.output_tokens,
@@ -169,6 +177,7 @@ def run(args, config_overrides: dict | None = None) -> dict:
         optimum_hit_rate=round(workload.optimum_hit_rate(block_size), 4),
         efficiency_vs_floor=round(best.tokens_per_second / floor.tokens_per_second, 3) if floor else None,
         model=str(path),
+        weights=scheme,
         threads=threads,
         machine=f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs".strip(),
         torch=torch.__version__,
@@ -188,7 +197,8 @@ def format_table(report: dict) -> str:
     lines = [
         f"workload {report['workload']}, {sampling['mode']} ({settings}): {report['num_requests']} requests, "
         f"{report['prompt_tokens']} prompt tokens, "
-        f"{report['output_tokens']} output tokens; {report['threads']} threads, torch {report['torch']}, {report['date']}",
+        f"{report['output_tokens']} output tokens; {report['threads']} threads, torch {report['torch']}, {report['date']}"
+        + (f"; our weights: {report['weights']}" if "weights" in report else ""),
         *([f"runtime of our process: OpenMP {report['runtime']['openmp']}, malloc {report['runtime']['malloc']}"]
           if "runtime" in report else []),
         f"{'system':34} {'seconds':>8} {'out tok/s':>10} {'ours/this':>10} {'hit rate':>9} {'preempt':>8}",

@@ -48,15 +48,18 @@ def parse_machine(text: str) -> Machine:
     return Machine(bytes_per_s=float(gbps) * 1e9, flops_per_s=float(gflops) * 1e9, name=f"given: {gbps} GB/s, {gflops} GFLOP/s")
 
 
-def decode_steps(config: ModelConfig, step_chunks: list, step_seconds: list[float], machine: Machine, dtype_bytes: int) -> dict | None:
+def decode_steps(config: ModelConfig, step_chunks: list, step_seconds: list[float], machine: Machine, dtype_bytes: int,
+                 weight_bytes: float | None = None) -> dict | None:
     """The steps whose every chunk is one sampled token (pure decode): their median measured time next to
-    the median of what the roofline predicts for each, and the verdict; None if there was no such step."""
+    the median of what the roofline predicts for each, and the verdict; None if there was no such step.
+    `dtype_bytes` is the K/V cache's bytes per number; `weight_bytes`, the weights' per weight (the same by
+    default; under a fraction of it for weights in blocks: 0.72 for the bundled model's Q4_1 file)."""
     predicted, measured, bounds, batch, context = [], [], Counter(), [], []
     for chunks, seconds in zip(step_chunks, step_seconds):
         if not chunks or any(n != 1 or not samples for n, _, samples in chunks):
             continue
         seqs = [SeqStep(n, start, samples) for n, start, samples in chunks]
-        line = roofline(step_cost(config, seqs, dtype_bytes, dtype_bytes), machine)
+        line = roofline(step_cost(config, seqs, weight_bytes or dtype_bytes, dtype_bytes), machine)
         predicted.append(line.seconds)
         measured.append(seconds)
         bounds[line.bound] += 1

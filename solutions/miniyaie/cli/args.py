@@ -88,10 +88,10 @@ def _quantization(text: str) -> str:
 
 def add_enforce_eager_arg(p: argparse.ArgumentParser) -> None:
     """--enforce-eager, and speculative decoding's flags (chapter 9): how the engine runs its steps."""
-    p.add_argument("--quantization", type=_quantization, default=None, metavar="{none,int8,int4,gguf}",
+    p.add_argument("--quantization", type=_quantization, default=None, metavar="{auto,none,int8,int4,gguf}",
                    help="weights in blocks: int8 per channel, int4 in groups of 32 with a minimum (int4-g64, int4-g128; "
-                        "int4-sym: without one), or gguf (the bundled model's own Q4_1 file, as it is); default: the "
-                        "config's, else none")
+                        "int4-sym: without one), gguf (a GGUF file's own blocks, as they are), none (float weights) or "
+                        "auto: gguf for the bundled model on the CPU, none otherwise; default: the config's, else auto")
     p.add_argument("--enforce-eager", action="store_true", default=None,
                    help="never replay decode steps as CUDA graphs (they are used only on a GPU with the triton backend)")
     p.add_argument("--overlap-schedule", action="store_true", default=None,

@@ -59,9 +59,10 @@ class EngineConfig:
     # request, 0.88x at 16 with no bound); a GPU stays bound by its weights to far larger steps.
     max_speculative_step_tokens: int = 16
     # Weights in 4- or 8-bit blocks (chapter 10, miniyaie.quant, through the engine plugin 'quantization'): none,
-    # int8 (per output channel), int4 (groups of 32 with a minimum; int4-g64, int4-g128, int4-sym...), or gguf (a
-    # GGUF file's own Q4_1/Q8_0 blocks: the bundled SmolLM2's, 97 MB where float32 holds 538).
-    quantization: str = "none"
+    # int8 (per output channel), int4 (groups of 32 with a minimum; int4-g64, int4-g128, int4-sym...), gguf (a
+    # GGUF file's own Q4_1/Q8_0 blocks: the bundled SmolLM2's, 97 MB where float32 holds 538), or auto: gguf
+    # for a GGUF file run on the CPU in float32 (twice float32's rate at one request, level at 32), else none.
+    quantization: str = "auto"
 
     def __post_init__(self):
         for name in ("block_size", "kv_cache_bytes", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size",

@@ -7,6 +7,7 @@ so the two paths hold the same weights and differ only in the order of a dot pro
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -27,7 +28,14 @@ ROTARY_INTERLEAVED = ("llama",)
 
 def read_gguf(path: str | Path) -> tuple[str, dict[str, tuple[str, "object", tuple[int, ...]]]]:
     """The file's architecture (`general.architecture`, e.g. "llama" or "qwen2") and every tensor:
-    name -> (type name such as "Q4_1" or "F32", raw data as stored, shape [rows, cols])."""
+    name -> (type name such as "Q4_1" or "F32", raw data as stored, shape [rows, cols]). The same file read
+    again (same size and time) is not parsed again: parsing the bundled file's vocabulary takes seconds."""
+    stat = Path(path).stat()
+    return _read_gguf(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _read_gguf(path: str, size: int, mtime_ns: int):
     import gguf
     import numpy as np
 
