@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from miniyaie.quant import weight_bytes
-from miniyaie.quant.engine_plugin import load_quantized, resolve_scheme
+from miniyaie.weights.engine_plugin import load_quantized, resolve_scheme
 
 pytestmark = pytest.mark.ungraded  # provided code
 
@@ -39,7 +39,7 @@ def test_the_bundled_model_loads_from_its_file_without_a_float32_copy(tmp_path, 
 
 @pytest.mark.bundled_model
 def test_auto_runs_float_weights_while_chapter_ten_is_stubbed_and_a_named_scheme_says_so(monkeypatch, capsys):
-    import miniyaie.quant.gguf_model as gguf_model
+    import miniyaie.weights.gguf_model as gguf_model
 
     def stub(model, path):
         raise NotImplementedError("Task 10.4: load_gguf_blocks")

@@ -97,7 +97,7 @@ def run_llamacpp(workload, threads: int, python: str | None = None, model: str |
     from miniyaie.bench.llamacpp_env import child_env
     from miniyaie.bench.runners import Result
     from miniyaie.bench.vllm_peer import PeerFailed, PeerSkipped
-    from miniyaie.quant.engine_plugin import gguf_source
+    from miniyaie.weights.engine_plugin import gguf_source
 
     python = find_python(python)
     if model_path is None:

@@ -57,7 +57,7 @@ def run(args, config_overrides: dict | None = None) -> dict:
     from miniyaie.bench.vllm_peer import PeerFailed, PeerSkipped, run_vllm
     from miniyaie.engine import EngineConfig
     from miniyaie.model import load_model, resolve_model_path
-    from miniyaie.quant.engine_plugin import resolve_scheme
+    from miniyaie.weights.engine_plugin import resolve_scheme
     from miniyaie.quant.linear import bytes_per_weight
 
     threads = args.threads or len(os.sched_getaffinity(0))
@@ -68,7 +68,7 @@ def run(args, config_overrides: dict | None = None) -> dict:
     scheme = resolve_scheme((config_overrides or {}).get("quantization", EngineConfig().quantization), args.model,
                             "cpu", torch.float32)
     if scheme == "gguf":
-        from miniyaie.quant.engine_plugin import load_quantized
+        from miniyaie.weights.engine_plugin import load_quantized
 
         model = load_quantized(args.model, scheme, torch.float32, "cpu").model
     else:

@@ -78,7 +78,7 @@ SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills",
 
 
 def _quantization(text: str) -> str:
-    from miniyaie.quant.engine_plugin import check_scheme  # chapter 10's
+    from miniyaie.weights.engine_plugin import check_scheme  # chapter 10's
 
     try:
         return check_scheme(text)

@@ -19,7 +19,7 @@ from miniyaie.bench.workloads import Workload
 from miniyaie.engine import EngineConfig, LLMEngine, SamplingParams
 from miniyaie.model import load
 from miniyaie.quant import quantize_model
-from miniyaie.quant.engine_plugin import gguf_source
+from miniyaie.weights.engine_plugin import gguf_source
 
 PROMPT = [(17 * i) % 30000 + 100 for i in range(192)]
 TEXTS = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):", "Once upon a time"]

@@ -14,7 +14,7 @@ from miniyaie.bench.lab.bench_one_client import seconds_per_token
 from miniyaie.engine import EngineConfig, LLMEngine, SamplingParams
 from miniyaie.model import load
 from miniyaie.quant import quantize_model, weight_bytes
-from miniyaie.quant.engine_plugin import gguf_source
+from miniyaie.weights.engine_plugin import gguf_source
 
 
 def main():

@@ -78,6 +78,7 @@ def _float_tensor(name: str, gguf_name: str | None, tensors: dict, architecture:
     return values
 
 
+# ANCHOR: load_gguf_model
 def load_gguf_model(gguf: str | Path, dtype: torch.dtype = torch.float32) -> LoadedModel:
     """The model of `gguf` on the CPU: projections (and embedding, head) in the file's blocks, norms in `dtype`.
     ValueError (one line) for a tensor the file lacks or stores in a type without a kernel here."""
@@ -100,3 +101,4 @@ def load_gguf_model(gguf: str | Path, dtype: torch.dtype = torch.float32) -> Loa
     merge_blocks(model)
     tokenizer = load_tokenizer(header)
     return LoadedModel(model.eval(), tokenizer, eos_token_ids(header, tokenizer), gguf)
+# ANCHOR_END: load_gguf_model

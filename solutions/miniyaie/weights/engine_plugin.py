@@ -21,7 +21,10 @@ def gguf_source(model) -> Path | None:
 
         return bundled_gguf()
     path = Path(str(model)).expanduser()
-    return path if path.suffix == ".gguf" and path.is_file() else None
+    try:
+        return path if path.suffix == ".gguf" and path.is_file() else None
+    except OSError:  # not a path at all (too long, ...): the model loader says what is wrong with it
+        return None
 
 
 def check_scheme(scheme: str) -> str:
@@ -48,7 +51,7 @@ def load_quantized(source, scheme: str, dtype: torch.dtype, device: str | torch.
     chosen, gguf = resolve_scheme(scheme, source, device, dtype), gguf_source(source)
     try:
         if chosen == "gguf" and gguf is not None and torch.device(device).type == "cpu":  # no float32 copy made
-            from miniyaie.quant.gguf_model import load_gguf_model
+            from miniyaie.weights.gguf_model import load_gguf_model
 
             return load_gguf_model(gguf, dtype)
         loaded = load(source, dtype=dtype, device=device)
