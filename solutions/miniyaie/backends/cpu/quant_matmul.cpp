@@ -141,6 +141,37 @@ void q4_columns_one_row(const float* x, int64_t K, const uint8_t* rows, const ui
   for (int c = 0; c < C; ++c) y[c] = cpu_vector::sum_lanes(acc[c]) + from_mins[c];
 }
 
+#if defined(__AVX512F__) && !defined(MINIYAIE_VECTOR_FLOATS)
+// With AVX-512 a block's 16 possible weights d * q + m fit one register: a lookup by each lane's low
+// four bits (vpermps) turns codes into weights in one instruction, where converting each code to a
+// float and scaling the sum took four, and the minimums' term disappears. The kernel is bound by its
+// instructions, not by the bytes it reads (3.5 GB/s of blocks on one core, copies run at 20+).
+template <int C>
+void q4_columns_one_row_lookup(const float* x, int64_t K, const uint8_t* rows, const uint16_t* scales,
+                               const uint16_t* mins, int64_t groups, int64_t G, float* y) {
+  const int64_t half = G / 2;
+  const __m512 codes_0_to_15 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 low_acc[C], high_acc[C];
+  for (int c = 0; c < C; ++c) low_acc[c] = high_acc[c] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 weights[C];
+    for (int c = 0; c < C; ++c)
+      weights[c] = _mm512_fmadd_ps(codes_0_to_15, _mm512_set1_ps(half_to_float(scales[c * groups + g])),
+                                   _mm512_set1_ps(half_to_float(mins[c * groups + g])));
+    for (int64_t j = 0; j < half; j += 16) {
+      const __m512 xl = _mm512_loadu_ps(x + g * G + j), xh = _mm512_loadu_ps(x + g * G + half + j);
+      for (int c = 0; c < C; ++c) {
+        const __m512i b = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows + c * (K / 2) + g * half + j)));
+        low_acc[c] = _mm512_fmadd_ps(_mm512_permutexvar_ps(b, weights[c]), xl, low_acc[c]);
+        high_acc[c] = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), weights[c]), xh, high_acc[c]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) y[c] = _mm512_reduce_add_ps(_mm512_add_ps(low_acc[c], high_acc[c]));
+}
+#endif
+
 template <int C>
 void q8_columns_one_row(const float* x, int64_t K, const int8_t* rows, const uint16_t* scales, int64_t groups, int64_t G,
                         float* y) {
@@ -224,7 +255,11 @@ void quant_matmul_q4(const float* x, int64_t M, int64_t K, const uint8_t* codes,
   if (M == 1 && N % 4 == 0) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t n = 0; n < N; n += 4)
+#if defined(__AVX512F__) && !defined(MINIYAIE_VECTOR_FLOATS)
+      q4_columns_one_row_lookup<4>(x, K, codes + n * (K / 2), scales + n * groups, mins + n * groups, groups, G, y + n);
+#else
       q4_columns_one_row<4>(x, K, codes + n * (K / 2), scales + n * groups, mins + n * groups, xsum.data(), groups, G, y + n);
+#endif
     return;
   }
 #pragma omp parallel for num_threads(threads) schedule(static)
