@@ -13,14 +13,17 @@ from miniyaie.engine.step_cost import Machine, SeqStep, roofline, step_cost
 pytestmark = pytest.mark.ungraded
 
 
-def test_bench_offline_prints_the_roofline_of_its_decode_steps(tmp_path, capsys):
+@pytest.mark.parametrize("weights", ["auto", "int4"])
+def test_bench_offline_prints_the_roofline_of_its_decode_steps(tmp_path, capsys, weights):
     save_tiny_model("llama", tmp_path / "tiny")
     out_json = tmp_path / "r.json"
     argv = ["bench", "offline", "--model", str(tmp_path / "tiny"), "--num-requests", "4", "--input-len", "3:12",
             "--output-len", "4:8", "--peers", "none", "--no-floor", "--threads", "1", "--no-progress",
-            "--machine", "10,100", "--json", str(out_json)]
+            "--machine", "10,100", "--json", str(out_json), "--quantization", weights]
     assert main(argv) == 0
-    decode = json.loads(out_json.read_text())["decode_steps"]
+    report = json.loads(out_json.read_text())
+    assert report["weights"] == {"auto": "none", "int4": "int4"}[weights], "auto runs a directory's float weights"
+    decode = report["decode_steps"]
     assert decode["steps"] >= 3 and decode["machine_gb_s"] == 10 and decode["machine_gflop_s"] == 100
     # ~330 KB of fp32 weights per step at 10 GB/s against ~0.1 MFLOP per token at 100 GFLOP/s: memory-bound
     assert decode["bound"] == "memory" and decode["bounds"] == {"memory": decode["steps"]}
@@ -46,3 +49,18 @@ def test_the_machine_is_measured_or_given():
     given = parse_machine("20,150")
     assert (given.bytes_per_s, given.flops_per_s) == (20e9, 150e9)
     assert main(["bench", "offline", "--machine", "20"]) == 2
+
+
+def test_decode_steps_of_weights_in_blocks_count_the_blocks_bytes():
+    """Weights in blocks read a fraction of a byte per weight (0.72 for the bundled Q4_1 file): the roofline of
+    a step that reads its weights falls with them, and the K/V stays in its own dtype."""
+    from dataclasses import replace
+
+    config = tiny_config("llama")
+    machine = Machine(1e9, 1e15)  # bound by bytes
+    chunks = [[(1, 5, True)]]
+    dense = decode_steps(config, chunks, [1.0], machine, 4)
+    blocks = decode_steps(config, chunks, [1.0], machine, 4, weight_bytes=0.72)
+    cost = step_cost(config, [SeqStep(1, 5)], 4, 4)
+    expected = roofline(replace(cost, weight_bytes=round(cost.weight_bytes * 0.72 / 4)), machine).seconds
+    assert blocks["predicted_s"] == pytest.approx(expected) and blocks["predicted_s"] < dense["predicted_s"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
+from dataclasses import replace
 
 import torch
 
@@ -59,7 +60,10 @@ def decode_steps(config: ModelConfig, step_chunks: list, step_seconds: list[floa
         if not chunks or any(n != 1 or not samples for n, _, samples in chunks):
             continue
         seqs = [SeqStep(n, start, samples) for n, start, samples in chunks]
-        line = roofline(step_cost(config, seqs, weight_bytes or dtype_bytes, dtype_bytes), machine)
+        cost = step_cost(config, seqs, dtype_bytes, dtype_bytes)
+        if weight_bytes is not None:  # the weights' bytes scaled to what blocks hold per weight
+            cost = replace(cost, weight_bytes=round(cost.weight_bytes * weight_bytes / dtype_bytes))
+        line = roofline(cost, machine)
         predicted.append(line.seconds)
         measured.append(seconds)
         bounds[line.bound] += 1
