@@ -76,7 +76,10 @@ def test_the_peer_gets_the_same_prompts_and_settings_and_is_reported(tiny_dir, t
     assert (env["VLLM_CPU_NUM_OF_RESERVED_CPU"], env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_TARGET_DEVICE"]) == ("0", "2", "cpu")
     assert env["PYTHONPATH"] is None  # our tree must not shadow the other environment's packages
     ours, peer = report["rows"]
-    assert peer["system"] == "fake vllm" and peer["seconds"] == 0.25
+    from miniyaie.bench.vllm_peer import default_dtype
+
+    assert sent["request"]["dtype"] == default_dtype(), "vLLM runs in the dtype a user would run it in"
+    assert peer["system"] == f"fake vllm, {default_dtype()}" and peer["seconds"] == 0.25
     assert peer["output_tokens"] == workload.num_output_tokens
     assert peer["output_tok_s"] == pytest.approx(workload.num_output_tokens / 0.25, rel=0.01)
     assert peer["ours_over_this"] == pytest.approx(ours["output_tok_s"] / peer["output_tok_s"], rel=0.02)
@@ -160,3 +163,17 @@ def test_the_cli_wrapper_answers_vllms_version_lookup(tmp_path):
     done = subprocess.run([str(wrapper), "serve", "--port", "1"], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split(maxsplit=2)[:2] == ["0.32.0+cpu", "cpu"] and "'serve', '--port', '1'" in done.stdout
+
+
+def test_the_peers_dtype_is_what_the_cpu_runs_natively_unless_asked(tiny_dir, tmp_path, monkeypatch):
+    import miniyaie.bench.llamacpp_env as env
+    from miniyaie.bench.vllm_peer import default_dtype
+
+    monkeypatch.setattr(env, "cpu_flags", lambda path="/proc/cpuinfo": {"avx512f", "amx_bf16"})
+    assert default_dtype() == "bfloat16"
+    monkeypatch.setattr(env, "cpu_flags", lambda path="/proc/cpuinfo": {"avx2"})
+    assert default_dtype() == "float32", "bfloat16 without AVX512-BF16 or AMX is emulated: nobody runs it"
+    python, seen = fake_python(tmp_path, ANSWERS)
+    status, report = bench(tiny_dir, tmp_path, "--vllm-python", str(python), "--vllm-dtype", "bfloat16")
+    assert status == 0 and json.loads(seen.read_text())["request"]["dtype"] == "bfloat16"
+    assert report["rows"][1]["system"] == "fake vllm, bfloat16"

@@ -126,7 +126,8 @@ def run(args, config_overrides: dict | None = None) -> dict:
                 method="ngram", num_speculative_tokens=best.stats["num_speculative_tokens"],
                 prompt_lookup_min=best.stats["prompt_lookup_min"], prompt_lookup_max=best.stats["prompt_lookup_max"])
             results.append(run_vllm(workload, str(path), threads, best.stats["enable_prefix_caching"], args.vllm_python,
-                                    speculative=speculative, sampling=sampling if mode != "greedy" else None))
+                                    speculative=speculative, sampling=sampling if mode != "greedy" else None,
+                                    dtype=getattr(args, "vllm_dtype", None)))
         except PeerSkipped as exc:
             not_run.append(dict(system="vllm", status="skipped", reason=str(exc)))
         except PeerFailed as exc:

@@ -49,15 +49,25 @@ def _log_tail(path: Path) -> str:
     return "\n".join(lines[-LOG_TAIL_LINES:]) or "(no output)"
 
 
+def default_dtype() -> str:
+    """The dtype a user runs vLLM's CPU build in: bfloat16 where the CPU multiplies it natively (AVX512-BF16
+    or AMX), float32 elsewhere (vLLM would emulate bfloat16 there)."""
+    from miniyaie.bench.llamacpp_env import cpu_flags
+
+    return "bfloat16" if cpu_flags() & {"avx512_bf16", "amx_bf16"} else "float32"
+
+
 def run_vllm(workload: Workload, model: str, threads: int, enable_prefix_caching: bool, python: str | None = None,
-             timeout: float = 3600.0, speculative: dict | None = None, sampling: dict | None = None) -> Result:
+             timeout: float = 3600.0, speculative: dict | None = None, sampling: dict | None = None,
+             dtype: str | None = None) -> Result:
     """vLLM on the workload, exactly each request's output length; its outputs in stats["outputs"].
     `speculative`: vLLM's speculative_config (e.g. n-gram drafts), or None for none. `sampling`: the
-    SamplingParams fields every request gets (temperature, top_p, top_k), or None for greedy."""
-    python = find_python(python)
+    SamplingParams fields every request gets (temperature, top_p, top_k), or None for greedy. `dtype`:
+    float32 or bfloat16 (default: default_dtype(), named in the system's name)."""
+    python, dtype = find_python(python), dtype or default_dtype()
     with tempfile.TemporaryDirectory(prefix="miniyaie-vllm-") as tmp:
         request, result, log = Path(tmp, "request.json"), Path(tmp, "result.json"), Path(tmp, "child.log")
-        request.write_text(json.dumps({"model": str(model), "dtype": "float32", "enable_prefix_caching": enable_prefix_caching,
+        request.write_text(json.dumps({"model": str(model), "dtype": dtype, "enable_prefix_caching": enable_prefix_caching,
                                        "prompts": workload.prompts, "output_lens": workload.output_lens,
                                        "speculative_config": speculative, "sampling": sampling}))
         with open(log, "w") as out:
@@ -85,4 +95,4 @@ def run_vllm(workload: Workload, model: str, threads: int, enable_prefix_caching
     stats = {"outputs": outputs, "startup_seconds": report.get("startup_seconds")}
     if tcmalloc_path() is None:  # it runs without, slower: the figure would sell vLLM short, so say so
         stats["note"] = f"ran without tcmalloc preloaded ({APT_STEP}); vLLM's CPU backend expects it"
-    return Result(system, seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)
+    return Result(f"{system}, {dtype}", seconds, workload.num_output_tokens, workload.num_prompt_tokens, stats)

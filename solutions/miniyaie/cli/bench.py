@@ -102,6 +102,8 @@ def add_parsers(sub) -> None:
                         "(default hf-static,hf-cb)")
     p.add_argument("--vllm-python", default=None, metavar="PATH",
                    help=f"the Python of vLLM's environment, for --peers vllm (default: ${ENV_VAR}; see bench setup-vllm)")
+    p.add_argument("--vllm-dtype", choices=["float32", "bfloat16"], default=None,
+                   help="vLLM's dtype (default: bfloat16 where the CPU has AVX512-BF16 or AMX, else float32)")
     p.add_argument("--llamacpp-python", default=None, metavar="PATH",
                    help=f"the Python of llama.cpp's environment, for --peers llamacpp (default: ${LLAMACPP_ENV_VAR}; "
                         "see bench setup-llamacpp)")
