@@ -118,6 +118,12 @@ def test_the_drafts_cache_keeps_exactly_the_accepted_drafts(models):
     the first rejected draft, and its blocks are those tokens' blocks."""
     target, near, _ = models
     proposer = engine(target, near, block_size=2).speculation.proposer
+    unseen = Request("unseen", [2, 7, 1, 8], max_tokens=50, output_token_ids=[2])
+    copy = proposer._follow(unseen)
+    assert copy is proposer.copies.get("unseen") and copy.request.all_token_ids == unseen.all_token_ids, (
+        "following a request the draft has not seen makes its copy (kept in proposer.copies): the request's tokens")
+    assert copy.request.num_computed_tokens == 0, "a request the draft has not seen starts with nothing computed"
+    proposer.forget("unseen")
     request = Request("r", [3, 1, 4, 1, 5], max_tokens=50)
     request.output_token_ids.append(9)  # the pending token: sampled, not computed
     drafts = proposer.draft([(request, 4)])["r"]
@@ -145,6 +151,74 @@ def test_the_drafts_cache_keeps_exactly_the_accepted_drafts(models):
             f"{proposer.memory.num_used_blocks}: the rejected drafts' blocks must come back")
     proposer.forget("r")
     assert proposer.memory.num_used_blocks == 0 and "r" not in proposer.copies
+
+
+@pytest.mark.parametrize("agreeing", [0, 1, 3, 4])
+@pytest.mark.task("9.4")
+def test_tokens_that_came_while_the_draft_was_idle_are_checked_against_its_drafts(models, agreeing):
+    """Speculation was off for a few steps (a prompt was being prefilled): the target wrote several tokens of
+    its own, one per step, while the copy still holds the K/V of its last drafts. Only the drafts those tokens
+    repeat, up to the first that differs, are still right; after following, the next drafts are what plain
+    greedy decoding with the draft model gives."""
+    target, near, _ = models
+    proposer = engine(target, near, block_size=2).speculation.proposer
+    request = Request("r", [3, 1, 4, 1, 5], max_tokens=50)
+    request.output_token_ids.append(9)  # the pending token: sampled, not computed
+    known = request.num_tokens
+    drafts = proposer.draft([(request, 4)])["r"]
+    differ = [(drafts[agreeing] + 1) % 320] if agreeing < 4 else []  # the target's token where it left the drafts
+    came = drafts[:agreeing] + differ + [11, 12, 13]
+    request.output_token_ids += came  # several tokens, no drafting in between
+    proposer._follow(request)
+    copy, computed = proposer.copies["r"], known + min(agreeing, 3)
+    got = copy.request.num_computed_tokens
+    assert got == computed, (
+        f"the copy computed the {known} known tokens and drafts {drafts[:3]}; then {len(came)} tokens came without "
+        f"drafting: {came}. Its K/V stay right only up to the first draft that differs from the token that came "
+        f"at its position ({agreeing} agree): {computed} tokens, but the copy counts {got}. A draft the new tokens "
+        "do not repeat is a rejected draft, whether the target rejected it in a verification or wrote past it alone")
+    assert copy.request.all_token_ids == request.all_token_ids, "the copy's tokens must be the request's"
+    assert proposer.memory.num_used_blocks == blocks_needed(computed, 2), (
+        f"{computed} computed tokens need {blocks_needed(computed, 2)} blocks of 2; the draft's pool holds "
+        f"{proposer.memory.num_used_blocks}: the rejected drafts' blocks must come back")
+    again = proposer.draft([(request, 3)])["r"]
+    alone = run_alone(near, request.all_token_ids, 3)
+    assert again == alone, (f"after the tokens that came while it was idle the draft proposes {again}, but greedy "
+                            f"decoding with the draft model alone gives {alone}")
+
+
+@pytest.mark.task("9.4")
+def test_a_round_of_drafting_runs_the_draft_model_on_each_token_once(models):
+    """Three requests wanting 4, 2 and 3 drafts, twice: the draft model (wrapped here to count the tokens it is
+    run on) computes each token it has not computed once, and each draft but the last once, in each round."""
+    target, near, _ = models
+    proposer = engine(target, near).speculation.proposer
+    proposer.max_prefill_tokens = 1000  # every prompt is caught up with in the first call
+    counted = []
+    hook = near.register_forward_pre_hook(lambda module, args: counted.append(args[0].numel()))
+    try:
+        requests = [Request(f"r{i}", prompt, max_tokens=50) for i, prompt in enumerate(PROMPTS[:3])]
+        for request in requests:
+            request.output_token_ids.append(9)
+        wanted = list(zip(requests, (4, 2, 3)))
+        backlogs = [request.num_tokens for request in requests]  # the draft has computed nothing yet
+        for round_ in ("first", "second"):
+            counted.clear()
+            drafts = proposer.draft(wanted)
+            want = sum(backlogs) + sum(k - 1 for _, k in wanted)
+            assert sum(counted) == want, (
+                f"{round_} round: drafting {[k for _, k in wanted]} tokens for requests with {backlogs} tokens the "
+                f"draft had not computed ran the draft model on {sum(counted)} tokens in {len(counted)} passes; "
+                f"computing each of those tokens once and each draft but the last once makes {want}: a pass must "
+                "compute only what no earlier pass computed (the draft before it), not every token since the copy "
+                "was last in line with the request")
+            backlogs = []  # the target keeps 1, all (2) and none of the drafts, and writes a token of its own
+            for (request, k), kept in zip(wanted, (1, 2, 0)):
+                own = (drafts[request.request_id][kept] + 1) % 320 if kept < k else 7
+                request.output_token_ids += drafts[request.request_id][:kept] + [own]
+                backlogs.append(1 if kept < k else 2)  # its own token (and the last draft, never computed)
+    finally:
+        hook.remove()
 
 
 @pytest.mark.task("9.4")

@@ -155,6 +155,43 @@ def test_a_model_drafting_for_itself_has_every_draft_accepted(tiny):
 
 
 @pytest.mark.task("9.3")
+def test_a_request_whose_chunk_computes_none_of_its_drafts_verifies_nothing(tiny):
+    """A budget of 6 tokens for 7 requests drafting 4 each: a request's chunk often ends at its pending token,
+    or the request is left out. It emits one token, or none, as without speculation, and verified_steps counts
+    only the request-steps that scored a draft (every draft is right here: those emit 2 tokens or more)."""
+    model, _ = tiny
+    plain = tokens(engine(model, False, max_num_batched_tokens=6), PROMPTS, greedy())
+    llm = oracle_engine(model, plain, max_num_batched_tokens=6)
+    real_propose, drafted = llm.speculation.propose, set()
+
+    def watching(running, num_waiting, eligible):
+        before = {r.request_id: len(r.output_token_ids) for r in running}
+        real_propose(running, num_waiting, eligible)
+        drafted.clear()
+        drafted.update(r.request_id for r in running if len(r.output_token_ids) > before[r.request_id])
+
+    llm.speculation.propose = watching
+    ids = [llm.add_request(p, greedy()) for p in PROMPTS]
+    emitted, runs, cut_to_none = {rid: [] for rid in ids}, 0, 0
+    while llm.has_unfinished():
+        per_request: dict[str, int] = {}
+        for event in llm.step():
+            emitted[event.request_id].append(event.token_id)
+            per_request[event.request_id] = per_request.get(event.request_id, 0) + 1
+        runs += sum(n > 1 for n in per_request.values())
+        cut_to_none += sum(per_request.get(rid) == 1 for rid in drafted)
+    assert [emitted[rid] for rid in ids] == plain
+    assert cut_to_none > 0, "the budget was meant to leave some drafted request's chunk at its pending token"
+    c = llm.counters
+    assert c["draft_tokens"] == c["accepted_draft_tokens"] > 0, f"every right draft is accepted: {c}"
+    assert c["verified_steps"] == runs, (
+        f"verified_steps counts the request-steps that scored at least one draft ({runs} here); in {cut_to_none} "
+        f"request-steps the budget cut a request's chunk to its pending token, so its drafts were all taken off and "
+        f"nothing was verified, yet the counters say {c['verified_steps']}: a request that keeps none of its "
+        "drafts after scheduling is a plain decode, not a verification")
+
+
+@pytest.mark.task("9.3")
 def test_each_drafted_position_is_scored_with_the_output_as_it_would_be_there(tiny):
     """Penalties, min_tokens and logprobs depend on the tokens before a position: a draft's position is
     scored over the output that ends just before it, so the tokens and logprobs equal the plain engine's."""

@@ -66,7 +66,8 @@ class DraftModelProposer(DraftPrefill):
         Each list holds exactly k tokens: the draft model's greedy continuation of the request's
         tokens, one token at a time as plain decoding would choose them. Requests that do not fit get
         no entry (the step runs without their drafts). Cost: at most max(k) forward passes of the
-        draft model for the whole batch, and no token of a request is computed twice in one call.
+        draft model for the whole batch, run on each token the copy had not computed once and on each
+        draft but the last once: no token of a request is computed twice in one call.
         Afterwards each copy's `drafted` holds its drafts and its memory holds the K/V of every token
         it computed (the request's tokens and every draft but the last).
         """
@@ -110,19 +111,24 @@ class DraftModelProposer(DraftPrefill):
 
         Before: the copy (if any) holds the tokens it was given last time, then its drafts; K/V of its
         first request.num_computed_tokens tokens are in the draft's memory. `request` is the target's:
-        since then it has emitted some tokens (a prefix of those drafts that the target agreed with, and
-        one of its own) and may have been preempted, but its earlier tokens are unchanged.
+        since then it has emitted some tokens (after a verification, a prefix of those drafts that the
+        target agreed with and one of its own; after steps that did not draft, several of its own, which
+        may repeat some of the drafts or none) or none, and may have been preempted, but its earlier
+        tokens are unchanged.
         After: the copy's tokens equal the request's all_token_ids (its output list is the draft's own),
         `confirmed` is their number, `drafted` is empty, and its num_computed_tokens counts the leading
-        tokens whose K/V it holds that are still right, all of them but never the request's last token
-        (drafting starts from that token's logits, so it must be computed again); the draft's memory
-        holds no block past those. A request the draft has not seen starts with nothing computed.
+        tokens whose K/V it holds that are still right (a draft's K/V are right only if it and every
+        draft before it equal the request's tokens at their positions), all of them but never the
+        request's last token (drafting starts from that token's logits, so it must be computed again);
+        the draft's memory holds no block past those. A request the draft has not seen starts with
+        nothing computed.
         """
         # Nudge: which of the K/V the draft computed last step are still the request's tokens?
-        # Hint 1: Last step the draft computed its K/V for the confirmed tokens and for all but
+        # Hint 1: Last time the draft computed its K/V for the confirmed tokens and for all but
         #   its last draft. The target then kept some drafts and wrote one token of its own (or
-        #   nothing at all, when the step left the request out), so the draft's K/V stay right
-        #   up to the first position where its tokens and the request's differ; everything
+        #   nothing at all, when the step left the request out; or several tokens of its own,
+        #   when steps ran without drafting, repeating some drafts or none), so the draft's K/V
+        #   stay right up to the first position where its tokens and the request's differ; everything
         #   after is K/V of a rejected guess and must go, block and all, or the next drafts
         #   would attend to it. And drafting needs the logits of the request's last token: if
         #   the draft already holds that token's K/V, it must compute it once more.

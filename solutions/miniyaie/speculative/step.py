@@ -67,7 +67,7 @@ class Speculation:
         `forget(request_id)` when a request ends).
 
         `counters`: the engine's, where draft_tokens (drafts the model scored), accepted_draft_tokens
-        (those it kept), verified_steps (request-steps that had drafts) and speculation_off_steps (steps
+        (those it kept), verified_steps (request-steps that scored a draft) and speculation_off_steps (steps
         with requests decoding that drafted nothing: a prompt to prefill, or too many of them) are added up.
 
         max_step_tokens: the decoding requests' tokens a step may carry, drafts included. Drafts pay only
@@ -140,8 +140,9 @@ class Speculation:
         Before: self._drafts maps each request that got drafts to (request, n), its last n output
         tokens being drafts; the scheduler has made `out`. After: a request keeps exactly the drafts
         its chunk in `out` computes (none if it has no chunk: left out, or preempted); the others are
-        off its output, and self._drafts maps each request that kept some to (request, how many).
-        Nothing else changes (the memory gave slots only to scheduled tokens).
+        off its output, and self._drafts maps each request that kept some to (request, how many). A
+        request that keeps none decodes plainly this step: it is not verified, and verified_steps does
+        not count it. Nothing else changes (the memory gave slots only to scheduled tokens).
         """
         # Nudge: a chunk covers some positions; which drafts' positions are among them?
         # Hint 1: The scheduler hands out "the tokens after num_computed_tokens", so a chunk
