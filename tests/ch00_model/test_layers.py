@@ -137,6 +137,39 @@ def test_apply_rotary_matches_complex_rotation(head_dim, num_heads, positions, s
 
 
 @pytest.mark.task("0.2")
+@given(head_dim=st.sampled_from([8, 64, 80]), num_heads=st.integers(1, 4), seed=st.integers(0, 2**16))
+@example(head_dim=64, num_heads=3, seed=0)  # SmolLM2's heads
+def test_apply_rotary_on_bfloat16_rotates_in_float32_and_rounds_once(head_dim, num_heads, seed):
+    """bfloat16 q and k, float32 tables (positions up to 4,000): the exact rotation rounded once to bfloat16, but
+    for rare last-bit differences. Rounding the tables to bfloat16 and rotating in it (as transformers' Llama does)
+    rounds cos, sin, both products and their sum: a third or more of the elements come out another bfloat16 value,
+    up to about a unit of bfloat16 at the pair's size off."""
+    g = torch.Generator().manual_seed(seed)
+    config = _config(head_dim)
+    pos = torch.randint(0, 4000, (64,), generator=g)
+    x = (torch.randn(64, num_heads, head_dim, generator=g) * 2).to(torch.bfloat16)
+    cos, sin = rope_cos_sin(config, pos, rope_inverse_frequencies(config))
+    half = head_dim // 2
+    z = torch.complex(x[..., :half].double(), x[..., half:].double())
+    rotated = z * torch.complex(cos[:, :half].double(), sin[:, :half].double())[:, None, :]
+    exact = torch.cat([rotated.real, rotated.imag], dim=-1)
+    out = apply_rotary(x, cos, sin)
+    assert out.dtype == torch.bfloat16, f"bfloat16 in, bfloat16 out: got {out.dtype}"
+    share = (out.float() != exact.to(torch.bfloat16).float()).float().mean().item()
+    # error in units of bfloat16's rounding step at the size of the pair (a rotation keeps it): rounding once
+    # is off by at most half a unit; rounding cos, sin, the products and the sum adds up to several
+    pair = torch.cat([z.abs(), z.abs()], dim=-1)
+    unit = torch.finfo(torch.bfloat16).eps * pair.clamp_min(torch.finfo(torch.float32).tiny)
+    worst = ((out.double() - exact).abs() / unit).max().item()
+    assert share < 0.01 and worst <= 0.51, (
+        f"{share:.1%} of the rotated elements differ from the exact rotation rounded once to bfloat16, by up to "
+        f"{worst:.2f} units of bfloat16 at the pair's size (rounding once: well under 1% and at most 0.5): the "
+        "rotation must run in float32 (x, cos and sin as float32) and round to x's dtype once at the end, not in "
+        "x's bfloat16 with the tables rounded to it"
+    )
+
+
+@pytest.mark.task("0.2")
 @given(m=st.integers(0, 500), n=st.integers(0, 500), shift=st.integers(0, 500), seed=st.integers(0, 2**16))
 def test_rotary_scores_depend_only_on_distance(m, n, shift, seed):
     """<RoPE(q, m), RoPE(k, n)> depends on m - n only, and rotation keeps vector norms."""
