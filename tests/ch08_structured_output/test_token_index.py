@@ -7,6 +7,10 @@ walks, on SmolLM2's byte-level vocabulary (where tokens can end in the
 middle of a character) and on a small one with multi-byte characters.
 """
 
+import threading
+import time
+from collections import Counter
+
 import pytest
 import torch
 from byte_vocabularies import byte_vocabulary
@@ -247,6 +251,85 @@ def test_each_states_mask_is_computed_once_and_kept_one_bit_per_token():
     assert held <= len(seen) * -(-index.size // 8), (
         f"{len(seen)} masks of {index.size} tokens kept one bit per token take at most {len(seen) * -(-index.size // 8)} "
         f"bytes, they take {held}")
+
+
+class SlowIndex(TokenIndex):
+    """A TokenIndex whose allowed counts its calls per state and waits: the other threads ask meanwhile."""
+
+    def __init__(self, *args, gate: threading.Event | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls, self.calls_lock, self.gate, self.building = Counter(), threading.Lock(), gate, threading.Event()
+
+    def allowed(self, state):
+        with self.calls_lock:
+            self.calls[state] += 1
+        self.building.set()
+        if self.gate is not None:
+            self.gate.wait(10)
+        else:
+            time.sleep(0.05)  # a slow walk: every other thread asks for the state while this one builds it
+        return super().allowed(state)
+
+
+def run_threads(count: int, work) -> list:
+    """Run work(k) on `count` threads started together; return what each raised (none hangs: a deadlock fails)."""
+    start, errors = threading.Barrier(count, timeout=10), []
+
+    def worker(k):
+        try:
+            start.wait()
+            work(k)
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "threads asking for masks did not finish in 30 s: a deadlock?"
+    return errors
+
+
+@pytest.mark.task("8.2")
+@pytest.mark.parametrize("threads", [2, 8])
+def test_threads_asking_for_one_state_at_once_compute_its_mask_once(threads):
+    vocabulary = byte_vocabulary([b"ab"])
+    index = SlowIndex(compile_regex("(ab|c)+"), vocabulary)
+    fresh = TokenIndex(index.dfa, vocabulary)
+    states = [index.dfa.initial, index.next_state(index.dfa.initial, ord("a"))]
+    got = []
+    errors = run_threads(threads, lambda k: got.extend((s, index.mask(s)) for s in states))
+    assert not errors, f"mask raised on a thread: {errors[0]!r}"
+    for state, mask in got:
+        assert torch.equal(mask, fresh.allowed(state)), f"a thread got a wrong mask for state {state}"
+    assert dict(index.calls) == {s: 1 for s in states}, (
+        f"{threads} threads asked for states {states} at once: each state's mask must be computed once (one call of "
+        f"allowed per state), it was computed {dict(index.calls)} times. Two threads that both miss a state must not "
+        "both build it: the second waits for the first one's build, then reads it")
+    assert index.mask_builds == len(states), f"mask_builds must count {len(states)} builds, got {index.mask_builds}"
+
+
+@pytest.mark.task("8.2")
+def test_a_built_state_and_nbytes_are_answered_while_another_state_builds():
+    gate = threading.Event()
+    index = SlowIndex(compile_regex("(ab|c)+"), byte_vocabulary([b"ab"]))
+    start = index.dfa.initial
+    index.mask(start)  # built (without the gate), before the slow build below
+    index.gate, index.building = gate, threading.Event()
+    slow = threading.Thread(target=index.mask, args=(index.next_state(start, ord("a")),), daemon=True)
+    slow.start()
+    try:
+        assert index.building.wait(10), "mask(state) must compute a state's mask by calling allowed(state)"
+        answered = []
+        reader = threading.Thread(target=lambda: answered.extend([index.mask(start), index.nbytes]), daemon=True)
+        reader.start()
+        reader.join(timeout=5)
+        assert answered, ("while one thread builds a state's mask, mask() of a state already built and nbytes must be "
+                          "answered: hold no lock they need across the build (the engine thread reads masks every step)")
+    finally:
+        gate.set()
+        slow.join(timeout=10)
 
 
 @pytest.mark.task("8.2")

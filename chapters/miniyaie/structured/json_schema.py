@@ -27,7 +27,7 @@ from miniyaie.structured.json_containers import (NUMBER, SCALARS, STRING_CHAR, a
                                                  object_regex)
 from miniyaie.structured.limits import Limits, PatternError, over
 from miniyaie.structured.regex_check import json_string_regex
-from miniyaie.structured.schema_values import check_value, short, value_text
+from miniyaie.structured.schema_values import check_value, json_type, short, value_text
 from miniyaie.structured.trie_regex import alternation
 
 MAX_DEPTH = 5
@@ -36,6 +36,8 @@ KNOWN = {"type", "properties", "required", "enum", "const", "anyOf", "minLength"
          "minItems", "maxItems", "additionalProperties"} | IGNORED
 TYPES = {"object", "array", "string", "integer", "number", "boolean", "null"}
 ANY_ITEM = {"type": ["string", "number", "boolean", "null"]}  # an array's items when the schema names none
+KEYWORDS_OF = {"string": {"minLength", "maxLength", "pattern"}, "array": {"items", "minItems", "maxItems"},
+               "object": {"properties", "required", "additionalProperties"}}  # the keywords that apply to a type
 
 
 def literal(value) -> str:
@@ -110,8 +112,16 @@ def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
     known and of the right kind, sizes within `limits`, enum/const values
     that JSON can write, required names among the properties, anyOf alone.
     - const, enum: exactly those values, less the ones the schema's other
-      keywords refuse ({"type": "string", "enum": [1, "a"]} allows only
-      "a"); a PatternError naming const or enum if none is left.
+      keywords refuse, as JSON Schema reads them: with a type (or anyOf) the
+      other keywords are a schema of their own ({"type": "string", "enum":
+      [1, "a"]} allows only "a"); with none, each keyword judges only the
+      values of the types it applies to (KEYWORDS_OF: minLength strings,
+      minItems arrays, ...), with that value's type (json_type): {"enum":
+      ["a", 1], "minLength": 3} allows only 1, {"enum": ["abc", [1]],
+      "minItems": 2} only "abc", {"enum": [{"a": 1}], "maxLength": 0} the
+      object (what that judge refuses, the schema does: maxLength below
+      minLength beside a string value). A PatternError naming const or
+      enum if none is left.
     - anyOf: a value valid under any branch. type, a list: any of the types.
     - integer, number, boolean, null: SCALARS; string: _string(schema, limits).
     - array: `items` (default ANY_ITEM), minItems (default 0) to maxItems
@@ -153,7 +163,8 @@ def _check_keywords(schema: dict, depth: int, limits: Limits) -> None:
         raise PatternError("unsupported JSON schema keyword 'additionalProperties' (only false: listed properties only)")
     if not isinstance(schema.get("items", {}), dict):
         raise PatternError(f"items must be a schema (an object), got {type(schema['items']).__name__}")
-    if "object" not in kinds and "properties" in schema and kind is not None:  # not used here: checked all the same
+    # properties not used here (or used only for an enum's objects): checked all the same
+    if "object" not in kinds and "properties" in schema and (kind is not None or "enum" in schema or "const" in schema):
         for sub in schema["properties"].values():
             schema_to_regex(sub, depth + 1, limits, "properties")
     if "array" not in kinds and "items" in schema:

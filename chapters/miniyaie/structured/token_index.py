@@ -49,6 +49,7 @@ class TokenIndex:
         self.token_bytes, self.lengths = vocabulary.byte_matrix()
         self._masks: dict[int, np.ndarray] = {}  # state -> its allowed tokens, packed 8 to a byte
         self._lock = threading.Lock()  # masks are built from the engine thread and from request workers
+        self._build_lock = threading.Lock()  # held while a mask is built (self._lock only for moments: nbytes)
         self.build_seconds = 0.0  # time spent walking the vocabulary, over all states built so far
         self.compile_seconds = 0.0  # regex -> byte DFA (set by IndexCache, which compiles it)
         self.mask_builds = 0  # masks computed (by allowed) so far: one per state, however often it is asked for
@@ -81,12 +82,16 @@ class TokenIndex:
     def mask(self, state: int) -> torch.Tensor:
         """allowed(state), what decoding reads at every step: computed once per state, then remembered.
 
-        Each state's mask is computed (by `allowed`) the first time it is asked for, and
-        `self.mask_builds` counts those computations: asking again for a state already built
-        computes nothing. It is kept packed, one bit per token, in `self._masks` (state ->
-        `_pack(mask)`; `_unpack(packed, self.size)` gives it back), which `nbytes` and
+        Each state's mask is computed (by one call of `self.allowed(state)`) the first time it
+        is asked for, and `self.mask_builds` counts those computations: asking again for a state
+        already built computes nothing. It is kept packed, one bit per token, in `self._masks`
+        (state -> `_pack(mask)`; `_unpack(packed, self.size)` gives it back), which `nbytes` and
         `built_states` read and a compile process ships. Safe to call from several threads (the
-        engine thread and request workers): a state's mask is kept once.
+        engine thread and request workers): however many threads ask for one state at once, its
+        mask is computed exactly once (one call of allowed, one count in mask_builds) and every
+        thread gets it; a thread that asks while another builds it waits for that build. A
+        state already built is answered without waiting for builds of other states, and
+        `nbytes` is not held up by a build.
         """
         # Idea: where is a state's mask remembered, and what happens when two threads build the same one?
         # Stuck? `miniyaie hint 8.2` prints hints, one level at a time.

@@ -27,7 +27,7 @@ from miniyaie.structured.json_containers import (NUMBER, SCALARS, STRING_CHAR, a
                                                  object_regex)
 from miniyaie.structured.limits import Limits, PatternError, over
 from miniyaie.structured.regex_check import json_string_regex
-from miniyaie.structured.schema_values import check_value, short, value_text
+from miniyaie.structured.schema_values import check_value, json_type, short, value_text
 from miniyaie.structured.trie_regex import alternation
 
 MAX_DEPTH = 5
@@ -36,6 +36,8 @@ KNOWN = {"type", "properties", "required", "enum", "const", "anyOf", "minLength"
          "minItems", "maxItems", "additionalProperties"} | IGNORED
 TYPES = {"object", "array", "string", "integer", "number", "boolean", "null"}
 ANY_ITEM = {"type": ["string", "number", "boolean", "null"]}  # an array's items when the schema names none
+KEYWORDS_OF = {"string": {"minLength", "maxLength", "pattern"}, "array": {"items", "minItems", "maxItems"},
+               "object": {"properties", "required", "additionalProperties"}}  # the keywords that apply to a type
 
 
 def literal(value) -> str:
@@ -160,8 +162,16 @@ def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
     known and of the right kind, sizes within `limits`, enum/const values
     that JSON can write, required names among the properties, anyOf alone.
     - const, enum: exactly those values, less the ones the schema's other
-      keywords refuse ({"type": "string", "enum": [1, "a"]} allows only
-      "a"); a PatternError naming const or enum if none is left.
+      keywords refuse, as JSON Schema reads them: with a type (or anyOf) the
+      other keywords are a schema of their own ({"type": "string", "enum":
+      [1, "a"]} allows only "a"); with none, each keyword judges only the
+      values of the types it applies to (KEYWORDS_OF: minLength strings,
+      minItems arrays, ...), with that value's type (json_type): {"enum":
+      ["a", 1], "minLength": 3} allows only 1, {"enum": ["abc", [1]],
+      "minItems": 2} only "abc", {"enum": [{"a": 1}], "maxLength": 0} the
+      object (what that judge refuses, the schema does: maxLength below
+      minLength beside a string value). A PatternError naming const or
+      enum if none is left.
     - anyOf: a value valid under any branch. type, a list: any of the types.
     - integer, number, boolean, null: SCALARS; string: _string(schema, limits).
     - array: `items` (default ANY_ITEM), minItems (default 0) to maxItems
@@ -178,11 +188,16 @@ def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
     #   anyOf, then a list of types, then one type. The enum is the subtle one: its values
     #   must also satisfy whatever else the schema says (a type, a maxLength), and the rest
     #   of the schema is itself a schema: convert it, and keep the values its regex matches.
+    #   Without a type, the rest is no schema of its own: a maxLength says nothing about 1
+    #   or about [1], so judge each value by the keywords of its own type only, with its type.
     #   Every alternation you build goes inside a group, so it can sit inside a member or an
     #   item. Property names are texts like enum values: literal(name).
     # Hint 2: rest = the schema without enum, const and IGNORED keywords. const/enum: the
-    #   values' compact JSON texts; if rest is not empty, keep the texts that
-    #   re.fullmatch(schema_to_regex(rest, depth, limits)) accepts; none left: PatternError;
+    #   values' compact JSON texts. The judge of a value: rest itself if rest has a type or
+    #   anyOf; else the keywords of rest in KEYWORDS_OF[json_type(value)] plus that type, or
+    #   no judge if none of them is there (the value is kept). Keep the texts that
+    #   re.fullmatch(schema_to_regex(judge, depth, limits)) accepts (one regex per judge,
+    #   not per value); none left: PatternError;
     #   else alternation(texts). anyOf: "(" + "|".join(branch regexes) + ")". A list of
     #   types: the same over schema_regex({**schema, "type": k}) for each k. Scalars and
     #   strings: the helpers. array: array_regex(item regex, minItems or 0, maxItems or
@@ -191,8 +206,13 @@ def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
     # Hint 3:
     #   rest = {k: v for k, v in schema.items() if k not in IGNORED | {"enum", "const"}}
     #   if "const" in schema or "enum" in schema:
-    #       texts = [compact JSON of v for v in ([schema["const"]] if "const" in schema else schema["enum"])]
-    #       if rest: allowed = re.compile(schema_to_regex(rest, depth, limits)); texts = [t for t in texts if allowed.fullmatch(t)]
+    #       texts, judges = [], {}  # a value's type ("any" when rest has a type or anyOf) -> its regex or None
+    #       for v in ([schema["const"]] if "const" in schema else schema["enum"]):
+    #           kind = "any" if "type" in rest or "anyOf" in rest else json_type(v)
+    #           if kind not in judges:
+    #               judge = rest if kind == "any" else {k: x for k, x in rest.items() if k in KEYWORDS_OF.get(kind, ())}
+    #               judges[kind] = judge and re.compile(schema_to_regex(judge if kind == "any" else {**judge, "type": kind}, ...))
+    #           if not judges[kind] or judges[kind].fullmatch(compact JSON of v): texts.append(compact JSON of v)
     #       if not texts: raise PatternError("enum: no value is allowed ...")
     #       return alternation(texts)
     #   if "anyOf" in schema: return "(" + "|".join(schema_to_regex(s, depth + 1, limits, "anyOf") for s in schema["anyOf"]) + ")"
@@ -206,11 +226,16 @@ def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
     rest = {k: v for k, v in schema.items() if k not in IGNORED | {"enum", "const"}}
     if "const" in schema or "enum" in schema:
         keyword = "const" if "const" in schema else "enum"
-        values = [schema["const"]] if keyword == "const" else schema["enum"]
-        texts = [json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in values]
-        if rest:  # keep the values the schema's other keywords allow (by their own regex)
-            allowed = re.compile(schema_to_regex(rest, depth, limits))
-            texts = [t for t in texts if allowed.fullmatch(t)]
+        texts, judges = [], {}  # a value's type ("any": rest has its own) -> the regex that judges it (None: kept)
+        for value in [schema["const"]] if keyword == "const" else schema["enum"]:
+            kind = "any" if "type" in rest or "anyOf" in rest else json_type(value)
+            if kind not in judges:  # the keywords that apply to this type, with the type; or rest, a schema itself
+                judge = rest if kind == "any" else {k: v for k, v in rest.items() if k in KEYWORDS_OF.get(kind, ())}
+                judges[kind] = judge and re.compile(
+                    schema_to_regex(judge if kind == "any" else {**judge, "type": kind}, depth, limits))
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            if not judges[kind] or judges[kind].fullmatch(text):
+                texts.append(text)
         if not texts:
             raise PatternError(f"{keyword}: no value is allowed (empty, or none satisfies the schema's other "
                                "keywords): nothing could be written")
@@ -259,7 +284,8 @@ def _check_keywords(schema: dict, depth: int, limits: Limits) -> None:
         raise PatternError("unsupported JSON schema keyword 'additionalProperties' (only false: listed properties only)")
     if not isinstance(schema.get("items", {}), dict):
         raise PatternError(f"items must be a schema (an object), got {type(schema['items']).__name__}")
-    if "object" not in kinds and "properties" in schema and kind is not None:  # not used here: checked all the same
+    # properties not used here (or used only for an enum's objects): checked all the same
+    if "object" not in kinds and "properties" in schema and (kind is not None or "enum" in schema or "const" in schema):
         for sub in schema["properties"].values():
             schema_to_regex(sub, depth + 1, limits, "properties")
     if "array" not in kinds and "items" in schema:

@@ -20,7 +20,21 @@ def short(value) -> str:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
         text = type(value).__name__
+    if not text.isascii():  # a lone surrogate has no UTF-8 spelling: a message quoting it could not be sent
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(value)  # every non-ASCII character as its \u escape
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def json_type(value) -> str:
+    """The JSON Schema type of a value JSON can write: "boolean" for True, "integer" for 3, "number" for 1.5, ..."""
+    for kind, types in (("boolean", bool), ("integer", int), ("number", float), ("string", str), ("null", type(None)),
+                        ("array", list), ("object", dict)):
+        if isinstance(value, types):
+            return kind
+    return type(value).__name__
 
 
 # ANCHOR: check_value
@@ -35,6 +49,9 @@ def check_value(value, keyword: str, depth: int = 0) -> None:
     item of a list and each key and value of a dict one level below it).
     Nothing else is raised, however deep the value: one nested 100,000
     lists deep is refused as too deep (a PatternError, not a RecursionError).
+    The message names the problem in words ("surrogate" for a lone
+    surrogate) and is text UTF-8 can write (str(error).encode("utf-8")
+    works): a 400's body carries it, so it never quotes a lone surrogate raw.
     Examples: [1, "a", {"k": None}] passes; [1.5, float("inf")] and
     {"\\ud800": 1} are refused; 32 nested lists around 1 pass, 33 do not.
     """
@@ -47,7 +64,8 @@ def check_value(value, keyword: str, depth: int = 0) -> None:
     # Hint 2: If depth > MAX_VALUE_DEPTH: refuse. A float: refuse unless math.isfinite. A
     #   string: refuse if any character's code point is in 0xD800..0xDFFF. A list: check
     #   each item at depth + 1. A dict: check each key and each value at depth + 1.
-    #   Start every message with the keyword.
+    #   Start every message with the keyword, and describe the value rather than quote it
+    #   (a surrogate in the message would make the reply itself unwritable).
     # Hint 3:
     #   if depth > MAX_VALUE_DEPTH: raise PatternError(f"{keyword}: a value nests deeper than ...")
     #   if float and not math.isfinite(value): raise PatternError(f"{keyword}: ... not a finite number")

@@ -77,6 +77,7 @@ class TokenIndex:
         self.token_bytes, self.lengths = vocabulary.byte_matrix()
         self._masks: dict[int, np.ndarray] = {}  # state -> its allowed tokens, packed 8 to a byte
         self._lock = threading.Lock()  # masks are built from the engine thread and from request workers
+        self._build_lock = threading.Lock()  # held while a mask is built (self._lock only for moments: nbytes)
         self.build_seconds = 0.0  # time spent walking the vocabulary, over all states built so far
         self.compile_seconds = 0.0  # regex -> byte DFA (set by IndexCache, which compiles it)
         self.mask_builds = 0  # masks computed (by allowed) so far: one per state, however often it is asked for
@@ -126,35 +127,48 @@ class TokenIndex:
     def mask(self, state: int) -> torch.Tensor:
         """allowed(state), what decoding reads at every step: computed once per state, then remembered.
 
-        Each state's mask is computed (by `allowed`) the first time it is asked for, and
-        `self.mask_builds` counts those computations: asking again for a state already built
-        computes nothing. It is kept packed, one bit per token, in `self._masks` (state ->
-        `_pack(mask)`; `_unpack(packed, self.size)` gives it back), which `nbytes` and
+        Each state's mask is computed (by one call of `self.allowed(state)`) the first time it
+        is asked for, and `self.mask_builds` counts those computations: asking again for a state
+        already built computes nothing. It is kept packed, one bit per token, in `self._masks`
+        (state -> `_pack(mask)`; `_unpack(packed, self.size)` gives it back), which `nbytes` and
         `built_states` read and a compile process ships. Safe to call from several threads (the
-        engine thread and request workers): a state's mask is kept once.
+        engine thread and request workers): however many threads ask for one state at once, its
+        mask is computed exactly once (one call of allowed, one count in mask_builds) and every
+        thread gets it; a thread that asks while another builds it waits for that build. A
+        state already built is answered without waiting for builds of other states, and
+        `nbytes` is not held up by a build.
         """
         # Nudge: where is a state's mask remembered, and what happens when two threads build the same one?
         # Hint 1: Decoding asks for the mask of the current state at every step and comes back
         #   to the same states again and again (a JSON key, a string's body): compute each once.
-        #   Keep it packed (6 KB a state for 49,152 tokens, not a 49 KB bool tensor). The walk is
-        #   slow: do not hold the lock while it runs; if two threads race, keep the first result.
-        # Hint 2: Look the state up in self._masks. If it is missing: compute allowed(state) on one
-        #   thread (_OneThread), pack it, count it in mask_builds, and store it under the lock
-        #   unless another thread stored one meanwhile. Return the stored mask unpacked.
+        #   Keep it packed (6 KB a state for 49,152 tokens, not a 49 KB bool tensor). Two threads
+        #   may miss the same state at once: "look, then build" must be one step for a state, or
+        #   both build it. Hold a lock across the second look and the build (self._build_lock,
+        #   not self._lock, which nbytes needs meanwhile); a state already built needs no lock.
+        # Hint 2: Look the state up in self._masks; found: return it unpacked. Missing: take the
+        #   build lock and look again (another thread may have built it while this one waited).
+        #   Still missing: compute allowed(state) on one thread (_OneThread), pack it, and under
+        #   self._lock store it and count it in mask_builds. Return the stored mask unpacked.
         # Hint 3:
         #   packed = self._masks.get(state)
         #   if packed is None:
-        #       with _OneThread(): packed = _pack(self.allowed(state))
-        #       with self._lock: self.mask_builds += 1; packed = self._masks.setdefault(state, packed)
+        #       with self._build_lock:
+        #           packed = self._masks.get(state)   # built by another thread while this one waited?
+        #           if packed is None:
+        #               with _OneThread(): packed = _pack(self.allowed(state))
+        #               with self._lock: self._masks[state] = packed; self.mask_builds += 1
         #   return _unpack(packed, self.size)
         # BEGIN SOLUTION 8.2: The token index
         packed = self._masks.get(state)
         if packed is None:
-            with _OneThread():
-                packed = _pack(self.allowed(state))
-            with self._lock:
-                self.mask_builds += 1
-                packed = self._masks.setdefault(state, packed)
+            with self._build_lock:
+                packed = self._masks.get(state)  # another thread may have built it while this one waited
+                if packed is None:
+                    with _OneThread():
+                        packed = _pack(self.allowed(state))
+                    with self._lock:
+                        self._masks[state] = packed
+                        self.mask_builds += 1
         return _unpack(packed, self.size)
         # END SOLUTION
     # ANCHOR_END: mask

@@ -1,0 +1,79 @@
+"""Chapter 8's tests name the mistakes learners made (found in trials, once accepted by grading).
+
+Each case plants one wrong answer in a copy of the reference module, points the chapter's test module
+at it, and runs the test that should catch it: it must fail, with a message that names the mistake.
+"""
+
+import importlib.util
+import inspect
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from miniyaie._switch import SOLUTIONS_ROOT
+
+pytestmark = pytest.mark.ungraded
+CH08 = Path(__file__).resolve().parents[1] / "ch08_structured_output"
+
+PLANTS = {
+    "enum judged by the rest as a schema, with no type": (
+        "json_schema.py", 'kind = "any" if "type" in rest or "anyOf" in rest else json_type(value)', 'kind = "any"',
+        "test_schema_values", "test_without_a_type_each_keyword_judges_only_the_enum_values_of_its_type", {},
+        r"was refused \(unsupported or missing JSON schema type None\), but 1 is valid"),
+    "enum kept whole when the rest names no type": (
+        "json_schema.py", 'kind = "any" if "type" in rest or "anyOf" in rest else json_type(value)',
+        'kind = "any" if "type" in rest or "anyOf" in rest else "kept"', "test_schema_values",
+        "test_without_a_type_each_keyword_judges_only_the_enum_values_of_its_type", {},
+        r'"a" is not valid under \{\'minLength\': 3\}, yet the regex .* allows it'),
+    "mask built outside a lock": (
+        "token_index.py", "            with self._build_lock:\n                packed = self._masks.get(state)",
+        "            if True:\n                packed = self._masks.get(state)", "test_token_index",
+        "test_threads_asking_for_one_state_at_once_compute_its_mask_once", {"threads": 8},
+        r"each state's mask must be computed once .* it was computed \{\d+: [2-8], \d+: [2-8]\} times"),
+    "mask built under the lock nbytes needs": (
+        "token_index.py", "                    with self._lock:\n                        self._masks[state] = packed",
+        "                    if True:\n                        self._masks[state] = packed",
+        "test_token_index", "test_a_built_state_and_nbytes_are_answered_while_another_state_builds", {},
+        r"mask\(\) of a state already built and nbytes must be answered"),
+    "the lone surrogate quoted in the refusal": (
+        "schema_values.py", 'raise PatternError(f"{keyword}: a string holds a lone surrogate',
+        'raise PatternError(f"{keyword}: {value!s} holds a lone surrogate', "test_schema_values",
+        "test_a_lone_surrogate_is_refused_naming_it_in_text_utf8_can_write", {},
+        r"cannot be written as UTF-8: .*makes the server fail with a 500"),
+}
+
+
+def _import(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("mistake", list(PLANTS))
+def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mistake, tmp_path, monkeypatch):
+    file, old, new, test_module, test_name, params, message = PLANTS[mistake]
+    source = (SOLUTIONS_ROOT / "structured" / file).read_text()
+    assert source.count(old) == 1, f"the reference no longer contains {old!r}: update the plant"
+    if mistake == "mask built under the lock nbytes needs":  # the whole build under self._lock, not the build lock
+        source = source.replace("with self._build_lock:", "with self._lock:")
+    planted = tmp_path / f"planted_{file}"
+    planted.write_text(source.replace(old, new))
+    module = _import(planted, f"planted_{Path(file).stem}_{abs(hash(mistake))}")
+    monkeypatch.syspath_prepend(str(CH08))
+    tests = _import(CH08 / f"{test_module}.py", f"planted_tests_{test_module}")
+    for name in ("schema_to_regex", "check_value", "TokenIndex"):  # what the test reaches, from the planted module
+        if hasattr(module, name) and hasattr(tests, name):
+            monkeypatch.setattr(tests, name, getattr(module, name))
+    if file == "token_index.py":  # the test's counting index derives from the planted class
+        tests.SlowIndex.__bases__ = (module.TokenIndex,)  # a fresh import of the test module: nothing to restore
+    test = getattr(tests, test_name)
+    wanted = {k: v for k, v in params.items() if k in inspect.signature(test).parameters}
+    with pytest.raises((AssertionError, ExceptionGroup, pytest.fail.Exception)) as failure:
+        test(**wanted)
+    errors = failure.value.exceptions if isinstance(failure.value, ExceptionGroup) else [failure.value]
+    messages = [str(e) for e in errors]
+    assert any(re.search(message, m, re.S) for m in messages), f"no message names the mistake ({message!r}): {messages}"
