@@ -83,9 +83,8 @@ def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, inv_freq: torch.T
     positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2], config's rope scaling included: pair k
     turns by position * inv_freq[k] (the book's Task 0.2 says which dimensions form pair k). Row t is token t;
     column c holds the cos (sin) of the angle dimension c turns by (apply_rotary and chapter 4's kernels read
-    it). Float32 whatever the model's dtype: an angle (position times inv_freq) reaches thousands of radians,
-    and bfloat16's 8 significant bits would turn position 4,001 into 4,000: no precision left in the angle.
-    Asserted: transformers' tables.
+    it). Float32 whatever the model's dtype: angles reach thousands of radians, and in bfloat16 (8 significant
+    bits) position 4,001 would be 4,000, its angle off by radians. Asserted: transformers' tables.
     """
     # Nudge: dimension c belongs to one pair: which pair, and so which of the head_dim / 2 speeds is column c's?
     # Hint 1: Pair i is dimensions i and i + head_dim/2 (rotate half), and its angle at position p
@@ -110,18 +109,12 @@ def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, inv_freq: torch.T
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate every head of every token by its token's angles (the Hugging Face "rotate half" layout).
 
-    x: [num_tokens, num_heads, head_dim]; cos, sin: [num_tokens, head_dim] as
-    rope_cos_sin lays them out. Dimension i is paired with dimension
-    i + head_dim/2; read as the complex number x[i] + j*x[i + head_dim/2],
-    the pair is multiplied by e^(j*a), a being its angle. Returns a tensor of
-    x's shape and dtype, computed in float32 and rounded to x's dtype once.
-    Asserted: the complex definition and transformers' apply_rotary_pos_emb
-    to 1e-4, norms kept, a score unchanged when both positions shift by the
-    same amount, and on bfloat16 x the exact rotation rounded once to
-    bfloat16 but for rare elements (under 1%; at most half a unit of bfloat16
-    at the pair's size). transformers' Llama rounds cos and sin to the
-    model's dtype and rotates in it: in bfloat16 that rounds four times and
-    changes a third of the elements; we keep the float32 tables' precision.
+    x: [num_tokens, num_heads, head_dim]; cos, sin: [num_tokens, head_dim] as rope_cos_sin lays them out. Dimension
+    i pairs with i + head_dim/2; read as the complex number x[i] + j*x[i + head_dim/2], the pair is multiplied by
+    e^(j*a), a being its angle. Returns x's shape and dtype, computed in float32 and rounded once (transformers' Llama
+    rotates in the model's dtype: in bfloat16, four roundings that change a third of the elements). Asserted: the
+    complex definition and transformers' apply_rotary_pos_emb to 1e-4, norms kept, a score unchanged when both
+    positions shift alike, and on bfloat16 x the exact rotation rounded once but for rare elements (under 1%).
     """
     # Nudge: the heads share their token's angles: how do cos and sin meet a tensor with a heads dimension?
     # Hint 1: Write the complex product out in real numbers: the first member of a pair becomes
