@@ -181,15 +181,15 @@ extern "C" {
 void quant_matmul_q4(const float* x, int64_t M, int64_t K, const uint8_t* codes, const uint16_t* scales,
                      const uint16_t* mins, int64_t N, int64_t G, float* y, int threads) {
   const int64_t groups = K / G;
-  const std::vector<float> xsum = group_sums(x, M, K, G);
 #if defined(__AVX512F__) && !defined(MINIYAIE_VECTOR_FLOATS)
-  if (M == 1 && N % 4 == 0) {
+  if (M == 1 && N % 4 == 0) {  // the lookup holds the minimums: no sums of x needed
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t n = 0; n < N; n += 4)
       q4_columns_one_row_lookup<4>(x, K, codes + n * (K / 2), scales + n * groups, mins + n * groups, groups, G, y + n);
     return;
   }
 #endif
+  const std::vector<float> xsum = group_sums(x, M, K, G);
   if (M == 1 && N % 4 == 0) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t n = 0; n < N; n += 4)
