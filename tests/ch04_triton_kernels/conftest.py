@@ -79,6 +79,12 @@ def _crash_output(output: str) -> str:
     return output[at : at + 3000] if at >= 0 else output[-3000:]
 
 
+def _last_error(proc) -> str:
+    """The last line that names an error in a child's output (pytest's INTERNALERROR, a usage error)."""
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if "Error" in line or "error:" in line]
+    return f" ({lines[-1].strip()[:300]})" if lines else ""
+
+
 def _run_child(config, tests: list[str]) -> dict:
     """One child pytest on `tests`: the results it recorded, and why it died (None when it did not)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,7 +100,7 @@ def _run_child(config, tests: list[str]) -> dict:
         try:
             proc = subprocess.run(args, cwd=config.rootpath, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
             killed = proc.returncode < 0
-            crash = None if proc.returncode in (0, 1, 5) else f"exit status {proc.returncode}"
+            crash = None if proc.returncode in (0, 1, 5) else f"exit status {proc.returncode}{_last_error(proc)}"
             if killed:
                 crash = (f"killed by signal {-proc.returncode} (in Triton's interpreter that is what a tl.load or tl.store "
                          "outside its tensor does: mask every access that can pass the end of a row or tensor, and compute an offset "

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import time
 
 import pytest
 
@@ -119,11 +120,17 @@ def pytest_timeout_set_timer(item, settings):
 
     def on_alarm(signum, frame):
         global _HUNG
-        if not getattr(item, "_miniyaie_in_test_code", False):
-            # Between phases (pytest reporting a result): raising here would be
-            # pytest's INTERNALERROR, not this test's failure. Look again soon:
-            # back in a setup, call or teardown it fails; once the test is
-            # over, cancel_timer disarms this.
+        spent = _test_code_seconds(item)
+        if spent < seconds:
+            # The limit counts the test's own code only (setups, the call, teardowns),
+            # not pytest reporting a result on a busy machine: ring again when the
+            # rest of it would have run out.
+            signal.setitimer(signal.ITIMER_REAL, max(seconds - spent, 0.01))
+            return
+        if not getattr(item, "_miniyaie_phase_start", None):
+            # Between phases: raising here would be pytest's INTERNALERROR, not this
+            # test's failure. Back in a setup, call or teardown it fails; once the
+            # test is over, cancel_timer disarms this.
             signal.setitimer(signal.ITIMER_REAL, 0.05)
             return
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -135,13 +142,20 @@ def pytest_timeout_set_timer(item, settings):
     return True
 
 
+def _test_code_seconds(item) -> float:
+    """How long the test's own code has run so far (its finished phases and the one running)."""
+    start = getattr(item, "_miniyaie_phase_start", None)
+    return getattr(item, "_miniyaie_spent", 0.0) + (time.monotonic() - start if start else 0.0)
+
+
 def _in_test_code(item):
-    """Mark the time the test's own code runs (a setup, the call, a teardown)."""
-    item._miniyaie_in_test_code = True
+    """Time the test's own code (a setup, the call, a teardown): what its limit counts."""
+    item._miniyaie_phase_start = time.monotonic()
     try:
         return (yield)
     finally:
-        item._miniyaie_in_test_code = False
+        item._miniyaie_spent = _test_code_seconds(item)
+        item._miniyaie_phase_start = None
 
 
 pytest_runtest_setup = pytest.hookimpl(wrapper=True)(_in_test_code)
