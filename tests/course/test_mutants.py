@@ -95,6 +95,29 @@ def test_batch_sessions_each_import_their_own_tree(tmp_path):
     assert [[r.outcome for r in results if r.nodeid == test] for results in outcomes] == [["passed"], ["failed"], ["passed"]]
 
 
+def test_a_session_with_a_hang_retires_its_worker_and_the_next_session_runs_in_a_fresh_one(tmp_path):
+    """A looping mutant may leave a thread spinning (an engine loop waiting while holding its lock):
+    the sessions after it must not run beside that thread."""
+    (tmp_path / "test_where.py").write_text(
+        "import os, threading\n\ndef test_where():\n"
+        "    names = [t.name for t in threading.enumerate()]\n"
+        "    with open(os.path.join(os.path.dirname(__file__), 'where.txt'), 'a') as f:\n"
+        "        f.write(f'{os.getpid()} {\"spinner\" in names}\\n')\n"
+    )
+    (tmp_path / "test_hang.py").write_text(
+        "import threading, pytest\n\n@pytest.mark.timeout(0.5)\ndef test_hang():\n"
+        "    threading.Thread(target=lambda: [None for _ in iter(int, 1)], name='spinner', daemon=True).start()\n"
+        "    while True:\n        pass\n"
+    )
+    plugin = ["-p", "miniyaie.course.pytest_plugin", "-p", "no:cacheprovider"]
+    where, hang = str(tmp_path / "test_where.py"), str(tmp_path / "test_hang.py")
+    outcomes = run_sessions([Session("solutions", [*plugin, s]) for s in (where, hang, where)], workers=1)
+    assert [[r.outcome for r in results] for results in outcomes] == [["passed"], ["failed"], ["passed"]]
+    (first_pid, _), (second_pid, spinner_seen) = [line.split() for line in (tmp_path / "where.txt").read_text().splitlines()]
+    assert first_pid != second_pid, "the session after a hang ran in the worker that hung"
+    assert spinner_seen == "False"
+
+
 SLOT_LOAD = "    slot = tl.load(slot_mapping_ptr + token).to(tl.int64)\n"
 
 

@@ -8,7 +8,10 @@ chapter module (`miniyaie.<package>`) and every test module is dropped from
 `sys.modules`, so chapter code and tests are imported afresh from the tree
 that session selects. A worker that dies (a segfault in a mutant) is restarted
 for the sessions after the one it died in, which is reported as "crashed".
-A worker outlives one call of run_sessions: the next call (the next stage or
+A session in which a test ran past its time limit retires its worker once
+the results are in: the looping code may have left a thread spinning (an
+engine loop waiting while it holds its lock), and every later session in
+that process would run beside it. A worker outlives one call of run_sessions: the next call (the next stage or
 chapter of `course holes` / `course mutants`) sends its sessions to the same
 processes, which isolate them the same way, so torch and the rest are imported
 once per command, not once per call (1.5-3.5 s of CPU per worker each time).
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from miniyaie._switch import ENV_VAR, REPO_ROOT, _is_chapter_module
+from miniyaie.course import pytest_plugin
 from miniyaie.course.pytest_plugin import RESULTS_ENV, TIMEOUTS_ENV
 from miniyaie.course.testrun import TestResult
 
@@ -91,6 +95,8 @@ class _Worker:
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        self.retired = False  # it ended itself after a session with a hang: start a new one
+
 
     def run(self, session: Session) -> list[TestResult] | None:
         """The session's results; None when the worker died in it (it is then gone for good)."""
@@ -103,7 +109,11 @@ class _Worker:
         if not line:
             self.close()
             return None
-        return [_result(nodeid, r) for nodeid, r in json.loads(line).items()]
+        answer = json.loads(line)
+        if answer["retire"]:
+            self.retired = True
+            self.close()
+        return [_result(nodeid, r) for nodeid, r in answer["results"].items()]
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -126,6 +136,8 @@ def _run_in_order(slot: int, sessions: list[Session]) -> list[list[TestResult]]:
         if slot not in _POOL:
             _POOL[slot] = _Worker()
         done = _POOL[slot].run(session)
+        if done is not None and _POOL[slot].retired:
+            del _POOL[slot]
         if done is None:  # the worker died inside this session
             del _POOL[slot]
             done = [TestResult("<worker died>", None, [], False, True, CRASHED, "the test process died")]
@@ -188,8 +200,12 @@ def _worker() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         for line in jobs:
-            results.write(json.dumps(_run_one(Session(**json.loads(line)), report)) + "\n")
+            outcomes = _run_one(Session(**json.loads(line)), report)
+            hung = pytest_plugin._HUNG  # a test of this session ran past its limit
+            results.write(json.dumps({"results": outcomes, "retire": hung}) + "\n")
             results.flush()
+            if hung:  # a thread the looping code started may still spin: end without waiting for it
+                os._exit(0)
 
 
 if __name__ == "__main__":
