@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from miniyaie.backends.gguf_file import read_tensors
 from miniyaie.quant.blocks import QuantizedWeight, from_gguf_blocks
 from miniyaie.quant.linear import QuantizedEmbedding, QuantizedLinear, float_linear
 
@@ -29,23 +30,14 @@ ROTARY_INTERLEAVED = ("llama",)
 def read_gguf(path: str | Path) -> tuple[str, dict[str, tuple[str, "object", tuple[int, ...]]]]:
     """The file's architecture (`general.architecture`, e.g. "llama" or "qwen2") and every tensor:
     name -> (type name such as "Q4_1" or "F32", raw data as stored, shape [rows, cols]). The same file read
-    again (same size and time) is not parsed again: parsing the bundled file's vocabulary takes seconds."""
+    again (same size and time) is not read again."""
     stat = Path(path).stat()
     return _read_gguf(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=2)
 def _read_gguf(path: str, size: int, mtime_ns: int):
-    import gguf
-    import numpy as np
-
-    reader = gguf.GGUFReader(str(path))
-    architecture = reader.fields["general.architecture"].contents()
-    tensors = {}
-    for t in reader.tensors:
-        shape = tuple(int(s) for s in reversed(t.shape.tolist()))  # GGUF lists the fastest axis first
-        tensors[t.name] = (t.tensor_type.name, np.asarray(t.data), shape)
-    return architecture, tensors
+    return read_tensors(path)  # the tensor index only: the metadata (the vocabulary) is stepped over
 
 
 # ANCHOR: load_gguf_blocks
