@@ -125,7 +125,7 @@ def test_closing_the_event_stream_aborts_the_engine_request(served):
     import asyncio
 
     from miniyaie.api.metrics import ServerMetrics
-    from miniyaie.engine.openai_format import CompletionChunker
+    from miniyaie.openai_format import CompletionChunker
     from miniyaie.api.streaming import event_stream
 
     engine, _ = served

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator
 
-from miniyaie.engine.openai_format import check_text, content_text
+from miniyaie.openai_format import check_text, content_text
 from miniyaie.engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRING_LENGTH, MAX_STOP_STRINGS
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]

@@ -3,7 +3,7 @@
 A part of InferenceEngine (it inherits these methods): each one renders the
 messages and hands the prompt to the engine's one way in (`_submit`), then
 shapes the answer as OpenAI's `chat.completion` or `chat.completion.chunk`
-dicts (openai_format.py).
+dicts (miniyaie.openai_format).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing
 
-from miniyaie.engine import openai_format
+from miniyaie import openai_format
 from miniyaie.engine.errors import InvalidRequestError
 from miniyaie.engine.sampling_params import SamplingParams
 

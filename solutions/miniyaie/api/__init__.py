@@ -9,7 +9,7 @@ SamplingParams, the server's defaults), errors (OpenAI error objects),
 sse (event framing), streaming (collect or stream a request, abort it when
 the client leaves), metrics (/metrics), middleware (counts, the catch-all
 500, key, body), rag (--rag), app (the routes), server (run it). The
-response objects and chunks are the engine's (miniyaie.engine.openai_format).
+response objects and chunks are the engine's (miniyaie.openai_format).
 """
 
 from miniyaie.api.app import ServerSettings, create_app

@@ -41,7 +41,8 @@ from miniyaie.serving.preparation import Preparation
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest, prompts_of
 from miniyaie.api.response_format import structured_fields, with_structured_output
 from miniyaie.api.streaming import collect, count_unfinished, event_stream, unless_disconnected
-from miniyaie.engine import EngineError, InferenceEngine, openai_format
+from miniyaie import openai_format
+from miniyaie.engine import EngineError, InferenceEngine
 from miniyaie.engine.prepared import PreparedRequest, RequestStream
 from miniyaie.engine.sampling_params import generation_config_defaults
 

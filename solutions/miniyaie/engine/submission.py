@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 from miniyaie.engine.errors import InvalidRequestError
-from miniyaie.engine.openai_format.messages import check_text
+from miniyaie.openai_format.messages import check_text
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput
 from miniyaie.engine.request_state import RequestState
 from miniyaie.engine.sampling_params import SamplingParams

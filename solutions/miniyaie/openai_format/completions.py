@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from miniyaie.engine.openai_format.common import usage
+from miniyaie.openai_format.common import usage
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput, TokenLogprob
 
 

@@ -5,15 +5,15 @@
     chat          chat_completion, ChatChunker                  "chat.completion" and its chunks
     completions   text_completion, CompletionChunker            "text_completion" and its chunks
 
-It lives in the engine because data flows down: the engine's own
+It sits below the engine because data flows down: the engine's own
 `chat_completion*` conveniences return these shapes, and chapter 6's
 server imports them from here.
 """
 
-from miniyaie.engine.openai_format.chat import ChatChunker, chat_completion, chat_logprobs
-from miniyaie.engine.openai_format.common import completion_id, text_completion_id, usage
-from miniyaie.engine.openai_format.completions import CompletionChunker, completion_logprobs, text_completion
-from miniyaie.engine.openai_format.messages import ROLES, check_messages, check_text, content_text
+from miniyaie.openai_format.chat import ChatChunker, chat_completion, chat_logprobs
+from miniyaie.openai_format.common import completion_id, text_completion_id, usage
+from miniyaie.openai_format.completions import CompletionChunker, completion_logprobs, text_completion
+from miniyaie.openai_format.messages import ROLES, check_messages, check_text, content_text
 
 __all__ = [
     "check_messages", "content_text", "check_text", "ROLES",
