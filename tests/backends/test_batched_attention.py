@@ -43,6 +43,7 @@ def make_fast(kind: str, call_cost: int, group_bytes: int):
     return fast
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])  # bfloat16: a narrower K/V cache (kv_cache_dtype)
 @pytest.mark.parametrize("kind", ["torch", *VECTOR_WIDTHS])
 @settings(max_examples=25)
 @given(
@@ -61,7 +62,10 @@ def make_fast(kind: str, call_cost: int, group_bytes: int):
 @example(block_size=16, heads=(10, 1), head_dim=8, seq_lens=[20, 1, 37], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=13)  # the kernel's general loop
 @example(block_size=4, heads=(8, 1), head_dim=64, seq_lens=[9, 30, 1], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=17)  # its largest fixed group
 @example(block_size=48, heads=(3, 1), head_dim=64, seq_lens=[40, 17, 33, 1], call_cost=0, group_bytes=MAX_GROUP_BYTES, seed=11)  # a piece smaller than a block
-def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, heads, head_dim, seq_lens, call_cost, group_bytes, seed):
+def test_batched_backend_matches_the_reference_on_mixed_steps(kind, cache_dtype, block_size, heads, head_dim, seq_lens, call_cost,
+                                                              group_bytes, seed):
+    """The reference runs on a float32 pool holding what the fast backend's pool holds (K/V values that
+    bfloat16 represents exactly, when the pool is bfloat16): the same keys, so the same outputs."""
     num_heads, num_kv_heads = heads
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
@@ -72,8 +76,8 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, 
     for block in scattered:
         allocator.free(block)
     shape = (NUM_LAYERS, num_blocks * block_size, num_kv_heads, head_dim)
-    ref_k, ref_v = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
-    fast_k, fast_v = ref_k.clone(), ref_v.clone()
+    ref_k, ref_v = (torch.randn(shape, generator=g).to(cache_dtype).float() for _ in "kv")
+    fast_k, fast_v = ref_k.to(cache_dtype), ref_v.to(cache_dtype)
     reference, fast, scale = TorchAttentionBackend(), make_fast(kind, call_cost, group_bytes), head_dim**-0.5
     decode_rows = chunk_rows = chunk_steps = 0
 
@@ -101,15 +105,15 @@ def test_batched_backend_matches_the_reference_on_mixed_steps(kind, block_size, 
         chunk_steps += any(n > 1 for n in meta.query_lens)
         for layer in range(NUM_LAYERS):
             q = torch.randn(num_new, num_heads, head_dim, generator=g)
-            k = torch.randn(num_new, num_kv_heads, head_dim, generator=g)
-            v = torch.randn(num_new, num_kv_heads, head_dim, generator=g)
+            k = torch.randn(num_new, num_kv_heads, head_dim, generator=g).to(cache_dtype).float()
+            v = torch.randn(num_new, num_kv_heads, head_dim, generator=g).to(cache_dtype).float()
             expected = reference.forward(q, k, v, ref_k[layer], ref_v[layer], meta, scale)
             got = fast.forward(q, k, v, fast_k[layer], fast_v[layer], meta, scale)
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
         steps += 1
         for s in step:
             done[s] = ends[s]
-    assert torch.equal(fast_k, ref_k) and torch.equal(fast_v, ref_v)
+    assert fast_k.dtype == cache_dtype and torch.equal(fast_k.float(), ref_k) and torch.equal(fast_v.float(), ref_v)
     if kind == "torch":
         assert fast.num_plans == steps, "the step's plan is built once and shared by every layer"
     else:  # the kernels need no plan; chunks of other head sizes take the batched path, planned once a step

@@ -12,6 +12,7 @@
 // MINIYAIE_VECTOR_FLOATS (a -D flag) forces a width: the tests build both and compare them.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -49,6 +50,29 @@ inline vec load(const float* p) {
 }
 
 inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
+
+// A bfloat16 is the top half of a float32: widening one is a shift, no rounding (a K/V cache
+// kept in bfloat16 is read through these; the arithmetic stays float32).
+using bf16 = uint16_t;
+typedef uint16_t halves __attribute__((vector_size(W * sizeof(uint16_t))));
+typedef uint32_t words __attribute__((vector_size(W * sizeof(uint32_t))));
+
+inline vec load(const bf16* p) {
+  halves h;
+  std::memcpy(&h, p, sizeof h);
+  const words w = __builtin_convertvector(h, words) << 16;
+  vec v;
+  std::memcpy(&v, &w, sizeof v);
+  return v;
+}
+
+inline float to_float(float x) { return x; }
+inline float to_float(bf16 x) {
+  const uint32_t w = uint32_t(x) << 16;
+  float f;
+  std::memcpy(&f, &w, sizeof f);
+  return f;
+}
 
 inline float sum_lanes(vec v) {
   float s = 0.f;

@@ -39,7 +39,7 @@ import torch
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
                                                                        "layer_ops.cpp", "quant_matmul.cpp"))
-HEADERS = tuple(Path(__file__).with_name(name) for name in ("cpu_vector.h", "quant_blocks.h"))  # included: in the cache key
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("cpu_vector.h", "quant_blocks.h", "paged_decode_units.h"))  # included: in the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
 # point to flush-to-zero when it loads (gcc's crtfastmath), and torch's results with it.
@@ -52,8 +52,8 @@ log = logging.getLogger(__name__)
 # than the element-wise kernels themselves at decode sizes.
 _i64, _ptr, _int, _f32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 SIGNATURES = {
-    "paged_decode_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
-    "paged_chunk_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int],
+    "paged_decode_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int, _int],
+    "paged_chunk_attention": [_ptr, _ptr, _ptr, _ptr, _i64, _ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _i64, _f32, _ptr, _int, _int],
     "add_rms_norm": [_ptr, _ptr, _ptr, _f32, _i64, _i64, _ptr, _ptr, _int],
     "rotary_in_place": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _i64, _int],
     "silu_mul_in_place": [_ptr, _ptr, _i64, _int],
@@ -64,6 +64,7 @@ SIGNATURES = {
     "quant_matmul_rows": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
 }
 
+CACHE_TYPES = {torch.float32: 0, torch.bfloat16: 1}  # the K/V pools the attention kernels read (float32 arithmetic)
 RESTYPES = {"paged_chunk_attention": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
 
 
@@ -127,7 +128,8 @@ def paged_decode_attention(
     rows: torch.Tensor, seq_lens: torch.Tensor, group_starts: torch.Tensor, block_size: int, scale: float,
     out: torch.Tensor,
 ) -> None:
-    """Fill out[rows] with each sequence's one-query attention over its cached keys (float32, contiguous).
+    """Fill out[rows] with each sequence's one-query attention over its cached keys (q and out float32, the
+    cache float32 or bfloat16 (CACHE_TYPES), all contiguous).
     Sequences group_starts[i] .. group_starts[i+1]-1 are attended together, block by block, so that
     the blocks they share are read from memory once (int64, from 0 to rows.numel())."""
     num_heads, head_dim = q.shape[1], q.shape[2]
@@ -135,6 +137,7 @@ def paged_decode_attention(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
         rows.data_ptr(), seq_lens.data_ptr(), rows.numel(), group_starts.data_ptr(), group_starts.numel() - 1,
         num_heads, k_cache.shape[1], head_dim, block_size, scale, out.data_ptr(), torch.get_num_threads(),
+        CACHE_TYPES[k_cache.dtype],
     )
 
 
@@ -149,5 +152,5 @@ def paged_chunk_attention(
     return library.paged_chunk_attention(
         q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), block_tables.data_ptr(), block_tables.shape[1],
         first_rows.data_ptr(), query_lens.data_ptr(), seq_lens.data_ptr(), first_rows.numel(), num_heads,
-        k_cache.shape[1], head_dim, block_size, scale, out.data_ptr(), torch.get_num_threads(),
+        k_cache.shape[1], head_dim, block_size, scale, out.data_ptr(), torch.get_num_threads(), CACHE_TYPES[k_cache.dtype],
     ) == 0

@@ -17,9 +17,11 @@ scores four query rows against a few tiles at a time, each
 query only up to its own position: a causal chunk does half the work of
 SDPA with a mask, which computes every key.
 
-Where the kernels cannot run (no compiler, a dtype other than float32, a
-GPU tensor; for chunks, a head size other than 64 or 128) those rows take
-the batched torch path: same results.
+The cache may be kept in bfloat16 (`kv_cache_dtype`): the kernels widen each
+K and V row as they read it and compute in float32. Where the kernels cannot
+run (no compiler, queries in a dtype other than float32, a GPU tensor; for
+chunks, a head size other than 64 or 128) those rows take the batched torch
+path: same results.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
 
     def _usable(self, q: torch.Tensor, k_cache: torch.Tensor) -> bool:
         return (self.library is not None and q.device.type == "cpu"
-                and q.dtype == torch.float32 and k_cache.dtype == torch.float32)
+                and q.dtype == torch.float32 and k_cache.dtype in cpu_kernels.CACHE_TYPES)
 
     def _new_step(self, meta: AttentionMetadata) -> None:
         """Once per step: its decode rows and its chunks, as the kernels take them."""
@@ -126,8 +128,8 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         if not self._usable(q, k_cache):
             return super().forward(q, k, v, k_cache, v_cache, meta, scale)
-        k_cache.index_copy_(0, meta.slot_mapping, k)
-        v_cache.index_copy_(0, meta.slot_mapping, v)
+        k_cache.index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
+        v_cache.index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
         first_layer = meta is not self._meta_seen
         if first_layer:
             self._new_step(meta)

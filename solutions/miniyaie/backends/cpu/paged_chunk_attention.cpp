@@ -1,4 +1,5 @@
-// Attention of prefill and extend chunks over the paged cache, in place (CPU, float32).
+// Attention of prefill and extend chunks over the paged cache, in place (CPU, float32 arithmetic over a
+// float32 or bfloat16 cache: the copy into the scratch tiles widens bfloat16).
 //
 // A chunk is `query_len` new tokens of one sequence whose K/V (cached prefix and the chunk
 // itself) are already in the cache: query i sits at position p = seq_len - query_len + i and
@@ -33,9 +34,10 @@ constexpr int R = 4;   // query rows scored together (each tile of K is loaded o
 constexpr int B = 32;  // query rows of one work item (R-row groups sharing the K and V spans in cache)
 constexpr int NT = cpu_vector::fit(R, 4);  // tiles scored together: R x NT accumulators in registers
 
+template <typename E>  // the pool's element type: float, or bfloat16 (widened to float here)
 struct Pair {
-  const float* k_head;  // k_cache + kv_head * head_dim: add slot * slot_stride for a key
-  const float* v_head;
+  const E* k_head;  // k_cache + kv_head * head_dim: add slot * slot_stride for a key
+  const E* v_head;
   const int64_t* table;
   int64_t len, block_size, slot_stride;
 };
@@ -58,10 +60,11 @@ inline void swap_blocks(vec* rows) {
 
 // Kt[tile][d][j] = K[tile * T + j][d] (zero past len), T keys by T dimensions at a time through
 // registers; Vp[t][d] = V[t][d].
-void pack(const Pair& p, int64_t head_dim, float* kt, float* vp) {
+template <typename E>
+void pack(const Pair<E>& p, int64_t head_dim, float* kt, float* vp) {
   const vec zero = {};
   for (int64_t start = 0; start < p.len; start += T) {
-    const float* k[T];
+    const E* k[T];
     for (int j = 0; j < T; ++j) {
       const int64_t t = start + j;
       if (t >= p.len) {
@@ -70,7 +73,7 @@ void pack(const Pair& p, int64_t head_dim, float* kt, float* vp) {
       }
       const int64_t slot = p.table[t / p.block_size] * p.block_size + t % p.block_size;
       k[j] = p.k_head + slot * p.slot_stride;
-      std::memcpy(vp + t * head_dim, p.v_head + slot * p.slot_stride, sizeof(float) * head_dim);
+      for (int64_t d = 0; d < head_dim; d += T) store(vp + t * head_dim + d, load(p.v_head + slot * p.slot_stride + d));
     }
     float* tile = kt + start * head_dim;
     for (int64_t d = 0; d < head_dim; d += T) {
@@ -189,14 +192,12 @@ void attend_rows(const float* const* queries, float* const* outs, const int64_t*
     for (int c = 0; c < C; ++c) store(outs[r] + c * T, load(sums + r * D + c * T) / total[r]);
 }
 
-}  // namespace
-
-extern "C" int paged_chunk_attention(
-    const float* q, const float* k_cache, const float* v_cache, const int64_t* block_tables, int64_t table_width,
+template <typename E>
+void chunk_all(
+    const float* q, const E* k_cache, const E* v_cache, const int64_t* block_tables, int64_t table_width,
     const int64_t* first_rows, const int64_t* query_lens, const int64_t* seq_lens, int64_t num_seqs,
     int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size, float scale, float* out,
     int num_threads) {
-  if (head_dim != 64 && head_dim != 128) return 1;  // the caller attends such chunks another way
   const int64_t group = num_heads / num_kv_heads, pairs = num_seqs * num_kv_heads;
   std::vector<int64_t> kt_at(pairs + 1, 0), vp_at(pairs + 1, 0), work_at(pairs + 1, 0);
   for (int64_t pair = 0; pair < pairs; ++pair) {
@@ -221,7 +222,7 @@ extern "C" int paged_chunk_attention(
 #pragma omp for schedule(dynamic, 1)
     for (int64_t pair = 0; pair < pairs; ++pair) {
       const int64_t s = pair / num_kv_heads, kv_head = pair % num_kv_heads;
-      const Pair p{k_cache + kv_head * head_dim, v_cache + kv_head * head_dim, block_tables + s * table_width,
+      const Pair<E> p{k_cache + kv_head * head_dim, v_cache + kv_head * head_dim, block_tables + s * table_width,
                    seq_lens[s], block_size, num_kv_heads * head_dim};
       pack(p, head_dim, kt + kt_at[pair], vp + vp_at[pair]);
     }
@@ -249,5 +250,22 @@ extern "C" int paged_chunk_attention(
       else attend_rows<128>(queries, outs, last, n, kt_pair, vp_pair, scale, scores.data(), stride, sums.data());
     }
   }
+}
+
+}  // namespace
+
+// cache_type: the pool's element type, 0 float32, 1 bfloat16. Returns 1 (nothing written) for a head size
+// other than 64 and 128: the caller attends such chunks another way.
+extern "C" int paged_chunk_attention(
+    const float* q, const void* k_cache, const void* v_cache, const int64_t* block_tables, int64_t table_width,
+    const int64_t* first_rows, const int64_t* query_lens, const int64_t* seq_lens, int64_t num_seqs,
+    int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t block_size, float scale, float* out,
+    int num_threads, int cache_type) {
+  if (head_dim != 64 && head_dim != 128) return 1;
+  using cpu_vector::bf16;
+  const auto run = [&](auto* k, auto* v) { chunk_all(q, k, v, block_tables, table_width, first_rows, query_lens, seq_lens,
+                                                     num_seqs, num_heads, num_kv_heads, head_dim, block_size, scale, out, num_threads); };
+  cache_type == 1 ? run(static_cast<const bf16*>(k_cache), static_cast<const bf16*>(v_cache))
+                  : run(static_cast<const float*>(k_cache), static_cast<const float*>(v_cache));
   return 0;
 }

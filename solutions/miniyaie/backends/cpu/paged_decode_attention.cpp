@@ -1,4 +1,5 @@
-// Decode attention that reads K and V where they lie in the paged cache (CPU, float32).
+// Decode attention that reads K and V where they lie in the paged cache (CPU; float32 arithmetic over a
+// float32 or bfloat16 cache, the pool's element type T).
 //
 // One query token per sequence. For every KV head, the `group` query heads that share it are
 // scored against the sequence's keys in one pass over its blocks, then the softmax weights sum
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "cpu_vector.h"
+#include "paged_decode_units.h"
 
 namespace {
 
@@ -37,60 +39,6 @@ using cpu_vector::load;
 using cpu_vector::sum_lanes;
 using cpu_vector::vec;
 using cpu_vector::W;
-
-// One sequence of a work unit: its query and output rows, block table, length and scratch.
-struct Seq {
-  const float* query;    // the row's first query head
-  float* out;            // the row's first output head
-  const int64_t* table;  // its block table
-  int64_t len;           // keys to attend
-  float* scores;         // [(h1 - h0) * G][len]
-  float* sums;           // [(h1 - h0) * G][D]
-  float* total;          // [(h1 - h0) * G]
-};
-
-// One work unit: KV heads [h0, h1) of a few sequences, each KV head with the `group` query heads
-// that share it. The sequences of a unit usually begin with the same blocks (a prefix they share
-// in the cache, paged_attention.py groups them): the unit walks its sequences block by block,
-// so a shared block is read from memory by the first sequence and found in the core's cache by
-// the others.
-struct Unit {
-  const float* k_cache;  // the pool: key t of head h is at (slot(t) * num_kv_heads + h) * head_dim
-  const float* v_cache;
-  const Seq* seqs;
-  int64_t num_seqs, block_size, slot_stride, head_dim, group, h0, h1;
-  float scale;
-};
-
-// Asks the memory for block b's rows of heads [h0, h1) of `seq` (all heads: the block's whole
-// stretch of the pool): a sequence's blocks lie anywhere in the pool, where no prefetcher can guess them.
-inline void prefetch_block(const Unit& u, const Seq& seq, const float* pool, int64_t b, int64_t start) {
-  const int64_t n = std::min(u.block_size, seq.len - start), bytes = (u.h1 - u.h0) * u.head_dim * sizeof(float);
-  const char* row = reinterpret_cast<const char*>(pool + (seq.table[b] * u.block_size * u.slot_stride + u.h0 * u.head_dim));
-  for (int64_t i = 0; i < n; ++i, row += u.slot_stride * sizeof(float))
-    for (int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(row + byte);
-}
-
-// Calls visit(seq, start, n, rows) for each block of each sequence of the unit: block 0 of every
-// sequence, then block 1, ...; keys start .. start+n-1, `rows` pointing at the block's first slot
-// in `pool` (k or v). Fetches the next blocks meanwhile, a block the sequence before also has once.
-template <typename Visit>
-inline void for_each_block(const Unit& u, const float* pool, Visit visit) {
-  int64_t longest = 0;
-  for (int64_t i = 0; i < u.num_seqs; ++i) longest = std::max(longest, u.seqs[i].len);
-  for (int64_t start = 0, b = 0; start < longest; start += u.block_size, ++b) {
-    const int64_t next = start + u.block_size;
-    for (int64_t i = 0; i < u.num_seqs; ++i) {
-      const Seq& seq = u.seqs[i];
-      const bool shared = i > 0 && u.seqs[i - 1].len > next && u.seqs[i - 1].table[b + 1] == seq.table[b + 1];
-      if (next < seq.len && !shared) prefetch_block(u, seq, pool, b + 1, next);
-    }
-    for (int64_t i = 0; i < u.num_seqs; ++i) {
-      const Seq& seq = u.seqs[i];
-      if (start < seq.len) visit(seq, start, std::min(u.block_size, seq.len - start), pool + seq.table[b] * u.block_size * u.slot_stride);
-    }
-  }
-}
 
 // exp(s - max) of each of `rows` score rows, in place; fills total[r] with their sums.
 void softmax_unnormalised(float* scores, int64_t len, int64_t rows, float* total) {
@@ -120,8 +68,8 @@ void softmax_unnormalised(float* scores, int64_t len, int64_t rows, float* total
 // a query is loaded once and used NG or 4 times: loads, not multiply-adds, are what bounded the
 // one-key-at-a-time loop on AVX2.
 // ANCHOR: score_four
-template <int D, int NG>
-inline void score_four(const float* query, const float* key, int64_t stride, float* out, int64_t len, float scale) {
+template <int D, int NG, typename T>
+inline void score_four(const float* query, const T* key, int64_t stride, float* out, int64_t len, float scale) {
   constexpr int C = D / W;
   vec acc[NG][4] = {};
   for (int c = 0; c < C; ++c) {
@@ -145,17 +93,17 @@ inline void score_four(const float* query, const float* key, int64_t stride, flo
 
 // Both passes walk the blocks in order and, within a block, the unit's heads: with all heads in
 // one unit, each block's K (then V) is one contiguous stretch of memory read front to back.
-template <int D, int G>
-void attend(const Unit& u) {
+template <int D, int G, typename T>
+void attend(const Unit<T>& u) {
   constexpr int C = D / W;
   const int64_t heads = u.h1 - u.h0;
   // Heads per score_four call: each holds 4 sums and 1 query vector in registers, beside 1 key vector.
   constexpr int GB = std::min(G, (cpu_vector::REGISTERS - 1) / 5);
-  for_each_block(u, u.k_cache, [&](const Seq& seq, int64_t start, int64_t n, const float* block) {  // scores = scale * q . k
+  for_each_block(u, u.k_cache, [&](const Seq& seq, int64_t start, int64_t n, const T* block) {  // scores = scale * q . k
     for (int64_t h = u.h0; h < u.h1; ++h) {
       const float* query = seq.query + h * G * D;
       float* s = seq.scores + (h - u.h0) * G * seq.len + start;
-      const float* keys = block + h * D;
+      const T* keys = block + h * D;
       int64_t i = 0;
       for (; i + 4 <= n; i += 4) {
         int g = 0;
@@ -178,7 +126,7 @@ void attend(const Unit& u) {
   // Pass 2 holds G x CB sums in registers (the head's G rows times CB of its C vectors) and a
   // key's G weights, and walks the block's values once per CB columns, each vector loaded once.
   constexpr int CB = cpu_vector::fit_rows(G, C);
-  for_each_block(u, u.v_cache, [&](const Seq& seq, int64_t start, int64_t n, const float* block) {  // sums += weight * v
+  for_each_block(u, u.v_cache, [&](const Seq& seq, int64_t start, int64_t n, const T* block) {  // sums += weight * v
     for (int64_t h = u.h0; h < u.h1; ++h) {
       const float* w = seq.scores + (h - u.h0) * G * seq.len + start;
       for (int c0 = 0; c0 < C; c0 += CB) {
@@ -186,7 +134,7 @@ void attend(const Unit& u) {
         vec acc[G][CB];
         for (int g = 0; g < G; ++g)
           for (int c = 0; c < CB; ++c) acc[g][c] = load(sum + g * D + c * W);
-        const float* value = block + h * D + c0 * W;
+        const T* value = block + h * D + c0 * W;
         for (int64_t i = 0; i < n; ++i, value += u.slot_stride) {
           vec weight[G];
           for (int g = 0; g < G; ++g) weight[g] = vec{} + w[g * seq.len + i];
@@ -210,14 +158,16 @@ void attend(const Unit& u) {
 }
 
 // Any other shape: the same two passes with the sizes only known at run time.
-void attend_any(const Unit& u) {
+template <typename T>
+void attend_any(const Unit<T>& u) {
+  using cpu_vector::to_float;
   const int64_t G = u.group, D = u.head_dim, heads = u.h1 - u.h0;
-  for_each_block(u, u.k_cache, [&](const Seq& seq, int64_t start, int64_t n, const float* block) {
+  for_each_block(u, u.k_cache, [&](const Seq& seq, int64_t start, int64_t n, const T* block) {
     for (int64_t h = u.h0; h < u.h1; ++h)
       for (int64_t i = 0; i < n; ++i)
         for (int64_t g = 0; g < G; ++g) {
           float dot = 0.f;
-          for (int64_t d = 0; d < D; ++d) dot += seq.query[(h * G + g) * D + d] * block[i * u.slot_stride + h * D + d];
+          for (int64_t d = 0; d < D; ++d) dot += seq.query[(h * G + g) * D + d] * to_float(block[i * u.slot_stride + h * D + d]);
           seq.scores[((h - u.h0) * G + g) * seq.len + start + i] = dot * u.scale;
         }
   });
@@ -225,12 +175,12 @@ void attend_any(const Unit& u) {
     softmax_unnormalised(u.seqs[i].scores, u.seqs[i].len, heads * G, u.seqs[i].total);
     std::fill(u.seqs[i].sums, u.seqs[i].sums + heads * G * D, 0.f);
   }
-  for_each_block(u, u.v_cache, [&](const Seq& seq, int64_t start, int64_t n, const float* block) {
+  for_each_block(u, u.v_cache, [&](const Seq& seq, int64_t start, int64_t n, const T* block) {
     for (int64_t h = u.h0; h < u.h1; ++h)
       for (int64_t i = 0; i < n; ++i)
         for (int64_t g = 0; g < G; ++g)
           for (int64_t d = 0; d < D; ++d)
-            seq.sums[((h - u.h0) * G + g) * D + d] += seq.scores[((h - u.h0) * G + g) * seq.len + start + i] * block[i * u.slot_stride + h * D + d];
+            seq.sums[((h - u.h0) * G + g) * D + d] += seq.scores[((h - u.h0) * G + g) * seq.len + start + i] * to_float(block[i * u.slot_stride + h * D + d]);
   });
   for (int64_t i = 0; i < u.num_seqs; ++i) {
     const Seq& seq = u.seqs[i];
@@ -239,8 +189,8 @@ void attend_any(const Unit& u) {
   }
 }
 
-template <int D>
-bool attend_fixed_dim(const Unit& u) {
+template <int D, typename T>
+bool attend_fixed_dim(const Unit<T>& u) {
   switch (u.group) {
     case 1: attend<D, 1>(u); return true;
     case 2: attend<D, 2>(u); return true;
@@ -254,10 +204,9 @@ bool attend_fixed_dim(const Unit& u) {
   return false;
 }
 
-}  // namespace
-
-extern "C" void paged_decode_attention(
-    const float* q, const float* k_cache, const float* v_cache, const int64_t* block_tables,
+template <typename T>
+void decode_all(
+    const float* q, const T* k_cache, const T* v_cache, const int64_t* block_tables,
     int64_t table_width, const int64_t* rows, const int64_t* seq_lens, int64_t num_seqs,
     const int64_t* group_starts, int64_t num_groups, int64_t num_heads, int64_t num_kv_heads,
     int64_t head_dim, int64_t block_size, float scale, float* out, int num_threads) {
@@ -284,9 +233,24 @@ extern "C" void paged_decode_attention(
         seqs.push_back(Seq{q + row, out + row, block_tables + s * table_width, seq_lens[s], scores.data() + at,
                            sums.data() + i * rows_per_seq * head_dim, total.data() + i * rows_per_seq});
       }
-      const Unit u{k_cache, v_cache, seqs.data(), last - first, block_size, num_kv_heads * head_dim, head_dim, group, h0, h1, scale};
+      const Unit<T> u{k_cache, v_cache, seqs.data(), last - first, block_size, num_kv_heads * head_dim, head_dim, group, h0, h1, scale};
       const bool done = head_dim == 64 ? attend_fixed_dim<64>(u) : head_dim == 128 ? attend_fixed_dim<128>(u) : false;
       if (!done) attend_any(u);
     }
   }
+}
+
+}  // namespace
+
+// The pool's element type: 0 float32, 1 bfloat16 (a K/V cache kept narrower; see kernels.py).
+extern "C" void paged_decode_attention(
+    const float* q, const void* k_cache, const void* v_cache, const int64_t* block_tables,
+    int64_t table_width, const int64_t* rows, const int64_t* seq_lens, int64_t num_seqs,
+    const int64_t* group_starts, int64_t num_groups, int64_t num_heads, int64_t num_kv_heads,
+    int64_t head_dim, int64_t block_size, float scale, float* out, int num_threads, int cache_type) {
+  using cpu_vector::bf16;
+  const auto run = [&](auto* k, auto* v) { decode_all(q, k, v, block_tables, table_width, rows, seq_lens, num_seqs, group_starts,
+                                                      num_groups, num_heads, num_kv_heads, head_dim, block_size, scale, out, num_threads); };
+  cache_type == 1 ? run(static_cast<const bf16*>(k_cache), static_cast<const bf16*>(v_cache))
+                  : run(static_cast<const float*>(k_cache), static_cast<const float*>(v_cache));
 }
