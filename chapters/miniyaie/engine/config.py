@@ -63,6 +63,9 @@ class EngineConfig:
     # GGUF file's own Q4_1/Q8_0 blocks: the bundled SmolLM2's, 97 MB where float32 holds 538), or auto: gguf
     # for a GGUF file run on the CPU in float32 (twice float32's rate at one request, level at 32), else none.
     quantization: str = "auto"
+    # The K/V pool's dtype: auto (the model's), float32 or bfloat16. bfloat16 holds twice the tokens in the same
+    # kv_cache_bytes; the cpu and torch attention backends widen K and V to the model's dtype as they read them.
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self):
         for name in ("block_size", "kv_cache_bytes", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size",
@@ -81,10 +84,14 @@ class EngineConfig:
             raise ValueError(f"unknown policy {self.policy!r}; choose from {', '.join(sorted(POLICIES))}")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"num_blocks must be at least 1, got {self.num_blocks}")
-        from miniyaie.backends.choose import BACKENDS
+        from miniyaie.backends.choose import BACKENDS, KV_CACHE_DTYPES
 
         if self.attention_backend not in BACKENDS:
             raise ValueError(f"unknown attention_backend {self.attention_backend!r}; choose from {', '.join(BACKENDS)}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"unknown kv_cache_dtype {self.kv_cache_dtype!r}; choose from {', '.join(KV_CACHE_DTYPES)}")
+        if self.kv_cache_dtype != "auto" and self.tensor_parallel_size > 1:
+            raise ValueError("kv_cache_dtype works with one process: the ranks of tensor parallelism keep the model's dtype")
         if not isinstance(self.long_prefill_token_threshold, int) or self.long_prefill_token_threshold < 0:
             raise ValueError(f"long_prefill_token_threshold must be a whole number >= 0, got {self.long_prefill_token_threshold!r}")
         if not isinstance(self.max_long_partial_prefills, int) or self.max_long_partial_prefills < 1:

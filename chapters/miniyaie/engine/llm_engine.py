@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from miniyaie.engine.admission import Admission
-from miniyaie.backends.choose import use_backend
+from miniyaie.backends.choose import kv_cache_dtype, use_backend
 from miniyaie.engine.config import EngineConfig
 from miniyaie.backends.cuda_graphs import decode_graphs_mode, kv_budget_bytes, make_decode_graphs
 from miniyaie.backends.overlap import OverlapScheduling
@@ -53,6 +53,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
         self._vocabulary, self._constraints = vocabulary, None
         dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device
         graphs = decode_graphs_mode(decode_graphs, config, device)  # the graphs' memory comes off the KV budget
+        dtype = kv_cache_dtype(config.kv_cache_dtype, dtype, config.attention_backend, device)  # the pool's from here on
         num_blocks = config.num_blocks or num_blocks_for_budget(model.config, kv_budget_bytes(config, graphs), config.block_size, dtype)
         memory_class = RadixMemory if config.enable_prefix_caching else PagedMemory
         self.memory = memory_class(num_blocks, config.block_size)

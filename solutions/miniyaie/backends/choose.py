@@ -22,6 +22,8 @@ from miniyaie.backends.batched_attention import BatchedTorchAttentionBackend
 from miniyaie.model import AttentionBackend, LayerOps, TorchAttentionBackend
 
 BACKENDS = ("auto", "cpu", "torch", "reference", "triton")
+KV_CACHE_DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}  # auto: the model's dtype
+NARROW_CACHE_BACKENDS = ("cpu", "torch")  # read a K/V pool in another dtype than the model's, widening as they read
 
 # What of a learner's chapter each backend leaves unrun (it swaps in its own layers or kernels).
 _MODEL, _KERNELS = "your chapter 0 norms, rotary, SwiGLU and attention", "your chapter 4 kernels"
@@ -77,6 +79,18 @@ def describe_choice(name: str, device: torch.device | str) -> str | None:
         line += f"; it bypasses {' and '.join(bypassed.values())}: --attention-backend {other} runs them"
         line += " (slowly, in Triton's interpreter)" if other == "triton" and not cuda else ""
     return line
+
+
+def kv_cache_dtype(setting: str, model_dtype: torch.dtype, backend: str, device: torch.device | str) -> torch.dtype:
+    """The K/V pool's dtype (EngineConfig.kv_cache_dtype): the model's for "auto". A narrower pool holds more
+    tokens in the same bytes; only the backends that widen K and V as they read them take one."""
+    if setting not in KV_CACHE_DTYPES:
+        raise ValueError(f"unknown kv_cache_dtype {setting!r}; choose from {', '.join(KV_CACHE_DTYPES)}")
+    dtype, name = KV_CACHE_DTYPES[setting] or model_dtype, resolve_backend_name(backend, device)
+    if dtype != model_dtype and name not in NARROW_CACHE_BACKENDS:
+        raise ValueError(f"kv_cache_dtype {setting} differs from the model's {str(model_dtype).removeprefix('torch.')}: "
+                         f"the {name} attention backend cannot read it; the cpu and torch backends can")
+    return dtype
 
 
 def prepare_backend(name: str, device: torch.device | str) -> None:

@@ -74,7 +74,7 @@ def non_negative_int(text: str) -> int:
 
 
 SCHEDULING_FLAGS = ("long_prefill_token_threshold", "max_long_partial_prefills", "enforce_eager", "overlap_schedule",
-                    "speculative", "num_speculative_tokens", "draft_model", "quantization")
+                    "speculative", "num_speculative_tokens", "draft_model", "quantization", "kv_cache_dtype")
 
 
 def _quantization(text: str) -> str:
@@ -92,6 +92,9 @@ def add_enforce_eager_arg(p: argparse.ArgumentParser) -> None:
                    help="weights in blocks: int8 per channel, int4 in groups of 32 with a minimum (int4-g64, int4-g128; "
                         "int4-sym: without one), gguf (a GGUF file's own blocks, as they are), none (float weights) or "
                         "auto: gguf for the bundled model on the CPU, none otherwise; default: the config's, else auto")
+    p.add_argument("--kv-cache-dtype", choices=["auto", "float32", "bfloat16"], default=None,
+                   help="the K/V pool's dtype: bfloat16 holds twice the tokens in the same bytes (read by the cpu and "
+                        "torch attention backends); auto: the model's (default: the config's, else auto)")
     p.add_argument("--enforce-eager", action="store_true", default=None,
                    help="never replay decode steps as CUDA graphs (they are used only on a GPU with the triton backend)")
     p.add_argument("--overlap-schedule", action="store_true", default=None,

@@ -55,11 +55,13 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         num_speculative_tokens: int | None = None,
         draft_model: str | Path | LoadedModel | None = None,
         quantization: str | None = None,
+        kv_cache_dtype: str | None = None,
     ):
         """`speculative` ("ngram" or "draft"), `num_speculative_tokens` and `draft_model` (a path, a hub id or a
         loaded model sharing the target's tokenizer) set those fields of `config` (chapter 9); `quantization`
-        ("int8", "int4", "gguf", ...) sets config.quantization (chapter 10)."""
-        config = (config or EngineConfig()) if quantization is None else replace(config or EngineConfig(), quantization=quantization)
+        ("int8", "int4", "gguf", ...) sets config.quantization (chapter 10), `kv_cache_dtype` config.kv_cache_dtype."""
+        given = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype}
+        config = replace(config or EngineConfig(), **{name: value for name, value in given.items() if value is not None})
         if speculative is not None or num_speculative_tokens is not None or draft_model is not None:
             from miniyaie.speculative.settings import with_speculation  # chapter 9's keywords
 

@@ -36,7 +36,7 @@ from miniyaie.engine.sampling_params import SamplingParams
 
 ENGINE_KEYS = {"model", "max_num_batched_tokens", "max_num_seqs", "policy", "enable_prefix_caching", "attention_backend",
                "enforce_eager", "overlap_schedule", "speculative", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
-               "max_speculative_step_tokens", "draft_model"}
+               "max_speculative_step_tokens", "draft_model", "quantization", "kv_cache_dtype"}
 RESOURCE_KEYS = {"device", "dtype", "kv_cache_bytes", "num_blocks", "block_size"}
 DTYPES = ("float32", "bfloat16", "float16")
 
