@@ -1,4 +1,4 @@
-"""The engine reaches chapters 7 and 8 and the settings file only through its plugin group (engine/plugins.py)."""
+"""The engine reaches chapters 7 to 10 and the settings file only through its plugin group (engine/plugins.py)."""
 
 import ast
 
@@ -10,7 +10,7 @@ from miniyaie.engine import plugins
 
 pytestmark = pytest.mark.ungraded
 
-ABOVE_THE_ENGINE = ("api", "bench", "cli", "course", "distributed", "serving", "structured")
+ABOVE_THE_ENGINE = ("api", "bench", "cli", "course", "distributed", "quant", "serving", "speculative", "structured", "weights")
 
 
 def test_the_engine_package_imports_nothing_above_it():
@@ -30,11 +30,15 @@ def test_the_engine_package_imports_nothing_above_it():
 
 def test_every_plugin_the_engine_names_is_installed_and_loads():
     """pyproject.toml declares them; `pip install -e .` registers them."""
-    for name in (plugins.TENSOR_PARALLEL, plugins.STRUCTURED_OUTPUT, plugins.SETTINGS_FILE):
+    for name in (plugins.TENSOR_PARALLEL, plugins.STRUCTURED_OUTPUT, plugins.SPECULATIVE, plugins.SETTINGS_FILE,
+                 plugins.QUANTIZATION):
         assert plugins.available(name), name
         assert plugins.plugin(name) is not None
     assert callable(plugins.plugin(plugins.TENSOR_PARALLEL))
     assert callable(plugins.plugin(plugins.STRUCTURED_OUTPUT).constraints)
+    speculative = plugins.plugin(plugins.SPECULATIVE)
+    for name in ("check_settings", "with_speculation", "load_draft_model", "speculative_runner", "speculative_stats"):
+        assert callable(getattr(speculative, name)), name
 
 
 @pytest.fixture
@@ -47,10 +51,15 @@ def test_without_plugins_what_needs_one_is_refused_naming_it(no_plugins, tiny_di
         EngineConfig(structured_limits={"max_items": 3})
     with pytest.raises(plugins.PluginMissingError, match="tensor_parallel_size > 1 .*'tensor_parallel'"):
         InferenceEngine(str(tiny_dir[0]), EngineConfig(tensor_parallel_size=2, num_blocks=32, block_size=4))
+    with pytest.raises(plugins.PluginMissingError, match="speculative decoding .*'speculative'.*'miniyaie.engine_plugins'"):
+        EngineConfig(speculative="ngram")
+    with pytest.raises(plugins.PluginMissingError, match="'speculative'"):
+        InferenceEngine(tiny_loaded, EngineConfig(num_blocks=64, block_size=4), num_speculative_tokens=3)
     with pytest.raises(plugins.PluginMissingError, match="'settings_file'"):
         InferenceEngine.from_config_file("engine.yaml")
     with InferenceEngine(tiny_loaded, EngineConfig(num_blocks=64, block_size=4)) as engine:
         with pytest.raises(plugins.PluginMissingError, match="structured output.*'structured_output'"):
             engine.generate("Hi", max_tokens=3, regex="[ab]+")
         assert len(engine.generate("Hi", max_tokens=3, ignore_eos=True).token_ids) == 3  # a plain request needs no plugin
-        assert engine.get_stats()["structured_output"] == {}
+        stats = engine.get_stats()
+        assert stats["structured_output"] == {} and stats["speculative"] == {}, stats

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-# Chapter 9's settings: checked by its package (speculative/settings.py) when any of them is set.
+# Chapter 9's settings: checked by its plugin (engine/plugins.py) when any of them is set.
 SPECULATIVE_SETTINGS = ("speculative", "draft_model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
                         "max_speculative_step_tokens")
 
@@ -96,13 +96,11 @@ class EngineConfig:
             raise ValueError(f"long_prefill_token_threshold must be a whole number >= 0, got {self.long_prefill_token_threshold!r}")
         if not isinstance(self.max_long_partial_prefills, int) or self.max_long_partial_prefills < 1:
             raise ValueError(f"max_long_partial_prefills must be a whole number >= 1, got {self.max_long_partial_prefills!r}")
+        from miniyaie.engine.plugins import SPECULATIVE, STRUCTURED_OUTPUT, plugin  # chapters 8 and 9, loaded when asked for
+
         if any(getattr(self, f.name) != f.default for f in fields(self) if f.name in SPECULATIVE_SETTINGS):
-            from miniyaie.speculative.settings import check_settings  # chapter 9's, loaded only when asked for
-
-            check_settings(self)
+            plugin(SPECULATIVE).check_settings(self)  # chapter 9's: a ValueError naming a wrong or unused setting
         if self.structured_limits:
-            from miniyaie.engine.plugins import STRUCTURED_OUTPUT, plugin
-
             limits = dict(self.structured_limits.items() if isinstance(self.structured_limits, dict) else self.structured_limits)
             plugin(STRUCTURED_OUTPUT).check_limits(limits)  # chapter 8's: a ValueError naming an unknown limit or a bad value
             object.__setattr__(self, "structured_limits", tuple(sorted(limits.items())))

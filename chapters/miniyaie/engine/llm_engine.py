@@ -32,7 +32,7 @@ from miniyaie.backends.overlap import OverlapScheduling
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.offline_generate import OfflineGeneration
 from miniyaie.engine.outputs import RequestEvent, StepRecord
-from miniyaie.engine.plugins import STRUCTURED_OUTPUT, plugin
+from miniyaie.engine.plugins import SPECULATIVE, STRUCTURED_OUTPUT, plugin
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.step_accounting import StepAccounting
@@ -82,10 +82,8 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
             draft_tokens=0, accepted_draft_tokens=0, verified_steps=0, speculation_off_steps=0,  # chapter 9
         )
         self.speculation = None
-        if config.speculative is not None:  # chapter 9: drafts verified in the step (speculative/step.py)
-            from miniyaie.speculative.runner import speculative_runner
-
-            self.runner = speculative_runner(config, self.runner, self.memory, self.counters, draft_model)
+        if config.speculative is not None:  # chapter 9's plugin: drafts verified in the step (speculative/step.py)
+            self.runner = plugin(SPECULATIVE).speculative_runner(config, self.runner, self.memory, self.counters, draft_model)
             self.speculation = self.runner.speculation
 
     # ------------------------------------------------------------ requests

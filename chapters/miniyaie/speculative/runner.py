@@ -1,6 +1,6 @@
 """Speculative decoding as the engine sees it: its model runner, with drafts proposed and verified in `run`.
 
-The engine imports only `speculative_runner`, and only when a setting asks for speculation (chapter 9).
+The engine asks for `speculative_runner` through this chapter's plugin (engine_plugin.py), when a setting asks.
 """
 
 from __future__ import annotations

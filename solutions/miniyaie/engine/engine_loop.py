@@ -29,7 +29,7 @@ from miniyaie.engine.errors import EngineError, InvalidRequestError
 from miniyaie.engine.fault_boundary import FaultBoundary, describe
 from miniyaie.engine.llm_engine import LLMEngine
 from miniyaie.engine.request_state import OutputProcessor, RequestState
-from miniyaie.speculative.stats import speculative_stats
+from miniyaie.engine.plugins import SPECULATIVE, available, plugin
 
 log = logging.getLogger("miniyaie.engine")
 
@@ -164,7 +164,7 @@ class EngineLoop(FaultBoundary):
                           "tokens": self.llm.memory.num_blocks * self.llm.memory.block_size},
             "preemptions": c["num_preemptions"],
             "forked_requests": c["forked_requests"],
-            "speculative": speculative_stats(self.llm.config.speculative, c),
+            "speculative": plugin(SPECULATIVE).speculative_stats(self.llm.config.speculative, c) if available(SPECULATIVE) else {},
             "steps": c["steps"],
             "overlapped_steps": c["overlapped_steps"],  # launched before the step before was recorded (backends/overlap.py)
             "failed_steps": self.failed_steps,

@@ -31,7 +31,7 @@ from miniyaie.engine.engine_loop import EngineLoop
 from miniyaie.engine.llm_engine import LLMEngine
 from miniyaie.engine.loading import display_name, load_model, start_tensor_parallel
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput
-from miniyaie.engine.plugins import SETTINGS_FILE, STRUCTURED_OUTPUT, available, plugin
+from miniyaie.engine.plugins import SETTINGS_FILE, SPECULATIVE, STRUCTURED_OUTPUT, available, plugin
 from miniyaie.engine.prepared import Preparation
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.submission import Submission
@@ -62,10 +62,8 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         ("int8", "int4", "gguf", ...) sets config.quantization (chapter 10), `kv_cache_dtype` config.kv_cache_dtype."""
         given = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype}
         config = replace(config or EngineConfig(), **{name: value for name, value in given.items() if value is not None})
-        if speculative is not None or num_speculative_tokens is not None or draft_model is not None:
-            from miniyaie.speculative.settings import with_speculation  # chapter 9's keywords
-
-            config = with_speculation(config, speculative, num_speculative_tokens, draft_model)
+        if speculative is not None or num_speculative_tokens is not None or draft_model is not None:  # chapter 9's keywords
+            config = plugin(SPECULATIVE).with_speculation(config, speculative, num_speculative_tokens, draft_model)
         self._tensor_parallel = None
         if config.tensor_parallel_size > 1:
             self.loaded, self._tensor_parallel = start_tensor_parallel(model, config, device, dtype)
@@ -79,10 +77,8 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         try:
             draft = None
             if config.speculative == "draft":  # chapter 9's proposer: a smaller model
-                from miniyaie.speculative.draft_model import load_draft_model
-
                 source = draft_model if isinstance(draft_model, LoadedModel) else config.draft_model
-                draft = load_draft_model(source, self.loaded, config, device, dtype)
+                draft = plugin(SPECULATIVE).load_draft_model(source, self.loaded, config, device, dtype)
             self.llm = LLMEngine(self.loaded.model, config, vocabulary=self._vocabulary, draft_model=draft)
             if self._tensor_parallel is not None:
                 self._tensor_parallel.attach(self.llm, config.attention_backend)

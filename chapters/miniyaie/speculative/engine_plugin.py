@@ -1,10 +1,19 @@
-"""Chapter 9's engine settings, checked when any of them is set: each refused with one line when it is wrong
-or when it would do nothing (a number of drafts without speculative decoding, say)."""
+"""What chapter 9 plugs into the engine (entry point `speculative` of `miniyaie.engine_plugins`).
+
+The engine asks for it when a speculative setting is given (engine/plugins.py): it imports nothing of
+this chapter itself. Its settings are checked when any of them is set, each refused with one line when it
+is wrong or when it would do nothing (a number of drafts without speculative decoding, say).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
+
+from miniyaie.speculative.draft_model import load_draft_model
+from miniyaie.speculative.runner import speculative_runner
+
+__all__ = ["check_settings", "load_draft_model", "speculative_runner", "speculative_stats", "with_speculation"]
 
 METHODS = ("ngram", "draft")
 USED_BY = {"num_speculative_tokens": METHODS, "max_speculative_step_tokens": METHODS, "draft_model": ("draft",),
@@ -13,8 +22,6 @@ USED_BY = {"num_speculative_tokens": METHODS, "max_speculative_step_tokens": MET
 
 def check_settings(config) -> None:
     """ValueError naming the first speculative setting of `config` (an EngineConfig) that is wrong or unused."""
-    from dataclasses import fields
-
     if config.speculative is not None and config.speculative not in METHODS:
         raise ValueError(f"unknown speculative method {config.speculative!r}; choose from ngram, draft (or none)")
     for f in fields(config):
@@ -35,3 +42,14 @@ def with_speculation(config, speculative: str | None, num_speculative_tokens: in
     return replace(config, speculative=config.speculative if speculative is None else speculative,
                    num_speculative_tokens=config.num_speculative_tokens if num_speculative_tokens is None else num_speculative_tokens,
                    draft_model=str(draft_model) if isinstance(draft_model, (str, Path)) else config.draft_model)
+
+
+def speculative_stats(method: str | None, c: dict[str, int]) -> dict:
+    """What speculative decoding reports (get_stats, /stats, /metrics): how many drafts, how many kept,
+    tokens per verification."""
+    drafts, accepted, verified = c["draft_tokens"], c["accepted_draft_tokens"], c["verified_steps"]
+    return {"method": method, "draft_tokens": drafts, "accepted_draft_tokens": accepted, "verified_steps": verified,
+            "off_steps": c["speculation_off_steps"],  # steps that did not draft: a prefill, or too many decoding
+            "acceptance_rate": accepted / drafts if drafts else 0.0,
+            # tokens a request emits per verification: the drafts kept plus the target's own token
+            "mean_accepted_length": (accepted + verified) / verified if verified else 0.0}
