@@ -51,7 +51,10 @@ class ChatMixin:
 
     def render_chat(self, messages: list[dict]) -> tuple[str, list[int]]:
         """The prompt text and token ids of a conversation (adapters applied, chat template, generation prompt)."""
-        messages = openai_format.check_messages(messages)
+        try:
+            messages = openai_format.check_messages(messages)
+        except openai_format.MessageError as exc:
+            raise InvalidRequestError(str(exc)) from None
         for adapter in self.adapters:
             messages = adapter.prepare_messages(messages)
         if not getattr(self.tokenizer, "chat_template", None):

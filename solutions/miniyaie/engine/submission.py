@@ -13,7 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 from miniyaie.engine.errors import InvalidRequestError
-from miniyaie.openai_format.messages import check_text
+from miniyaie.openai_format.messages import MessageError, check_text
 from miniyaie.engine.outputs import CompletionDelta, GenerationOutput
 from miniyaie.engine.request_state import RequestState
 from miniyaie.engine.sampling_params import SamplingParams
@@ -30,7 +30,10 @@ class Submission:
     def _encode(self, prompt: str) -> list[int]:
         if not isinstance(prompt, str):
             raise InvalidRequestError(f"a prompt must be a string, got {type(prompt).__name__}")
-        check_text(prompt, "the prompt")
+        try:
+            check_text(prompt, "the prompt")
+        except MessageError as exc:
+            raise InvalidRequestError(str(exc)) from None
         for adapter in self.adapters:
             prompt = adapter.prepare_prompt(prompt)
         return list(self.tokenizer(prompt)["input_ids"])

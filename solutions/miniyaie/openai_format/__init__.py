@@ -13,10 +13,10 @@ server imports them from here.
 from miniyaie.openai_format.chat import ChatChunker, chat_completion, chat_logprobs
 from miniyaie.openai_format.common import completion_id, text_completion_id, usage
 from miniyaie.openai_format.completions import CompletionChunker, completion_logprobs, text_completion
-from miniyaie.openai_format.messages import ROLES, check_messages, check_text, content_text
+from miniyaie.openai_format.messages import ROLES, MessageError, check_messages, check_text, content_text
 
 __all__ = [
-    "check_messages", "content_text", "check_text", "ROLES",
+    "check_messages", "content_text", "check_text", "ROLES", "MessageError",
     "completion_id", "text_completion_id", "usage",
     "chat_completion", "chat_logprobs", "ChatChunker",
     "text_completion", "completion_logprobs", "CompletionChunker",

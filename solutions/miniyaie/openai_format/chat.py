@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from miniyaie.openai_format.common import usage
-from miniyaie.engine.outputs import CompletionDelta, GenerationOutput, TokenLogprob
+from miniyaie.openai_format.results import CompletionDelta, GenerationOutput, TokenLogprob, is_final
 
 
 def chat_logprobs(entries: list[TokenLogprob] | None) -> dict | None:
@@ -73,7 +73,7 @@ class ChatChunker:
         if not self.started:
             self.started = True
             chunks.append(self._chunk([role_choice(i) for i in range(self.n)]))
-        if isinstance(item, CompletionDelta):
+        if not is_final(item):
             if item.text or item.finish_reason or item.logprobs:
                 chunks.append(self._chunk([delta_choice(item)]))
         elif self.include_usage:

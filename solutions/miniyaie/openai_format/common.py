@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from miniyaie.engine.outputs import GenerationOutput
+from miniyaie.openai_format.results import GenerationOutput, is_final
 
 
 def completion_id() -> str:
@@ -19,7 +19,7 @@ def text_completion_id() -> str:
 
 def usage(results: GenerationOutput | list[GenerationOutput]) -> dict:
     """Token usage of one result or summed over a batch, with the prompt tokens served from the prefix cache."""
-    results = [results] if isinstance(results, GenerationOutput) else results
+    results = [results] if is_final(results) else results
     prompt = sum(r.prompt_tokens for r in results)
     completion = sum(r.completion_tokens for r in results)
     return {

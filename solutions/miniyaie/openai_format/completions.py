@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from miniyaie.openai_format.common import usage
-from miniyaie.engine.outputs import CompletionDelta, GenerationOutput, TokenLogprob
+from miniyaie.openai_format.results import CompletionDelta, GenerationOutput, TokenLogprob, is_final
 
 
 def completion_logprobs(entries: list[TokenLogprob] | None) -> dict | None:
@@ -50,7 +50,7 @@ class CompletionChunker:
         self.created = int(time.time())
 
     def feed(self, item: CompletionDelta | GenerationOutput) -> list[dict]:
-        if isinstance(item, CompletionDelta):
+        if not is_final(item):
             if not (item.text or item.finish_reason or item.logprobs):
                 return []
             choice = {"index": item.index, "text": item.text, "logprobs": completion_logprobs(item.logprobs),

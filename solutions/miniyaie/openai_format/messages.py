@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from miniyaie.engine.errors import InvalidRequestError
 
 ROLES = ("system", "user", "assistant", "tool", "developer")
 PART_SEPARATOR = "\n"  # how text parts are joined into one content string (as vLLM does)
 
 
+class MessageError(ValueError):
+    """Text or messages OpenAI's shapes cannot carry (the engine raises it again as its MessageError)."""
+
+
 def check_text(text: str, where: str) -> str:
-    """`text` if it is valid Unicode; InvalidRequestError naming `where` if not.
+    """`text` if it is valid Unicode; MessageError naming `where` if not.
 
     JSON can carry half of a surrogate pair ("a\\ud800b" parses to a Python
     string); no tokenizer can encode it, and no UTF-8 reply can quote it.
@@ -17,7 +20,7 @@ def check_text(text: str, where: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidRequestError(
+        raise MessageError(
             f"{where} is not valid Unicode: a lone surrogate ({ascii(text[exc.start])}) at character {exc.start}"
         ) from None
     return text
@@ -32,32 +35,32 @@ def content_text(content, where: str = "content") -> str:
     if isinstance(content, str):
         return check_text(content, where)
     if not isinstance(content, (list, tuple)):
-        raise InvalidRequestError(f"{where} must be a string or a list of text parts, got {type(content).__name__}")
+        raise MessageError(f"{where} must be a string or a list of text parts, got {type(content).__name__}")
     texts = []
     for i, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind != "text":
             what = f"type {kind!r}" if isinstance(kind, str) else "no type"
-            raise InvalidRequestError(
+            raise MessageError(
                 f"{where}[{i}] is a content part of {what}: this server reads text parts only "
                 "({\"type\": \"text\", \"text\": ...})"
             )
         if not isinstance(part.get("text"), str):
-            raise InvalidRequestError(f"{where}[{i}] is a text part without a string 'text'")
+            raise MessageError(f"{where}[{i}] is a text part without a string 'text'")
         texts.append(check_text(part["text"], f"{where}[{i}].text"))
     return PART_SEPARATOR.join(texts)
 
 
 def check_messages(messages) -> list[dict]:
-    """The messages as plain {"role", "content"} dicts with string content; InvalidRequestError names the first bad one."""
+    """The messages as plain {"role", "content"} dicts with string content; MessageError names the first bad one."""
     if not isinstance(messages, (list, tuple)) or not messages:
-        raise InvalidRequestError("messages must be a non-empty list of {'role': ..., 'content': ...}")
+        raise MessageError("messages must be a non-empty list of {'role': ..., 'content': ...}")
     checked = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            raise InvalidRequestError(f"messages[{i}] must be a dict with 'role' and 'content'")
+            raise MessageError(f"messages[{i}] must be a dict with 'role' and 'content'")
         role = message.get("role")
         if role not in ROLES:
-            raise InvalidRequestError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}")
+            raise MessageError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}")
         checked.append({"role": role, "content": content_text(message.get("content"), f"messages[{i}].content")})
     return checked
