@@ -55,7 +55,7 @@ def test_a_refusal_keeps_its_message_across_the_process(compiler, params):
     with pytest.raises(PatternError) as in_thread:
         Constraints(byte_vocabulary(size=SIZE), SIZE).prepare(params)
     in_process = Constraints(byte_vocabulary(size=SIZE), SIZE)
-    in_process.compile_in_process(compiler)  # this module's worker: one start for all the tests
+    in_process.compile_in_process(lambda: compiler)  # this module's worker: one start for all the tests
     with pytest.raises(PatternError) as crossed:
         in_process.prepare(params)
     assert str(crossed.value) == str(in_thread.value)
@@ -63,7 +63,7 @@ def test_a_refusal_keeps_its_message_across_the_process(compiler, params):
 
 def test_the_deadline_holds_in_the_worker(compiler):
     c = Constraints(byte_vocabulary(size=SIZE), SIZE, Limits(compile_seconds=0.3))
-    c.compile_in_process(compiler)
+    c.compile_in_process(lambda: compiler)
     with pytest.raises(PatternError, match=r"compile budget of 0\.3 s \(compile_seconds\)"):
         c.prepare(SLOW)
 
@@ -71,7 +71,7 @@ def test_the_deadline_holds_in_the_worker(compiler):
 def test_the_cache_counts_and_holds_what_the_process_compiled_and_close_leaves_no_worker():
     compiler = ProcessCompiler()
     c = Constraints(byte_vocabulary(size=SIZE), SIZE)
-    c.compile_in_process(compiler)
+    c.compile_in_process(lambda: compiler)
     try:
         params = SamplingParams(regex="[a-c]{2}x")
         c.prepare(params)
@@ -95,7 +95,7 @@ def test_the_cache_counts_and_holds_what_the_process_compiled_and_close_leaves_n
 def test_a_cancel_kills_the_worker_and_the_next_compile_starts_another():
     compiler = ProcessCompiler()
     c = Constraints(byte_vocabulary(size=SIZE), SIZE)
-    c.compile_in_process(compiler)
+    c.compile_in_process(lambda: compiler)
     try:
         c.prepare(SamplingParams(regex="ab"))  # a worker is up
         [first] = compiler.processes

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import aclosing
 from dataclasses import replace
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -209,14 +209,14 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         self._loop.check_running()
         self.llm.runner.check_health()
 
-    def compile_in_process(self) -> None:
-        """Compile structured-output patterns in worker processes, not on the calling thread (a server's
-        choice: a compile then holds no GIL the engine thread and the event loop need; chapter 8, if installed)."""
+    def compile_in_process(self, new_compiler: Callable[[], object]) -> None:
+        """Compile structured-output patterns in the workers `new_compiler()` gives, not on the calling thread (a
+        server's choice: a compile then holds no GIL the engine thread and the event loop need; chapter 8, if installed)."""
         if available(STRUCTURED_OUTPUT):
-            self.llm.constraints.compile_in_process()
+            self.llm.constraints.compile_in_process(new_compiler)
 
     def close_compile_workers(self) -> None:
-        """Kill the compile worker processes now (a server stopping); compile_in_process() starts afresh."""
+        """Kill the compile worker processes now (a server stopping); compile_in_process starts afresh."""
         if available(STRUCTURED_OUTPUT):
             self.llm.constraints.close()
 

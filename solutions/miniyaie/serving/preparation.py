@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 
 from miniyaie.engine.prepared import PreparedRequest
+from miniyaie.serving.compile_process import ProcessCompiler
 from miniyaie.structured import CompileCancelled
 
 PLAIN_WORKERS = 4
@@ -87,7 +88,7 @@ class Preparation:
         """`wait` and `shutting_down` are the server's own (chapter 6): how a route waits while watching its
         client, and the error a request gets once the server is stopping."""
         self.engine, self.wait, self.shutting_down = engine, wait, shutting_down
-        engine.compile_in_process()  # patterns compile in worker processes: off this process's GIL
+        engine.compile_in_process(ProcessCompiler)  # patterns compile in worker processes: off this process's GIL
         self._plain = WorkerPool(plain_workers, "miniyaie-prepare")
         self._compile = WorkerPool(compile_workers, "miniyaie-compile")
         self._cancels: set[threading.Event] = set()  # one per preparation in flight (event loop thread only)

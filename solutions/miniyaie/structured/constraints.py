@@ -50,15 +50,13 @@ class Constraints:
                 self._cache = IndexCache(vocabulary, self.model_vocab_size, self.limits, self._compiler)
             return self._cache
 
-    def compile_in_process(self, compiler=None) -> None:
-        """Compile patterns in worker processes from now on (`compiler`, a new ProcessCompiler if None;
-        serving/compile_process.py): a server's compiles then leave its GIL to the engine thread and the event loop.
-        close() stops the workers."""
-        from miniyaie.serving.compile_process import ProcessCompiler
-
+    def compile_in_process(self, new_compiler) -> None:
+        """Compile patterns in worker processes from now on: `new_compiler()` gives the workers (a server's
+        ProcessCompiler, serving/compile_process.py), asked again once they are closed. A server's compiles then
+        leave its GIL to the engine thread and the event loop. close() stops the workers."""
         with self._lock:
-            if self._compiler is None or self._compiler.closed or compiler is not None:
-                self._compiler = compiler or ProcessCompiler()
+            if self._compiler is None or self._compiler.closed:
+                self._compiler = new_compiler()
             if self._cache is not None:
                 self._cache.compiler = self._compiler
 
