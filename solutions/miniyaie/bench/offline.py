@@ -67,7 +67,7 @@ def run(args, config_overrides: dict | None = None) -> dict:
     # the weights generate and serve would run (auto: the bundled model in its GGUF file's blocks)
     scheme = resolve_scheme((config_overrides or {}).get("quantization", EngineConfig().quantization), args.model,
                             "cpu", torch.float32)
-    if scheme == "gguf":
+    if scheme == "gguf" or scheme.endswith("-a8"):
         from miniyaie.weights.engine_plugin import load_quantized
 
         model = load_quantized(args.model, scheme, torch.float32, "cpu").model

@@ -138,9 +138,12 @@ def greedy_agreement(reference: Sequence[Sequence[int]], outputs: Sequence[Seque
 
 
 def quantized_copy(model: nn.Module, scheme: str, gguf_path: str | Path | None = None) -> nn.Module:
-    """A deep copy of `model` with its weights in blocks of `scheme` (the model itself for "none")."""
+    """A deep copy of `model` with its weights in blocks of `scheme` (the model itself for "none"); "<scheme>-a8"
+    also rounds the activations of every linear over blocks to 8 bits (miniyaie/weights/int8_activations.py)."""
     from miniyaie.quant import parse_scheme, quantize_model
+    from miniyaie.weights.int8_activations import split_scheme, use_int8_activations
 
+    scheme, a8 = split_scheme(scheme)
     if parse_scheme(scheme).kind == "none":
         return model
     quantized = copy.deepcopy(model)
@@ -149,6 +152,8 @@ def quantized_copy(model: nn.Module, scheme: str, gguf_path: str | Path | None =
         config = quantized.config
         config.num_heads, config.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
     quantize_model(quantized, scheme, gguf_path=gguf_path)
+    if a8:
+        use_int8_activations(quantized)
     return quantized.eval()
 
 

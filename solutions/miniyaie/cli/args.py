@@ -91,7 +91,9 @@ def add_enforce_eager_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", type=_quantization, default=None, metavar="{auto,none,int8,int4,gguf}",
                    help="weights in blocks: int8 per channel, int4 in groups of 32 with a minimum (int4-g64, int4-g128; "
                         "int4-sym: without one), gguf (a GGUF file's own blocks, as they are), none (float weights) or "
-                        "auto: gguf for the bundled model on the CPU, none otherwise; default: the config's, else auto")
+                        "auto: gguf for the bundled model on the CPU, none otherwise; a scheme with -a8 (gguf-a8, int4-a8, ...) also "
+                        "rounds activations to 8 bits for integer dot products (faster, not exact; CPU); "
+                        "default: the config's, else auto")
     p.add_argument("--kv-cache-dtype", choices=["auto", "float32", "bfloat16"], default=None,
                    help="the K/V pool's dtype: bfloat16 holds twice the tokens in the same bytes (read by the cpu and "
                         "torch attention backends); auto: the model's (default: the config's, else auto)")

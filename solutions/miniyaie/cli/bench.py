@@ -42,8 +42,8 @@ def _peers(text: str) -> list[str]:
 
 
 def _variants(text: str) -> list[str]:
-    """'none,int8,int4-g64' -> the names, each a quantization scheme (checked by miniyaie.quant.parse_scheme)."""
-    from miniyaie.quant import parse_scheme
+    """'none,int8,int4-g64' -> the names, each a quantization scheme (checked as --quantization checks it)."""
+    from miniyaie.weights.engine_plugin import check_scheme as parse_scheme
 
     names = [v.strip() for v in text.split(",") if v.strip()]
     if not names:

@@ -2,7 +2,8 @@
 
 The engine asks for it to load the model whenever EngineConfig.quantization is not "none". The default,
 "auto", runs the bundled SmolLM2 on the CPU as its file holds it (gguf: 97 MB of blocks, about twice the
-float32 rate of one request) and any other model, or any other device, in float weights.
+float32 rate of one request) and any other model, or any other device, in float weights. A scheme's name
+with "-a8" (gguf-a8, int4-a8, ...) also rounds the activations to 8 bits (int8_activations.py): opt-in.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import torch
 
 from miniyaie.quant.schemes import parse_scheme, quantize_model
+from miniyaie.weights.int8_activations import check_int8_activations, split_scheme, use_int8_activations
 
 
 def gguf_source(model) -> Path | None:
@@ -29,7 +31,12 @@ def gguf_source(model) -> Path | None:
 
 def check_scheme(scheme: str) -> str:
     """The scheme's name if it is one ("auto" included); ValueError (one line) otherwise."""
-    return "auto" if str(scheme).strip() == "auto" else parse_scheme(scheme).name
+    if str(scheme).strip() == "auto":
+        return "auto"
+    base, a8 = split_scheme(scheme)
+    if a8 and parse_scheme(base).kind == "none":
+        raise ValueError(f"quantization {scheme!r}: 8-bit activations multiply weights in blocks; none has none")
+    return parse_scheme(base).name + ("-a8" if a8 else "")
 
 
 def resolve_scheme(scheme: str, source, device: str | torch.device, dtype: torch.dtype) -> str:
@@ -48,14 +55,19 @@ def load_quantized(source, scheme: str, dtype: torch.dtype, device: str | torch.
     from miniyaie.model import ModelLoadError as ChapterZeroModelLoadError
     from miniyaie.model import load
 
-    chosen, gguf = resolve_scheme(scheme, source, device, dtype), gguf_source(source)
+    (chosen, a8), gguf = split_scheme(resolve_scheme(scheme, source, device, dtype)), gguf_source(source)
     try:
+        if a8:  # refused before anything is loaded where the CPU has no kernel
+            check_int8_activations(device, dtype)
         if chosen == "gguf" and gguf is not None and torch.device(device).type == "cpu":  # no float32 copy made
             from miniyaie.weights.gguf_model import load_gguf_model
 
-            return load_gguf_model(gguf, dtype)
-        loaded = load(source, dtype=dtype, device=device)
-        quantize_model(loaded.model, chosen, gguf_path=gguf)
+            loaded = load_gguf_model(gguf, dtype)
+        else:
+            loaded = load(source, dtype=dtype, device=device)
+            quantize_model(loaded.model, chosen, gguf_path=gguf)
+        if a8:
+            use_int8_activations(loaded.model, device, dtype)
         return loaded
     except NotImplementedError as exc:
         if scheme != "auto":

@@ -4,7 +4,8 @@ Four sources make one library: paged_decode_attention.cpp (decode attention
 over the paged cache), paged_chunk_attention.cpp (prefill and extend chunks
 over it), layer_ops.cpp (RMSNorm with its residual add,
 RoPE, SiLU-times-up, each in one pass; used by layer_ops.py) and
-quant_matmul.cpp (linears over 4- and 8-bit weight blocks; miniyaie/quant). The two
+quant_matmul.cpp (linears over 4- and 8-bit weight blocks; miniyaie/quant) and quant_a8.cpp
+(the same with activations rounded to 8 bits: the opt-in -a8 schemes, miniyaie/weights). The two
 attention kernels take their vector width from cpu_vector.h: the width of
 the machine's own registers (16 floats with AVX-512, 8 with AVX2).
 
@@ -38,7 +39,7 @@ from pathlib import Path
 import torch
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
-                                                                       "layer_ops.cpp", "quant_matmul.cpp"))
+                                                                       "layer_ops.cpp", "quant_matmul.cpp", "quant_a8.cpp"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("cpu_vector.h", "quant_blocks.h", "paged_decode_units.h"))  # included: in the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
@@ -62,10 +63,14 @@ SIGNATURES = {
     "quant_matmul_q8": [_ptr, _i64, _i64, _ptr, _ptr, _i64, _i64, _ptr, _int],
     "dequantize_blocks": [_ptr, _int, _ptr, _ptr, _i64, _i64, _i64, _ptr, _int],
     "quant_matmul_rows": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
+    "quant_a8_isa": [],
+    "quantize_activations_q8": [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _int],
+    "quant_matmul_a8": [_ptr, _ptr, _ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
+    "quant_matmul_a8_float": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
 }
 
 CACHE_TYPES = {torch.float32: 0, torch.bfloat16: 1}  # the K/V pools the attention kernels read (float32 arithmetic)
-RESTYPES = {"paged_chunk_attention": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
+RESTYPES = {"paged_chunk_attention": ctypes.c_int, "quant_a8_isa": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
 
 
 def _cpu_signature() -> str:

@@ -68,7 +68,7 @@ inline vec signed_bytes(const int8_t* p) {
 }
 
 // The sum of x over each group of each row: [M, K / G], for the minimums' term.
-std::vector<float> group_sums(const float* x, int64_t M, int64_t K, int64_t G) {
+inline std::vector<float> group_sums(const float* x, int64_t M, int64_t K, int64_t G) {
   std::vector<float> sums(M * (K / G));
   for (int64_t r = 0; r < M; ++r)
     for (int64_t g = 0; g < K / G; ++g) {
@@ -93,7 +93,7 @@ inline void widen_halves(const uint16_t* h, int64_t n, float* out) {
 
 // Row n of the weights as K float32s: decoded once per step and then used for every row of x, so the
 // decoding is paid once however many rows the step has.
-void decode_row(const void* codes, int bits, const uint16_t* scales, const uint16_t* mins, int64_t n, int64_t K,
+inline void decode_row(const void* codes, int bits, const uint16_t* scales, const uint16_t* mins, int64_t n, int64_t K,
                 int64_t G, float* out) {
   const int64_t groups = K / G, half = G / 2;
   for (int64_t g = 0; g < groups; ++g) {

@@ -1,0 +1,95 @@
+"""The opt-in "-a8" schemes: weight blocks multiplied by activations rounded to 8 bits (W4A8 / W8A8).
+
+`gguf-a8` (and `int8-a8`, `int4-a8`, `int4-sym-a8`) load the weights as the scheme without the suffix does,
+then every linear over blocks rounds its input to signed bytes per row and block of 32 (a step and the
+block's sum, GGUF's Q8_1, as llama.cpp does) and multiplies bytes by codes with integer dot products
+(backends/cpu/quant_a8.cpp: AVX512-VNNI, AVX-VNNI or AVX2). It is faster and it is not the float32 model any
+more: the default schemes stay exact and this one is chosen by name; `miniyaie bench quality` prices it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from miniyaie.quant.linear import QuantizedLinear
+
+SUFFIX = "-a8"
+BLOCK = 32  # activations per block
+ISAS = {3: "AVX512-VNNI", 2: "AVX-VNNI", 1: "AVX2"}
+calls = {"linear": 0, "rows": 0}  # kernel calls and rows they multiplied, since the process started
+
+
+def split_scheme(name: str) -> tuple[str, bool]:
+    """'gguf-a8' -> ('gguf', True); any other name -> (name, False)."""
+    name = str(name).strip()
+    return (name[: -len(SUFFIX)], True) if name.endswith(SUFFIX) else (name, False)
+
+
+def kernel_isa() -> str | None:
+    """The instruction set quant_a8.cpp was built for on this CPU; None where it has no kernel here."""
+    from miniyaie.backends.cpu.kernels import load
+
+    library = load()
+    return None if library is None else ISAS.get(library.quant_a8_isa())
+
+
+class Int8ActivationLinear(QuantizedLinear):
+    """A QuantizedLinear whose input is rounded to 8 bits per row and block of 32 before the product."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from miniyaie.backends.cpu.kernels import load
+
+        library, w = load(), self.qweight
+        rows = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
+        out = torch.empty(rows.shape[0], self.out_features)
+        library.quant_matmul_a8_float(rows.data_ptr(), rows.shape[0], self.in_features, w.codes.data_ptr(), w.bits,
+                                      w.scales.data_ptr(), None if w.mins is None else w.mins.data_ptr(),
+                                      self.out_features, w.group, out.data_ptr(), torch.get_num_threads())
+        calls["linear"] += 1
+        calls["rows"] += rows.shape[0]
+        if self.bias is not None:
+            out += self.bias
+        return out.view(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+def _fits(layer: QuantizedLinear) -> str | None:
+    """Why the kernel cannot take this layer's blocks, or None."""
+    w = layer.qweight
+    if layer.in_features % BLOCK:
+        return f"its width {layer.in_features} is not a multiple of {BLOCK}"
+    if w.bits == 4 and w.group != BLOCK:
+        return f"its 4-bit groups are {w.group} weights, the kernel takes groups of {BLOCK}"
+    if w.bits == 8 and w.group % BLOCK:
+        return f"its 8-bit groups are {w.group} weights, not a multiple of {BLOCK}"
+    if not w.codes.is_contiguous() or w.codes.device.type != "cpu":
+        return "its blocks are not contiguous CPU tensors"
+    return None
+
+
+def check_int8_activations(device: str | torch.device, dtype: torch.dtype) -> None:
+    """ValueError (one line) where 8-bit activations cannot run: not the CPU in float32, no kernel for this CPU."""
+    if torch.device(device).type != "cpu" or dtype != torch.float32:
+        raise ValueError(f"8-bit activations run on the CPU in float32 only, not {torch.device(device).type} in {dtype}")
+    if kernel_isa() is None:
+        raise ValueError("8-bit activations need the CPU kernels built with AVX2 at least; this CPU or compiler has none")
+
+
+def use_int8_activations(model: nn.Module, device: str | torch.device = "cpu",
+                         dtype: torch.dtype = torch.float32) -> int:
+    """Turn every linear over blocks of `model` (merged q/k/v and gate/up included) into an Int8ActivationLinear;
+    returns how many. ValueError (one line) where it cannot run: not the CPU in float32, no kernel for this
+    CPU, a layer whose blocks the kernel does not take (nothing is changed then)."""
+    check_int8_activations(device, dtype)
+    layers = [m for m in model.modules() if type(m) is QuantizedLinear]
+    layers += [m.merged.linear for m in layers if getattr(m, "merged", None) is not None]
+    layers = list({id(m): m for m in layers}.values())
+    if not layers:
+        raise ValueError("8-bit activations need weights in blocks, and this model has none")
+    for layer in layers:
+        reason = _fits(layer)
+        if reason:
+            raise ValueError(f"8-bit activations: a {layer.out_features}x{layer.in_features} layer cannot: {reason}")
+    for layer in layers:
+        layer.__class__ = Int8ActivationLinear
+    return len(layers)
