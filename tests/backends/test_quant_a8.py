@@ -83,6 +83,29 @@ def test_the_avx2_fallback_equals_the_integer_sums_too():
         check_product(library, rows, out, blocks, bits, 32, rows)
 
 
+@pytest.mark.skipif(LIBRARY is None or not LIBRARY.quant_a8_amx_ready(), reason="no AMX tiles here")
+@settings(max_examples=10, deadline=None)
+@given(rows=st.sampled_from([1, 16, 17, 40]), out=st.sampled_from([1, 16, 20, 48]), blocks=st.integers(1, 4),
+       bits=st.sampled_from([4, 8]), seed=st.integers(0, 2**16))
+@example(rows=17, out=20, blocks=3, bits=4, seed=0).via("rows and columns past a tile of 16")
+@example(rows=16, out=16, blocks=2, bits=8, seed=0).via("8-bit codes, signed by signed")
+def test_the_amx_path_equals_the_vnni_path(rows, out, blocks, bits, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(out, blocks * 32, generator=g)
+    layer = a8.Int8ActivationLinear.__new__(a8.Int8ActivationLinear)
+    QuantizedLinear.__init__(layer, quantize_int4(w, 32) if bits == 4 else quantize_int8(w, 32))
+    x = torch.randn(rows, blocks * 32, generator=g)
+    try:
+        LIBRARY.quant_a8_set_amx_rows(1)
+        tiles = layer(x)
+        LIBRARY.quant_a8_set_amx_rows(1 << 40)
+        vnni = layer(x)
+    finally:
+        LIBRARY.quant_a8_set_amx_rows(a8.AMX_ROWS)
+    assert torch.allclose(tiles, vnni, rtol=1e-5, atol=1e-5 * float(vnni.abs().max())), (
+        f"AMX and VNNI differ by up to {float((tiles - vnni).abs().max()):.3g}: the same integer sums, scaled alike")
+
+
 @needs_kernel
 @given(rows=st.integers(1, 3), blocks=st.integers(1, 4), spread=st.floats(1e-6, 1e4), seed=st.integers(0, 2**16))
 @example(rows=1, blocks=1, spread=1.0, seed=0)

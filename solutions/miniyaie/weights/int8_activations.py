@@ -16,6 +16,7 @@ from miniyaie.quant.linear import QuantizedLinear
 
 SUFFIX = "-a8"
 BLOCK = 32  # activations per block
+AMX_ROWS = 16  # quant_a8.cpp sends steps with this many rows or more to the AMX tiles where the CPU has them
 ISAS = {3: "AVX512-VNNI", 2: "AVX-VNNI", 1: "AVX2"}
 calls = {"linear": 0, "rows": 0}  # kernel calls and rows they multiplied, since the process started
 

@@ -5,7 +5,8 @@ over the paged cache), paged_chunk_attention.cpp (prefill and extend chunks
 over it), layer_ops.cpp (RMSNorm with its residual add,
 RoPE, SiLU-times-up, each in one pass; used by layer_ops.py) and
 quant_matmul.cpp (linears over 4- and 8-bit weight blocks; miniyaie/quant) and quant_a8.cpp
-(the same with activations rounded to 8 bits: the opt-in -a8 schemes, miniyaie/weights). The two
+(the same with activations rounded to 8 bits: the opt-in -a8 schemes, miniyaie/weights; many rows on
+AMX tiles in quant_a8_amx.cpp where the CPU has them). The two
 attention kernels take their vector width from cpu_vector.h: the width of
 the machine's own registers (16 floats with AVX-512, 8 with AVX2).
 
@@ -39,7 +40,8 @@ from pathlib import Path
 import torch
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
-                                                                       "layer_ops.cpp", "quant_matmul.cpp", "quant_a8.cpp"))
+                                                                       "layer_ops.cpp", "quant_matmul.cpp", "quant_a8.cpp",
+                                                                       "quant_a8_amx.cpp"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("cpu_vector.h", "quant_blocks.h", "paged_decode_units.h"))  # included: in the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
@@ -67,10 +69,13 @@ SIGNATURES = {
     "quantize_activations_q8": [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _int],
     "quant_matmul_a8": [_ptr, _ptr, _ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
     "quant_matmul_a8_float": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
+    "quant_a8_amx_ready": [],
+    "quant_a8_set_amx_rows": [_i64],
+    "quant_matmul_a8_amx": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
 }
 
 CACHE_TYPES = {torch.float32: 0, torch.bfloat16: 1}  # the K/V pools the attention kernels read (float32 arithmetic)
-RESTYPES = {"paged_chunk_attention": ctypes.c_int, "quant_a8_isa": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
+RESTYPES = {"paged_chunk_attention": ctypes.c_int, "quant_a8_isa": ctypes.c_int, "quant_a8_amx_ready": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
 
 
 def _cpu_signature() -> str:

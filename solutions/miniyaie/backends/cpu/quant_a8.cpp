@@ -11,6 +11,7 @@
 // AVX512-VNNI's vpdpbusd does 64 byte products a instruction (unsigned by signed, summed by fours into
 // 16 int32s): two blocks of 32 at once. Without it, AVX-VNNI or AVX2's maddubs do one block at a time.
 // The 4-bit path needs G = 32 (a block of x is a block of weights); 8-bit blocks any multiple of 32.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -127,6 +128,29 @@ void tile(const int8_t* xq, const float* dx, const float* xs, int64_t K, const v
     }
     int i = 0;
 #if ISA == 3
+    // 4-bit, four blocks at once: 64 bytes of codes, their low nibbles by the first halves of four blocks of x
+    // and their high nibbles by the second halves (x rearranged so), summed into 4 int32 lanes a block.
+    const __m512i quad = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i first_halves = _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0), second_halves = _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2);
+    for (; bits == 4 && i + 4 <= n; i += 4) {
+      const int64_t b = b0 + i;
+      const __m512i idx = _mm512_add_epi32(quad, _mm512_set1_epi32(i));  // lanes 4j .. 4j + 3: block i + j
+      __m512i low[C], high[C];
+      for (int c = 0; c < C; ++c) {
+        const __m512i w = _mm512_loadu_si512(static_cast<const uint8_t*>(codes) + (n0 + c) * (K / 2) + b * (B / 2));
+        low[c] = _mm512_and_si512(w, _mm512_set1_epi8(15));
+        high[c] = _mm512_and_si512(_mm512_srli_epi16(w, 4), _mm512_set1_epi8(15));
+      }
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xr = xq + r * K + b * B;
+        const __m512i a = _mm512_loadu_si512(xr), z = _mm512_loadu_si512(xr + 64);
+        const __m512i xl = _mm512_permutex2var_epi64(a, first_halves, z), xh = _mm512_permutex2var_epi64(a, second_halves, z);
+        for (int c = 0; c < C; ++c) {
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), low[c], xl), high[c], xh);
+          vacc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, _mm512_load_ps(s[r][c])), vacc[r][c]);
+        }
+      }
+    }
     for (; i + 2 <= n; i += 2) {  // two blocks a vpdpbusd
       const int64_t b = b0 + i;
       const __m512i pair = _mm512_add_epi32(_mm512_set1_epi32(i), _mm512_set_epi64(0x100000001, 0x100000001, 0x100000001,
@@ -237,15 +261,32 @@ void quant_matmul_a8(const int8_t* xq, const float* dx, const float* xs, int64_t
   }
 }
 
+int quant_a8_amx_ready();  // quant_a8_amx.cpp
+void quant_matmul_a8_amx(const int8_t* xq, const float* dx, const float* xs, int64_t M, int64_t rows_padded, int64_t K,
+                         const void* codes, int bits, const uint16_t* scales, const uint16_t* mins, int64_t N, int64_t G,
+                         float* y, int threads);
+
+static int64_t amx_rows = 16;  // steps with at least this many rows go to the tile unit, where there is one
+void quant_a8_set_amx_rows(int64_t rows) { amx_rows = rows; }
+
 // Both in one call, for the engine's layers: float32 x [M, K] in, y [M, N] out (buffers kept per thread).
 void quant_matmul_a8_float(const float* x, int64_t M, int64_t K, const void* codes, int bits, const uint16_t* scales,
                            const uint16_t* mins, int64_t N, int64_t G, float* y, int threads) {
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> dx, xs;
-  if (int64_t(xq.size()) < M * K) xq.resize(M * K);
-  if (int64_t(dx.size()) < M * (K / B)) dx.resize(M * (K / B)), xs.resize(M * (K / B));
+  const bool amx = M >= amx_rows && quant_a8_amx_ready();
+  const int64_t rows = amx ? (M + 15) / 16 * 16 : M;  // the tile unit reads x 16 rows at a time
+  if (int64_t(xq.size()) < rows * K) xq.resize(rows * K);
+  if (int64_t(dx.size()) < rows * (K / B)) dx.resize(rows * (K / B)), xs.resize(rows * (K / B));
   quantize_activations_q8(x, M, K, xq.data(), dx.data(), xs.data(), threads);
-  quant_matmul_a8(xq.data(), dx.data(), xs.data(), M, K, codes, bits, scales, mins, N, G, y, threads);
+  if (amx) {
+    std::fill(xq.begin() + M * K, xq.begin() + rows * K, int8_t(0));
+    std::fill(dx.begin() + M * (K / B), dx.begin() + rows * (K / B), 0.0f);
+    std::fill(xs.begin() + M * (K / B), xs.begin() + rows * (K / B), 0.0f);
+    quant_matmul_a8_amx(xq.data(), dx.data(), xs.data(), M, rows, K, codes, bits, scales, mins, N, G, y, threads);
+  } else {
+    quant_matmul_a8(xq.data(), dx.data(), xs.data(), M, K, codes, bits, scales, mins, N, G, y, threads);
+  }
 }
 
 }  // extern "C"

@@ -1,4 +1,5 @@
-"""Timing, not a test: one request on the bundled model, ours (float32 and the GGUF file's blocks) beside llama.cpp.
+"""Timing, not a test: one request on the bundled model, ours (float32, the GGUF file's blocks, and those blocks
+with 8-bit activations: gguf-a8) beside llama.cpp.
 
     MINIYAIE_LLAMACPP_PYTHON=<venv>/bin/python python -m miniyaie.bench.lab.bench_llamacpp_one_client
 
@@ -20,8 +21,10 @@ from miniyaie.engine import EngineConfig, LLMEngine, SamplingParams
 from miniyaie.model import load
 from miniyaie.quant import quantize_model
 from miniyaie.weights.engine_plugin import gguf_source
+from miniyaie.weights.int8_activations import split_scheme, use_int8_activations
 
 PROMPT = [(17 * i) % 30000 + 100 for i in range(192)]
+NAMES = {"none": "float32", "gguf": "gguf blocks", "gguf-a8": "gguf blocks, 8-bit activations"}
 TEXTS = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):", "Once upon a time"]
 
 
@@ -38,24 +41,26 @@ def main():
     rows, answers, prompts = [], {}, None
     for threads in (2, 1):
         torch.set_num_threads(threads)
-        for scheme in ("none", "gguf"):
+        for scheme in ("none", "gguf", "gguf-a8"):
             load_now = load_average()
             loaded = load(None)
-            quantize_model(loaded.model, scheme, gguf_path=gguf_source(None))
+            quantize_model(loaded.model, split_scheme(scheme)[0], gguf_path=gguf_source(None))
+            if split_scheme(scheme)[1]:
+                use_int8_activations(loaded.model)
             engine = LLMEngine(loaded.model, EngineConfig())
             if threads == 2:
                 prompts = [loaded.tokenizer.encode(t) for t in TEXTS]
                 answers[scheme] = [o.token_ids for o in engine.generate(prompts, SamplingParams(max_tokens=32, ignore_eos=True))]
-            rows.append((f"ours, {'float32' if scheme == 'none' else 'gguf blocks'}", threads,
+            rows.append((f"ours, {NAMES[scheme]}", threads,
                          1 / seconds_per_token(engine, 32, repeats=4), load_now))
     for threads in (2, 1):
         load_now = load_average()
         result = run_llamacpp(Workload("random", [PROMPT] * 4, [33] * 4), threads, python)
         rows.append((f"llama.cpp {result.stats['version']}, the same file", threads, max(result.stats["decode_tok_s"]), load_now))
     theirs = run_llamacpp(Workload("text", prompts, [32] * 4), 2, python).stats["outputs"]
-    print(f"{'system':32} {'threads':>7} {'tok/s':>7} {'ms/token':>9}  load before")
+    print(f"{'system':40} {'threads':>7} {'tok/s':>7} {'ms/token':>9}  load before")
     for name, threads, rate, load_now in rows:
-        print(f"{name:32} {threads:7d} {rate:7.1f} {1e3 / rate:9.2f} {load_now}")
+        print(f"{name:40} {threads:7d} {rate:7.1f} {1e3 / rate:9.2f} {load_now}")
     for scheme, ours in answers.items():
         print(f"leading greedy tokens shared with llama.cpp ({scheme}, of 32): {leading_agreement(ours, theirs)}")
 
