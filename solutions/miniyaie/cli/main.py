@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from miniyaie.cli import bench, course, generate, harness, hint, notebook, serve
+from miniyaie.cli import bench, challenge, course, generate, harness, hint, notebook, serve
 from miniyaie.cli.args import Parser, UsageError
 from miniyaie.backends.cpu.runtime import relaunch
 
@@ -21,7 +21,7 @@ def relaunch_with_cpu_runtime(argv: list[str]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="miniyaie", description="Mini-YAIE: an inference engine you build chapter by chapter.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for group in (generate, serve, bench, course, harness, hint, notebook):
+    for group in (generate, serve, bench, course, harness, hint, notebook, challenge):
         group.add_parsers(sub)
     return parser
 

@@ -1,0 +1,61 @@
+"""Chapter 1's challenge: lower p99 time to first token on a bursty trace without losing throughput.
+
+Your lever: a `make_scheduler(memory)` in your `miniyaie/scheduler/challenge.py`, returning a
+Scheduler (your own, with the settings, policy or subclass you choose). The plain chapter 1
+scheduler (FCFS, budget 512, no bound on a long prefill's share of a step) is the default and
+the baseline. Scored in simulated time from a step-cost model (simulate.py): deterministic.
+"""
+
+from __future__ import annotations
+
+from miniyaie.challenges.base import Challenge, learner_design
+from miniyaie.challenges.simulate import SimResult, bursty_trace, percentile, simulate
+
+CAPACITY_TOKENS = 16_384
+CHAT_PROMPT = 80  # prompts up to this long are the interactive chat turns whose TTFT is scored
+THROUGHPUT_FLOOR = 0.95  # of the baseline's output tokens per simulated second
+
+
+def plain_scheduler(memory):
+    from miniyaie.scheduler import Scheduler, SchedulerConfig
+
+    return Scheduler(SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=64), memory)
+
+
+def reference_scheduler(memory):
+    """What the reference did: bound a long prefill's share of each step (vLLM's long-prefill threshold)."""
+    from miniyaie.scheduler import Scheduler, SchedulerConfig
+
+    config = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=64,
+                             long_prefill_token_threshold=128, max_long_partial_prefills=1)
+    return Scheduler(config, memory)
+
+
+def _simulate(make_scheduler) -> SimResult:
+    from miniyaie.scheduler import Request, TokenCountingMemory
+
+    return simulate(make_scheduler, TokenCountingMemory(CAPACITY_TOKENS), bursty_trace(seed=0), Request)
+
+
+def _score(make_scheduler) -> float:
+    """The chat turns' p99 TTFT; infinite when throughput falls below the floor (latency bought with throughput)."""
+    result = _simulate(make_scheduler)
+    floor = THROUGHPUT_FLOOR * _simulate(plain_scheduler).throughput
+    chat = [ttft for ttft, request in zip(result.ttft_ms, bursty_trace(seed=0)) if len(request.prompt) <= CHAT_PROMPT]
+    return percentile(chat, 99) if result.throughput >= floor else float("inf")
+
+
+CHALLENGE = Challenge(
+    number=1,
+    title="a scheduler that lowers p99 time to first token on a bursty trace",
+    metric="chat turns' p99 TTFT",
+    unit="simulated ms",
+    higher_is_better=False,
+    workload=("8 bursts of 6-12 chat turns (20-80 prompt tokens) with 1-2 documents of 1500-3000 tokens among them, "
+              "seed 0; memory of 16,384 tokens; a step costs 20 ms + 0.5 ms a request + 0.25 ms a token; "
+              "a design whose throughput falls below 95% of the plain scheduler's scores inf"),
+    run=lambda: _score(learner_design(1, "make_scheduler", plain_scheduler)),
+    baseline=lambda: _score(plain_scheduler),
+    reference=lambda: _score(reference_scheduler),
+    correctness_tests=["tests/ch01_scheduler"],
+)
