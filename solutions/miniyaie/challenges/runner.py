@@ -47,7 +47,8 @@ def _fmt(value: float | None) -> str:
 def score_table(challenge: Challenge, scores: dict[str, float | None], impl: str) -> str:
     rows = []
     if "baseline" in scores:
-        rows.append(["baseline", _fmt(scores["baseline"]), "a simple design (reference tree)"])
+        label = challenge.extra.get("baseline_label", "a simple design (reference tree)")
+        rows.append(["baseline", _fmt(scores["baseline"]), label])
     rows.append(["yours", _fmt(scores["yours"]), impl])
     rows.append(["reference", _fmt(scores["reference"]), "solutions"])
     header = [" ", f"{challenge.metric} ({challenge.unit}, {challenge.direction})", "code"]
