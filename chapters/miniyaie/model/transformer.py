@@ -88,7 +88,7 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig, layer_index: int):
         super().__init__()
-        # Idea: which of these norms see the whole hidden vector?
+        # Idea: the checkpoint names four children here: what does each need from config, and which needs its index?
         # Stuck? `miniyaie hint 0.3` prints hints, one level at a time.
         # TODO(Task 0.3): The decoder and its forward over the cache. Replace this line with your code.
         raise NotImplementedError('Chapter 0, Task 3: The decoder and its forward over the cache — see book/src/ch00_model.md')

@@ -163,18 +163,16 @@ class Speculation:
         """Decide what the request keeps of its drafts, and rewind the rest; returns its last token of the step.
 
         `targets[j]` is the target's own token after the pending token and the first j drafts (n + 1 of
-        them for the request's n drafts, self._drafts[rid]). The request emits targets[0..m]: m is the
-        number of drafts accept_greedy keeps, cut at the first stop token among targets[0..m] (one of
-        row.params.stop_token_ids, or of the request's eos_token_ids unless it ignores them). Afterwards:
-        - the request's output holds every emitted token but the last (the scheduler's update appends
-          that one), and no draft past them;
-        - its chunk in `out` is replaced by one from the same start that computed the m + 1 tokens it
-          keeps (the update then counts exactly those as computed);
-        - the paged memory holds no block that only rejected drafts used (`PagedMemory.truncate`);
-        - self.accepted[rid] is targets[0..m-1] (the events before the last), the counters
-          draft_tokens, accepted_draft_tokens, output_tokens and verified_steps have grown by n, m, m, 1.
-        A request aborted while the step ran (request.is_finished) holds nothing any more: only the
-        counters and self.accepted are set, and targets[m] is returned.
+        them for the request's n drafts, self._drafts[rid]). What it emits: exactly what one-token greedy
+        decoding would have written, as far as the target confirms it: m kept drafts and targets[m], where m
+        counts the drafts accept_greedy keeps, cut so that no stop token (row.params.stop_token_ids, or the
+        request's eos_token_ids unless it ignores them) comes before the last emitted token. Invariant afterwards: nothing in the request's
+        state remembers a draft it did not keep: its output (all emitted tokens but the last, which the
+        scheduler's update appends), its chunk in `out` (the update counts as computed exactly the tokens
+        kept) and its paged memory (no block that only rejected drafts used). self.accepted[rid] holds the
+        emitted tokens before the last; the counters draft_tokens, accepted_draft_tokens, output_tokens
+        and verified_steps grow by n, m, m, 1. A request aborted while the step ran holds nothing any more:
+        only the counters and self.accepted change.
         """
         request, n = self._drafts[rid]
         real = request.num_tokens - n  # the request's tokens before its drafts

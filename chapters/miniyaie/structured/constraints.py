@@ -120,12 +120,13 @@ class Constraints:
     def start(self, ids: list[str], params) -> None:
         """A guide per completion id, each holding one use of the pattern's index until forget(id).
 
-        If a prepare(params) holds the pattern's index, start consumes that hold (`_unhold`) and compiles nothing;
-        the hold's own use is given back once the guides hold theirs (also when a take raises), so each prepare's
-        use is given back exactly once. An id that still has a guide is forgotten just before its own new guide
-        takes a use (a cache that keeps nothing unused compiles again for start(["r1"]) after start(["r1"]), not for
-        start(["r2", "r1"])). Unconstrained params: nothing. Every use the cache counts is one guide's or one hold's
-        (`stats()["indexes_in_use"]`).
+        Unconstrained params: nothing happens. Otherwise, afterwards: each id has a new guide that holds
+        exactly one use; an id that had a guide already has given its old use back, and not before its new
+        guide held one (so a cache that keeps nothing unused compiles again for start(["r1"]) after
+        start(["r1"]), not for start(["r2", "r1"])). If a prepare(params) holds the pattern's index, start
+        compiles nothing and consumes that hold: its use is given back exactly once, even when a take
+        raises, and never while no guide holds the index. Invariant: every use the cache counts
+        (`stats()["indexes_in_use"]`) is one guide's or one hold's.
         """
         # Idea: between giving back the hold and taking the guides' uses, could the index be evicted?
         # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.

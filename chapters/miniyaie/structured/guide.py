@@ -85,13 +85,12 @@ class Guide:
     def forced_tokens(self) -> list[int]:
         """The tokens that write what the pattern forces from here, and the guide moved over them.
 
-        The forced text: the bytes that follow with no choice, each the only byte
-        `ByteDFA.forced_byte` allows (the pattern may not end there), up to the first state
-        with a choice or where the pattern may end. The tokens: the longest vocabulary token
-        whose bytes begin the forced text, then the longest that begins the rest, and so on;
-        where no token begins the rest, no more tokens (the model writes the rest). The guide
-        then stands after the returned tokens' bytes, as if it had `advance`d over them.
-        Returns [] (the guide unmoved) when nothing is forced or no token fits.
+        Forced text: the bytes that follow the guide's state with no choice (`ByteDFA.forced_byte`), up to
+        the first state with a choice or where the pattern may end. Returns: vocabulary tokens whose bytes,
+        joined, are the longest prefix of the forced text that a longest-match split can write (at each
+        point the longest token that begins the rest); [] when nothing is forced or no token fits.
+        Invariant: the guide stands after the returned tokens' bytes, exactly as if it had `advance`d over
+        them (never after forced bytes no returned token wrote).
         Examples (tests): '{"name":"' with tokens '{"', 'name', '":', 'name":"' is ['{"', 'name":"'];
         'abcdab' forced with tokens 'ab', 'c' and no 'd' is ['ab', 'c'], the guide after 'abc'.
         """

@@ -4,9 +4,8 @@ Masking is exact: a token is allowed exactly when its bytes, fed to the
 byte-level DFA from the current state, never reach the dead state. So the
 model can only ever write text the pattern can still complete, and nothing
 the pattern allows is taken away. It is cheap once built: a step costs one
-mask per constrained row. The build is the cost (tokens x states walks);
-we walk the whole vocabulary at once, one byte position at a time, and
-only for the states decoding actually reaches. What is kept per state is
+mask per constrained row. The build is the cost (tokens x states walks),
+paid only for the states decoding actually reaches. What is kept per state is
 the mask alone, one bit per token (6 KB for SmolLM2's 49,152 tokens, not a
 393 KB row of next states): the state after the token the model chose is
 found by reading that one token's bytes through the DFA.

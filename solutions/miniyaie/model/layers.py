@@ -81,7 +81,7 @@ def rope_cos_sin(config: ModelConfig, positions: torch.Tensor, inv_freq: torch.T
     """cos and sin of every token's rotation angles: two float32 tensors [num_tokens, head_dim].
 
     positions: [num_tokens], any integer dtype; inv_freq: [head_dim / 2], config's rope scaling included: pair k
-    turns by position * inv_freq[k] (the book's Task 0.2 says which dimensions form pair k). Row t is token t;
+    turns by position * inv_freq[k] (apply_rotary's docstring says which dimensions form pair k). Row t is token t;
     column c holds the cos (sin) of the angle dimension c turns by (apply_rotary and chapter 4's kernels read
     it). Float32 whatever the model's dtype: angles reach thousands of radians, and in bfloat16 (8 significant
     bits) position 4,001 would be 4,000, its angle off by radians. Asserted: transformers' tables.

@@ -145,7 +145,7 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig, layer_index: int):
         super().__init__()
-        # Nudge: which of these norms see the whole hidden vector?
+        # Nudge: the checkpoint names four children here: what does each need from config, and which needs its index?
         # Hint 1: Both norms of a layer normalise the residual stream, hidden_size wide; the
         #   attention needs its layer's index to find its part of the KV cache.
         # Hint 2: Two RMSNorm(hidden_size, rms_norm_eps), an Attention(config, layer_index), an MLP(config).
