@@ -130,7 +130,8 @@ def _edit(source: str, rng: random.Random) -> tuple[str, str]:
     if kind == 1:
         first = next(i for i, line in enumerate(lines) if line.lstrip().startswith(("def ", "async def ")))
         indent = " " * (len(lines[first]) - len(lines[first].lstrip()) + 4)
-        lines.insert(first + 1, f'{indent}"""{rng.choice(["Do the work.", "See the module docstring.", "Part of the public API."])}"""')
+        docstring = rng.choice(["Do the work.", "See the module docstring.", "Part of the public API."])
+        lines.insert(first + 1, f'{indent}"""{docstring}"""')
         return INSTRUCTIONS[1], "\n".join(lines)
     candidates = [i for i, line in enumerate(lines) if "raise" in line or "append" in line]
     i = rng.choice(candidates)
@@ -209,11 +210,12 @@ CHALLENGE = Challenge(
     metric="tokens per verify step",
     unit="tokens; 1.0 = no draft kept, 5.0 = all 4 kept",
     higher_is_better=True,
-    workload=(f"{24} seeded code-editing requests (a file and one edit; the answer is the edited file, "
+    workload=("24 seeded code-editing requests (a file and one edit; the answer is the edited file, "
               f"replayed as greedy decoding: a draft is kept when it equals the answer's next token), "
               f"NgramProposer({MIN_N}, {MAX_N}) with {K} drafts, as the engine builds it"),
     run=run,
     baseline=baseline,
     correctness_tests=["tests/ch09_speculative/test_ngram.py"],
-    note="Deterministic: the same on every machine. Baseline: the tokens after the first earlier occurrence of the last token.",
+    note=("Deterministic: the same on every machine. "
+          "Baseline: the tokens after the first earlier occurrence of the last token."),
 )
