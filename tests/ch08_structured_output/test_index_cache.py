@@ -1,4 +1,4 @@
-"""Task 8.4: the index cache keeps indexes within its byte budget, least recently used out first, never one in use.
+"""Task 8.6: the index cache keeps indexes within its byte budget, least recently used out first, never one in use.
 
 A stand-in compiler makes each pattern's index in no time, with a size of
 its own: pattern i weighs 2**i bytes, so the bytes the cache reports say
@@ -108,12 +108,12 @@ class CacheMachine(RuleBasedStateMachine):
         assert stats["evictions"] == self.evictions, f"after {self.story}: {self.evictions} evictions, stats say {stats['evictions']}"
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_the_cache_holds_what_the_contract_says_after_any_gets_takes_and_give_backs():
     run_state_machine_as_test(CacheMachine, settings=settings(max_examples=150, stateful_step_count=30, deadline=None))
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_a_compile_holds_no_lock_and_two_compiles_of_one_pattern_keep_one_index():
     """While one thread compiles, another is answered; two threads compiling one pattern get the same index."""
     both_compiling = threading.Barrier(2, timeout=10)
@@ -148,7 +148,7 @@ def test_a_compile_holds_no_lock_and_two_compiles_of_one_pattern_keep_one_index(
     assert cache.stats()["indexes_in_use"] == 0, "taken twice, given back twice: p1 is no longer in use"
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_a_pattern_compiled_twice_at_once_is_the_most_recent_and_compiles_get_a_fresh_budget():
     """A get whose compile lost the race to another thread's still makes its pattern the most recently used."""
     from miniyaie.structured.limits import Budget
@@ -257,7 +257,7 @@ class HoldsMachine(RuleBasedStateMachine):
             assert (rid in self.c.guides) == (rid in self.guides), f"after {self.story}: {rid} should {'' if rid in self.guides else 'not '}have a guide"
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_guides_and_prepared_holds_give_back_each_use_of_an_index_once():
     from miniyaie.structured import Constraints
 

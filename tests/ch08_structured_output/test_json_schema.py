@@ -1,4 +1,4 @@
-"""Task 8.3 (arrays, enums and objects) and the schema-to-regex conversion around it.
+"""Tasks 8.3 (arrays and objects), 8.4 (the values a schema carries) and 8.5 (a schema to its regex).
 
 Each piece is checked against its language: the texts it must accept and
 the wrong texts next to them that it must refuse (commas out of place,
@@ -208,7 +208,7 @@ TRICKY = st.sampled_from(["a", "b", "é", ".", "*", "(", ")", "[", "]", "|", "?"
 texts_lists = st.lists(st.text(TRICKY, max_size=5), min_size=1, max_size=8)
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.4")
 @given(texts_lists, st.text(TRICKY, max_size=6))
 @example(["a", "ab"], "abb").via("one text a prefix of another")
 @example(["ab", "a"], "").via("the same, in the other order")
@@ -228,7 +228,7 @@ def test_a_list_of_texts_matches_exactly_those_texts(texts, other):
         assert not re.fullmatch(regex, text), f"{texts}: {text!r} is not one of the texts but matches {regex!r}"
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.4")
 def test_a_text_of_thousands_of_characters_is_no_problem():
     """A 5,000-character const is a legal request (chapter 8's Limits): no recursion one level per character."""
     texts = ["x" * 5000, "x" * 4999 + "y", "z"]
@@ -240,7 +240,7 @@ def prefixes(texts: list[str]) -> int:
     return len({t[:i] for t in texts for i in range(1, len(t) + 1)})
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.4")
 @pytest.mark.parametrize("texts", [
     ["the same long prefix, then " + str(i) for i in range(200)],
     [f"{i:04d}.{j}" for i in range(30) for j in range(10)],
@@ -297,7 +297,7 @@ def with_value(schema):
     return st.tuples(st.just(schema), values_of(schema))
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(schemas.flatmap(with_value))
 @example((EXAMPLE_SCHEMA, {"a.b": {"k": None}, "tags": ["é", "é"], "id": 0})).via("metacharacters, a const item, optionals")
@@ -315,7 +315,7 @@ def with_text(schema):
     return st.tuples(st.just(schema), st.from_regex(schema_to_regex(schema), fullmatch=True))
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(schemas.flatmap(with_text))
 @example((EXAMPLE_SCHEMA, '{"a.b":1.5,"id":7}'))
@@ -333,7 +333,7 @@ def test_every_text_the_regex_matches_is_valid_under_the_schema(case):
     assert not errors, f"{text!r} matches the regex of {schema} but is not valid under it: {errors[0]}"
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @pytest.mark.parametrize("schema,keyword", [
     ({"type": "string", "enum": [1, 2]}, "enum"),
     ({"type": "string", "const": 5}, "const"),
@@ -356,7 +356,7 @@ def nested(keyword: str, levels: int) -> dict:
     return schema
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @pytest.mark.parametrize("keyword", ["items", "properties", "anyOf"])
 def test_each_subschema_is_one_level_deeper(keyword):
     """The depth cap (MAX_DEPTH levels below the top) holds through every keyword that holds a subschema."""
@@ -371,7 +371,7 @@ def test_each_subschema_is_one_level_deeper(keyword):
 NULL = {"type": "null"}
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @pytest.mark.parametrize("schema,named", [
     ({"enum": 5}, "enum"), ({"enum": list(range(1001))}, "max_enum"), ({"const": {1, 2}}, "const"),
     ({"enum": [1, [math.inf]]}, "enum"), ({"const": "\udfff"}, "const"),
@@ -394,7 +394,7 @@ def test_a_schema_the_conversion_cannot_honour_is_refused_by_name(schema, named)
                     "(bounds that contradict each other are refused wherever their type is allowed, alone or in a list)")
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @pytest.mark.parametrize("schema,text", [
     ({"anyOf": [NULL], "title": "t", "description": "d"}, "null"), ({"type": "array", "maxItems": 0}, "[]"),
     ({"type": "array", "minItems": 2, "maxItems": 2, "items": NULL}, "[null,null]"),
@@ -407,7 +407,7 @@ def test_a_schema_within_the_rules_is_not_refused(schema, text):
     assert re.fullmatch(schema_to_regex(schema), text), f"{str(schema)[:80]} must be converted and match {text}"
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 def test_enum_values_the_other_keywords_refuse_are_left_out():
     regex = schema_to_regex({"type": "string", "enum": [1, "a", "é", None, "long", [1]], "maxLength": 2})
     assert re.fullmatch(regex, '"a"') and re.fullmatch(regex, '"é"'), f"the strings of the enum must match: {regex}"
@@ -504,7 +504,7 @@ carried_values = st.recursive(
     max_leaves=6).flatmap(lambda v: st.sampled_from([v, wrapped(v, 30), wrapped(v, 33)]))
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.4")
 @given(carried_values, st.sampled_from(["enum", "const", "properties"]))
 @example(wrapped(1, 32), "enum").via("32 levels: the limit")
 @example(wrapped(1, 33), "enum").via("33 levels")
@@ -527,7 +527,7 @@ def test_a_value_json_or_utf8_cannot_write_is_refused_naming_its_keyword(value, 
     assert str(refused.value).startswith(keyword), f"the refusal must start with {keyword!r}: {refused.value}"
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.4")
 def test_a_value_nested_far_too_deep_is_refused_without_recursing_over_it():
     value = wrapped("x", 100_000)
     with pytest.raises(PatternError, match="enum") as refused:

@@ -1,4 +1,4 @@
-"""Task 8.5: jump-forward appends what the pattern forces, in the longest tokens, and the engine skips those steps.
+"""Task 8.7: jump-forward appends what the pattern forces, in the longest tokens, and the engine skips those steps.
 
 With a vocabulary of single bytes the model has exactly one choice at every
 forced byte, so greedy output with and without jump-forward must be equal
@@ -32,7 +32,7 @@ def walked(g: Guide, data: bytes) -> int:
     return state
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_forced_text_comes_out_in_the_longest_tokens_and_moves_the_guide():
     g = guide(r'\{"name":"[a-z]+"\}')
     tokens = g.forced_tokens()
@@ -44,7 +44,7 @@ def test_forced_text_comes_out_in_the_longest_tokens_and_moves_the_guide():
     assert allowed == list(range(ord("a"), ord("z") + 1)) + [257, 261], f"after the forced text the guide expects letters (a-z, 'name', 'ab'), got {allowed}"
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_nothing_is_forced_where_there_is_a_choice_or_the_pattern_may_end():
     g = guide("(ab|cd)e?")
     assert g.forced_tokens() == [] and g.state == g.index.dfa.initial, "two ways to go on: nothing forced, the guide unmoved"
@@ -54,7 +54,7 @@ def test_nothing_is_forced_where_there_is_a_choice_or_the_pattern_may_end():
     assert g.forced_tokens() == [] and g.state == before, "after 'ab' the pattern may end or add 'e': nothing is forced"
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_a_forced_character_of_several_bytes_is_forced_whole():
     g = guide("é!", pieces=[])
     tokens = g.forced_tokens()
@@ -85,7 +85,7 @@ def run(model, jump_forward: bool):
     return [o.token_ids for o in outputs], engine
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_the_engine_writes_the_same_tokens_in_fewer_steps(tiny_model):
     import json
     import re
@@ -105,7 +105,7 @@ def test_the_engine_writes_the_same_tokens_in_fewer_steps(tiny_model):
     assert engine.num_request_blocks == 0 and plain_engine.num_request_blocks == 0, "every block comes back"
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_forced_text_the_vocabulary_cannot_write_is_left_to_the_model():
     from miniyaie.structured import Vocabulary
 
@@ -121,7 +121,7 @@ def test_forced_text_the_vocabulary_cannot_write_is_left_to_the_model():
     assert g.forced_tokens() == [] and g.state == walked(g, b"abc"), "asked again, it forces nothing more and stays"
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_after_a_step_each_request_advances_jumps_within_its_room_and_ends_or_fails_alone():
     from miniyaie.structured import Constraints
 
@@ -150,7 +150,7 @@ def test_after_a_step_each_request_advances_jumps_within_its_room_and_ends_or_fa
     assert c.forced_tokens == 2 + 3 + 8 + 1, f"forced_tokens counts the tokens appended: 14, got {c.forced_tokens}"
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.parametrize("room", [1, 2])
 def test_forced_text_cut_to_the_room_leaves_the_guide_after_the_kept_tokens(room):
     """'xyz' after sampling 'x' forces 'yz'; with room for one token only 'y' is written, and 'xy' is not 'xyz'."""

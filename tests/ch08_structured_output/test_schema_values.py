@@ -1,4 +1,4 @@
-"""Task 8.3: the values a schema carries, judged as JSON Schema judges them and refused in words a reply can carry.
+"""Tasks 8.4 and 8.5: the values a schema carries, judged as JSON Schema judges them and refused in words a reply can carry.
 
 An enum beside keywords but no type: each keyword judges only the values of
 the types it applies to (`jsonschema` is the referee). A lone surrogate in
@@ -31,7 +31,7 @@ other_keywords = st.dictionaries(st.sampled_from(["minLength", "maxLength", "min
                                  min_size=1)
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @given(enum_values, other_keywords)
 @example(["a", 1], {"minLength": 3}).via("minLength says nothing about 1: only 1 is allowed")
 @example(["abc", [1]], {"minItems": 2}).via("minItems says nothing about a string")
@@ -83,7 +83,7 @@ def readable(exc: Exception, what) -> str:
     return message
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.4")
 @given(with_lone.flatmap(placed), st.sampled_from(["enum", "const", "properties"]))
 @example("\ud800", "enum").via("the first surrogate alone")
 @example(["ok", "a\udfffb"], "const").via("the last, between characters")
@@ -100,7 +100,7 @@ def test_a_lone_surrogate_is_refused_naming_it_in_text_utf8_can_write(value, key
 NULL = {"type": "null"}
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @pytest.mark.parametrize("schema,named", [
     ({"enum": ["ok", "a\ud800"]}, "enum"), ({"const": {"k": ["\udfff"]}}, "const"),
     ({"type": "string", "enum": ["x", "é\udbff"]}, "enum"), ({"type": "array", "items": {"const": "\ud800"}}, "const"),

@@ -182,7 +182,7 @@ def test_json_object_response_format_gives_a_json_object(client):
 
 
 def test_a_fault_in_one_requests_guide_fails_that_request_alone(engine, monkeypatch):
-    """A guide that raises (a bug, say in a learner's Task 8.5) ends its own request, not the step's others."""
+    """A guide that raises (a bug, say in a learner's Task 8.7) ends its own request, not the step's others."""
     import asyncio
     import time
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from miniyaie.structured import DEAD, TokenIndex, compile_regex, walk_vocabulary
 
 # The regex of a four-field JSON schema (name: string of at most 12, age: integer, city: one of three,
-# member: boolean), written out: Task 8.3, which makes it, comes later in the book.
+# member: boolean), written out: Task 8.5, which makes it, comes later in the book.
 FOUR_FIELDS = (r'\{"name":"([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,12}","age":-?(0|[1-9][0-9]*),'
                r'"city":("Paris"|"Zürich"|"東京"),"member":(true|false)\}')
 # Patterns that end only where nothing may follow: there outlines-core 0.2.14 is exact (see below).

@@ -129,9 +129,9 @@ class Constraints:
         (`stats()["indexes_in_use"]`) is one guide's or one hold's.
         """
         # Idea: between giving back the hold and taking the guides' uses, could the index be evicted?
-        # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
-        # TODO(Task 8.4): The index cache. Replace this line with your code.
-        raise NotImplementedError('Chapter 8, Task 4: The index cache — see book/src/ch08_structured_output.md')
+        # Stuck? `miniyaie hint 8.6` prints hints, one level at a time.
+        # TODO(Task 8.6): The index cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 6: The index cache — see book/src/ch08_structured_output.md')
     # ANCHOR_END: start
 
     def mask(self, request_id: str):
@@ -147,7 +147,7 @@ class Constraints:
         another reason (end of sequence, max_tokens, a stop string): left alone, guide unmoved.
         room(id): how many more tokens the request may take; jump_forward(id): whether it asked for
         jump-forward. Returns (forced, ended, failed):
-        - forced[id]: the tokens appended without a model step (Task 8.5's forced_tokens), only for
+        - forced[id]: the tokens appended without a model step (Task 8.7's forced_tokens), only for
           requests that asked and whose pattern is not complete, at most room(id) of them (the guide
           then stands after the tokens kept, not after every token the pattern forced); their number
           is added to self.forced_tokens. No entry where there are none.
@@ -159,9 +159,9 @@ class Constraints:
         ended "stop" (not "length").
         """
         # Idea: in what order do a request's sampled token, forced tokens and end come, and what may one bad guide spoil?
-        # Stuck? `miniyaie hint 8.5` prints hints, one level at a time.
-        # TODO(Task 8.5): Jump-forward. Replace this line with your code.
-        raise NotImplementedError('Chapter 8, Task 5: Jump-forward — see book/src/ch08_structured_output.md')
+        # Stuck? `miniyaie hint 8.7` prints hints, one level at a time.
+        # TODO(Task 8.7): Jump-forward. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 7: Jump-forward — see book/src/ch08_structured_output.md')
     # ANCHOR_END: after_step
 
     def follow(self, engine, sampled: dict, finished: dict[str, str]) -> tuple[dict[str, list[int]], dict[str, Exception]]:
@@ -200,7 +200,7 @@ class Constraints:
     def forget(self, request_id: str) -> None:
         """Drop the request's guide and give back its use of the index (an id with none: nothing)."""
         # Idea: what must forgetting an id twice, or an id that never had a guide, do to the cache?
-        # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
-        # TODO(Task 8.4): The index cache. Replace this line with your code.
-        raise NotImplementedError('Chapter 8, Task 4: The index cache — see book/src/ch08_structured_output.md')
+        # Stuck? `miniyaie hint 8.6` prints hints, one level at a time.
+        # TODO(Task 8.6): The index cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 6: The index cache — see book/src/ch08_structured_output.md')
     # ANCHOR_END: forget

@@ -95,9 +95,9 @@ class Guide:
         'abcdab' forced with tokens 'ab', 'c' and no 'd' is ['ab', 'c'], the guide after 'abc'.
         """
         # Idea: where does the guide stand when the vocabulary cannot write all of the forced text?
-        # Stuck? `miniyaie hint 8.5` prints hints, one level at a time.
-        # TODO(Task 8.5): Jump-forward. Replace this line with your code.
-        raise NotImplementedError('Chapter 8, Task 5: Jump-forward — see book/src/ch08_structured_output.md')
+        # Stuck? `miniyaie hint 8.7` prints hints, one level at a time.
+        # TODO(Task 8.7): Jump-forward. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 7: Jump-forward — see book/src/ch08_structured_output.md')
     # ANCHOR_END: forced_tokens
 
     def _token_of_bytes(self) -> dict[bytes, int]:

@@ -77,23 +77,23 @@ class IndexCache:
     def give_back(self, pattern: str) -> None:
         """One take of `pattern` fewer; then evict what the budget asks (see the class)."""
         # Idea: what does "in use" count, and when is the budget enforced?
-        # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
-        # TODO(Task 8.4): The index cache. Replace this line with your code.
-        raise NotImplementedError('Chapter 8, Task 4: The index cache — see book/src/ch08_structured_output.md')
+        # Stuck? `miniyaie hint 8.6` prints hints, one level at a time.
+        # TODO(Task 8.6): The index cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 6: The index cache — see book/src/ch08_structured_output.md')
 
     def _get(self, pattern: str, budget: Budget | None, keyword: str, use: bool) -> TokenIndex:
         """get (use=False) and take (use=True): see the class."""
         # Idea: a compile takes seconds: what may the lock cover, and what if another thread compiled it meanwhile?
-        # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
-        # TODO(Task 8.4): The index cache. Replace this line with your code.
-        raise NotImplementedError('Chapter 8, Task 4: The index cache — see book/src/ch08_structured_output.md')
+        # Stuck? `miniyaie hint 8.6` prints hints, one level at a time.
+        # TODO(Task 8.6): The index cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 6: The index cache — see book/src/ch08_structured_output.md')
 
     def _evict(self) -> None:
         """Drop the least recently used indexes nobody uses until the rest fit the byte budget (lock held)."""
         # Idea: which indexes may go, in which order, and when do you stop?
-        # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
-        # TODO(Task 8.4): The index cache. Replace this line with your code.
-        raise NotImplementedError('Chapter 8, Task 4: The index cache — see book/src/ch08_structured_output.md')
+        # Stuck? `miniyaie hint 8.6` prints hints, one level at a time.
+        # TODO(Task 8.6): The index cache. Replace this line with your code.
+        raise NotImplementedError('Chapter 8, Task 6: The index cache — see book/src/ch08_structured_output.md')
     # ANCHOR_END: cache
 
     def _compile(self, pattern: str, budget: Budget, keyword: str) -> TokenIndex:

@@ -35,8 +35,8 @@ def array_regex(item: str, low: int, high: int | None) -> str:
     """
     # Idea: which item is the one not preceded by a comma, and what is left when there may be none?
     # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
-    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+    # TODO(Task 8.3): Arrays and objects. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 3: Arrays and objects — see book/src/ch08_structured_output.md')
 # ANCHOR_END: array_regex
 
 
@@ -58,8 +58,8 @@ def object_regex(members: list[tuple[str, bool]]) -> str:
     """
     # Idea: the comma belongs to the gap between two written members; decide what you carry from one member to the next.
     # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
-    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+    # TODO(Task 8.3): Arrays and objects. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 3: Arrays and objects — see book/src/ch08_structured_output.md')
 # ANCHOR_END: object_regex
 
 
@@ -77,6 +77,6 @@ def json_object_regex(depth: int = 2) -> str:
     """
     # Idea: a regex cannot recurse, and may grow only by a constant factor per level: what is each level made of?
     # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
-    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+    # TODO(Task 8.3): Arrays and objects. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 3: Arrays and objects — see book/src/ch08_structured_output.md')
 # ANCHOR_END: json_object_regex

@@ -95,9 +95,9 @@ def check_structure(schema: dict, limits: Limits) -> None:
     {"type": "array", "maxItems": 0} and 1,000 enum entries pass.
     """
     # Idea: which keywords does each kind of schema read, and what would make each unsatisfiable or unwritable?
-    # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
-    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+    # Stuck? `miniyaie hint 8.5` prints hints, one level at a time.
+    # TODO(Task 8.5): From a schema to its regex. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 5: From a schema to its regex — see book/src/ch08_structured_output.md')
 # ANCHOR_END: check_structure
 
 
@@ -134,9 +134,9 @@ def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
     limits and the depth cap hold all the way down.
     """
     # Idea: an enum value must also satisfy everything else the schema says; what do you already have that can ask?
-    # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
-    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+    # Stuck? `miniyaie hint 8.5` prints hints, one level at a time.
+    # TODO(Task 8.5): From a schema to its regex. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 5: From a schema to its regex — see book/src/ch08_structured_output.md')
 # ANCHOR_END: schema_regex
 
 

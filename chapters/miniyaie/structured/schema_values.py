@@ -55,9 +55,9 @@ def check_value(value, keyword: str, depth: int = 0) -> None:
     {"\\ud800": 1} are refused; 32 nested lists around 1 pass, 33 do not.
     """
     # Idea: how deep does your walk go on a value a client built to be deep?
-    # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
-    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+    # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
+    # TODO(Task 8.4): The values a schema carries. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 4: The values a schema carries — see book/src/ch08_structured_output.md')
 # ANCHOR_END: check_value
 
 

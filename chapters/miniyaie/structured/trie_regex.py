@@ -1,4 +1,4 @@
-"""A list of literal texts (enum values, guided_choice) as one regex factored like a trie (Task 8.3).
+"""A list of literal texts (enum values, guided_choice) as one regex factored like a trie (Task 8.4).
 
 `(apple|apricot|banana)` becomes `(ap(ple|ricot)|banana)`: the same
 language, but the automaton compiler meets one small alternation per
@@ -25,7 +25,7 @@ def alternation(texts: list[str]) -> str:
     (ap(ple|ricot)|banana); ["a", "ab"] one such as (a(b)?).
     """
     # Idea: a text can end where another goes on; decide where that fact lives in your structure.
-    # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
-    # TODO(Task 8.3): Arrays, enums and objects. Replace this line with your code.
-    raise NotImplementedError('Chapter 8, Task 3: Arrays, enums and objects — see book/src/ch08_structured_output.md')
+    # Stuck? `miniyaie hint 8.4` prints hints, one level at a time.
+    # TODO(Task 8.4): The values a schema carries. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 4: The values a schema carries — see book/src/ch08_structured_output.md')
 # ANCHOR_END: alternation

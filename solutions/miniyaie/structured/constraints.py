@@ -141,7 +141,7 @@ class Constraints:
         #   cache, held = self._indexes(), self._unhold(pattern)
         #   try: for rid in ids: forget(rid); guides[rid] = Guide(cache.take(pattern, budget, keyword)); _patterns[rid] = pattern
         #   finally: if held: cache.give_back(pattern)
-        # BEGIN SOLUTION 8.4: The index cache
+        # BEGIN SOLUTION 8.6: The index cache
         pattern = pattern_of(params, self.limits)
         if pattern is None:
             return
@@ -170,7 +170,7 @@ class Constraints:
         another reason (end of sequence, max_tokens, a stop string): left alone, guide unmoved.
         room(id): how many more tokens the request may take; jump_forward(id): whether it asked for
         jump-forward. Returns (forced, ended, failed):
-        - forced[id]: the tokens appended without a model step (Task 8.5's forced_tokens), only for
+        - forced[id]: the tokens appended without a model step (Task 8.7's forced_tokens), only for
           requests that asked and whose pattern is not complete, at most room(id) of them (the guide
           then stands after the tokens kept, not after every token the pattern forced); their number
           is added to self.forced_tokens. No entry where there are none.
@@ -206,7 +206,7 @@ class Constraints:
         #       if tokens: forced[rid] = tokens; self.forced_tokens += len(tokens)
         #       if guide.finished: ended[rid] = "stop"
         #       elif room(rid) - len(tokens) <= 0: ended[rid] = "length"
-        # BEGIN SOLUTION 8.5: Jump-forward
+        # BEGIN SOLUTION 8.7: Jump-forward
         forced, ended, failed = {}, {}, {}
         for rid, token in sampled.items():
             guide = self.guides.get(rid)
@@ -276,7 +276,7 @@ class Constraints:
         # Hint 3:
         #   guides.pop(rid, None); pattern = _patterns.pop(rid, None)
         #   if pattern is not None: self._indexes().give_back(pattern)
-        # BEGIN SOLUTION 8.4: The index cache
+        # BEGIN SOLUTION 8.6: The index cache
         self.guides.pop(request_id, None)
         pattern = self._patterns.pop(request_id, None)
         if pattern is not None:

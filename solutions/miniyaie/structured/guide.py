@@ -112,7 +112,7 @@ class Guide:
         #       n = longest n with bytes(forced[i:i + n]) in table (none: break)
         #       tokens.append(table[...]); self.advance(tokens[-1]); i += n
         #   return tokens
-        # BEGIN SOLUTION 8.5: Jump-forward
+        # BEGIN SOLUTION 8.7: Jump-forward
         dfa, forced, state = self.index.dfa, bytearray(), self.state
         while (byte := dfa.forced_byte(state)) is not None:
             forced.append(byte)

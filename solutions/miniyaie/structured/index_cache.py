@@ -86,7 +86,7 @@ class IndexCache:
         #   with lock: if users[pattern] > 0: users[pattern] -= 1
         #              if users[pattern] == 0: del users[pattern]
         #              evict()
-        # BEGIN SOLUTION 8.4: The index cache
+        # BEGIN SOLUTION 8.6: The index cache
         with self._lock:
             if self._users[pattern] > 0:
                 self._users[pattern] -= 1
@@ -111,7 +111,7 @@ class IndexCache:
         #   with lock: index = indexes.setdefault(pattern, index); move_to_end(pattern)
         #              if use: users[pattern] += 1
         #              evict(); return index
-        # BEGIN SOLUTION 8.4: The index cache
+        # BEGIN SOLUTION 8.6: The index cache
         with self._lock:
             index = self._indexes.get(pattern)
             if index is not None:
@@ -141,7 +141,7 @@ class IndexCache:
         #   for pattern in list(indexes):
         #       if total <= limits.cache_bytes: break
         #       if users[pattern] == 0: total -= indexes.pop(pattern).nbytes; evictions += 1
-        # BEGIN SOLUTION 8.4: The index cache
+        # BEGIN SOLUTION 8.6: The index cache
         total = sum(index.nbytes for index in self._indexes.values())
         for pattern in list(self._indexes):
             if total <= self.limits.cache_bytes:

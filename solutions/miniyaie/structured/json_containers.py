@@ -48,7 +48,7 @@ def array_regex(item: str, low: int, high: int | None) -> str:
     #   body = item + more
     #   if low == 0: body = "(" + body + ")?"
     #   return r"\[" + body + r"\]"
-    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    # BEGIN SOLUTION 8.3: Arrays and objects
     if high == 0:
         return r"\[\]"
     more = f"(,{item}){{{max(low - 1, 0)},{'' if high is None else high - 1}}}"
@@ -98,7 +98,7 @@ def object_regex(members: list[tuple[str, bool]]) -> str:
     #       all_optional = all_optional and not required
     #   if carried is None: return r"\{\}"
     #   return r"\{" + ("(" + carried + ")?" if all_optional else carried) + r"\}"
-    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    # BEGIN SOLUTION 8.3: Arrays and objects
     carried, all_optional = None, True
     for member, required in members:
         if carried is None:
@@ -146,7 +146,7 @@ def json_object_regex(depth: int = 2) -> str:
     #       arr = r"\[(" + inner + "(," + inner + r")*)?\]"
     #       value = f"{value}|{obj}|{arr}"
     #   return r"\{(" + string + ":(" + value + ")(," + string + ":(" + value + r"))*)?\}"
-    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    # BEGIN SOLUTION 8.3: Arrays and objects
     string = f'"{STRING_CHAR}*"'
     value = "|".join([string, NUMBER, "true", "false", "null"])
     for _ in range(depth):

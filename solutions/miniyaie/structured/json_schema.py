@@ -117,7 +117,7 @@ def check_structure(schema: dict, limits: Limits) -> None:
     #       if "object" in kinds or (no type and "properties" in schema): check names, missing required
     #       for (low, high, kind) in (minItems, maxItems, array), (minLength, maxLength, string):
     #           if kind in kinds and schema.get(high) is not None and schema[high] < schema.get(low, 0): PatternError
-    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    # BEGIN SOLUTION 8.5: From a schema to its regex
     if "const" in schema or "enum" in schema:
         keyword = "const" if "const" in schema else "enum"
         values = [schema["const"]] if keyword == "const" else _list(schema, "enum", "a list of values")
@@ -222,7 +222,7 @@ def schema_regex(schema: dict, depth: int, limits: Limits) -> str:
     #   if kind == "array": return array_regex(schema_to_regex(items or ANY_ITEM, depth + 1, limits, "items"), low, high)
     #   if kind == "object" or "properties" in schema: return object_regex([...members in order...])
     #   raise PatternError(f"unsupported or missing JSON schema type {kind!r}")
-    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    # BEGIN SOLUTION 8.5: From a schema to its regex
     rest = {k: v for k, v in schema.items() if k not in IGNORED | {"enum", "const"}}
     if "const" in schema or "enum" in schema:
         keyword = "const" if "const" in schema else "enum"

@@ -72,7 +72,7 @@ def check_value(value, keyword: str, depth: int = 0) -> None:
     #   if str and any(0xD800 <= ord(c) <= 0xDFFF for c in value): raise PatternError(f"{keyword}: ... surrogate")
     #   if list: for item in value: check_value(item, keyword, depth + 1)
     #   if dict: for key, item in value.items(): check_value(key, ..., depth + 1); check_value(item, ..., depth + 1)
-    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    # BEGIN SOLUTION 8.4: The values a schema carries
     if depth > MAX_VALUE_DEPTH:
         raise PatternError(f"{keyword}: a value nests deeper than {MAX_VALUE_DEPTH} levels")
     if isinstance(value, float) and not math.isfinite(value):

@@ -1,4 +1,4 @@
-"""A list of literal texts (enum values, guided_choice) as one regex factored like a trie (Task 8.3).
+"""A list of literal texts (enum values, guided_choice) as one regex factored like a trie (Task 8.4).
 
 `(apple|apricot|banana)` becomes `(ap(ple|ricot)|banana)`: the same
 language, but the automaton compiler meets one small alternation per
@@ -53,7 +53,7 @@ def alternation(texts: list[str]) -> str:
     #   body = below(trie)
     #   if END in trie: return "(" + body + ")?" if body else ""
     #   return "(" + body + ")"
-    # BEGIN SOLUTION 8.3: Arrays, enums and objects
+    # BEGIN SOLUTION 8.4: The values a schema carries
     end = ""  # a trie key that marks "a text ends here" (no text has an empty character)
     trie: dict = {}
     for text in texts:
