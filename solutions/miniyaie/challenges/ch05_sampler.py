@@ -88,6 +88,7 @@ CHALLENGE = Challenge(
     baseline=baseline,
     correctness_tests=["tests/ch05_engine/test_sampler.py", "tests/ch05_engine/test_batched_sampler.py",
                        "tests/ch05_engine/test_sampler_contract.py", "tests/ch05_engine/test_top_columns.py"],
+    extra={"ratio": True},
     note=("A timing: it varies by machine and with the machine's load; compare yours with the reference, "
           "measured in the same run. Baseline: the reference's sampler called once per row."),
 )

@@ -72,6 +72,8 @@ def challenge(number: int, impl: str | None = None) -> int:
         return 1
     scores = {**score_in_child(number, "yours", impl), **score_in_child(number, "reference", "solutions")}
     print(score_table(ch, scores, impl))
+    if ch.extra.get("ratio") and scores.get("yours") and scores.get("reference"):  # a timing: machines differ
+        print(f"yours / reference: {scores['yours'] / scores['reference']:.2f}x, both measured in this run")
     if ch.note:
         print(ch.note)
     return 0
