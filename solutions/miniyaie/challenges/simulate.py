@@ -59,8 +59,12 @@ def bursty_trace(seed: int = 0) -> list[TraceRequest]:
     return sorted(trace, key=lambda r: r.arrival_ms)
 
 
-def simulate(make_scheduler, memory, trace: list[TraceRequest], request_cls, max_steps: int = 100_000) -> SimResult:
-    """Drive `make_scheduler(memory)` over `trace` in simulated time; a fake model gives the tokens."""
+def simulate(make_scheduler, memory, trace: list[TraceRequest], request_cls, max_steps: int = 100_000,
+             extra_cost=None) -> SimResult:
+    """Drive `make_scheduler(memory)` over `trace` in simulated time; a fake model gives the tokens.
+
+    `extra_cost(out, memory)`, when given, adds milliseconds to a step (read before the step's update).
+    """
     scheduler = make_scheduler(memory)
     pending = list(trace)
     arrival, first = {}, {}
@@ -76,6 +80,8 @@ def simulate(make_scheduler, memory, trace: list[TraceRequest], request_cls, max
             continue
         out = scheduler.schedule()
         clock += step_cost_ms(len(out.chunks), out.num_batched_tokens)
+        if extra_cost is not None:
+            clock += extra_cost(out, memory)
         sampled = {}
         for c in out.chunks:
             if c.samples_next_token:
