@@ -124,7 +124,7 @@ def test_propose_compares_a_bounded_number_of_tokens_on_repeating_text(pattern, 
     ids = [CountedToken(t) for t in pattern * repeats]
     CountedToken.comparisons = 0
     got = NgramProposer(1, max_n).propose(ids, 4)
-    continuation = (pattern * 3)[len(ids) % len(pattern):][:4]  # what follows any earlier occurrence
+    continuation = (pattern * 5)[len(ids) % len(pattern):][:4]  # what follows any earlier occurrence
     assert got and [int(t) for t in got] == continuation[: len(got)], f"the drafts continue the pattern, got {got}"
     limit = 4 * max_n * len(ids)
     assert CountedToken.comparisons <= limit, (
