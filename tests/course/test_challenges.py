@@ -1,0 +1,80 @@
+"""`miniyaie challenge N`: every chapter has one, a score is refused while correctness tests fail, the table prints.
+
+No test here asserts a score: a score is the learner's, and the reference's may change with it.
+"""
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from miniyaie.challenges import base, runner
+from miniyaie.challenges.base import Challenge, challenge_for, chapters_with_challenges
+from miniyaie.cli.main import main
+
+pytestmark = pytest.mark.ungraded
+REPO = Path(__file__).resolve().parents[2]
+ONE_FAST_TEST = "tests/ch01_scheduler/test_update.py::test_requests_finishing_together_come_back_in_chunk_order"
+
+
+@pytest.mark.parametrize("number", range(10))
+def test_every_chapter_has_a_well_formed_challenge(number):
+    assert number in chapters_with_challenges(), (
+        f"chapter {number} has no challenge: add solutions/miniyaie/challenges/ch{number:02d}_<topic>.py with CHALLENGE"
+    )
+    ch = challenge_for(number)
+    assert isinstance(ch, Challenge) and ch.number == number
+    assert ch.title and ch.metric and ch.unit and ch.workload, "a challenge states its problem, metric, unit and workload"
+    assert callable(ch.run) and (ch.baseline is None or callable(ch.baseline))
+    assert ch.correctness_tests, "a score counts only after correctness tests pass: name them"
+    for path in ch.correctness_tests:
+        file = path.split("::")[0]
+        assert (REPO / file).exists(), f"chapter {number}'s correctness test {path} does not exist"
+        assert file.startswith(f"tests/ch{number:02d}_"), f"{path} is not one of chapter {number}'s tests"
+
+
+def test_a_chapter_without_a_challenge_is_refused_by_name():
+    with pytest.raises(ValueError, match="no challenge"):
+        challenge_for(42)
+
+
+@pytest.mark.parametrize("number", [1, 2, 3])
+def test_cheap_workloads_score_the_same_twice(number):
+    """The simulated scores are deterministic (run in this process with the reference selected)."""
+    ch = challenge_for(number)
+    first = [ch.run(), (ch.reference or ch.run)(), ch.baseline()]
+    assert all(isinstance(x, float) and math.isfinite(x) for x in first), first
+    assert first == [ch.run(), (ch.reference or ch.run)(), ch.baseline()]
+
+
+def _fast(number: int) -> Challenge:
+    return dataclasses.replace(challenge_for(number), correctness_tests=[ONE_FAST_TEST])
+
+
+def test_the_table_shows_baseline_yours_and_reference(monkeypatch, capsys):
+    monkeypatch.setattr(runner, "challenge_for", lambda n: _fast(1))
+    assert runner.challenge(1, "solutions") == 0
+    out = capsys.readouterr().out
+    for word in ("baseline", "yours", "reference", "lower is better", "simulated ms"):
+        assert word in out, f"{word!r} missing from the challenge table:\n{out}"
+
+
+def test_a_score_is_refused_when_a_correctness_test_fails(monkeypatch, capsys):
+    """The stub tree fails the correctness test: no child process runs, the failing test is named."""
+    monkeypatch.setattr(runner, "challenge_for", lambda n: _fast(1))
+    monkeypatch.setattr(runner, "score_in_child", lambda *a, **k: pytest.fail("scored despite a failing test"))
+    assert runner.challenge(1, "scheduler=chapters") == 1
+    out = capsys.readouterr().out
+    assert "No score" in out and ONE_FAST_TEST in out, out
+
+
+def test_the_learners_design_module_is_optional(monkeypatch):
+    assert base.learner_design(3, "make_cache", "default") == "default"  # the reference tree has no radix/challenge.py
+
+
+def test_the_command_refuses_an_unknown_chapter_or_impl(capsys):
+    assert main(["challenge", "42"]) == 2
+    assert "no challenge" in capsys.readouterr().err
+    assert main(["challenge", "1", "--impl", "nowhere"]) == 2
+    assert "nowhere" in capsys.readouterr().err
