@@ -7,9 +7,8 @@ from tiny_models import save_tiny_model
 from miniyaie.model import ModelLoadError, load_model
 from miniyaie.model.loader import read_config
 
-pytestmark = pytest.mark.ungraded
 
-
+@pytest.mark.ungraded
 @pytest.mark.parametrize(
     "kind,qkv_bias,qk_norm,tied,rope_type",
     [
@@ -28,6 +27,7 @@ def test_config_features_are_read_from_the_checkpoint(tmp_path, kind, qkv_bias, 
     assert config.rope_scaling["rope_type"] == rope_type
 
 
+@pytest.mark.task("0.3")
 @pytest.mark.parametrize("kind", ["qwen2", "llama-tied-mha"])
 def test_loaded_weights_equal_the_checkpoint(tmp_path, kind):
     hf_model = save_tiny_model(kind, tmp_path)
@@ -39,6 +39,7 @@ def test_loaded_weights_equal_the_checkpoint(tmp_path, kind):
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
 
+@pytest.mark.task("0.3")
 def test_directory_without_weights_is_a_clear_error(tmp_path):
     save_tiny_model("llama", tmp_path)
     (tmp_path / "model.safetensors").unlink()

@@ -328,7 +328,7 @@ def test_a_request_that_could_never_run_is_refused_at_once():
     assert [c.request for c in out.chunks] == [just_fits]
 
 
-@pytest.mark.ungraded
+@pytest.mark.task("1.2")
 def test_bad_requests_are_rejected_clearly():
     s = scheduler(capacity=10)
     too_big = request(10, max_tokens=4)

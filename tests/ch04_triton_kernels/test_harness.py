@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.ungraded
-
 
 def harness(*args, tmp_path):
     out = tmp_path / "h.json"
@@ -17,6 +15,7 @@ def harness(*args, tmp_path):
     return proc, json.loads(out.read_text()) if out.exists() else None
 
 
+@pytest.mark.task("4.4")
 def test_harness_checks_every_kernel_and_writes_json_and_plot(tmp_path):
     proc, report = harness(tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -30,6 +29,7 @@ def test_harness_checks_every_kernel_and_writes_json_and_plot(tmp_path):
     assert (tmp_path / "h.png").stat().st_size > 0
 
 
+@pytest.mark.ungraded
 def test_harness_reports_a_wrong_kernel_and_fails(tmp_path):
     stub = Path(__file__).parents[2] / "chapters" / "miniyaie" / "kernels" / "activation.py"
     if "raise NotImplementedError" not in stub.read_text():
@@ -40,6 +40,7 @@ def test_harness_reports_a_wrong_kernel_and_fails(tmp_path):
     assert "NotImplementedError" in report["results"][0]["error"]
 
 
+@pytest.mark.ungraded
 def test_a_stub_that_a_gpu_refuses_to_compile_is_still_named_a_stub():
     """On a GPU, a kernel body that raises NotImplementedError is a compile error, not the raise itself."""
     from miniyaie.bench.kernel_harness import describe_failure

@@ -10,6 +10,7 @@ and a server that stops, cancel it; whatever it held is given back.
 
 import json
 import re
+import select
 import socket
 import threading
 import time
@@ -89,6 +90,24 @@ def in_background(fn, *args, **kwargs):
     return thread, result
 
 
+def compile_begins(gate, answered) -> None:
+    """Wait until the request's pattern is at the gate; fail at once, with the server's answer, when it
+    answered first (a refusal, a 500): a compile that will never come must not cost the whole bound."""
+    deadline = time.monotonic() + WAIT
+    while not gate.entered.wait(0.02):
+        got = answered()
+        if got is not None:
+            pytest.fail(f"the server answered before the request's pattern began to compile: {got}")
+        assert time.monotonic() < deadline, "the request's pattern never began to compile"
+
+
+def reply_of(reply: list):
+    """What a request run by in_background has answered so far (None: nothing yet)."""
+    if not reply:
+        return None
+    return f"{reply[0].status_code} {reply[0].text[:300]}" if hasattr(reply[0], "status_code") else repr(reply[0])
+
+
 def send_then_hang_up(server, gate, body: dict) -> None:
     """POST body on a raw connection, wait until its compile is at the gate, then close the connection."""
     data = json.dumps(body).encode()
@@ -96,13 +115,19 @@ def send_then_hang_up(server, gate, body: dict) -> None:
             f"Content-Length: {len(data)}\r\n\r\n").encode()
     with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
         sock.sendall(head + data)
-        assert gate.entered.wait(WAIT), "the request's pattern never began to compile"
+
+        def answered():
+            if not select.select([sock], [], [], 0)[0]:
+                return None
+            return sock.recv(4096).decode(errors="replace")[:300] or "the connection was closed"
+
+        compile_begins(gate, answered)
 
 
 def test_health_a_plain_request_and_a_stream_are_served_while_a_pattern_compiles(gated):
     engine, server, gate = gated
     slow, reply = in_background(httpx.post, f"{server.url}/v1/completions", json=CONSTRAINED, timeout=2 * WAIT)
-    assert gate.entered.wait(WAIT), "the constrained request's pattern never began to compile"
+    compile_begins(gate, lambda: reply_of(reply))
 
     assert httpx.get(f"{server.url}/health", timeout=WAIT).status_code == 200
     plain = httpx.post(f"{server.url}/v1/completions", timeout=WAIT,
@@ -158,7 +183,7 @@ def test_a_compile_that_ends_after_its_client_left_gives_back_what_it_holds(gate
 def test_stopping_the_server_cancels_a_compile_in_flight(gated):
     engine, server, gate = gated
     slow, reply = in_background(httpx.post, f"{server.url}/v1/completions", json=CONSTRAINED, timeout=2 * WAIT)
-    assert gate.entered.wait(WAIT)
+    compile_begins(gate, lambda: reply_of(reply))
     server.server.should_exit = True  # what SIGTERM and Ctrl-C do
     server.thread.join(2 * WAIT)
     assert not server.thread.is_alive(), "the server did not stop while a pattern compiled"

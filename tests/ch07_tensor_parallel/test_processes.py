@@ -21,7 +21,6 @@ from miniyaie.cli.main import main
 from miniyaie.distributed import TensorParallelError, TensorParallelSizeError
 from miniyaie.engine import CompletionDelta, EngineConfig, EngineError, InferenceEngine
 
-pytestmark = pytest.mark.ungraded
 CONFIG = dict(block_size=4, num_blocks=64, max_num_batched_tokens=16)
 
 
@@ -47,6 +46,7 @@ def chat_model(tmp_path_factory):
     return directory, save_tiny_chat_model(directory)
 
 
+@pytest.mark.task("7.4")
 def test_two_processes_answer_what_one_process_and_transformers_answer(chat_model):
     path, hf_model = chat_model
     prompts = ["Hello there", "The quick brown fox jumps over the lazy dog"]
@@ -70,6 +70,7 @@ def complete(engine, ids: list[int], max_tokens: int) -> list[int]:
     return out.token_ids
 
 
+@pytest.mark.task("7.4")
 def test_a_rank_that_dies_fails_the_requests_in_flight_loudly_and_the_engine_says_so(chat_model):
     engine = InferenceEngine(str(chat_model[0]), EngineConfig(**CONFIG, tensor_parallel_size=2))
     try:
@@ -106,6 +107,7 @@ RANK0 = textwrap.dedent("""
 """)
 
 
+@pytest.mark.task("7.4")
 def test_the_workers_of_a_rank_0_that_dies_shut_down(chat_model, tmp_path):
     """Killed rank 0 cannot tell anyone: its worker, idle on the control plane, sees the connection close and exits."""
     script = tmp_path / "rank0.py"
@@ -128,12 +130,14 @@ def test_the_workers_of_a_rank_0_that_dies_shut_down(chat_model, tmp_path):
         pytest.fail("rank 1 still runs 30 s after rank 0 died")
 
 
+@pytest.mark.task("7.1")
 def test_a_size_that_does_not_split_the_heads_is_refused_before_any_process_starts(tiny_checkpoint):
     path, _ = tiny_checkpoint("qwen2-kv2")  # 4 query heads
     with pytest.raises(TensorParallelSizeError, match="does not divide the model's 4 query heads"):
         InferenceEngine(str(path), EngineConfig(**CONFIG, tensor_parallel_size=3))
 
 
+@pytest.mark.task("7.1")
 def test_smollm2_takes_three_ranks_and_refuses_two():
     from miniyaie.distributed import check_tensor_parallel_size
 
@@ -142,6 +146,7 @@ def test_smollm2_takes_three_ranks_and_refuses_two():
         check_tensor_parallel_size(9, 3, 2)
 
 
+@pytest.mark.task("7.4")
 def test_the_command_line_splits_the_model_and_refuses_a_size_in_one_line(chat_model, capsys):
     path = str(chat_model[0])
     texts = []
@@ -156,6 +161,7 @@ def test_the_command_line_splits_the_model_and_refuses_a_size_in_one_line(chat_m
         assert errors == ["miniyaie: error: tensor-parallel size 3 does not divide the model's 4 query heads"], errors
 
 
+@pytest.mark.ungraded
 @pytest.mark.parametrize("device, rank, gpu", [("cuda:1", 1, 1), ("cuda", 2, 2)])
 def test_an_nccl_rank_joins_from_its_own_gpu(monkeypatch, device, rank, gpu):
     """NCCL talks from the current GPU, so join makes it the rank's before the group forms; gloo touches no GPU.

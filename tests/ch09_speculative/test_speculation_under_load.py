@@ -203,7 +203,7 @@ class Continuation:
         return [] if seq is None else seq[len(token_ids) : len(token_ids) + k]
 
 
-@pytest.mark.ungraded  # provided code: what the engine thread counts as returned
+@pytest.mark.task("9.3")
 def test_output_counters_count_the_tokens_returned_when_a_stop_string_cuts_accepted_drafts(chat_model):
     """Each step emits up to six tokens of a request (five accepted drafts and the target's own); a stop string
     that matches at one of them ends the request there. /stats and get_stats() count what the callers got."""

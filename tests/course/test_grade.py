@@ -155,3 +155,29 @@ def test_grade_shows_hypothesis_whole_story_with_the_step_that_fails_last():
                                     "failed", "AssertionError: the count reached 40", example=example))
     for line in example.splitlines():
         assert f"      {line}" in shown.splitlines(), f"grade dropped the story's line {line!r}:\n{shown}"
+
+
+def test_an_ungraded_test_that_fails_on_the_stubs_is_named_as_a_hole():
+    """`course holes` (d): ungraded means provided code only, so such a test must pass on the student tree;
+    one that fails there (or errors, or crashes its worker) depends on learner code and needs a task row."""
+    from miniyaie.course.holes import learner_dependent
+
+    def run(nodeid, outcome, graded=False, chapter=0):
+        return TestResult(f"tests/ch0{chapter}_x/{nodeid}", chapter, [], False, graded, outcome, "")
+
+    results = [run("test_a.py::test_provided", "passed"), run("test_a.py::test_on_a_gpu", "skipped"),
+               run("test_a.py::test_needs_learner_code", "failed"), run("test_a.py::test_crashed", "crashed"),
+               run("test_a.py::test_graded", "failed", graded=True), run("test_b.py::test_other", "failed", chapter=1)]
+    assert [r.nodeid.split("::")[1] for r in learner_dependent(results, 0)] == ["test_needs_learner_code", "test_crashed"]
+
+
+def test_a_long_failure_keeps_its_sentences_and_shortens_its_data():
+    """grade's line per failure: a printed set of 300 tokens must not push the sentence after it out."""
+    from miniyaie.course.pytest_plugin import MESSAGE_CHARS, shorten
+
+    line = f"AssertionError: {set(range(300))} were allowed: the mask must refuse them (the pattern ends here)"
+    short = shorten(line)
+    assert len(short) <= MESSAGE_CHARS and short.endswith("were allowed: the mask must refuse them (the pattern ends here)")
+    assert "(1390 characters)" in short, short
+    assert shorten("x" * 500).endswith("...") and len(shorten("x" * 500)) == MESSAGE_CHARS
+    assert shorten("a short line (with brackets)") == "a short line (with brackets)"

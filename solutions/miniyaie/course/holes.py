@@ -13,6 +13,14 @@
     tests are left out here, as `course mutants` leaves them out: tiny
     models run the same code, and the test suite runs them on the reference.
 
+(d) Ungraded means provided code only: with the whole student tree selected,
+    every ungraded test of the chapter must pass (or skip). One that fails
+    there depends on a learner's code, so `miniyaie grade` must run it: it
+    needs a task mark. (a) and (d) are one session over the whole test folder,
+    tests marked bundled_model included: the graded ones among them already
+    load the model in that session, and a provided-code test that needs it is
+    as much a test of learner code as any other once it fails on the stubs.
+
 The chapter's graded tests that (c) does not run (no task of a region marks
 them) run on the reference, so that with (c) every test `course mutants` runs
 has run: when all passed, their outcomes and times are recorded for it
@@ -68,6 +76,11 @@ def _record_reference(number: int, key: str, light: list[TestResult], runs: list
         reference.save(number, key, wanted)
 
 
+def learner_dependent(results: list[TestResult], number: int) -> list[TestResult]:
+    """Chapter `number`'s ungraded tests that did not pass or skip on the student tree: each needs a task mark."""
+    return [r for r in results if not r.graded and r.chapter == number and r.outcome not in ("passed", "skipped")]
+
+
 def holes(number: int) -> int:
     started = time.perf_counter()
     ch = chapter(number)
@@ -92,7 +105,7 @@ def holes(number: int) -> int:
         others = [[t.nodeid for t in graded if r.task not in t.tasks] for r in regions]
         unmarked = [t.nodeid for t in light  # (c) runs none of these: no mark, or only marks of tasks with no region
                     if t.graded and t.chapter == number and not set(t.tasks) & set(tasks)]
-        sessions = [Session(f"{ch.package}=chapters", [ch.tests, *GRADED])]
+        sessions = [Session(f"{ch.package}=chapters", [ch.tests])]  # (a) and (d): every test of the folder
         sessions += [Session(f"{ch.package}={root}", [*tests, "-x"]) for tests, root in zip(own, one_stub) if tests]
         stubbed = len(sessions) - 1
         light_ids = {t.nodeid for t in light}
@@ -140,6 +153,14 @@ def holes(number: int) -> int:
         failures += bool(bad) or not results
         rows.append([k, f"{len(results) - len(bad)}/{len(results)}", "ok" if results and not bad else bad_text])
     print(format_table(rows, ["task", "tests pass", "problem"]))
+
+    print(f"(d) chapter {number}: student tree, every ungraded test (provided code only) must pass or skip")
+    ungraded, dependent = [r for r in student if not r.graded and r.chapter == number], learner_dependent(student, number)
+    for r in dependent:
+        print(f"    HOLE: {r.nodeid} fails on the student stubs, so it depends on learner code: give it a task "
+              f"row (@pytest.mark.task, the last task it needs) in place of ungraded ({r.message[:120]})")
+    failures += len(dependent)
+    print(f"    {len(ungraded) - len(dependent)}/{len(ungraded)} ungraded tests pass or skip as they should")
     elapsed = time.perf_counter() - started
     print(f"Chapter {number}: {'no holes' if failures == 0 else f'{failures} hole(s)'} ({elapsed:.0f} s).", flush=True)
     return 0 if failures == 0 else 1

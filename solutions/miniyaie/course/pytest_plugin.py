@@ -197,10 +197,44 @@ def pytest_deselected(items):
         _RESULTS.pop(item.nodeid, None)
 
 
+MESSAGE_CHARS = 300  # a failure's line in `miniyaie grade`'s report
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _bracketed(text: str) -> list[tuple[int, int]]:
+    """The spans (start, end) of the outermost (...), [...] and {...} in text that balance (a stray one is skipped)."""
+    spans, stack = [], []
+    for i, c in enumerate(text):
+        if c in _OPEN:
+            stack.append((c, i))
+        elif c in _CLOSE:
+            if not stack or _OPEN.index(stack[-1][0]) != _CLOSE.index(c):
+                stack.clear()  # a stray closer (a quoted ")", say): start afresh after it
+                continue
+            _, start = stack.pop()
+            if not stack:
+                spans.append((start, i + 1))
+    return spans
+
+
+def shorten(line: str, limit: int = MESSAGE_CHARS) -> str:
+    """`line` in at most `limit` characters, its sentences kept whole: the longest printed data (a set, a
+    list, a dict) lose their middles first, each saying how long it was, so that a sentence after a
+    printed set of 300 tokens still shows. Whatever is still too long is cut at the end."""
+    for start, end in sorted(_bracketed(line), key=lambda span: span[0] - span[1]):  # the longest first
+        if len(line) <= limit:
+            break
+        if end - start > 60:
+            data = line[start:end]
+            line = f"{line[:start]}{data[:40]} ... {data[-12:]} ({end - start} characters){line[end:]}"
+            return shorten(line, limit)  # the spans after this one moved
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def _short_message(report) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
-    return text.strip().splitlines()[0][:300] if text.strip() else ""
+    return shorten(text.strip().splitlines()[0]) if text.strip() else ""
 
 
 _EXAMPLE = re.compile(r"^(Failing test case|Failing explicit example|Falsifying example|Falsifying explicit example):", re.M)
