@@ -36,7 +36,7 @@ def walk(index, text: bytes) -> list[int]:
     return states
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.parametrize("pattern,text", [(r'\{"id": [0-9]{1,3}, "ok": (true|false)\}', b'{"id": 42, "ok": true}'),
                                           ("é[a-c]+x?", "ébbx".encode())])
 def test_a_process_compile_gives_the_index_the_thread_builds(compiler, pattern, text):
@@ -50,7 +50,7 @@ def test_a_process_compile_gives_the_index_the_thread_builds(compiler, pattern, 
         assert bool(there.dfa.accepting[theirs]) == bool(here.dfa.accepting[mine])
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.parametrize("params", [dict(regex="(a|b)*a(a|b){14}"), dict(regex="[a-"), dict(regex="a{1000000}")])
 def test_a_refusal_keeps_its_message_across_the_process(compiler, params):
     params = SamplingParams(**params)
@@ -63,7 +63,7 @@ def test_a_refusal_keeps_its_message_across_the_process(compiler, params):
     assert str(crossed.value) == str(in_thread.value)
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_the_deadline_holds_in_the_worker(compiler):
     c = Constraints(byte_vocabulary(size=SIZE), SIZE, Limits(compile_seconds=0.3))
     c.compile_in_process(lambda: compiler)
@@ -71,7 +71,7 @@ def test_the_deadline_holds_in_the_worker(compiler):
         c.prepare(SLOW)
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_the_cache_counts_and_holds_what_the_process_compiled_and_close_leaves_no_worker():
     compiler = ProcessCompiler()
     c = Constraints(byte_vocabulary(size=SIZE), SIZE)
@@ -96,7 +96,7 @@ def test_the_cache_counts_and_holds_what_the_process_compiled_and_close_leaves_n
         c.prepare(SamplingParams(regex="abd"))
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_a_cancel_kills_the_worker_and_the_next_compile_starts_another():
     compiler = ProcessCompiler()
     c = Constraints(byte_vocabulary(size=SIZE), SIZE)

@@ -67,7 +67,7 @@ def nested_any_of(depth: int):
     return schema
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(schema=any_schema)
 @example(schema={"type": "object", "properties": {"a": {"type": "string"}}, "required": 5})
@@ -109,7 +109,7 @@ def test_every_schema_is_refused_by_keyword_or_all_its_outputs_validate(engine, 
     assert engine.llm.num_request_blocks == 0
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(schema=any_schema)
 @example(schema={"enum": ["ok", "\ud800"]})  # a lone surrogate, sent as JSON's \ud800 escape (the openai client cannot)
@@ -133,7 +133,7 @@ def test_through_the_server_every_schema_is_a_400_naming_its_keyword_or_outputs_
             jsonschema.validate(json.loads(choice["text"]), json.loads(json.dumps(schema)))
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @pytest.mark.parametrize("schema,keyword", [(nested_types(800), "type"), (nested_any_of(300), "anyOf")],
                          ids=["type in 800 lists", "anyOf 300 deep"])  # (hypothesis cannot print such examples)
 def test_a_deeply_nested_schema_is_refused_by_keyword_without_a_recursion_error(engine, schema, keyword):  # noqa: F811
@@ -141,7 +141,7 @@ def test_a_deeply_nested_schema_is_refused_by_keyword_without_a_recursion_error(
         engine.generate("x", max_tokens=4, json_schema=schema)
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_stats_show_the_index_cache_bytes_against_its_budget(engine):  # noqa: F811
     from miniyaie.structured import Limits
 

@@ -447,7 +447,7 @@ def test_the_json_object_regex_matches_objects_nested_at_most_depth_levels(depth
         f"depth {depth}: {text} must {'' if fits else 'not '}match: it is {what}")
 
 
-@pytest.mark.task("8.3")
+@pytest.mark.task("8.5")
 @pytest.mark.parametrize("schema,keyword", [
     ({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}, "format"),
     ({"type": "integer", "minimum": 3}, "minimum"),

@@ -171,7 +171,7 @@ def test_forced_text_cut_to_the_room_leaves_the_guide_after_the_kept_tokens(room
         "(a request cut short by its room did not complete its pattern)")
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_pattern_the_vocabulary_cannot_finish_fails_its_request_alone(tiny_model, temperature):
     """"abc" with no token for "c": after "ab" nothing is allowed; that request fails, its neighbour finishes."""
@@ -190,7 +190,7 @@ def test_a_pattern_the_vocabulary_cannot_finish_fails_its_request_alone(tiny_mod
     assert engine.num_request_blocks == 0, "the failed request's blocks come back"
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.parametrize("jump_forward", [False, True])
 def test_a_pattern_that_must_end_before_min_tokens_fails_saying_so(tiny_model, jump_forward):
     """regex "abc?" with no token for "c" and min_tokens=5: after "ab" the end is the only token allowed (the

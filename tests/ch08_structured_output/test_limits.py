@@ -23,7 +23,7 @@ def constraints(size: int = 300, **limits) -> Constraints:
     return Constraints(byte_vocabulary(size=size), size, Limits(**limits))
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 @pytest.mark.parametrize("params,message", [
     (dict(regex="a{1000000}"), "guided_regex: the repetition count 1000000 is over the limit of 1000"),
     (dict(regex="(a{900}){900}"), "max_states"),
@@ -45,7 +45,7 @@ def test_a_request_over_a_limit_is_refused_at_once_naming_the_keyword_and_the_li
     assert time.monotonic() - started < 5, "a refusal by size comes before the expensive work"
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_the_operator_changes_a_limit():
     relaxed, strict = constraints(max_items=2000), constraints(max_items=2)
     schema = SamplingParams(json_schema={"type": "array", "items": {"type": "boolean"}, "maxItems": 300})
@@ -57,7 +57,7 @@ def test_the_operator_changes_a_limit():
         Limits.parse({"max_itemz": 3})
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_a_compile_past_its_deadline_is_refused_naming_the_budget():
     started = time.monotonic()
     with pytest.raises(PatternError, match=re.escape("compile budget of 0.05 s (compile_seconds)")):
@@ -65,7 +65,7 @@ def test_a_compile_past_its_deadline_is_refused_naming_the_budget():
     assert time.monotonic() - started < 2, "the deadline is checked inside the compile's loops"
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_a_cancelled_compile_stops_soon_and_holds_nothing():
     c, cancel = constraints(), threading.Event()
     threading.Timer(0.05, cancel.set).start()
@@ -77,7 +77,7 @@ def test_a_cancelled_compile_stops_soon_and_holds_nothing():
     assert c.stats()["indexes_in_use"] == 0
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_prepare_holds_the_index_for_start_and_release_gives_it_back():
     c = constraints()
     params = SamplingParams(regex="[a-c]{2}x")
@@ -106,7 +106,7 @@ def decode_all(c: Constraints, rid: str, text: str) -> None:
         c.guides[rid].advance(byte)
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_index_memory_is_counted_in_bytes_and_kept_within_the_budget_when_unused():
     """Three distinct long consts decoded over a 49,152-token vocabulary: each state keeps one bit per token."""
     size, budget = 49_152, 4 * 2**20
@@ -124,7 +124,7 @@ def test_index_memory_is_counted_in_bytes_and_kept_within_the_budget_when_unused
     assert c.stats()["evictions"] >= 1 and c.stats()["indexes_in_use"] == 0
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_an_index_in_use_is_never_evicted():
     c = constraints(size=49_152, cache_bytes=1)  # every unused index is over the budget at once
     params = SamplingParams(json_schema={"const": "abc" * 100})
@@ -138,7 +138,7 @@ def test_an_index_in_use_is_never_evicted():
     assert c.stats()["indexes"] == 0 and c.stats()["index_cache_bytes"] == 0
 
 
-@pytest.mark.task("8.4")
+@pytest.mark.task("8.6")
 def test_the_cache_is_safe_under_threads():
     c = constraints()
     patterns = [SamplingParams(regex=f"[a-c]{{{n}}}x") for n in range(1, 9)]

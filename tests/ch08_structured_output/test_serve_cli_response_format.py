@@ -47,7 +47,7 @@ def served_cli(tmp_path_factory):
         process.wait(timeout=30)
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_response_format_json_schema_through_miniyaie_serve(served_cli, temperature):
     reply = served_cli.chat.completions.create(
@@ -59,7 +59,7 @@ def test_response_format_json_schema_through_miniyaie_serve(served_cli, temperat
     jsonschema.validate(json.loads(choice.message.content), SCHEMA)
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_a_bad_schema_through_miniyaie_serve_is_a_400_and_the_server_serves_on(served_cli):
     import openai
 

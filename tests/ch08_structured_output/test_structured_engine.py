@@ -62,7 +62,7 @@ def wrapped(schema: dict) -> dict:
     return schema
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(schema=schemas.map(wrapped), temperature=st.sampled_from([0.0, 1.0]), seed=st.integers(0, 100))
 def test_every_finished_output_validates_against_its_schema(engine, schema, temperature, seed):
@@ -78,7 +78,7 @@ def smollm2():
         yield e
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.bundled_model
 def test_smollm2_writes_valid_json_for_a_four_field_schema(smollm2):
     prompts = [f"Describe person number {i} as JSON with name, age, city and membership." for i in range(4)]
@@ -87,7 +87,7 @@ def test_smollm2_writes_valid_json_for_a_four_field_schema(smollm2):
     assert smollm2.llm.counters["forced_tokens"] > 0
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.bundled_model
 @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(schema=schemas.map(wrapped), temperature=st.sampled_from([0.0, 0.8]), seed=st.integers(0, 100))
@@ -98,7 +98,7 @@ def test_smollm2_writes_valid_json_for_random_schemas(smollm2, schema, temperatu
     assert smollm2.llm.num_request_blocks == 0
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_regex_and_choice(engine):
     out = engine.generate("Give a code:", regex=r"[A-Z]{3}-[0-9]{2}", max_tokens=20)
     assert re.fullmatch(r"[A-Z]{3}-[0-9]{2}", out.text) and out.finish_reason == "stop"
@@ -106,7 +106,7 @@ def test_regex_and_choice(engine):
     assert out.text in ("red", "green", "blue") and out.finish_reason == "stop"
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.parametrize("kwargs,message", [
     (dict(regex="(ab"), "invalid regex"),
     (dict(json_schema={"type": "string", "format": "date"}), "'format'"),
@@ -133,7 +133,7 @@ def client(tiny_chat):
             yield openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_the_openai_client_gets_json_that_follows_response_format(client):
     schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8}, "sure": {"type": "boolean"}},
               "required": ["answer", "sure"]}
@@ -147,7 +147,7 @@ def test_the_openai_client_gets_json_that_follows_response_format(client):
     assert re.fullmatch("[0-9]{4}", reply.choices[0].text)
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 @pytest.mark.parametrize("body,message", [
     (dict(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 1}}}),
      "'minimum'"),
@@ -171,7 +171,7 @@ def test_the_server_refuses_a_bad_schema_or_regex_with_a_400_that_says_why(clien
     assert reply.usage.completion_tokens == 3, "the server serves on after a refused request"
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_json_object_response_format_gives_a_json_object(client):
     reply = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=80, temperature=1.0, seed=1,
@@ -188,7 +188,7 @@ def test_json_object_response_format_gives_a_json_object(client):
             assert state != DEAD, f"{choice.message.content!r} is not the start of a JSON object"
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")
 def test_a_fault_in_one_requests_guide_fails_that_request_alone(engine, monkeypatch):
     """A guide that raises (a bug, say in a learner's Task 8.7) ends its own request, not the step's others."""
     import asyncio
