@@ -10,7 +10,7 @@ from miniyaie.bench.roofline import decode_steps, measure_machine, parse_machine
 from miniyaie.cli import main
 from miniyaie.engine.step_cost import Machine, SeqStep, roofline, step_cost
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"5.{n}") for n in range(1, 18)]  # end to end, but for own marks
 
 
 @pytest.mark.parametrize("weights", ["auto", "int4"])
@@ -43,6 +43,7 @@ def test_decode_steps_reads_only_the_steps_that_are_all_decodes():
     assert decode_steps(config, chunks[:1], [1.0], machine, 4) is None
 
 
+@pytest.mark.ungraded
 def test_the_machine_is_measured_or_given():
     measured = measure_machine(copy_mib=4, matmul_size=64, tries=1)
     assert measured.bytes_per_s > 0 and measured.flops_per_s > 0

@@ -5,7 +5,7 @@ import torch
 
 from miniyaie.engine import EngineConfig, InferenceEngine, StripOutputAdapter, SystemPromptAdapter
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"5.{n}") for n in range(1, 18)]  # end to end, but for own marks
 PROMPT = "Once upon a time there"  # ends inside a block of 4 tokens (checked below)
 
 

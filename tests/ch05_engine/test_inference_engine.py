@@ -23,7 +23,7 @@ from miniyaie.engine import (
     SamplingParams,
 )
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"5.{n}") for n in range(1, 18)]  # end to end, but for own marks
 PROMPTS = ["The capital of France is", "hello", "Once upon a time there was a small engine that", "1, 2, 3,"]
 
 
@@ -233,6 +233,7 @@ def test_sampling_params_object_and_keyword_overrides(engine):
     assert isinstance(next(iter(engine.stream("hello", params))), CompletionDelta)
 
 
+@pytest.mark.ungraded
 def test_a_missing_model_is_a_model_load_error(tmp_path):
     from miniyaie.model import ModelLoadError as ChapterZeroModelLoadError
 

@@ -28,7 +28,7 @@ from miniyaie.engine import (
 from miniyaie.engine.detokenizer import IncrementalDetokenizer
 from miniyaie.engine.stop_strings import StopStringFilter
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"5.{n}") for n in range(1, 18)]  # end to end, but for own marks
 PROMPTS = ["The capital of France is", "hello", "Once upon a time there was a small engine that", "1, 2, 3,"]
 MAX_TOKENS = 12
 VICTIM_STOP = "\x00no text has this"  # a stop string that marks a request whose stop-string filter raises

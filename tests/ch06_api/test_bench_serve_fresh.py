@@ -19,7 +19,7 @@ from server_helpers import wait_until_idle
 from miniyaie.bench.serve import prompts_per_level
 from miniyaie.cli import main
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
 
 
 class RecordingServer:
@@ -80,6 +80,7 @@ def bench(url, tmp_path, *extra, levels="1,2,2", requests=3):
     return status, json.loads(out.read_text())["results"]
 
 
+@pytest.mark.ungraded
 def test_no_prompt_is_sent_at_two_concurrencies_and_a_rerun_sends_the_same_ones(tmp_path):
     with RecordingServer() as server:
         assert bench(server.url, tmp_path)[0] == 0
@@ -91,6 +92,7 @@ def test_no_prompt_is_sent_at_two_concurrencies_and_a_rerun_sends_the_same_ones(
     assert sorted(first) == sorted(again)  # same command, same prompts: every server gets the same ones
 
 
+@pytest.mark.ungraded
 @settings(max_examples=30, deadline=None)
 @given(levels=st.lists(st.integers(1, 16), min_size=1, max_size=5), count=st.integers(1, 12), seed=st.integers(0, 99))
 @example(levels=[4, 4], count=16, seed=0)  # the same concurrency twice still gets new prompts
@@ -103,6 +105,7 @@ def test_prompts_per_level_are_fresh_and_reproducible(levels, count, seed):
     assert drawn == prompts_per_level(levels, count, 48, seed)
 
 
+@pytest.mark.ungraded
 def test_cached_tokens_are_what_the_server_said(tmp_path, capsys):
     with RecordingServer() as server:
         status, results = bench(server.url, tmp_path, levels="1,2")
@@ -118,6 +121,7 @@ def test_cached_tokens_are_what_the_server_said(tmp_path, capsys):
     assert "cached" in capsys.readouterr().out
 
 
+@pytest.mark.ungraded
 def test_a_server_that_does_not_say_gets_no_cached_figure(tmp_path, capsys):
     with RecordingServer(report_cached=False) as server:
         status, results = bench(server.url, tmp_path, levels="2")
@@ -128,6 +132,7 @@ def test_a_server_that_does_not_say_gets_no_cached_figure(tmp_path, capsys):
     assert row.split()[4] == "-"  # the cached column
 
 
+@pytest.mark.ungraded
 def test_no_stream_usage_sends_no_stream_options(tmp_path):
     with RecordingServer() as server:
         status, results = bench(server.url, tmp_path, "--no-stream-usage", levels="1", requests=2)
@@ -137,6 +142,7 @@ def test_no_stream_usage_sends_no_stream_options(tmp_path):
     assert results[0]["completion_tokens"] == 2 * 2  # counted from the content chunks instead
 
 
+@pytest.mark.ungraded
 def test_sampled_sends_the_sampling_settings_and_greedy_sends_temperature_zero(tmp_path):
     with RecordingServer() as server:
         assert bench(server.url, tmp_path, levels="1", requests=2)[0] == 0

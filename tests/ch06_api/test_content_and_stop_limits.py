@@ -15,13 +15,14 @@ from server_helpers import MODEL
 from miniyaie.engine import InvalidRequestError, SamplingParams
 from miniyaie.engine.sampling_params import MAX_STOP_STRING_LENGTH, MAX_STOP_STRINGS
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
 
 
 def text_parts(texts):
     return [{"type": "text", "text": t} for t in texts]
 
 
+@pytest.mark.ungraded
 @settings(max_examples=30, deadline=None)
 @given(st.lists(st.text(max_size=12), min_size=1, max_size=4))
 @example(["hello ", "engine"])
@@ -70,6 +71,7 @@ def test_a_text_part_needs_its_text(served):
 
 
 # ---------------------------------------------------------------- stop strings: count and length
+@pytest.mark.ungraded
 def test_stop_strings_are_capped_in_count_and_length():
     longest = "x" * MAX_STOP_STRING_LENGTH
     assert SamplingParams(stop=[longest] * MAX_STOP_STRINGS).stop == (longest,) * MAX_STOP_STRINGS  # at the limits
@@ -84,6 +86,7 @@ def test_stop_strings_are_capped_in_count_and_length():
         assert said in message and len(message) < 200, "the message states the limit, without echoing the strings"
 
 
+@pytest.mark.ungraded
 def test_the_engine_refuses_an_oversized_stop_string(served):
     engine, _ = served
     with pytest.raises(InvalidRequestError, match=str(MAX_STOP_STRING_LENGTH)):

@@ -8,7 +8,7 @@ from server_helpers import MODEL, start_server, wait_until_idle
 
 from miniyaie.engine.stop_strings import StopStringFilter
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
 VICTIM_STOP = "\x00no text has this"  # marks the one request whose stop-string filter raises
 MESSAGES = [{"role": "user", "content": "hello engine"}]
 

@@ -7,6 +7,8 @@ import pytest
 from server_helpers import MODEL
 from tiny_models import transformers_greedy
 
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
+
 PROMPT = "Once upon a time there was a small engine that"
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hello engine"}]
 
@@ -107,7 +109,6 @@ def test_streamed_completion_reassembles_to_the_non_streamed_text(served, client
     assert all(c.usage is None for c in chunks)  # no include_usage: no usage chunk
 
 
-@pytest.mark.ungraded
 def test_models_health_and_stats(served, client):
     engine, server = served
     import httpx

@@ -22,7 +22,7 @@ from test_disconnect import metric
 
 from miniyaie.structured import CompileCancelled
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
 PATTERN = "[ab]{4}"
 CONSTRAINED = {"model": MODEL, "prompt": "pick", "max_tokens": 8, "guided_regex": PATTERN}
 WAIT = 30  # seconds: a bound for what should take milliseconds; it only ends a test that already failed
@@ -193,6 +193,7 @@ def test_stopping_the_server_cancels_a_compile_in_flight(gated):
     assert gate.holds == 0
 
 
+@pytest.mark.ungraded
 def test_a_job_that_never_ends_does_not_keep_the_process_alive():
     """A worker still busy (a tokenizer or compile that ignores its cancel) when the program ends: it exits anyway."""
     import subprocess
@@ -208,6 +209,7 @@ def test_a_job_that_never_ends_does_not_keep_the_process_alive():
     assert done.returncode == 0 and "main is done" in done.stdout, done.stderr
 
 
+@pytest.mark.ungraded
 def test_a_stream_response_that_never_began_still_ends_its_request(served):
     """A client gone before the first byte: the response's body never starts, and its request is aborted anyway."""
     import asyncio

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from miniyaie.api.rag import Passage, RagAdapter, Retriever, tokenize
 
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
+
 DOCS = {
     "paged.md": "The paged KV cache splits memory into blocks.\n\nA block table maps positions to blocks.",
     "radix.md": "The radix tree shares prompt prefixes between requests.",
@@ -108,7 +110,6 @@ def test_more_occurrences_score_higher_and_length_is_penalised(tf, padding):
     assert longer.score(terms, 0) > longer.score(terms, 1)
 
 
-@pytest.mark.ungraded
 def test_rag_puts_passages_in_front_of_the_prompt(folder, tiny_loaded):
     import openai
 

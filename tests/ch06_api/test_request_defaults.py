@@ -15,7 +15,7 @@ from server_helpers import MODEL, start_server
 from miniyaie.engine import ModelLoadError
 from miniyaie.engine.sampling_params import generation_config_defaults
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
 PROMPT = "Once upon a time there was a small engine that"
 SEEDS = range(6)
 
@@ -77,6 +77,7 @@ def test_the_operators_defaults_win_over_the_models(opinionated_loaded):
     assert got["omitted"] == got["greedy"]
 
 
+@pytest.mark.ungraded
 def test_generation_config_defaults_reads_only_what_the_file_sets(opinionated_dir, tiny_dir, tmp_path):
     assert generation_config_defaults(opinionated_dir) == {"temperature": 0.5, "top_k": 3}
     assert generation_config_defaults(tiny_dir[0]) == {}, "no sampling keys in the file: no opinion"

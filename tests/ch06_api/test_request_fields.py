@@ -8,6 +8,8 @@ from miniyaie.api.params import sampling_params_for
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest
 from miniyaie.engine import SamplingParams
 
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
+
 CONTEXT = 100
 DEFAULTS = SamplingParams(max_tokens=16)
 PROMPT = "Once upon a time there was a small engine that"
@@ -122,7 +124,6 @@ def test_streamed_logprobs_and_usage_arrive(served, client):
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4, "include_usage asked for a usage chunk"
 
 
-@pytest.mark.ungraded  # provided code: the request schema and the fields it passes through
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_stop_token_ids_end_the_output_through_both_endpoints_and_bad_ones_are_refused(served, client, endpoint):
     """vLLM's servers take stop_token_ids; a token among them ends the output "stop", as it does in the engine."""

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from server_helpers import MODEL
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
 EXAMPLES = 25  # per operation and per generation mode
 
 

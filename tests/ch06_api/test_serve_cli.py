@@ -10,7 +10,7 @@ import openai
 import pytest
 from server_helpers import MODEL
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
 
 
 def test_miniyaie_serve_answers_the_openai_client(tiny_dir, tmp_path):
@@ -76,6 +76,7 @@ def test_bench_serve_reports_every_concurrency(served, tmp_path, capsys):
     assert "out tok/s" in capsys.readouterr().out
 
 
+@pytest.mark.ungraded
 def test_bench_serve_says_when_the_server_is_unreachable(capsys):
     from miniyaie.serving.server import bind
     from miniyaie.cli import main

@@ -17,7 +17,7 @@ from server_helpers import MODEL, start_server, wait_until_idle
 
 from miniyaie.engine import InvalidRequestError
 
-pytestmark = pytest.mark.ungraded
+pytestmark = [pytest.mark.task(f"6.{n}") for n in range(1, 9)]  # end to end, but for own marks
 LONE = "a\ud800b"  # json.dumps writes it as the valid JSON escape "a\\ud800b"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
@@ -53,6 +53,7 @@ def test_text_that_is_not_valid_unicode_is_refused_with_the_field_named(served, 
     assert wait_until_idle(engine)["requests"]["finished"] == before, "nothing may be submitted"
 
 
+@pytest.mark.ungraded
 def test_the_engine_refuses_a_chat_message_that_is_not_valid_unicode(served):
     engine, _ = served
     with pytest.raises(InvalidRequestError, match="messages\\[0\\].content is not valid Unicode"):

@@ -450,10 +450,10 @@ def test_the_json_object_regex_matches_objects_nested_at_most_depth_levels(depth
 @pytest.mark.task("8.5")
 @pytest.mark.parametrize("schema,keyword", [
     ({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}, "format"),
-    ({"type": "integer", "minimum": 3}, "minimum"),
-    ({"$ref": "#/definitions/x"}, "$ref"),
-    ({"type": "object", "additionalProperties": True}, "additionalProperties"),
-    ({"allOf": [{"type": "string"}]}, "allOf"),
+    pytest.param({"type": "integer", "minimum": 3}, "minimum", marks=pytest.mark.ungraded),  # provided: these four pass on the stubs
+    pytest.param({"$ref": "#/definitions/x"}, "$ref", marks=pytest.mark.ungraded),
+    pytest.param({"type": "object", "additionalProperties": True}, "additionalProperties", marks=pytest.mark.ungraded),
+    pytest.param({"allOf": [{"type": "string"}]}, "allOf", marks=pytest.mark.ungraded),
 ])
 def test_an_unsupported_keyword_is_refused_by_name(schema, keyword):
     with pytest.raises(PatternError, match=re.escape(repr(keyword))):
