@@ -94,3 +94,20 @@ def test_lpm_admits_the_request_with_the_longest_cached_prefix():
     scheduler.add_request(warm)
     (chunk,) = scheduler.schedule().chunks
     assert chunk.request is warm and chunk.start == 10
+
+
+@pytest.mark.task("3.4")
+def test_an_allocation_that_fits_in_free_blocks_evicts_nothing():
+    """Making room evicts only the blocks that are short: a cached prefix survives while the pool has room."""
+    memory = RadixMemory(num_blocks=64, block_size=4)
+    prompt = list(range(1, 17))  # four whole blocks
+    run(memory, [prompt], one_by_one=True)
+    cached = memory.cache.cached_blocks
+    assert cached >= 4
+    run(memory, [[40 + i for i in range(5)]], one_by_one=True)  # needs a couple of blocks; dozens are free
+    assert memory.cache.cached_blocks >= cached, (
+        f"an allocation that fit in the free blocks evicted cached ones ({cached} cached before, "
+        f"{memory.cache.cached_blocks} after): evict only what the request is short of"
+    )
+    (again,), _ = run(memory, [prompt], one_by_one=True)
+    assert again.num_cached_tokens == 15, f"the cached prompt was lost: {again.num_cached_tokens} tokens hit, 15 expected"

@@ -249,3 +249,20 @@ def test_locks_survive_a_second_user_a_split_and_a_growing_leaf():
     tree.unlock(node)
     assert tree.evictable_blocks == tree.cached_blocks == unlocked_blocks(tree), "with no lock left, every cached block is evictable"
     tree.check_integrity()
+
+
+@pytest.mark.task("3.3")
+def test_unlocking_a_node_that_holds_no_lock_is_refused_while_another_path_is_locked():
+    """The check is the node's own lock count: another path's lock (which the root also carries) makes no difference."""
+    tree = cache_with([[1, 1], [2, 2]], block_size=2)
+    locked, unlocked = tree.match_prefix([1, 1]).node, tree.match_prefix([2, 2]).node
+    tree.lock(locked)
+    before = (tree.evictable_blocks, locked.lock_ref, unlocked.lock_ref, tree.root.lock_ref)
+    with pytest.raises(ValueError):
+        tree.unlock(unlocked)
+    assert (tree.evictable_blocks, locked.lock_ref, unlocked.lock_ref, tree.root.lock_ref) == before, (
+        f"unlocking the unlocked path [2 2] while [1 1] is locked must raise and change nothing: (evictable_blocks, "
+        f"the locked node's, the unlocked node's and the root's lock counts) went from {before} to "
+        f"{(tree.evictable_blocks, locked.lock_ref, unlocked.lock_ref, tree.root.lock_ref)}"
+    )
+    tree.check_integrity()

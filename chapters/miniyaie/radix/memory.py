@@ -82,7 +82,8 @@ class RadixMemory(PagedMemory):
         (they stay locked until it is freed); hit_tokens has grown by
         num_computed_tokens. A running request's whole computed blocks are in
         the tree. Unlocked cached blocks may have been evicted, least recently
-        used first, to make room. Raises OutOfBlocksError, changing nothing,
+        used first, only as many as the free blocks were short of: an
+        allocation that fits in the free blocks evicts nothing. Raises OutOfBlocksError, changing nothing,
         when can_allocate says no.
         """
         if not self.can_allocate(request, num_new_tokens):
