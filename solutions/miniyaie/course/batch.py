@@ -161,12 +161,19 @@ def _result(nodeid: str, r: dict) -> TestResult:
 # ---------------------------------------------------------------- the worker
 
 
+def _provided_module(name: str) -> bool:
+    """A provided module (serving, backends, ...): it may hold names of the tree it was imported with (a chapter's
+    exception class, say), so it is imported afresh too; the course's own modules and the switch stay."""
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[0] == "miniyaie" and parts[1] not in ("course", "_switch")
+
+
 def _forget_imported_code() -> None:
-    """Drop chapter modules and test modules so the next session imports them from its own tree."""
+    """Drop chapter modules, the provided modules over them and test modules: the next session imports them from its own tree."""
     tests = str(REPO_ROOT / "tests")
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) or ""
-        if _is_chapter_module(name) or path.startswith(tests) or name == "conftest":
+        if _is_chapter_module(name) or _provided_module(name) or path.startswith(tests) or name == "conftest":
             del sys.modules[name]
             parent, _, child = name.rpartition(".")
             if parent in sys.modules and getattr(sys.modules[parent], child, None) is module:
