@@ -4,12 +4,11 @@ Each case plants one plausible wrong answer in a copy of the reference module, p
 module at it, and runs the test that should catch it: it must fail, with a message that names the mistake.
 """
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from planted import import_planted
 
 from miniyaie._switch import SOLUTIONS_ROOT
 
@@ -41,14 +40,6 @@ PLANTS = {
 }
 
 
-def _import(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("mistake", list(PLANTS))
 def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mistake, tmp_path, monkeypatch):
     file, old, new, test_module, test_name, message = PLANTS[mistake]
@@ -56,10 +47,10 @@ def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mis
     assert source.count(old) == 1, f"the reference no longer contains {old!r}: update the plant"
     planted = tmp_path / f"planted_{file}"
     planted.write_text(source.replace(old, new))
-    module = _import(planted, f"planted_{Path(file).stem}_{abs(hash(mistake))}")
+    module = import_planted(planted, f"planted_{Path(file).stem}_{abs(hash(mistake))}")
     monkeypatch.syspath_prepend(str(CH10))
     monkeypatch.syspath_prepend(str(CH10.parent / "ch00_model"))
-    tests = _import(CH10 / f"{test_module}.py", f"planted_tests_{test_module}")
+    tests = import_planted(CH10 / f"{test_module}.py", f"planted_tests_{test_module}")
     for name in dir(tests):  # the test module's names that the planted module defines anew
         if hasattr(module, name) and not name.startswith("_") and name not in ("torch", "np", "pytest"):
             if getattr(getattr(module, name), "__module__", None) == module.__name__:

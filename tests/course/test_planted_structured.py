@@ -4,13 +4,12 @@ Each case plants one wrong answer in a copy of the reference module, points the 
 at it, and runs the test that should catch it: it must fail, with a message that names the mistake.
 """
 
-import importlib.util
 import inspect
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from planted import import_planted
 
 from miniyaie._switch import SOLUTIONS_ROOT
 
@@ -45,14 +44,6 @@ PLANTS = {
 }
 
 
-def _import(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("mistake", list(PLANTS))
 def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mistake, tmp_path, monkeypatch):
     file, old, new, test_module, test_name, params, message = PLANTS[mistake]
@@ -62,9 +53,9 @@ def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mis
         source = source.replace("with self._build_lock:", "with self._lock:")
     planted = tmp_path / f"planted_{file}"
     planted.write_text(source.replace(old, new))
-    module = _import(planted, f"planted_{Path(file).stem}_{abs(hash(mistake))}")
+    module = import_planted(planted, f"planted_{Path(file).stem}_{abs(hash(mistake))}")
     monkeypatch.syspath_prepend(str(CH08))
-    tests = _import(CH08 / f"{test_module}.py", f"planted_tests_{test_module}")
+    tests = import_planted(CH08 / f"{test_module}.py", f"planted_tests_{test_module}")
     for name in ("schema_to_regex", "check_value", "TokenIndex"):  # what the test reaches, from the planted module
         if hasattr(module, name) and hasattr(tests, name):
             monkeypatch.setattr(tests, name, getattr(module, name))
