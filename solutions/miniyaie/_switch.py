@@ -58,6 +58,8 @@ def _tree_root(value: str) -> Path:
     path = Path(value).expanduser().resolve()
     if not path.is_dir():
         raise ImplError(f"implementation {value!r} is neither 'solutions', 'chapters' nor a directory")
+    if path.name != "miniyaie" and (path / "miniyaie").is_dir():
+        path = path / "miniyaie"  # a tree given by the folder above its package (another clone's `chapters`)
     return path
 
 

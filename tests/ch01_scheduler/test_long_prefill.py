@@ -142,6 +142,23 @@ def test_a_long_prompt_still_queued_when_the_budget_runs_out_is_not_counted_as_h
 
 
 @pytest.mark.task("1.7")
+def test_the_leftover_budget_goes_to_the_oldest_cut_prefill_even_when_it_cannot_finish_it():
+    s, driver = bounded(budget=16, threshold=4, max_long=2)
+    older, newer, short = request(100), request(100), request(3)
+    driver.add(older)
+    driver.step()  # alone: 4 from tokens_for, 12 from top_up
+    driver.add(newer)
+    driver.add(short)
+    out = driver.step()
+    want = {older.request_id: 4 + 5, newer.request_id: 4, short.request_id: 3}
+    assert tokens(out) == want, (
+        f"got {tokens(out)}, expected {want}: the two long prefills take the threshold (4 each) and the short request "
+        "its 3 tokens; the 5 tokens left go to the cut chunks oldest first (out.chunks order), and a chunk takes "
+        "what is left even when that is less than its request lacks (the older one lacks 80 more)"
+    )
+
+
+@pytest.mark.task("1.7")
 def test_the_leftover_budget_grows_a_cut_prefill_only_as_far_as_memory_allows():
     # The pool holds 21 slots, exactly what the long prompt may ever need alone; a short request shares it.
     s, driver = bounded(budget=16, threshold=4, capacity=21)

@@ -8,6 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from miniyaie.scheduler import FinishReason, Request, RequestStatus, Scheduler, SchedulerConfig, TokenCountingMemory
+from miniyaie.scheduler import lpm_order
 
 _ids = itertools.count()
 
@@ -270,6 +271,47 @@ def test_requests_preempted_together_wait_at_the_front_in_their_order():
     )
 
 
+@pytest.mark.task("1.5")
+def test_no_request_is_admitted_in_a_step_that_preempted():
+    # Two 4-token prompts in 12 slots, a 4-token budget: on the fourth step the older one cannot grow and the
+    # newer one is preempted; the budget left would let it (or anyone waiting) start again in that same step.
+    s = scheduler(budget=4, seqs=8, capacity=12)
+    older, newer = request(4, max_tokens=8), request(4, max_tokens=8)
+    for r in (older, newer):
+        s.add_request(r)
+    for step in range(1, 9):
+        waiting_before = list(s.waiting)
+        out = s.schedule()
+        if out.preempted:
+            admitted = [c.request.request_id for c in out.chunks if c.request in waiting_before or c.request in out.preempted]
+            assert not admitted, (
+                f"step {step} preempted {[r.request_id for r in out.preempted]} and then admitted {admitted}: no request "
+                "is admitted in a step that preempted one (schedule's rule: memory is tight, so the running requests "
+                "drain first; admitting now preempts again next step)"
+            )
+            return
+        s.update(out, {c.request.request_id: 7 for c in out.chunks if c.samples_next_token})
+    pytest.fail("no step preempted: 12 slots cannot hold two requests of 4 prompt tokens growing together past 6 each")
+
+
+@pytest.mark.task("1.6")
+@given(waiting=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 100)), min_size=1, max_size=8))
+@example(waiting=[(2, 5), (2, 1), (0, 0)])  # a request put back in front (preempted) ties with one that arrived before it
+def test_lpm_order_puts_longer_prefixes_first_and_keeps_the_queue_order_among_equals(waiting):
+    # waiting: (cached prefix length, arrival) in queue order; a request preempted is back in front of the queue
+    # whatever its arrival, so the queue order and the arrival order can differ.
+    requests = [request(12, arrival=arrival) for _, arrival in waiting]
+    prefix = {r.request_id: n for r, (n, _) in zip(requests, waiting)}
+    got = lpm_order(requests, lambda r: prefix[r.request_id])
+    want = sorted(requests, key=lambda r: -prefix[r.request_id])  # longest first; a stable sort keeps the queue order
+    assert [r.request_id for r in got] == [r.request_id for r in want], (
+        f"lpm_order gave {[(r.request_id, prefix[r.request_id]) for r in got]} (id, cached prefix) for the queue "
+        f"{[(r.request_id, prefix[r.request_id]) for r in requests]}: longest cached prefix first, and requests with "
+        "equal prefixes keep their order in the queue (not their arrival: a preempted request waits in front)"
+    )
+    assert got is not requests, "lpm_order returns a new list: the queue itself keeps its order"
+
+
 @pytest.mark.task("1.6")
 @given(prefix_lens=st.lists(st.integers(0, 10), min_size=2, max_size=8), seqs=st.integers(1, 3))
 def test_lpm_admits_longest_cached_prefix_first(prefix_lens, seqs):
@@ -283,7 +325,7 @@ def test_lpm_admits_longest_cached_prefix_first(prefix_lens, seqs):
     rest = [r for r in requests if r not in admitted]
     assert min(oracle[r.request_id] for r in admitted) >= max((oracle[r.request_id] for r in rest), default=0)
     ties = [r for r in requests if oracle[r.request_id] == oracle[admitted[-1].request_id]]
-    assert [r for r in ties if r in admitted] == ties[: len([r for r in ties if r in admitted])], "ties keep arrival order"
+    assert [r for r in ties if r in admitted] == ties[: len([r for r in ties if r in admitted])], "ties keep the queue order"
 
 
 @pytest.mark.task("1.5")

@@ -104,6 +104,26 @@ def test_an_end_of_sequence_token_that_is_also_the_last_allowed_one_is_a_stop(ma
 
 
 @pytest.mark.task("1.3")
+def test_a_finished_request_gives_back_its_memory_and_its_id():
+    first = request(3, max_tokens=1)
+    s, out = admitted(first)
+    assert s.update(out, {first.request_id: 9}) == [first]
+    assert s.memory.num_used_tokens == 0, (
+        f"the finished request still holds {s.memory.num_used_tokens} tokens of memory: a finished request holds none"
+    )
+    again = Request(first.request_id, [5, 6, 7], 2, eos_token_ids=[EOS])
+    try:
+        s.add_request(again)
+    except ValueError as error:
+        pytest.fail(
+            f"adding a new request under the id of one that finished raised {error!r}: a finished request's id is "
+            "free again (the scheduler knows unfinished requests only)"
+        )
+    out = s.schedule()
+    assert [c.request for c in out.chunks] == [again], "the request that reuses a finished one's id is admitted"
+
+
+@pytest.mark.task("1.3")
 def test_requests_finishing_together_come_back_in_chunk_order():
     a, b, c = request(2, max_tokens=1), request(2, max_tokens=3), request(2, max_tokens=1)
     s, out = admitted(a, b, c)

@@ -79,6 +79,9 @@ def test_impl_spec_selects_per_chapter():
     assert mix["scheduler"] == chapters and mix["model"] == solutions
     assert _switch.parse_impl("chapters,0=solutions")["model"] == solutions
     assert _switch.parse_impl("chapters,0=solutions")["radix"] == chapters
+    clone_chapters = str(chapters.parent)  # another clone's tree, named by the folder above its package
+    assert _switch.parse_impl(f"scheduler={clone_chapters}")["scheduler"] == chapters
+    assert _switch.parse_impl(f"scheduler={chapters}")["scheduler"] == chapters
     for bad in ("nonsense", "spaceship=chapters", "model=/no/such/dir"):
         with pytest.raises(_switch.ImplError):
             _switch.parse_impl(bad)

@@ -24,7 +24,8 @@ def lpm_order(waiting: Sequence[Request], prefix_len: PrefixLenOracle) -> list[R
     """Longest prefix match (SGLang): requests with the most cached tokens first, as a new list.
 
     Requests that share a cached prefix run close together, so the prefix is
-    still cached when they are admitted. Ties keep the queue order.
+    still cached when they are admitted. Ties keep the queue order (not the
+    arrival order: a preempted request waits at the front).
     """
     # Idea: two requests with the same cached prefix: which goes first, and what guarantees it?
     # Stuck? `miniyaie hint 1.6` prints hints, one level at a time.

@@ -1,0 +1,97 @@
+"""Chapter 1's tests name the mistakes a learner trial made (each once accepted by grading).
+
+Each case replaces one piece of the reference scheduler with a plausible wrong answer, runs the
+test of that piece's task that should catch it, and checks that it fails with a message naming the mistake.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+from planted import import_planted
+
+from miniyaie.scheduler import RequestStatus, ScheduledChunk, long_prefill, scheduler
+from miniyaie.scheduler.step import SchedulerOutput
+
+pytestmark = pytest.mark.ungraded
+CH01 = Path(__file__).resolve().parents[1] / "ch01_scheduler"
+
+
+def top_up_all_or_nothing(self, out, budget, memory):
+    """Grows a cut chunk only when the budget left covers all it lacks."""
+    if not self.threshold or self.lifted:
+        return
+    for index, chunk in enumerate(out.chunks):
+        lack = chunk.request.num_tokens - chunk.start - chunk.num_tokens
+        if 0 < lack <= budget and memory.can_allocate(chunk.request, chunk.num_tokens + lack):
+            memory.allocate(chunk.request, chunk.num_tokens + lack)
+            out.chunks[index] = ScheduledChunk(chunk.request, chunk.start, chunk.num_tokens + lack)
+            budget -= lack
+
+
+def top_up_newest_first(self, out, budget, memory):
+    """Walks the chunks from the newest."""
+    if not self.threshold or self.lifted:
+        return
+    for index in reversed(range(len(out.chunks))):
+        chunk = out.chunks[index]
+        extra = min(chunk.request.num_tokens - chunk.start - chunk.num_tokens, budget)
+        if extra > 0 and memory.can_allocate(chunk.request, chunk.num_tokens + extra):
+            memory.allocate(chunk.request, chunk.num_tokens + extra)
+            out.chunks[index] = ScheduledChunk(chunk.request, chunk.start, chunk.num_tokens + extra)
+            budget -= extra
+
+
+def finish_keeping_the_id(self, request, reason):
+    """Frees the memory and sets the status, but the finished request stays known by its id."""
+    self.memory.free(request)
+    request.status, request.finish_reason = RequestStatus.FINISHED, reason
+
+
+def schedule_admitting_after_a_preemption(self):
+    """Admits with the budget left even in a step that preempted."""
+    self.long_prefills.start_step()
+    self.num_schedules += 1
+    out = SchedulerOutput()
+    self._schedule_running(out, self.config.max_num_batched_tokens)
+    self._admit_waiting(out, self.config.max_num_batched_tokens - out.num_batched_tokens)
+    return out
+
+
+def lpm_ties_by_arrival(waiting, prefix_len):
+    """Breaks ties by arrival, not by the place in the queue (a preempted request waits in front)."""
+    return sorted(waiting, key=lambda request: (-prefix_len(request), request.arrival))
+
+
+PLANTS = {  # mistake: (class or module, attribute, wrong answer, test module, test, what the message must say)
+    "top_up all or nothing": (
+        long_prefill.LongPrefillBound, "top_up", top_up_all_or_nothing, "test_long_prefill",
+        "test_the_leftover_budget_goes_to_the_oldest_cut_prefill_even_when_it_cannot_finish_it",
+        r"a chunk takes what is left even when that is less than its request lacks"),
+    "top_up newest first": (
+        long_prefill.LongPrefillBound, "top_up", top_up_newest_first, "test_long_prefill",
+        "test_the_leftover_budget_goes_to_the_oldest_cut_prefill_even_when_it_cannot_finish_it",
+        r"go to the cut chunks oldest first"),
+    "_finish keeps the id": (
+        scheduler.Scheduler, "_finish", finish_keeping_the_id, "test_update",
+        "test_a_finished_request_gives_back_its_memory_and_its_id", r"a finished request's id is free again"),
+    "admission in a step that preempted": (
+        scheduler.Scheduler, "schedule", schedule_admitting_after_a_preemption, "test_scheduler",
+        "test_no_request_is_admitted_in_a_step_that_preempted",
+        r"no request is admitted in a step that preempted one \(schedule's rule"),
+    "lpm ties by arrival": (
+        None, "lpm_order", lpm_ties_by_arrival, "test_scheduler",
+        "test_lpm_order_puts_longer_prefixes_first_and_keeps_the_queue_order_among_equals",
+        r"equal prefixes keep their order in the queue \(not their arrival"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(PLANTS))
+def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mistake, monkeypatch):
+    owner, attribute, wrong, test_module, test_name, message = PLANTS[mistake]
+    monkeypatch.syspath_prepend(str(CH01))
+    tests = import_planted(CH01 / f"{test_module}.py", f"planted_tests_{test_module}")
+    monkeypatch.setattr(owner or tests, attribute, wrong)
+    with pytest.raises((AssertionError, pytest.fail.Exception)) as failure:
+        getattr(tests, test_name)()
+    assert re.search(message, str(failure.value), re.S), f"the message does not name the mistake ({message!r}): {failure.value}"
