@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from token_diff import first_difference
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
@@ -143,7 +144,7 @@ def test_a_model_drafting_for_itself_has_every_draft_accepted(tiny):
             emitted[event.request_id].append(event.token_id)
             per_request[event.request_id] = per_request.get(event.request_id, 0) + 1
         runs += [n for n in per_request.values() if n > 1]  # a verification: every draft right, so 2+ tokens
-    assert [emitted[rid] for rid in ids] == plain
+    assert [emitted[rid] for rid in ids] == plain, first_difference([emitted[rid] for rid in ids], plain, "greedy output with speculation must be the plain engine's, token for token")
     c = llm.counters
     assert c["draft_tokens"] == c["accepted_draft_tokens"] > 0, f"every right draft is accepted: {c}"
     assert (c["verified_steps"], c["accepted_draft_tokens"]) == (len(runs), sum(runs) - len(runs)), (
@@ -180,7 +181,7 @@ def test_a_request_whose_chunk_computes_none_of_its_drafts_verifies_nothing(tiny
             per_request[event.request_id] = per_request.get(event.request_id, 0) + 1
         runs += sum(n > 1 for n in per_request.values())
         cut_to_none += sum(per_request.get(rid) == 1 for rid in drafted)
-    assert [emitted[rid] for rid in ids] == plain
+    assert [emitted[rid] for rid in ids] == plain, first_difference([emitted[rid] for rid in ids], plain, "greedy output with speculation must be the plain engine's, token for token")
     assert cut_to_none > 0, "the budget was meant to leave some drafted request's chunk at its pending token"
     c = llm.counters
     assert c["draft_tokens"] == c["accepted_draft_tokens"] > 0, f"every right draft is accepted: {c}"
@@ -224,7 +225,8 @@ def test_stops_inside_an_accepted_run_end_the_request_exactly_there(tiny):
     plain = tokens(engine(model, False), PROMPTS, greedy())
     for max_tokens in (1, 2, 3, 7, 13):
         llm = oracle_engine(model, plain, spoil=3)
-        assert tokens(llm, PROMPTS, greedy(max_tokens=max_tokens)) == [p[:max_tokens] for p in plain]
+        got, want = tokens(llm, PROMPTS, greedy(max_tokens=max_tokens)), [p[:max_tokens] for p in plain]
+        assert got == want, first_difference(got, want, f"max_tokens={max_tokens} inside a run of accepted drafts ends the output exactly there")
     for i, output in enumerate(plain):
         for stop in sorted(set(output[1:-1]))[:4]:
             want = output[: output.index(stop) + 1]
@@ -282,7 +284,8 @@ def test_speculation_turns_itself_off_while_a_step_would_be_bound_by_compute(tin
         drafted_while_prefilling.append(bool(prefilling and llm.speculation._drafts))
 
     llm.speculation.propose = watching
-    assert tokens(llm, PROMPTS, greedy()) == plain
+    got = tokens(llm, PROMPTS, greedy())
+    assert got == plain, first_difference(got, plain, "greedy output with speculation must be the plain engine's, token for token")
     assert not any(drafted_while_prefilling), "a step with a prompt to prefill is bound by compute: no drafts"
     assert llm.counters["speculation_off_steps"] > 0, "the steps that did not draft are counted"
     assert llm.counters["draft_tokens"] > 0, "once requests finish, there is room to draft again"

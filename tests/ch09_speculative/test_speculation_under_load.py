@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from token_diff import first_difference
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -114,7 +115,8 @@ def test_a_seeded_copy_request_drafts_and_still_matches_plain_decoding(target):
     """The copy prompt drafts at every step; some drafts are accepted: the seeded tokens still equal plain decoding's."""
     want = run(engine(target), [(COPY, SEEDED)])[0]
     llm = engine(target, "ngram", num_speculative_tokens=4)
-    assert run(llm, [(COPY, SEEDED)] + [(p, SEEDED) for p in OTHERS[:2]])[0] == want
+    got = run(llm, [(COPY, SEEDED)] + [(p, SEEDED) for p in OTHERS[:2]])[0]
+    assert got == want, first_difference(got, want, "a seeded request's tokens with n-gram drafts must be plain decoding's")
     assert llm.counters["draft_tokens"] > 0
 
 
@@ -170,7 +172,8 @@ def test_the_completions_of_one_prompt_share_the_draft_models_prefill(target):
     want = plain.generate([prompt], params)[0]
     llm = engine(target, "draft", long_prefill_token_threshold=32, num_speculative_tokens=3)
     got = llm.generate([prompt], params)[0]
-    assert got.token_ids == want.token_ids
+    assert got.token_ids == want.token_ids, first_difference(
+        got.token_ids, want.token_ids, "the first completion with a draft model must be the plain engine's, token for token")
     proposer = llm.speculation.proposer
     assert proposer.computed_tokens < 1.5 * len(prompt), (
         f"the draft model computed {proposer.computed_tokens} tokens for 3 completions of a {len(prompt)}-token prompt "
