@@ -42,6 +42,7 @@ CHAPTER_PACKAGES: dict[int, str] = {
     8: "structured",
     9: "speculative",
     10: "quant",
+    11: "lora",
 }
 _PACKAGE_NAMES = set(CHAPTER_PACKAGES.values())
 

@@ -68,6 +68,7 @@ CHAPTERS: list[Chapter] = [
     Chapter(8, "Structured output", "ch08_structured_output"),
     Chapter(9, "Speculative decoding", "ch09_speculative"),
     Chapter(10, "Quantization", "ch10_quantization"),
+    Chapter(11, "Multi-LoRA serving", "ch11_lora"),
 ]
 
 

@@ -1,0 +1,69 @@
+"""The batched LoRA multiply as one Triton kernel over segments, in the style of Punica's SGMV (Task 11.4).
+
+On a GPU a Python loop over segments costs a launch per adapter per projection per layer: with
+eight adapters, 30 layers and 7 projections, thousands of launches a step. One launch covers them
+all: program (j, m, n) takes a tile of BLOCK_M rows of segment j (gathered through the segments'
+row order), shrinks them by the segment's A to the rank (kept in registers), expands by a tile of
+BLOCK_N columns of B and adds the result to those rows of y. Punica's SGMV and vLLM's punica
+kernels split the shrink and the expand into two launches so that the rank-wide intermediate is
+computed once per row rather than once per column tile; with small ranks the recomputation here is
+cheap, and one kernel is easier to read. Without a GPU it runs in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from miniyaie.kernels._triton import dot_dtype, tl, triton
+from miniyaie.lora.batched import Segments
+
+BLOCK_M, BLOCK_N, BLOCK_K = 16, 32, 32  # rows, output columns and input features per tile (tl.dot: 16 or more)
+
+
+# ANCHOR: sgmv_kernel
+@triton.jit
+def _sgmv_kernel(
+    x_ptr, y_ptr, a_ptr, b_ptr, scaling_ptr, order_ptr, starts_ptr, lengths_ptr, slots_ptr,
+    stride_x, stride_y, stride_a_slot, stride_a_rank, stride_a_in, stride_b_slot, stride_b_out, stride_b_rank,
+    K, N, RANK,
+    R: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
+):
+    """Program (j, m, n): y[rows, cols] += scaling[s] * (x[rows, :K] @ A[s]^T) @ B[s][cols, :]^T, in place.
+
+    j: a segment (its slot s = slots[j]); rows: the segment's rows m * BLOCK_M .. m * BLOCK_M +
+    BLOCK_M - 1 of its lengths[j], each a row index read from order[starts[j] + ...]; cols: n *
+    BLOCK_N .. + BLOCK_N - 1 of N. A[s] is [RANK, K] at a_ptr + s * stride_a_slot (strides for its
+    rank and input axes), B[s] is [N, RANK]; R is RANK rounded up to a power of two, 16 or more.
+    Every load and store past the segment's rows, past N, K or RANK is masked (an unmasked one can
+    crash the interpreter): the grid has as many row tiles as the longest segment needs. Products
+    in DOT, sums in float32, y stored in its own type. No two programs write the same element.
+    """
+    # Idea: which rows does this program own, and what must every load outside them return?
+    # Stuck? `miniyaie hint 11.4` prints hints, one level at a time.
+    # TODO(Task 11.4): The segmented LoRA kernel. Replace this line with your code.
+    raise NotImplementedError('Chapter 11, Task 4: The segmented LoRA kernel — see book/src/ch11_lora.md')
+# ANCHOR_END: sgmv_kernel
+
+
+def sgmv(y: torch.Tensor, x: torch.Tensor, segments: Segments, a: torch.Tensor, b: torch.Tensor,
+         scaling: torch.Tensor) -> torch.Tensor:
+    """add_lora (batched.py) with the Triton kernel, one launch: y [rows, out] += the rows' deltas in place; returns y."""
+    if x.dim() != 2 or y.dim() != 2 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"x {tuple(x.shape)} and y {tuple(y.shape)} must be [rows, in] and [rows, out]")
+    if a.shape[2] != x.shape[1] or b.shape[1] != y.shape[1] or a.shape[1] != b.shape[2]:
+        raise ValueError(f"A {tuple(a.shape)} and B {tuple(b.shape)} do not fit x {tuple(x.shape)} and y {tuple(y.shape)}")
+    if len(segments) == 0:
+        return y
+    if x.stride(1) != 1 or y.stride(1) != 1:
+        raise ValueError("x and y need contiguous rows")
+    rank = a.shape[1]
+    longest = int(segments.lengths.max())
+    grid = (len(segments), triton.cdiv(longest, BLOCK_M), triton.cdiv(y.shape[1], BLOCK_N))
+    _sgmv_kernel[grid](
+        x, y, a, b, scaling, segments.order, segments.starts, segments.lengths, segments.slots,
+        x.stride(0), y.stride(0), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
+        x.shape[1], y.shape[1], rank,
+        R=max(16, triton.next_power_of_2(rank)), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        DOT=dot_dtype(x.dtype),
+    )
+    return y

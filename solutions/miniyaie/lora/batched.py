@@ -1,0 +1,111 @@
+"""The batched LoRA multiply on a CPU: a step's rows grouped by adapter, one pair of matmuls per adapter (Task 11.3).
+
+A step's rows belong to requests of several adapters and of none. For row i with slot s_i the
+projection's output gains scaling[s_i] * (x_i @ A[s_i]^T) @ B[s_i]^T: a shrink to r numbers and an
+expand back. Done row by row it is two tiny matrix-vector products per row, each reading its
+adapter's A and B: slow in Python and wasteful in memory traffic. Punica's SGMV ("segmented gather
+matrix-vector") sorts the rows by adapter into segments and runs one matmul pair per segment, which
+reads each adapter's weights once per step, whatever the number of its rows. The grouping depends
+only on the rows' slots, so it is done once per step (`group_rows`) and shared by every projection
+of every layer; this is what the step's LoRABatch holds (layer.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Segments:
+    """A step's rows grouped by slot: segment j is rows order[starts[j] : starts[j] + lengths[j]], all of slot slots[j].
+
+    Rows without an adapter are in no segment. Every row with an adapter is in exactly one
+    segment; no two segments have the same slot. `order`, `starts`, `lengths`, `slots` are int64
+    tensors on the rows' device (the Triton kernel reads them); `num_rows` is the step's row count.
+    """
+
+    order: torch.Tensor
+    starts: torch.Tensor
+    lengths: torch.Tensor
+    slots: torch.Tensor
+    num_rows: int
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+
+# ANCHOR: group_rows
+def group_rows(slot_of_row: torch.Tensor) -> Segments:
+    """The rows of a step grouped into one segment per slot present (slot -1: no adapter, in no segment).
+
+    slot_of_row: [rows] integers, -1 or a slot number. Asserted: the segments' rows are exactly the
+    rows with an adapter, each once, a segment's rows all have its slot, and the slots are distinct.
+    """
+    # Nudge: which one sort puts every adapter's rows side by side?
+    # Hint 1: Sorting the rows by slot (a stable sort keeps each segment's rows in step order) makes
+    #   every slot's rows consecutive; the rows of slot -1 come first and are dropped. The segments
+    #   are then the runs of equal slots in the sorted list.
+    # Hint 2: Keep the indices of rows whose slot is >= 0; sort them stably by their slot; find the
+    #   distinct slots of the sorted list and how many rows each has (unique_consecutive with
+    #   counts); the starts are the running sum of the counts, shifted by one.
+    # Hint 3:
+    #   rows = nonzero(slot_of_row >= 0); order = rows[argsort(slot_of_row[rows], stable=True)]
+    #   slots, lengths = unique_consecutive(slot_of_row[order], return_counts=True)
+    #   starts = cumsum(lengths) - lengths
+    #   return Segments(order, starts, lengths, slots, len(slot_of_row))
+    # BEGIN SOLUTION 11.3: The batched LoRA multiply on a CPU
+    slot_of_row = slot_of_row.reshape(-1).long()
+    rows = torch.nonzero(slot_of_row >= 0).reshape(-1)
+    order = rows[torch.argsort(slot_of_row[rows], stable=True)]
+    slots, lengths = torch.unique_consecutive(slot_of_row[order], return_counts=True)
+    starts = torch.cumsum(lengths, 0) - lengths
+    return Segments(order, starts, lengths, slots, slot_of_row.numel())
+    # END SOLUTION
+# ANCHOR_END: group_rows
+
+
+# ANCHOR: add_lora
+def add_lora(y: torch.Tensor, x: torch.Tensor, segments: Segments, a: torch.Tensor, b: torch.Tensor,
+             scaling: torch.Tensor) -> torch.Tensor:
+    """y[i] += scaling[s] * (x[i] @ a[s]^T) @ b[s]^T for every row i of a segment of slot s, in place; returns y.
+
+    y: [rows, out], x: [rows, in] (one step's rows, in step order); a: [slots, r, in]; b: [slots,
+    out, r] (one layer's module, any strides: views of LoRASlots' stacks); scaling: [slots]. Rows
+    in no segment are left exactly as they were. Reads each segment's adapter once: one shrink and
+    one expand per segment, however many rows it has. Asserted: equal to the row-by-row definition
+    for any mix of slots, ranks and shapes, y's other rows untouched, and faster than a row loop.
+    """
+    # Nudge: a segment's rows are scattered through the step: how are they read together, and put back?
+    # Hint 1: For one segment, gather its rows of x into a small matrix, multiply it by the segment's
+    #   A transposed (rank r wide), scale, multiply by B transposed, and add the result to the same
+    #   rows of y. The rows are an index list (segments.order), not a range: adding at an index
+    #   list must put row j of the result on row order[j] of y.
+    # Hint 2: Walk the segments (starts, lengths, slots as Python ints: .tolist() once); rows =
+    #   order[start : start + length]; t = x[rows] @ a[slot].T * scaling[slot]; y.index_add_(0,
+    #   rows, t @ b[slot].T). Compute in x's dtype, add in y's.
+    # Hint 3:
+    #   for start, length, slot in zip(starts, lengths, slots):
+    #       rows = order[start : start + length]
+    #       shrunk = (x[rows] @ a[slot].T) * scaling[slot]
+    #       y.index_add_(0, rows, (shrunk @ b[slot].T).to(y.dtype))
+    #   return y
+    # BEGIN SOLUTION 11.3: The batched LoRA multiply on a CPU
+    bounds = zip(segments.starts.tolist(), segments.lengths.tolist(), segments.slots.tolist())
+    for start, length, slot in bounds:
+        rows = segments.order[start : start + length]
+        shrunk = (x[rows] @ a[slot].T) * scaling[slot].to(x.dtype)
+        y.index_add_(0, rows, (shrunk @ b[slot].T).to(y.dtype))
+    return y
+    # END SOLUTION
+# ANCHOR_END: add_lora
+
+
+def add_lora_reference(y: torch.Tensor, x: torch.Tensor, slot_of_row: torch.Tensor, a: torch.Tensor,
+                       b: torch.Tensor, scaling: torch.Tensor) -> torch.Tensor:
+    """The definition, one row at a time (what the tests and the benchmark compare with); in place, returns y."""
+    for i, slot in enumerate(slot_of_row.tolist()):
+        if slot >= 0:
+            y[i] += ((x[i] @ a[slot].T) * scaling[slot].to(x.dtype) @ b[slot].T).to(y.dtype)
+    return y

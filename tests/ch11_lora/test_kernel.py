@@ -1,0 +1,63 @@
+"""Task 11.4: the segmented LoRA kernel equals the row-by-row definition.
+
+Without a GPU the kernel runs in Triton's interpreter (tests/conftest.py chose it), on small shapes:
+segments longer than a row tile, widths that are not whole tiles, ranks below the padded rank, rows
+without an adapter. On a GPU tl.dot multiplies float32 in TF32, hence the looser tolerance there.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from miniyaie.lora import add_lora_reference, group_rows
+from miniyaie.lora.kernel import sgmv
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+TOLERANCE = 2e-2 if ON_GPU else 1e-4
+
+
+def kernel_case(rows, fan_in, fan_out, ranks, max_rank, slot_of_row, seed):
+    g = torch.Generator().manual_seed(seed)
+    num_slots = len(ranks)
+    a, b = torch.zeros(num_slots, max_rank, fan_in), torch.zeros(num_slots, fan_out, max_rank)
+    for s, r in enumerate(ranks):
+        a[s, :r] = torch.randn(r, fan_in, generator=g) / fan_in**0.5
+        b[s, :, :r] = torch.randn(fan_out, r, generator=g)
+    x, y = torch.randn(rows, fan_in, generator=g), torch.randn(rows, fan_out, generator=g)
+    return x, y, a, b, torch.rand(num_slots, generator=g) + 0.5, torch.tensor(slot_of_row, dtype=torch.long)
+
+
+def check(rows, fan_in, fan_out, ranks, max_rank, slot_of_row, seed=0):
+    x, y, a, b, scaling, slots = kernel_case(rows, fan_in, fan_out, ranks, max_rank, slot_of_row, seed)
+    want = add_lora_reference(y.double().clone(), x.double(), slots, a.double(), b.double(), scaling.double())
+    on = lambda t: t.to(DEVICE)  # noqa: E731
+    y_dev = on(y.clone())
+    segments = group_rows(on(slots))
+    sgmv(y_dev, on(x), segments, on(a), on(b), on(scaling))
+    got = y_dev.cpu().double()
+    none = slots < 0
+    assert torch.equal(got[none], y.double()[none]), "rows without an adapter (slot -1) were changed"
+    error = ((got - want).abs() / (1 + want.abs())).max().item()
+    assert error < TOLERANCE, f"not the row-by-row definition: relative error {error:.3g} (rows {slot_of_row}, ranks {ranks})"
+
+
+@pytest.mark.task("11.4")
+@settings(max_examples=20)
+@given(rows=st.integers(1, 20), fan_in=st.integers(1, 40), fan_out=st.integers(1, 40),
+       ranks=st.lists(st.integers(1, 6), min_size=1, max_size=3), seed=st.integers(0, 3), data=st.data())
+@example(rows=1, fan_in=8, fan_out=8, ranks=[4], seed=0, data=None)  # one row
+@example(rows=20, fan_in=40, fan_out=40, ranks=[6, 2], seed=1, data=None)  # a segment over two row tiles, widths past a tile
+@example(rows=6, fan_in=8, fan_out=8, ranks=[1, 3], seed=2, data=None)  # no adapter at all
+@example(rows=5, fan_in=16, fan_out=16, ranks=[16, 16], seed=3, data=None)  # square, rank a whole padded tile
+def test_the_kernel_is_the_row_by_row_definition(rows, fan_in, fan_out, ranks, seed, data):
+    max_rank = max(ranks)
+    if data is None:  # the explicit examples' slot mixes
+        mixes = {1: [0], 20: [i % 2 if i % 5 else -1 for i in range(20)], 6: [-1] * 6, 5: [1, 0, -1, 1, 0]}
+        slot_of_row = mixes[rows]
+    else:
+        slot_of_row = data.draw(st.lists(st.integers(-1, len(ranks) - 1), min_size=rows, max_size=rows))
+    check(rows, fan_in, fan_out, ranks, max_rank, slot_of_row, seed)

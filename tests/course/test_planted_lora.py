@@ -1,0 +1,71 @@
+"""Chapter 11's tests name the mistakes a learner is likely to make.
+
+Each case plants one plausible wrong answer in a copy of the reference module, points the chapter's test
+module at it, and runs the test that should catch it: it must fail, with a message that names the mistake.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+from planted import import_planted
+
+from miniyaie._switch import SOLUTIONS_ROOT
+
+pytestmark = pytest.mark.ungraded
+CH11 = Path(__file__).resolve().parents[1] / "ch11_lora"
+
+PLANTS = {
+    "alpha / r where rslora wants alpha / sqrt(r)": (
+        "adapter.py", "alpha / math.sqrt(rank) if settings.get(\"use_rslora\") else alpha / rank", "alpha / rank",
+        "test_adapter", "test_each_modules_delta_is_what_peft_merges", {"name": "mlp-r4-rslora"}, r"alpha / sqrt\(r\)"),
+    "alpha / sqrt(r) without rslora": (
+        "adapter.py", "alpha / math.sqrt(rank) if settings.get(\"use_rslora\") else alpha / rank", "alpha / math.sqrt(rank)",
+        "test_adapter", "test_each_modules_delta_is_what_peft_merges", {"name": "all-r8"}, r"without use_rslora"),
+    "A and B transposed": (
+        "batched.py", "shrunk = (x[rows] @ a[slot].T) * scaling[slot].to(x.dtype)\n        y.index_add_(0, rows, (shrunk @ b[slot].T)",
+        "shrunk = (x[rows] @ a[slot]) * scaling[slot].to(x.dtype)\n        y.index_add_(0, rows, (shrunk @ b[slot])",
+        "test_batched", "test_add_lora_is_the_row_by_row_definition", {}, r"transposed"),
+    "the delta added to rows without an adapter": (
+        "batched.py", "rows = torch.nonzero(slot_of_row >= 0)", "rows = torch.nonzero(slot_of_row >= -1)",
+        "test_batched", "test_add_lora_is_the_row_by_row_definition", {}, r"rows without an adapter"),
+    "results scattered back to the wrong rows": (
+        "batched.py", "\n        y.index_add_(0, rows, (shrunk", "\n        y.index_add_(0, torch.arange(start, start + length), (shrunk",
+        "test_batched", "test_add_lora_is_the_row_by_row_definition", {}, r"landed on another row"),
+    "the merged q/k/v delta from the wrong slice": (
+        "merged.py", "shrunk[:, j * rank : (j + 1) * rank]", "shrunk[:, :rank]",
+        "test_merged", "test_add_merged_lora_gives_each_member_its_own_delta", {}, r"slice"),
+    "the merged delta added to the wrong member": (
+        "merged.py", "\n        for j, (out, b) in enumerate(zip(outputs, bs)):",
+        "\n        for j, (out, b) in enumerate(zip(outputs[::-1], bs)):",
+        "test_merged", "test_add_merged_lora_gives_each_member_its_own_delta", {}, r"member"),
+}
+
+
+@pytest.fixture(scope="module")
+def lora_setup(tmp_path_factory):
+    """Chapter 11's tiny Llama and peft adapters (its conftest's Setup)."""
+    return import_planted(CH11 / "conftest.py", "planted_lora_conftest").Setup(tmp_path_factory.mktemp("lora"))
+
+
+@pytest.mark.parametrize("mistake", list(PLANTS))
+def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mistake, tmp_path, monkeypatch, request):
+    file, old, new, test_module, test_name, params, message = PLANTS[mistake]
+    source = (SOLUTIONS_ROOT / "lora" / file).read_text()
+    assert source.count(old) == 1, f"the reference no longer contains {old!r}: update the plant"
+    planted = tmp_path / f"planted_{file}"
+    planted.write_text(source.replace(old, new))
+    module = import_planted(planted, f"planted_lora_{Path(file).stem}_{abs(hash(mistake))}")
+    monkeypatch.syspath_prepend(str(CH11))
+    tests = import_planted(CH11 / f"{test_module}.py", f"planted_lora_tests_{test_module}")
+    for name in dir(tests):  # the test module's names that the planted module defines anew
+        if hasattr(module, name) and not name.startswith("_") and name not in ("torch", "np", "pytest", "math", "re"):
+            if getattr(getattr(module, name), "__module__", None) == module.__name__:
+                monkeypatch.setattr(tests, name, getattr(module, name))
+    if test_module == "test_adapter":
+        params = {**params, "lora_setup": request.getfixturevalue("lora_setup")}
+    test = getattr(tests, test_name)
+    with pytest.raises((AssertionError, ExceptionGroup)) as failure:  # hypothesis groups distinct failures
+        test(**params)
+    messages = [str(e) for e in (failure.value.exceptions if isinstance(failure.value, ExceptionGroup) else [failure.value])]
+    assert any(re.search(message, m) for m in messages), f"no message names the mistake ({message!r}): {messages}"
