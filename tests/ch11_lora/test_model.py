@@ -84,7 +84,7 @@ def test_each_request_gets_peft_merged_models_logits_in_a_mixed_batch(lora_setup
         assert merged == groups, f"{path}: {merged} merged matmuls ran, {groups} expected (one per group, layer and step)"
 
 
-@pytest.mark.ungraded
+@pytest.mark.task("11.5")
 def test_a_step_whose_rows_were_not_set_is_refused_not_served_wrong(lora_setup):
     from miniyaie.lora import LoRABatch, LoRALinear
 

@@ -23,8 +23,8 @@ PLANTS = {
         "adapter.py", "alpha / math.sqrt(rank) if settings.get(\"use_rslora\") else alpha / rank", "alpha / math.sqrt(rank)",
         "test_adapter", "test_each_modules_delta_is_what_peft_merges", {"name": "all-r8"}, r"without use_rslora"),
     "A and B transposed": (
-        "batched.py", "shrunk = (x[rows] @ a[slot].T) * scaling[slot].to(x.dtype)\n        y.index_add_(0, rows, (shrunk @ b[slot].T)",
-        "shrunk = (x[rows] @ a[slot]) * scaling[slot].to(x.dtype)\n        y.index_add_(0, rows, (shrunk @ b[slot])",
+        "batched.py", "shrunk = x[rows] @ a[slot].T\n        y.index_add_(0, rows, (shrunk @ b[slot].T)",
+        "shrunk = x[rows] @ a[slot]\n        y.index_add_(0, rows, (shrunk @ b[slot])",
         "test_batched", "test_add_lora_is_the_row_by_row_definition", {}, r"transposed"),
     "the delta added to rows without an adapter": (
         "batched.py", "rows = torch.nonzero(slot_of_row >= 0)", "rows = torch.nonzero(slot_of_row >= -1)",

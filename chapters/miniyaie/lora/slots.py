@@ -13,8 +13,8 @@ Layout, per layer l of the model:
 Groups are the projections that read the same input: q/k/v, gate/up, and o and down alone. A member's
 A is a view of its group's (`a_of`); the merged projections' one shrink reads the group's A at once
 (Task 11.5). The scaling is kept per slot, not folded into B: the stacks then hold the adapter's own
-tensors (unloading and reloading is exact, a test can compare them), and the scaling multiplies the
-r-wide intermediate of a segment, the cheapest place in the multiply.
+tensors (unloading and reloading is exact, a test can compare them), and the scaling costs one
+multiplication per segment: of the rank-wide intermediate, or inside the add that scatters the result.
 """
 
 from __future__ import annotations
