@@ -34,7 +34,7 @@ MANIFEST = FIGURES / "chapter_figures.json"
 MODULES = (
     "ch00_kv_cache", "ch01_batching_timeline", "ch02_block_table", "ch03_radix_tree",
     "ch04_split_kv", "ch05_engine_step", "ch05_step_roofline", "ch05_overlap_timeline", "ch05_engine_loop_timeline", "ch07_tensor_parallel", "ch08_byte_automaton",
-    "ch09_verify_step", "ch10_block_layout",
+    "ch09_verify_step", "ch10_block_layout", "ch11_lora_segments",
 )
 
 
