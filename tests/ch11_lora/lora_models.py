@@ -18,6 +18,7 @@ ADAPTERS = {
     "qv-r2": dict(r=2, lora_alpha=5, target_modules=["q_proj", "v_proj"]),
     "mlp-r4-rslora": dict(r=4, lora_alpha=3, target_modules=["gate_proj", "up_proj", "down_proj"], use_rslora=True),
     "attn-r3": dict(r=3, lora_alpha=7, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
+    "o-down-r1": dict(r=1, lora_alpha=8, target_modules=["o_proj", "down_proj"]),  # rank 1; alpha PEFT's default
 }
 
 

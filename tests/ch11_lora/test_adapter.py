@@ -7,6 +7,7 @@ does not adapt must be the ones peft leaves alone.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 
@@ -63,6 +64,20 @@ def test_each_modules_delta_is_what_peft_merges(lora_setup, name):
             f"{name}, layer {layer} {module}: {name_the_mistake(got, want, settings)}"
 
 
+@pytest.mark.task("11.1")
+def test_a_config_without_lora_alpha_takes_pefts_default(lora_setup, tmp_path):
+    folder = _copy(lora_setup, tmp_path, "o-down-r1")  # saved with lora_alpha 8, PEFT's default
+    config = json.loads((folder / "adapter_config.json").read_text())
+    del config["lora_alpha"]
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    adapter = load_adapter(folder, lora_setup.config, max_rank=8)
+    for (layer, module), want in peft_deltas(lora_setup, "o-down-r1").items():
+        if (layer, module) in adapter.weights:
+            got = adapter.delta(layer, module)
+            assert torch.allclose(got, want, rtol=1e-4, atol=1e-6), \
+                f"layer {layer} {module}: without lora_alpha in the config, PEFT's LoraConfig default (8) applies"
+
+
 def _copy(setup, tmp_path, name="all-r8"):
     folder = tmp_path / name
     shutil.copytree(setup.adapters[name], folder)
@@ -78,6 +93,44 @@ def _edit_tensors(folder, change):
 
 def rank_too_high(setup, tmp_path):
     return _copy(setup, tmp_path), 4, r"rank.*8.*4|rank.*4.*8"
+
+
+def rank_zero(setup, tmp_path):
+    folder = _copy(setup, tmp_path)
+    edit_config(folder, r=0)
+    return folder, 8, r"rank"
+
+
+def no_rank(setup, tmp_path):
+    folder = _copy(setup, tmp_path)
+    path = folder / "adapter_config.json"
+    config = json.loads(path.read_text())
+    del config["r"]
+    path.write_text(json.dumps(config))
+    return folder, 8, r"\br\b"
+
+
+def not_lora(setup, tmp_path):
+    folder = _copy(setup, tmp_path)
+    edit_config(folder, peft_type="IA3")
+    return folder, 8, r"IA3|LORA"
+
+
+def module_not_served(setup, tmp_path):
+    folder = _copy(setup, tmp_path, "qv-r2")
+
+    def rename(t):
+        for which in "AB":
+            t[f"base_model.model.model.layers.0.self_attn.qkv_proj.lora_{which}.weight"] = \
+                t.pop(f"base_model.model.model.layers.0.self_attn.q_proj.lora_{which}.weight")
+    _edit_tensors(folder, rename)
+    return folder, 8, r"qkv_proj"
+
+
+def no_tensors(setup, tmp_path):
+    folder = _copy(setup, tmp_path)
+    save_file({}, folder / "adapter_model.safetensors")
+    return folder, 8, r"lora_A|no .*tensor"
 
 
 def shape_does_not_fit(setup, tmp_path):
@@ -129,19 +182,19 @@ def half_a_pair(setup, tmp_path):
     return folder, 8, r"k_proj"
 
 
-def layer_the_model_lacks(setup, tmp_path):
+def layer_the_model_lacks(setup, tmp_path):  # the model has layers 0 and 1
     folder = _copy(setup, tmp_path, "qv-r2")
 
     def rename(t):
         for which in "AB":
-            t[f"base_model.model.model.layers.5.self_attn.q_proj.lora_{which}.weight"] = \
+            t[f"base_model.model.model.layers.2.self_attn.q_proj.lora_{which}.weight"] = \
                 t.pop(f"base_model.model.model.layers.1.self_attn.q_proj.lora_{which}.weight")
     _edit_tensors(folder, rename)
     return folder, 8, r"layer"
 
 
-REFUSALS = [rank_too_high, shape_does_not_fit, unserved_module, dora, bias, fan_in_fan_out, half_a_pair,
-            layer_the_model_lacks]
+REFUSALS = [rank_too_high, rank_zero, no_rank, not_lora, shape_does_not_fit, unserved_module, module_not_served,
+            no_tensors, dora, bias, fan_in_fan_out, half_a_pair, layer_the_model_lacks]
 FILE_REFUSALS = [missing_weights, missing_config]  # refused by the provided read_adapter_files
 
 

@@ -61,3 +61,35 @@ def test_the_kernel_is_the_row_by_row_definition(rows, fan_in, fan_out, ranks, s
     else:
         slot_of_row = data.draw(st.lists(st.integers(-1, len(ranks) - 1), min_size=rows, max_size=rows))
     check(rows, fan_in, fan_out, ranks, max_rank, slot_of_row, seed)
+
+
+@pytest.mark.task("11.4")
+@pytest.mark.parametrize("fan_in, fan_out, rank", [(8, 8, 3), (40, 24, 5)])
+def test_the_kernel_reads_and_writes_only_its_own_elements(fan_in, fan_out, rank):
+    """x, A and B are views into larger tensors (as LoRASlots' stacks are) whose other elements are NaN, and y a
+    view beside guard columns: whatever the kernel reads outside its operands poisons the result."""
+    rows, slots = 7, [1, -1, 0, 1, 1, -1, 0]
+    x, y, a, b, scaling, slot_of_row = kernel_case(rows, fan_in, fan_out, [rank, rank], rank, slots, seed=5)
+    nan = float("nan")
+    big_x = torch.full((rows, fan_in + 3), nan)
+    big_x[:, :fan_in] = x
+    big_a = torch.full((3, rank + 2, fan_in + 3), nan)  # one more slot, more ranks and features, all NaN
+    big_a[:2, :rank, :fan_in] = a
+    big_b = torch.full((3, fan_out + 2, rank + 2), nan)
+    big_b[:2, :fan_out, :rank] = b
+    big_x[torch.tensor(slots) < 0] = nan  # rows without an adapter may hold anything, even NaN
+    big_y = torch.full((rows, fan_out + 2), 7.0)  # guard columns
+    big_y[:, :fan_out] = y
+    on = lambda t: t.to(DEVICE)  # noqa: E731
+    big_y_dev = on(big_y)
+    x_view, a_view, b_view = on(big_x)[:, :fan_in], on(big_a)[:2, :rank, :fan_in], on(big_b)[:2, :fan_out, :rank]
+    sgmv(big_y_dev[:, :fan_out], x_view, group_rows(on(slot_of_row)), a_view, b_view, on(scaling))
+    got = big_y_dev.cpu()
+    assert torch.equal(got[:, fan_out:], big_y[:, fan_out:]), "the kernel wrote outside y's columns"
+    live = slot_of_row >= 0
+    want = add_lora_reference(y.double().clone(), x.double(), slot_of_row, a.double(), b.double(), scaling.double())
+    assert torch.isfinite(got[live]).all(), \
+        "NaN in rows with an adapter: the kernel read outside x, A or B (past K, RANK or N, or another row)"
+    assert torch.allclose(got[live, :fan_out].double(), want[live], rtol=TOLERANCE, atol=TOLERANCE), \
+        "not the row-by-row definition with x, A and B given as views"
+    assert torch.equal(got[~live, :fan_out], y[~live]), "rows without an adapter (slot -1) were changed"

@@ -62,7 +62,7 @@ def test_each_request_gets_peft_merged_models_logits_in_a_mixed_batch(lora_setup
         slots.load(slot + 1, load_adapter(lora_setup.adapters[name], config, max_rank=8))
     batch = apply_lora(model, slots)
     g = torch.Generator().manual_seed(3)
-    slot_of_seq = [2, -1, 1, 4, 3, 2, -1, 1]
+    slot_of_seq = [2, -1, 1, 4, 3, 5, -1, 1]
     seqs = [torch.randint(0, config.vocab_size, (n,), generator=g).tolist() for n in [6, 4, 9, 2, 5, 2, 3, 7]]
     cache = KVCache(config, BLOCK * len(seqs), torch.float32)
     prefill = run(model, batch, cache, seqs, slot_of_seq, [(0, len(s) - 1) for s in seqs])

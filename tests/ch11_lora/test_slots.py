@@ -97,6 +97,10 @@ def test_a_refused_adapter_leaves_the_slot_as_it_was():
     misfit.weights[(0, "q_proj")] = (a[:, :-1], b)  # one input feature short
     with pytest.raises(AdapterError, match="misfit"):
         slots.load(1, misfit)
+    beyond = make_adapter(9, 2, ["v_proj"], name="beyond")
+    beyond.weights[(CONFIG.num_layers, "v_proj")] = beyond.weights[(0, "v_proj")]  # a layer the model lacks
+    with pytest.raises(AdapterError, match="beyond"):
+        slots.load(1, beyond)
     assert_slot_holds(slots, 1, ADAPTERS[2])
     with pytest.raises(IndexError):
         slots.load(NUM_SLOTS, ADAPTERS[0])

@@ -102,7 +102,7 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
     depends on use_rslora), and the tensors `...layers.N.<self_attn|mlp>.<module>.lora_A.weight` [r, in]
     and `lora_B.weight` [out, r], for the seven PROJECTIONS. Raises AdapterError, its message starting
     with "adapter '<name>': ", when: a file is missing (read_adapter_files); peft_type is not LORA;
-    r is above max_rank; the adapter needs what is not served here (use_dora, a bias other than
+    r is not in 1..max_rank; the adapter needs what is not served here (use_dora, a bias other than
     "none", lora_bias, fan_in_fan_out, modules_to_save, rank_pattern or alpha_pattern); a tensor belongs to a
     module that is not one of the PROJECTIONS (lm_head, embed_tokens, ...), or to a layer the model
     does not have; a module has A without B (or B without A); a tensor's shape does not fit its

@@ -22,8 +22,9 @@ class Segments:
     """A step's rows grouped by slot: segment j is rows order[starts[j] : starts[j] + lengths[j]], all of slot slots[j].
 
     Rows without an adapter are in no segment. Every row with an adapter is in exactly one
-    segment; no two segments have the same slot. `order`, `starts`, `lengths`, `slots` are int64
-    tensors on the rows' device (the Triton kernel reads them); `num_rows` is the step's row count.
+    segment; no two segments have the same slot. `order`, `starts`, `lengths` are int64 tensors and
+    `slots` of slot_of_row's integer type, on the rows' device (the Triton kernel reads them);
+    `num_rows` is the step's row count.
     """
 
     order: torch.Tensor
@@ -40,7 +41,7 @@ class Segments:
 def group_rows(slot_of_row: torch.Tensor) -> Segments:
     """The rows of a step grouped into one segment per slot present (slot -1: no adapter, in no segment).
 
-    slot_of_row: [rows] integers, -1 or a slot number. Asserted: the segments' rows are exactly the
+    slot_of_row: [rows] an integer tensor, -1 or a slot number for each row. Asserted: the segments' rows are exactly the
     rows with an adapter, each once, a segment's rows all have its slot, and the slots are distinct.
     """
     # Idea: which one sort puts every adapter's rows side by side?

@@ -87,7 +87,9 @@ class LoRASlots:
     # ANCHOR_END: load_slot
 
     def unload(self, slot: int) -> None:
-        """Empty `slot`: afterwards it adds nothing to any row pointed at it (by mistake) and has no name."""
+        """Empty `slot`: afterwards it adds nothing to any row pointed at it (by mistake) and has no name.
+
+        Its A and B are zeros, as in a slot never loaded; its scaling may stay (it multiplies zeros)."""
         self._check_slot(slot)
         # Idea: what must a row that still points at an emptied slot get?
         # Stuck? `miniyaie hint 11.2` prints hints, one level at a time.

@@ -103,7 +103,7 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
     depends on use_rslora), and the tensors `...layers.N.<self_attn|mlp>.<module>.lora_A.weight` [r, in]
     and `lora_B.weight` [out, r], for the seven PROJECTIONS. Raises AdapterError, its message starting
     with "adapter '<name>': ", when: a file is missing (read_adapter_files); peft_type is not LORA;
-    r is above max_rank; the adapter needs what is not served here (use_dora, a bias other than
+    r is not in 1..max_rank; the adapter needs what is not served here (use_dora, a bias other than
     "none", lora_bias, fan_in_fan_out, modules_to_save, rank_pattern or alpha_pattern); a tensor belongs to a
     module that is not one of the PROJECTIONS (lm_head, embed_tokens, ...), or to a layer the model
     does not have; a module has A without B (or B without A); a tensor's shape does not fit its
@@ -119,7 +119,7 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
     #   change what W + scaling * B @ A means. PEFT's scaling is lora_alpha / r, and with use_rslora
     #   ("rank-stabilised") lora_alpha / sqrt(r).
     # Hint 2: Read r (int), lora_alpha (PEFT's default is 8), use_rslora (default False).
-    #   Refuse the unsupported settings, then r > max_rank. For every tensor name: match TENSOR_NAME
+    #   Refuse the unsupported settings, then a rank r outside 1..max_rank. For every tensor name: match TENSOR_NAME
     #   (layer, parent, module, A or B); refuse names that do not match, modules outside PROJECTIONS,
     #   a parent that is not the module's, a layer >= config.num_layers. Collect A and B per
     #   (layer, module); refuse a half pair; check A is [r, in] and B is [out, r] with (in, out)
@@ -127,7 +127,7 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
     # Hint 3:
     #   r, alpha = int(settings["r"]), float(settings.get("lora_alpha", 8))
     #   refuse peft_type != LORA, use_dora, bias != "none", fan_in_fan_out, modules_to_save, rank/alpha patterns
-    #   refuse r > max_rank
+    #   refuse r outside 1..max_rank
     #   scaling = alpha / sqrt(r) if use_rslora else alpha / r
     #   for key, t in tensors: layer, parent, module, which = TENSOR_NAME.search(key) ...; halves[(layer, module)][which] = t.float()
     #   for (layer, module), pair: A, B = pair["A"], pair["B"]; in, out = shapes[module]
@@ -156,10 +156,8 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
             raise refuse(why)
     if settings.get("bias", "none") != "none":
         raise refuse(f"bias={settings['bias']!r} is not supported (only 'none': the base's biases unchanged)")
-    if rank < 1:
-        raise refuse(f"rank r={rank} must be at least 1")
-    if rank > max_rank:
-        raise refuse(f"rank r={rank} is above the maximum rank {max_rank} these slots hold")
+    if not 1 <= rank <= max_rank:
+        raise refuse(f"rank r={rank} is outside 1..{max_rank} (the maximum rank these slots hold)")
     scaling = alpha / math.sqrt(rank) if settings.get("use_rslora") else alpha / rank
     shapes, halves = projection_shapes(config), {}
     for key, tensor in tensors.items():

@@ -53,7 +53,7 @@ def _sgmv_kernel(
     #   y[rows, cols] += delta under live & cols < N.
     # Hint 3:
     #   start, length, s = load(starts_ptr + j), load(lengths_ptr + j), load(slots_ptr + j)
-    #   i = m * BLOCK_M + arange(BLOCK_M); live = i < length; rows = load(order_ptr + start + i, mask=live, other=0)
+    #   i = m * BLOCK_M + arange(BLOCK_M); live = i < length; rows = load(order_ptr + start + i, mask=live)
     #   r = arange(R); cols = n * BLOCK_N + arange(BLOCK_N); acc = zeros((BLOCK_M, R), float32)
     #   for k0 in range(0, K, BLOCK_K):
     #       kk = k0 + arange(BLOCK_K)
@@ -69,7 +69,7 @@ def _sgmv_kernel(
     start, length, slot = tl.load(starts_ptr + j), tl.load(lengths_ptr + j), tl.load(slots_ptr + j)
     i = m * BLOCK_M + tl.arange(0, BLOCK_M)
     live = i < length
-    rows = tl.load(order_ptr + start + i, mask=live, other=0)
+    rows = tl.load(order_ptr + start + i, mask=live)  # a dead lane's row is never dereferenced: every use is masked
     r = tl.arange(0, R)
     cols = n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, R), dtype=tl.float32)

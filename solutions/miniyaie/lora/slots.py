@@ -114,17 +114,18 @@ class LoRASlots:
     # ANCHOR_END: load_slot
 
     def unload(self, slot: int) -> None:
-        """Empty `slot`: afterwards it adds nothing to any row pointed at it (by mistake) and has no name."""
+        """Empty `slot`: afterwards it adds nothing to any row pointed at it (by mistake) and has no name.
+
+        Its A and B are zeros, as in a slot never loaded; its scaling may stay (it multiplies zeros)."""
         self._check_slot(slot)
         # Nudge: what must a row that still points at an emptied slot get?
         # Hint 1: An empty slot is a slot of zeros: whatever multiplies it adds nothing.
-        # Hint 2: Zero the slot in every A group and every B, its scaling too, and forget its name.
+        # Hint 2: Zero the slot in every A group and every B, and forget its name.
         # Hint 3:
         #   for t in a.values() and b.values(): t[slot].zero_()
-        #   scaling[slot] = 0; names[slot] = None
+        #   names[slot] = None
         # BEGIN SOLUTION 11.2: Adapters in slots
         for stack in (*self.a.values(), *self.b.values()):
             stack[slot].zero_()
-        self.scaling[slot] = 0.0
         self.names[slot] = None
         # END SOLUTION
