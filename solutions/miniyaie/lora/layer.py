@@ -124,6 +124,10 @@ def apply_lora(model: nn.Module, slots: LoRASlots, batch: LoRABatch | None = Non
     batch = LoRABatch() if batch is None else batch
     if slots.config.num_layers != len(model.model.layers):
         raise ValueError(f"the slots are for {slots.config.num_layers} layers; the model has {len(model.model.layers)}")
+    stacks, weights = next(iter(slots.b.values())), next(model.parameters())
+    if (stacks.dtype, stacks.device) != (weights.dtype, weights.device):
+        raise ValueError(f"the slots hold {stacks.dtype} on {stacks.device}, the model computes in {weights.dtype} on "
+                         f"{weights.device}: make LoRASlots with the model's dtype and device")
     for index, layer in enumerate(model.model.layers):
         for module, parent_name in PROJECTIONS.items():
             parent = getattr(layer, parent_name)
