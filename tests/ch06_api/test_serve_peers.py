@@ -64,3 +64,33 @@ def test_vllm_bench_results_become_a_table_and_a_missing_one_is_named(tmp_path):
     table = serve_peers.vllm_bench_table(tmp_path, ["miniyaie"], [1, 4])
     assert "| miniyaie | 1 | 12/12 | 6.7 | 734 | 112 | 82 |" in table
     assert "| miniyaie | 4 | no result (see miniyaie_vllm_bench_c4.txt)" in table
+
+
+@pytest.mark.ungraded
+def test_a_server_whose_health_is_an_internal_error_is_given_up_at_once(tmp_path):
+    import http.server
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    class Broken(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the handler's name)
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Broken)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    (tmp_path / "log").write_text("Traceback: NotImplementedError\n")
+    started = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="answers /health with 500"):
+            serve_peers.wait_until_up(f"http://127.0.0.1:{server.server_port}", process, tmp_path / "log", timeout=60)
+    finally:
+        process.kill()
+        server.shutdown()
+    assert time.monotonic() - started < 10, "a broken server is given up at once, not after the start timeout"

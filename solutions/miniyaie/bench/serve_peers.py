@@ -86,10 +86,13 @@ def wait_until_up(url: str, process: subprocess.Popen, log: Path, timeout: float
         if process.poll() is not None:
             raise RuntimeError(f"the server exited with status {process.returncode}:\n{_tail(log)}")
         try:  # /health: transformers serve's /v1/models fails without a hub cache
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
+            status = httpx.get(f"{url}/health", timeout=5).status_code
         except httpx.HTTPError:
-            pass
+            status = None  # not listening yet
+        if status == 200:
+            return
+        if status == 500:  # up, and broken: waiting will not mend it
+            raise RuntimeError(f"the server answers /health with 500 (an internal error):\n{_tail(log)}")
         time.sleep(1)
     raise RuntimeError(f"the server did not answer /health within {timeout:.0f} s:\n{_tail(log)}")
 
