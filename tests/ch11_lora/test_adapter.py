@@ -78,6 +78,14 @@ def test_a_config_without_lora_alpha_takes_pefts_default(lora_setup, tmp_path):
                 f"layer {layer} {module}: without lora_alpha in the config, PEFT's LoraConfig default (8) applies"
 
 
+@pytest.mark.task("11.1")
+def test_target_modules_may_name_a_module_by_its_dotted_path(lora_setup, tmp_path):
+    folder = _copy(lora_setup, tmp_path, "qv-r2")
+    edit_config(folder, target_modules=["self_attn.q_proj", "v_proj"])  # PEFT matches a name's dotted suffix
+    adapter = load_adapter(folder, lora_setup.config, max_rank=8)
+    assert adapter.modules == {"q_proj", "v_proj"}, f"the adapter adapts q_proj and v_proj, not {adapter.modules}"
+
+
 def _copy(setup, tmp_path, name="all-r8"):
     folder = tmp_path / name
     shutil.copytree(setup.adapters[name], folder)
@@ -127,9 +135,22 @@ def module_not_served(setup, tmp_path):
     return folder, 8, r"qkv_proj"
 
 
+def targeted_module_missing(setup, tmp_path):
+    folder = _copy(setup, tmp_path, "qv-r2")
+    _edit_tensors(folder, lambda t: [t.pop(k) for k in list(t) if ".v_proj." in k])
+    return folder, 8, r"v_proj"
+
+
+def targets_a_module_not_served(setup, tmp_path):
+    folder = _copy(setup, tmp_path, "qv-r2")
+    edit_config(folder, target_modules=["q_proj", "v_proj", "rotary_emb"])
+    return folder, 8, r"rotary_emb.*not served"
+
+
 def no_tensors(setup, tmp_path):
     folder = _copy(setup, tmp_path)
     save_file({}, folder / "adapter_model.safetensors")
+    edit_config(folder, target_modules=".*_proj")  # a pattern (PEFT allows one): only the tensors tell
     return folder, 8, r"lora_A|no .*tensor"
 
 
@@ -194,7 +215,8 @@ def layer_the_model_lacks(setup, tmp_path):  # the model has layers 0 and 1
 
 
 REFUSALS = [rank_too_high, rank_zero, no_rank, not_lora, shape_does_not_fit, unserved_module, module_not_served,
-            no_tensors, dora, bias, fan_in_fan_out, half_a_pair, layer_the_model_lacks]
+            targeted_module_missing, targets_a_module_not_served, no_tensors, dora, bias, fan_in_fan_out, half_a_pair,
+            layer_the_model_lacks]
 FILE_REFUSALS = [missing_weights, missing_config]  # refused by the provided read_adapter_files
 
 

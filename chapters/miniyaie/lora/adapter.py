@@ -106,7 +106,8 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
     "none", lora_bias, fan_in_fan_out, modules_to_save, rank_pattern or alpha_pattern); a tensor belongs to a
     module that is not one of the PROJECTIONS (lm_head, embed_tokens, ...), or to a layer the model
     does not have; a module has A without B (or B without A); a tensor's shape does not fit its
-    projection (projection_shapes) or the rank r. `name` defaults to the folder's name.
+    projection (projection_shapes) or the rank r; no tensors at all; target_modules, when a list,
+    names a module that is not served or one with no tensors. `name` defaults to the folder's name.
     Asserted: each module's delta (scaling * B @ A) is what PEFT's merged model adds to its weight.
     """
     name = Path(path).name if name is None else name

@@ -107,7 +107,8 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
     "none", lora_bias, fan_in_fan_out, modules_to_save, rank_pattern or alpha_pattern); a tensor belongs to a
     module that is not one of the PROJECTIONS (lm_head, embed_tokens, ...), or to a layer the model
     does not have; a module has A without B (or B without A); a tensor's shape does not fit its
-    projection (projection_shapes) or the rank r. `name` defaults to the folder's name.
+    projection (projection_shapes) or the rank r; no tensors at all; target_modules, when a list,
+    names a module that is not served or one with no tensors. `name` defaults to the folder's name.
     Asserted: each module's delta (scaling * B @ A) is what PEFT's merged model adds to its weight.
     """
     name = Path(path).name if name is None else name
@@ -123,7 +124,8 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
     #   (layer, parent, module, A or B); refuse names that do not match, modules outside PROJECTIONS,
     #   a parent that is not the module's, a layer >= config.num_layers. Collect A and B per
     #   (layer, module); refuse a half pair; check A is [r, in] and B is [out, r] with (in, out)
-    #   from projection_shapes(config).
+    #   from projection_shapes(config). Last, a target_modules list (names, possibly dotted: the last
+    #   part counts) must name only PROJECTIONS, each with tensors.
     # Hint 3:
     #   r, alpha = int(settings["r"]), float(settings.get("lora_alpha", 8))
     #   refuse peft_type != LORA, use_dora, bias != "none", fan_in_fan_out, modules_to_save, rank/alpha patterns
@@ -132,6 +134,7 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
     #   for key, t in tensors: layer, parent, module, which = TENSOR_NAME.search(key) ...; halves[(layer, module)][which] = t.float()
     #   for (layer, module), pair: A, B = pair["A"], pair["B"]; in, out = shapes[module]
     #       refuse A.shape != (r, in) or B.shape != (out, r)
+    #   refuse no weights; if target_modules is a list: refuse names outside PROJECTIONS, or without weights
     #   return LoRAAdapter(name, r, scaling, weights)
     # BEGIN SOLUTION 11.1: Reading an adapter and refusing what would be served wrong
     def refuse(what: str) -> AdapterError:
@@ -184,6 +187,15 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
         weights[(layer, module)] = (a.contiguous(), b.contiguous())
     if not weights:
         raise refuse(f"{WEIGHTS_FILE} holds no lora_A/lora_B tensors")
+    targets = settings.get("target_modules")
+    if isinstance(targets, list):  # names (a string is a pattern PEFT matched: the tensors say what it found)
+        named = {target.split(".")[-1] for target in targets}
+        if named - set(PROJECTIONS):
+            raise refuse(f"targets {', '.join(sorted(named - set(PROJECTIONS)))}, not served "
+                         f"(served: {', '.join(sorted(PROJECTIONS))})")
+        if named - {module for _, module in weights}:
+            raise refuse(f"targets {', '.join(sorted(named - {m for _, m in weights}))} but {WEIGHTS_FILE} has no "
+                         "tensors for it (a file cut short?)")
     return LoRAAdapter(name, rank, scaling, weights)
     # END SOLUTION
 # ANCHOR_END: load_adapter
