@@ -183,3 +183,12 @@ def test_a_stub_keeps_no_standard_library_import_only_its_solution_used():
     assert drop_unused_stdlib_imports(one) == "from __future__ import annotations\n\n\nclass A:\n    pass\n"
     allocator = (REPO / "chapters" / "miniyaie" / "paged" / "allocator.py").read_text()
     assert "deque" not in allocator and "heapq" not in (REPO / "chapters" / "miniyaie" / "radix" / "tree.py").read_text()
+
+
+def test_test_modules_have_names_no_other_folder_uses():
+    """The test folders are not packages: pytest imports each test module by its file name, so two folders with a
+    test_kernel.py make the second fail to collect ("import file mismatch") in a run of the whole suite."""
+    from collections import Counter
+
+    names = Counter(path.name for path in (_switch.REPO_ROOT / "tests").rglob("*.py") if path.name != "conftest.py")
+    assert not [name for name, count in names.items() if count > 1], [n for n, c in names.items() if c > 1]

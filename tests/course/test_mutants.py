@@ -184,6 +184,23 @@ def test_any_run_of_successive_turns_tries_every_mutant_once():
     assert 0 < len(chosen) < len(every)
 
 
+def test_any_run_of_successive_turns_checks_the_holes_of_every_chapter_once():
+    from miniyaie.course.registry import CHAPTERS
+    from miniyaie.course.rotation import HOLES_GROUPS, holes_in_turn
+
+    chapters = [ch.number for ch in CHAPTERS]
+    grouped = [number for group in HOLES_GROUPS for number in group]
+    assert len(grouped) == len(set(grouped)), f"a chapter in two groups: {HOLES_GROUPS}"
+    assert set(grouped) <= set(chapters), f"a group names a chapter that does not exist: {HOLES_GROUPS}"
+    for first in (0, 651):
+        turns = [holes_in_turn(chapters, turn) for turn in range(first, first + len(HOLES_GROUPS))]
+        assert all(turns), "no turn checks nothing"
+        ungrouped = set(chapters) - set(grouped)
+        assert sorted(n for turn in turns for n in turn if n not in ungrouped) == sorted(grouped), turns
+        assert all(ungrouped <= set(turn) for turn in turns), "a chapter in no group is checked at every turn"
+    assert holes_in_turn([99, *HOLES_GROUPS[1]], 0) == [99], "a chapter no group names (a new one): every turn"
+
+
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True, capture_output=True)
 

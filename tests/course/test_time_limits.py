@@ -40,9 +40,9 @@ def run_scaled(test: str, impl: str, monkeypatch):
     return result
 
 
-def test_every_chapter_has_a_limit_between_one_and_two_minutes():
+def test_every_chapter_has_a_limit_between_twenty_seconds_and_two_minutes():
     assert set(CHAPTER_LIMITS_S) == {ch.number for ch in CHAPTERS}
-    assert all(60 <= limit <= 120 for limit in CHAPTER_LIMITS_S.values())
+    assert all(20 <= limit <= 120 for limit in CHAPTER_LIMITS_S.values()), CHAPTER_LIMITS_S
 
 
 def test_a_tree_walk_that_never_advances_fails_at_the_chapter_limit_naming_its_task(tmp_path, monkeypatch):

@@ -28,7 +28,11 @@ def add_parsers(sub) -> None:
     figures = course_sub.add_parser("figures", help="draw the chapter pages' figures into book/src/figures/")
     figures.add_argument("names", nargs="*", help="figures by chapter number or name (default: all)")
     holes = course_sub.add_parser("holes", help="check that the tests catch every missing region")
-    holes.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
+    holes.add_argument("chapters", type=int, nargs="*", help="default: this commit's group of chapters")
+    holes_which = holes.add_mutually_exclusive_group()
+    holes_which.add_argument("--all", action="store_true", help="check every chapter with regions")
+    holes_which.add_argument("--turn", type=int, default=None,
+                             help="check the group of turn T (default: this commit's number on its branch)")
     mutants = course_sub.add_parser("mutants", help="check that the tests catch planted bugs in every region")
     mutants.add_argument("chapters", type=int, nargs="*", help="default: every chapter with regions")
     which = mutants.add_mutually_exclusive_group()
@@ -102,10 +106,24 @@ def cmd_course(args: argparse.Namespace) -> int:
         return 0
     if args.course_command == "mutants":
         return _mutants(numbers, args)
+    if not args.chapters and not args.all:
+        numbers = _holes_turn(numbers, args.turn)
     status = 0
     for number in numbers:
         status |= holes.holes(number)
     return status
+
+
+def _holes_turn(numbers: list[int], turn: int | None) -> list[int]:
+    """The chapters of this turn's group (course/rotation.py), saying which and why."""
+    from miniyaie.course.rotation import HOLES_GROUPS, commit_turn, holes_in_turn
+
+    turn, source = (turn, "given by --turn") if turn is not None else commit_turn()
+    chosen = holes_in_turn(numbers, turn)
+    print(f"Checking the holes of chapters {' '.join(map(str, chosen))}: turn {turn}, {source}. Any "
+          f"{len(HOLES_GROUPS)} successive turns check every chapter; `miniyaie course holes --all` checks them all "
+          f"now, `--turn {turn}` repeats this run.", flush=True)
+    return chosen
 
 
 def _mutants(numbers: list[int], args: argparse.Namespace) -> int:

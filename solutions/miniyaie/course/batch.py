@@ -36,6 +36,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,14 +67,24 @@ class Session:
 
 
 def run_sessions(sessions: list[Session], workers: int = WORKERS) -> list[list[TestResult]]:
-    """Results of each session, in order; a session whose worker died has one CRASHED result."""
+    """Results of each session, in order; a session whose worker died has one CRASHED result.
+
+    Each worker takes the next session in the list as soon as it is free (sessions differ in cost a
+    hundredfold: a chapter's whole test folder, a task's three tests), so both stay busy to the end.
+    """
     workers = max(1, min(workers, len(sessions)))
-    shares = [sessions[i::workers] for i in range(workers)]  # every workers-th session: alike in cost
-    with ThreadPoolExecutor(workers) as pool:
-        done = list(pool.map(_run_in_order, range(workers), shares))
+    queue = iter(list(enumerate(sessions)))
+    lock = threading.Lock()
+
+    def next_session() -> tuple[int, Session] | None:
+        with lock:
+            return next(queue, None)
+
     results: list[list[TestResult]] = [[] for _ in sessions]
-    for i, share in enumerate(done):
-        results[i::workers] = share
+    with ThreadPoolExecutor(workers) as pool:
+        for done in pool.map(_run_in_order, range(workers), [next_session] * workers):
+            for index, result in done:
+                results[index] = result
     return results
 
 
@@ -129,10 +140,12 @@ class _Worker:
 _POOL: dict[int, _Worker] = {}  # slot -> its live worker, reused by every call of run_sessions
 
 
-def _run_in_order(slot: int, sessions: list[Session]) -> list[list[TestResult]]:
-    """Run `sessions` one after another in slot's worker, starting a new one after a worker died."""
-    results: list[list[TestResult]] = []
-    for session in sessions:
+def _run_in_order(slot: int, next_session) -> list[tuple[int, list[TestResult]]]:
+    """Run the sessions next_session() hands out (index, session) in slot's worker until it hands out None,
+    starting a new worker after one died."""
+    results: list[tuple[int, list[TestResult]]] = []
+    while (taken := next_session()) is not None:
+        index, session = taken
         if slot not in _POOL:
             _POOL[slot] = _Worker()
         done = _POOL[slot].run(session)
@@ -141,7 +154,7 @@ def _run_in_order(slot: int, sessions: list[Session]) -> list[list[TestResult]]:
         if done is None:  # the worker died inside this session
             del _POOL[slot]
             done = [TestResult("<worker died>", None, [], False, True, CRASHED, "the test process died")]
-        results.append(done)
+        results.append((index, done))
     return results
 
 

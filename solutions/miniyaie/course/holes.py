@@ -21,10 +21,10 @@
     load the model in that session, and a provided-code test that needs it is
     as much a test of learner code as any other once it fails on the stubs.
 
-The chapter's graded tests that (c) does not run (no task of a region marks
-them) run on the reference, so that with (c) every test `course mutants` runs
-has run: when all passed, their outcomes and times are recorded for it
-(course/reference.py).
+When (c) has run every graded test `course mutants` runs (a chapter whose
+tests all carry a task's mark) and all passed, their outcomes and times are
+recorded for it (course/reference.py); a chapter with end-to-end tests is
+measured by the whole suite's run instead, or by `course mutants` itself.
 
 All sessions run in the batch workers (course/batch.py), each importing its
 own tree afresh.
@@ -66,7 +66,7 @@ def _caught_by(results: list[TestResult] | None) -> str | None:
 
 
 def _record_reference(number: int, key: str, light: list[TestResult], runs: list[list[TestResult]]) -> None:
-    """Record the graded tests `course mutants` runs (bundled model aside) when (c) and the unmarked ones all passed."""
+    """Record the graded tests `course mutants` runs (bundled model aside) when (c) ran every one and all passed."""
     seen: dict[str, TestResult] = {}
     for r in (r for results in runs for r in results):
         if r.nodeid not in seen or r.duration > seen[r.nodeid].duration:  # a test of two tasks: its slower run
@@ -103,8 +103,6 @@ def holes(number: int) -> int:
         graded = [r for r in collected if r.graded and r.chapter == number]
         own = [[t.nodeid for t in graded if r.task in t.tasks] for r in regions]
         others = [[t.nodeid for t in graded if r.task not in t.tasks] for r in regions]
-        unmarked = [t.nodeid for t in light  # (c) runs none of these: no mark, or only marks of tasks with no region
-                    if t.graded and t.chapter == number and not set(t.tasks) & set(tasks)]
         sessions = [Session(f"{ch.package}=chapters", [ch.tests])]  # (a) and (d): every test of the folder
         sessions += [Session(f"{ch.package}={root}", [*tests, "-x"]) for tests, root in zip(own, one_stub) if tests]
         stubbed = len(sessions) - 1
@@ -113,12 +111,11 @@ def holes(number: int) -> int:
             Session(f"{ch.package}={root}", [t.nodeid for t in graded if k in t.tasks and t.nodeid in light_ids])
             for k, root in zip(tasks, book_order)
         ]
-        sessions += [Session("solutions", unmarked)] if unmarked else []  # for course mutants (course/reference.py)
         student, *rest = run_sessions(sessions)
         first = iter(rest[:stubbed])
         caught = [_caught_by(next(first)) if tests else None for tests in own]
         by_task = rest[stubbed : stubbed + len(tasks)]
-        _record_reference(number, key, light, by_task + rest[stubbed + len(tasks) :])
+        _record_reference(number, key, light, by_task)
         missed = [i for i, c in enumerate(caught) if c is None and others[i]]  # own tests all passed: the rest
         second = run_sessions([Session(f"{ch.package}={one_stub[i]}", [*others[i], "-x"]) for i in missed])
         for i, results in zip(missed, second):

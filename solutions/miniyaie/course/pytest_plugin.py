@@ -20,6 +20,7 @@ TIMEOUTS_ENV = "MINIYAIE_TIMEOUTS"  # a JSON file {nodeid: seconds}: per-test li
 LIMIT_SCALE_ENV = "MINIYAIE_TIME_LIMIT_SCALE"  # multiplies every chapter's limit (a slow machine: 2, 3, ...)
 _RESULTS: dict[str, dict] = {}  # nodeid -> chapter, tasks, graded, outcome, message
 _CHAPTER_DIR = re.compile(r"(?:^|/)tests/ch(\d\d)_")
+_SUITE_KEY: str | None = None  # set when this run is the whole suite on the reference
 
 
 def pytest_addoption(parser):
@@ -60,6 +61,7 @@ def _describe(item) -> dict:
         "tasks": own,
         "end_to_end": not own and item.get_closest_marker("task") is not None,
         "graded": item.get_closest_marker("ungraded") is None,
+        "bundled": item.get_closest_marker("bundled_model") is not None,
         "outcome": "not run",
         "message": "",
         "duration": 0.0,
@@ -279,8 +281,19 @@ def pytest_runtest_logreport(report):
         entry["outcome"], entry["duration"] = "passed", report.duration
 
 
+def pytest_sessionstart(session):  # the whole suite's run is recorded for `course holes` and `mutants`
+    from miniyaie.course import reference  # (it imports this module's names)
+
+    global _SUITE_KEY  # taken before any test runs, as `course holes` takes it (course/reference.py)
+    _SUITE_KEY = None if os.environ.get(RESULTS_ENV) else reference.suite_run_key(session.config)
+
+
 def pytest_sessionfinish(session, exitstatus):
     path = os.environ.get(RESULTS_ENV)
     if path:
         with open(path, "w") as f:
             json.dump(_RESULTS, f, indent=1)
+    elif _SUITE_KEY:
+        from miniyaie.course import reference
+
+        reference.save_suite_run(_SUITE_KEY, _RESULTS)

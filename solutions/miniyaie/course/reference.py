@@ -20,12 +20,21 @@ Holes takes the key before it runs anything (an edit during its run makes a
 record no later run can find). Any change, and `course mutants` runs the
 chapter itself. The records live
 in .course-cache/ at the repository's root (not tracked).
+
+The whole test suite's run (`python -m pytest`, as CI runs it first) is a
+measurement of the same tests on the same reference too: when it ran every
+test (no path, -k or -m given) with the reference selected, each of its
+processes (pytest-xdist's workers) records what it ran under the content key
+taken when its session started, and a chapter without a record of `course
+holes` takes its results from there, when that run covered every test
+`course mutants` needs. So `course holes` never runs a test only to record it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from importlib import metadata
 
@@ -68,9 +77,56 @@ def save(number: int, key: str, results: list[TestResult]) -> None:
 
 
 def load(number: int, key: str) -> list[TestResult] | None:
-    """The record `save` made under `key`, or None."""
+    """The record `save` made under `key`; else the whole suite's run under `key` when it covered chapter
+    `number`'s graded tests (bundled model aside); else None."""
     path = _path(number, key)
     if not path.exists():
-        return None
+        return _from_suite_run(number, key)
     return [TestResult(nodeid, number, tasks, e2e, True, outcome, "", duration)
             for nodeid, tasks, e2e, outcome, duration in json.loads(path.read_text())]
+
+
+def suite_run_key(config) -> str | None:
+    """The content key when this pytest run is the whole suite (pytest's testpaths, no -k, -m, --lf, --task or
+    --deselect) on the reference, as CI runs it; None for any other run (nothing is recorded then)."""
+    import pytest
+
+    from miniyaie._switch import ENV_VAR, parse_impl
+    from miniyaie.course.batch import WORKERS
+
+    option = config.option
+    subset = option.keyword or option.markexpr or getattr(option, "lf", False) or getattr(option, "deselect", None)
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or subset or config.getoption("--task"):
+        return None
+    spec = config.getoption("--impl") or os.environ.get(ENV_VAR, "solutions")
+    return content_key(WORKERS) if set(parse_impl(spec).values()) == {SOLUTIONS_ROOT} else None
+
+
+def save_suite_run(key: str, results: dict[str, dict]) -> None:
+    """Record what this pytest process ran of the whole suite (one file per xdist worker; `results`: the
+    course plugin's entries, every collected test with its outcome, "not run" for another worker's)."""
+    if not any(entry["outcome"] != "not run" for entry in results.values()):
+        return  # xdist's controller runs no test itself
+    CACHE_DIR.mkdir(exist_ok=True)
+    for old in CACHE_DIR.glob("suite-*.json"):
+        if not old.name.startswith(f"suite-{key[:32]}-"):
+            old.unlink(missing_ok=True)  # another content's run: no key will find it again
+    path = CACHE_DIR / f"suite-{key[:32]}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json"
+    path.with_suffix(".tmp").write_text(json.dumps(results))
+    path.with_suffix(".tmp").replace(path)
+
+
+def _from_suite_run(number: int, key: str) -> list[TestResult] | None:
+    """Chapter `number`'s graded tests (bundled model aside) as the suite's run under `key` left them, or None
+    when no such run exists or one of them did not run in it."""
+    collected, ran = {}, {}
+    for path in CACHE_DIR.glob(f"suite-{key[:32]}-*.json"):
+        for nodeid, entry in json.loads(path.read_text()).items():
+            collected[nodeid] = entry
+            if entry["outcome"] != "not run":
+                ran[nodeid] = entry
+    wanted = [n for n, e in collected.items() if e["chapter"] == number and e["graded"] and not e.get("bundled")]
+    if not wanted or any(n not in ran for n in wanted):
+        return None
+    return [TestResult(n, number, ran[n]["tasks"], ran[n]["end_to_end"], True, ran[n]["outcome"], "",
+                       ran[n]["duration"]) for n in wanted]
