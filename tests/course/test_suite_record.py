@@ -61,3 +61,16 @@ def test_only_the_whole_suite_on_the_reference_is_recorded(monkeypatch):
     assert reference.suite_run_key(config(args_source=pytest.Config.ArgsSource.ARGS)) is None, "paths given"
     assert reference.suite_run_key(config(task="5.1")) is None
     assert reference.suite_run_key(config(impl="scheduler=chapters")) is None, "not the reference"
+
+
+def test_the_key_is_the_same_whichever_name_starts_python():
+    """CI runs `python -m pytest`, then the `miniyaie` command, whose script starts `python3`: one environment."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "from miniyaie.course import reference; print(reference.content_key(2))"
+    names = [n for n in ("python", "python3") if (Path(sys.executable).parent / n).exists()]
+    keys = {subprocess.run([str(Path(sys.executable).parent / n), "-c", code], capture_output=True, text=True,
+                           check=True).stdout for n in names}
+    assert len(names) == 2 and len(keys) == 1, (names, keys)

@@ -48,7 +48,7 @@ _PACKAGES = ("torch", "triton", "transformers", "hypothesis", "pytest", "pytest-
 def content_key(workers: int) -> str:
     """A hash of everything a chapter's tests on the reference depend on (see above)."""
     digest = hashlib.sha256()
-    digest.update(f"{sys.executable}\n{sys.version}\nworkers {workers}\n".encode())
+    digest.update(f"{sys.prefix}\n{sys.version}\nworkers {workers}\n".encode())  # python and python3 alike
     for name in _PACKAGES:
         try:
             digest.update(f"{name} {metadata.version(name)}\n".encode())
