@@ -67,7 +67,10 @@ class Driver:
         counts_before = s.num_preemptions, {r.request_id: r.num_preemptions for r in running_before}
         out = s.schedule()
         check_step(s, out, running_before)
-        assert s.num_preemptions == counts_before[0] + len(out.preempted), "num_preemptions counts each preemption"
+        assert s.num_preemptions == counts_before[0] + len(out.preempted), (
+            f"num_preemptions grew by {s.num_preemptions - counts_before[0]} in a step whose out.preempted lists "
+            f"{len(out.preempted)}: each preempted request is listed in out.preempted and counted once"
+        )
         for r in out.preempted:
             assert r.num_preemptions == counts_before[1][r.request_id] + 1, "a request counts its own preemptions"
         for r in out.preempted:

@@ -181,6 +181,21 @@ def test_the_leftover_budget_grows_a_cut_prefill_only_as_far_as_memory_allows():
     )
 
 
+@pytest.mark.task("1.7")
+def test_a_cut_prefill_the_memory_cannot_grow_by_all_it_may_take_stays_as_it_is():
+    # 23 slots: after step 2's threshold the long prompt could grow by 2 more, not by the 11 the budget leaves it.
+    s, driver = bounded(budget=16, threshold=4, capacity=23)
+    short, long = request(4, max_tokens=2), request(20, max_tokens=1)
+    driver.add(short)
+    driver.add(long)
+    driver.step()
+    out = driver.step()
+    assert tokens(out) == {short.request_id: 1, long.request_id: 4}, (
+        f"step 2 gave {tokens(out)}: the memory can hold 2 more of the long prompt's tokens but not all the 11 the "
+        "budget leaves it: top_up grows a chunk by all it may take or leaves it as it is (never by a part)"
+    )
+
+
 @pytest.mark.ungraded
 def test_the_threshold_zero_turns_the_bound_off():
     config = SchedulerConfig(16, 8)

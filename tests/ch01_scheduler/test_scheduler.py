@@ -355,6 +355,19 @@ def test_abort_returns_all_memory(abort_when, which):
 
 
 @pytest.mark.task("1.2")
+def test_each_schedule_counts_itself():
+    s = scheduler(budget=8)
+    s.add_request(request(4))
+    for _ in range(3):
+        out = s.schedule()
+        s.update(out, {c.request.request_id: 9 for c in out.chunks if c.samples_next_token})
+    assert s.num_schedules == 3, (
+        f"num_schedules is {s.num_schedules} after 3 schedules: schedule adds one to it before admitting anyone "
+        "(admission_order's `now`, which bounds how long LPM may pass a request over, counts schedules)"
+    )
+
+
+@pytest.mark.task("1.2")
 def test_a_request_that_could_never_run_is_refused_at_once():
     s = scheduler(capacity=10)
     too_big = request(10, max_tokens=4)  # may grow to 14 tokens: more than the whole pool

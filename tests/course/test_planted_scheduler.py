@@ -42,6 +42,30 @@ def top_up_newest_first(self, out, budget, memory):
             budget -= extra
 
 
+def top_up_by_a_part(self, out, budget, memory):
+    """Grows a cut chunk as far as the memory allows when it cannot take all it may."""
+    if not self.threshold or self.lifted:
+        return
+    for index, chunk in enumerate(out.chunks):
+        extra = min(chunk.request.num_tokens - chunk.start - chunk.num_tokens, budget)
+        while extra > 0 and not memory.can_allocate(chunk.request, chunk.num_tokens + extra):
+            extra -= 1
+        if extra > 0:
+            memory.allocate(chunk.request, chunk.num_tokens + extra)
+            out.chunks[index] = ScheduledChunk(chunk.request, chunk.start, chunk.num_tokens + extra)
+            budget -= extra
+
+
+def schedule_not_counting(self):
+    """Schedules without adding one to num_schedules."""
+    out = SchedulerOutput()
+    self.long_prefills.start_step()
+    self._schedule_running(out, self.config.max_num_batched_tokens)
+    if not out.preempted:
+        self._admit_waiting(out, self.config.max_num_batched_tokens - out.num_batched_tokens)
+    return out
+
+
 def finish_keeping_the_id(self, request, reason):
     """Frees the memory and sets the status, but the finished request stays known by its id."""
     self.memory.free(request)
@@ -72,6 +96,13 @@ PLANTS = {  # mistake: (class or module, attribute, wrong answer, test module, t
         long_prefill.LongPrefillBound, "top_up", top_up_newest_first, "test_long_prefill",
         "test_the_leftover_budget_goes_to_the_oldest_cut_prefill_even_when_it_cannot_finish_it",
         r"go to the cut chunks oldest first"),
+    "top_up grows a chunk by a part": (
+        long_prefill.LongPrefillBound, "top_up", top_up_by_a_part, "test_long_prefill",
+        "test_a_cut_prefill_the_memory_cannot_grow_by_all_it_may_take_stays_as_it_is",
+        r"grows a chunk by all it may take or leaves it as it is"),
+    "schedule not counting itself": (
+        scheduler.Scheduler, "schedule", schedule_not_counting, "test_scheduler",
+        "test_each_schedule_counts_itself", r"num_schedules is 0 after 3 schedules"),
     "_finish keeps the id": (
         scheduler.Scheduler, "_finish", finish_keeping_the_id, "test_update",
         "test_a_finished_request_gives_back_its_memory_and_its_id", r"a finished request's id is free again"),

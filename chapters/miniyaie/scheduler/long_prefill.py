@@ -67,9 +67,10 @@ class LongPrefillBound:
         """Give `budget` (what is left of the step's) to the chunks that stop short of their request's end.
 
         Oldest chunk first (out.chunks order): each takes what its request
-        still lacks after it, or all the budget left when that is less, and
-        only as far as the memory can grow it without preempting anyone
-        (memory.can_allocate). A grown chunk is
+        still lacks after it, or all the budget left when that is less, if
+        the memory can grow it by that much without preempting anyone
+        (memory.can_allocate); a chunk it cannot grow by that much stays as
+        it is (never grown by a part). A grown chunk is
         allocated and replaces the old one at the same place in out.chunks.
         Then num_held grows by the requests in self.asked that end the step
         with fewer tokens than they wanted (a request with no chunk got 0;
