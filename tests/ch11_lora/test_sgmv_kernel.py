@@ -53,10 +53,12 @@ def check(rows, fan_in, fan_out, ranks, max_rank, slot_of_row, seed=0):
 @example(rows=20, fan_in=40, fan_out=40, ranks=[6, 2], seed=1, data=None)  # a segment over two row tiles, widths past a tile
 @example(rows=6, fan_in=8, fan_out=8, ranks=[1, 3], seed=2, data=None)  # no adapter at all
 @example(rows=5, fan_in=16, fan_out=16, ranks=[16, 16], seed=3, data=None)  # square, rank a whole padded tile
+@example(rows=7, fan_in=12, fan_out=10, ranks=[2, 5, 3], seed=1, data=None)  # slots out of order, slot 0 unused
 def test_the_kernel_is_the_row_by_row_definition(rows, fan_in, fan_out, ranks, seed, data):
     max_rank = max(ranks)
     if data is None:  # the explicit examples' slot mixes
-        mixes = {1: [0], 20: [i % 2 if i % 5 else -1 for i in range(20)], 6: [-1] * 6, 5: [1, 0, -1, 1, 0]}
+        mixes = {1: [0], 20: [i % 2 if i % 5 else -1 for i in range(20)], 6: [-1] * 6, 5: [1, 0, -1, 1, 0],
+                 7: [2, -1, 2, 1, 2, -1, 1]}
         slot_of_row = mixes[rows]
     else:
         slot_of_row = data.draw(st.lists(st.integers(-1, len(ranks) - 1), min_size=rows, max_size=rows))
@@ -93,3 +95,46 @@ def test_the_kernel_reads_and_writes_only_its_own_elements(fan_in, fan_out, rank
     assert torch.allclose(got[live, :fan_out].double(), want[live], rtol=TOLERANCE, atol=TOLERANCE), \
         "not the row-by-row definition with x, A and B given as views"
     assert torch.equal(got[~live, :fan_out], y[~live]), "rows without an adapter (slot -1) were changed"
+
+
+def _by_segment_index(slots, segments):
+    """The slot each row would get if segment j's index were taken for its slot (a known mistake)."""
+    wrong = slots.clone()
+    for j, (start, length) in enumerate(zip(segments.starts.tolist(), segments.lengths.tolist())):
+        wrong[segments.order[start : start + length]] = j
+    return wrong
+
+
+@pytest.mark.task("11.4")
+@pytest.mark.parametrize("layout", ["contiguous", "A and B transposed in memory"])
+def test_each_segment_uses_its_own_slots_weights_and_scaling(layout):
+    """Segment j's slot is slots[j], not j: here the segments' slots are 1 and 2 (slot 0 unused), each slot with
+    its own rank and scaling. A and B may be views of any strides (the kernel gets all three of each)."""
+    slot_of_row = [2, -1, 2, 1, 2]
+    x, y, a, b, _, slots = kernel_case(5, 12, 10, [3, 2, 4], 4, slot_of_row, seed=4)
+    scaling = torch.tensor([0.25, 2.0, 3.5])
+    if layout != "contiguous":  # the same values, stored [slots, in, rank] and [slots, rank, out]: no unit stride
+        a, b = a.transpose(1, 2).contiguous().transpose(1, 2), b.transpose(1, 2).contiguous().transpose(1, 2)
+        assert a.stride(2) != 1 and b.stride(2) != 1
+    segments = group_rows(slots)
+    on = lambda t: t.to(DEVICE)  # noqa: E731
+    y_dev = on(y.clone())
+    sgmv(y_dev, on(x), group_rows(on(slots)), on(a), on(b), on(scaling))
+    got = y_dev.cpu().double()
+    definition = lambda s, sc: add_lora_reference(y.double().clone(), x.double(), s, a.double(), b.double(),  # noqa: E731
+                                                  sc.double())
+    close = lambda want: torch.allclose(got, want, rtol=TOLERANCE, atol=TOLERANCE)  # noqa: E731
+    if close(definition(slots, scaling)):
+        return
+    by_index = _by_segment_index(slots, segments)
+    scaling_by_index = scaling.clone()
+    for j, s in enumerate(segments.slots.tolist()):
+        scaling_by_index[s] = scaling[j]
+    assert not close(definition(by_index, scaling)), \
+        "segment j used slot j: its slot is slots[j] (segments are not slots 0..n-1 in order; some slots are unused)"
+    assert not close(definition(slots, scaling_by_index)), \
+        "the scaling was read at the segment index j: it is scaling[slots[j]], the slot's own"
+    if layout != "contiguous":
+        raise AssertionError("wrong with A and B given as views whose input or output axis is not unit stride: "
+                             "address A[s][r, k] and B[s][n, r] with all three of their strides")
+    raise AssertionError(f"not the row-by-row definition for rows of slots {slot_of_row} with scalings {scaling.tolist()}")

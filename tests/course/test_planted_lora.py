@@ -39,6 +39,19 @@ PLANTS = {
         "merged.py", "\n        for j, (out, b) in enumerate(zip(outputs, bs)):",
         "\n        for j, (out, b) in enumerate(zip(outputs[::-1], bs)):",
         "test_merged", "test_add_merged_lora_gives_each_member_its_own_delta", {}, r"member"),
+    "the segment index used as the slot": (
+        "kernel.py", "tl.load(lengths_ptr + j), tl.load(slots_ptr + j)", "tl.load(lengths_ptr + j), j",
+        "test_sgmv_kernel", "test_each_segment_uses_its_own_slots_weights_and_scaling", {"layout": "contiguous"},
+        r"segment j used slot j"),
+    "the scaling read by segment index": (
+        "kernel.py", "tl.load(scaling_ptr + slot)", "tl.load(scaling_ptr + j)",
+        "test_sgmv_kernel", "test_each_segment_uses_its_own_slots_weights_and_scaling", {"layout": "contiguous"},
+        r"scaling\[slots\[j\]\]"),
+    "A's input-axis stride ignored": (
+        "kernel.py", "r[:, None] * stride_a_rank + kk[None, :] * stride_a_in,",
+        "r[:, None] * stride_a_rank + kk[None, :],",
+        "test_sgmv_kernel", "test_each_segment_uses_its_own_slots_weights_and_scaling",
+        {"layout": "A and B transposed in memory"}, r"strides"),
 }
 
 
