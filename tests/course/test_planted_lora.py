@@ -48,8 +48,8 @@ PLANTS = {
         "test_sgmv_kernel", "test_each_segment_uses_its_own_slots_weights_and_scaling", {"layout": "contiguous"},
         r"scaling\[slots\[j\]\]"),
     "A's input-axis stride ignored": (
-        "kernel.py", "r[:, None] * stride_a_rank + kk[None, :] * stride_a_in,",
-        "r[:, None] * stride_a_rank + kk[None, :],",
+        "kernel.py", "a_base + r[:, None] * stride_a_rank + kk[None, :] * stride_a_in",
+        "a_base + r[:, None] * stride_a_rank + kk[None, :]",
         "test_sgmv_kernel", "test_each_segment_uses_its_own_slots_weights_and_scaling",
         {"layout": "A and B transposed in memory"}, r"strides"),
 }
