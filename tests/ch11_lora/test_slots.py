@@ -56,6 +56,17 @@ def assert_slot_holds(slots: LoRASlots, slot: int, adapter: LoRAAdapter | None) 
                 want = adapter.delta(layer, module)
                 assert torch.allclose(got, want, rtol=1e-5, atol=1e-5), \
                     f"slot {slot}, layer {layer} {module}: not {adapter.name}'s delta (rank {adapter.rank}, max {MAX_RANK})"
+    if adapter is None:
+        return
+    assert abs(float(slots.scaling[slot]) - adapter.scaling) <= 1e-6 * abs(adapter.scaling), (
+        f"slot {slot}: scaling[slot] is {float(slots.scaling[slot])}, {adapter.name}'s scaling is {adapter.scaling}: "
+        "the slot keeps the adapter's own scaling (not folded into B)")
+    rank = adapter.rank
+    for (layer, module), (a, b) in adapter.weights.items():
+        assert torch.equal(slots.a_of(module)[slot, layer, :rank], a.to(slots.a_of(module).dtype)) and \
+            torch.equal(slots.b[module][slot, layer, :, :rank], b.to(slots.b[module].dtype)), (
+            f"slot {slot}, layer {layer} {module}: the stored A and B are not {adapter.name}'s own (its first "
+            f"{rank} rows of A and columns of B): the slot holds the adapter's tensors, its scaling kept apart")
 
 
 ADAPTERS = [make_adapter(0, 4, MODULES), make_adapter(1, 1, ["q_proj", "v_proj"]), make_adapter(2, 2, MODULES[:4]),
@@ -89,18 +100,29 @@ def test_a_slot_multiplies_as_its_adapter_after_any_loads(operations):
 def test_a_refused_adapter_leaves_the_slot_as_it_was():
     slots = LoRASlots(CONFIG, NUM_SLOTS, MAX_RANK)
     slots.load(1, ADAPTERS[2])
+    before = [stack[1].clone() for stack in (*slots.a.values(), *slots.b.values(), slots.scaling)]
+
+    def unchanged(what: str) -> None:
+        after = [stack[1] for stack in (*slots.a.values(), *slots.b.values(), slots.scaling)]
+        assert all(torch.equal(u, v) for u, v in zip(before, after)) and slots.names[1] == ADAPTERS[2].name, (
+            f"refusing {what} changed slot 1: a refused load must leave the slot as it was (check everything "
+            "before writing or zeroing anything)")
+
     too_big = make_adapter(7, MAX_RANK + 1, MODULES, name="too-big")
     with pytest.raises(AdapterError, match="too-big"):
         slots.load(1, too_big)
+    unchanged("too-big")
     misfit = make_adapter(8, 2, ["q_proj"], name="misfit")
     a, b = misfit.weights[(0, "q_proj")]
     misfit.weights[(0, "q_proj")] = (a[:, :-1], b)  # one input feature short
     with pytest.raises(AdapterError, match="misfit"):
         slots.load(1, misfit)
+    unchanged("misfit")
     beyond = make_adapter(9, 2, ["v_proj"], name="beyond")
     beyond.weights[(CONFIG.num_layers, "v_proj")] = beyond.weights[(0, "v_proj")]  # a layer the model lacks
     with pytest.raises(AdapterError, match="beyond"):
         slots.load(1, beyond)
+    unchanged("beyond")
     assert_slot_holds(slots, 1, ADAPTERS[2])
     with pytest.raises(IndexError):
         slots.load(NUM_SLOTS, ADAPTERS[0])

@@ -52,6 +52,15 @@ PLANTS = {
         "a_base + r[:, None] * stride_a_rank + kk[None, :]",
         "test_sgmv_kernel", "test_each_segment_uses_its_own_slots_weights_and_scaling",
         {"layout": "A and B transposed in memory"}, r"strides"),
+    "the scaling folded into the stored B": (
+        "slots.py", "self.b[module][slot, layer, :, :rank] = b\n        self.scaling[slot] = adapter.scaling",
+        "self.b[module][slot, layer, :, :rank] = b * adapter.scaling\n        self.scaling[slot] = 1.0",
+        "test_slots", "test_a_slot_multiplies_as_its_adapter_after_any_loads", {}, r"own scaling \(not folded into B\)"),
+    "the slot zeroed before the adapter is checked": (
+        "slots.py", "        rank = adapter.rank\n        if rank > self.max_rank:",
+        "        for stack in (*self.a.values(), *self.b.values()):\n            stack[slot].zero_()\n"
+        "        rank = adapter.rank\n        if rank > self.max_rank:",
+        "test_slots", "test_a_refused_adapter_leaves_the_slot_as_it_was", {}, r"a refused load must leave the slot as it was"),
 }
 
 
