@@ -214,7 +214,54 @@ def layer_the_model_lacks(setup, tmp_path):  # the model has layers 0 and 1
     return folder, 8, r"layer"
 
 
-REFUSALS = [rank_too_high, rank_zero, no_rank, not_lora, shape_does_not_fit, unserved_module, module_not_served,
+def rank_is_not_r(setup, tmp_path):
+    """tensors of rank 8 under a config that says r=4"""
+    folder = _copy(setup, tmp_path)
+    edit_config(folder, r=4)
+    return folder, 8, r"rank"
+
+
+def wrong_parent(setup, tmp_path):
+    """q_proj's tensors under mlp (layers.0.mlp.q_proj), a module the model does not have"""
+    folder = _copy(setup, tmp_path, "qv-r2")
+
+    def rename(t):
+        for which in "AB":
+            t[f"base_model.model.model.layers.0.mlp.q_proj.lora_{which}.weight"] = \
+                t.pop(f"base_model.model.model.layers.0.self_attn.q_proj.lora_{which}.weight")
+    _edit_tensors(folder, rename)
+    return folder, 8, r"mlp\.q_proj"
+
+
+def rank_pattern(setup, tmp_path):
+    """a per-module rank (rank_pattern): served at r, it would be wrong"""
+    folder = _copy(setup, tmp_path)
+    edit_config(folder, rank_pattern={"q_proj": 4})
+    return folder, 8, r"rank_pattern"
+
+
+def alpha_pattern(setup, tmp_path):
+    """a per-module alpha (alpha_pattern): served at lora_alpha, its scaling would be wrong"""
+    folder = _copy(setup, tmp_path)
+    edit_config(folder, alpha_pattern={"v_proj": 32})
+    return folder, 8, r"alpha_pattern"
+
+
+def modules_to_save(setup, tmp_path):
+    """modules_to_save: whole modules replaced by the adapter's copies"""
+    folder = _copy(setup, tmp_path)
+    edit_config(folder, modules_to_save=["lm_head"])
+    return folder, 8, r"modules_to_save"
+
+
+def lora_bias(setup, tmp_path):
+    """lora_bias: a bias on lora_B"""
+    folder = _copy(setup, tmp_path)
+    edit_config(folder, lora_bias=True)
+    return folder, 8, r"lora_bias"
+
+
+REFUSALS = [rank_too_high, rank_zero, rank_is_not_r, wrong_parent, rank_pattern, alpha_pattern, modules_to_save, lora_bias, no_rank, not_lora, shape_does_not_fit, unserved_module, module_not_served,
             targeted_module_missing, targets_a_module_not_served, no_tensors, dora, bias, fan_in_fan_out, half_a_pair,
             layer_the_model_lacks]
 FILE_REFUSALS = [missing_weights, missing_config]  # refused by the provided read_adapter_files
@@ -224,10 +271,18 @@ def _refused(lora_setup, tmp_path, case):
     import re
 
     folder, max_rank, what = case(lora_setup, tmp_path)
-    with pytest.raises(AdapterError) as refused:
+    problem = case.__doc__ or case.__name__.replace("_", " ")
+    try:
         load_adapter(folder, lora_setup.config, max_rank=max_rank, name="customer-7")
-    message = str(refused.value)
-    assert isinstance(refused.value, ValueError), "AdapterError is a ValueError"
+    except AdapterError as error:
+        refused = error
+    except Exception as error:  # noqa: BLE001 (any other exception is the failure to name)
+        raise AssertionError(f"{problem}: refused with {type(error).__name__} ({error}), not AdapterError's one line "
+                             "naming the adapter") from error
+    else:
+        raise AssertionError(f"accepted an adapter it would serve wrong ({problem}): refuse it with AdapterError")
+    message = str(refused)
+    assert isinstance(refused, ValueError), "AdapterError is a ValueError"
     assert message.startswith("adapter 'customer-7'"), f"the message names the adapter first: {message!r}"
     assert "\n" not in message, f"one line: {message!r}"
     assert re.search(what, message), f"the message says what is wrong ({what!r}): {message!r}"

@@ -61,6 +61,28 @@ PLANTS = {
         "        for stack in (*self.a.values(), *self.b.values()):\n            stack[slot].zero_()\n"
         "        rank = adapter.rank\n        if rank > self.max_rank:",
         "test_slots", "test_a_refused_adapter_leaves_the_slot_as_it_was", {}, r"a refused load must leave the slot as it was"),
+    "rank_pattern served at r": (
+        "adapter.py", '        "rank_pattern": "a per-module rank (rank_pattern) is not supported",\n', "",
+        "test_adapter", "test_an_adapter_that_would_be_served_wrong_is_refused_with_one_line", {"case": "rank_pattern"}, r"accepted.*rank_pattern"),
+    "alpha_pattern served at lora_alpha": (
+        "adapter.py", '        "alpha_pattern": "a per-module alpha (alpha_pattern) is not supported",\n', "",
+        "test_adapter", "test_an_adapter_that_would_be_served_wrong_is_refused_with_one_line", {"case": "alpha_pattern"}, r"accepted.*alpha_pattern"),
+    "modules_to_save ignored": (
+        "adapter.py", '        "modules_to_save": f"modules_to_save', '        "ignored": f"modules_to_save',
+        "test_adapter", "test_an_adapter_that_would_be_served_wrong_is_refused_with_one_line", {"case": "modules_to_save"}, r"accepted.*modules_to_save"),
+    "lora_bias ignored": (
+        "adapter.py", '        "lora_bias": "a bias', '        "ignored": "a bias',
+        "test_adapter", "test_an_adapter_that_would_be_served_wrong_is_refused_with_one_line", {"case": "lora_bias"}, r"accepted.*lora_bias"),
+    "a tensor under the wrong parent accepted": (
+        "adapter.py", "if PROJECTIONS.get(module) != parent:", "if module not in PROJECTIONS:",
+        "test_adapter", "test_an_adapter_that_would_be_served_wrong_is_refused_with_one_line", {"case": "wrong_parent"}, r"accepted.*under mlp"),
+    "the tensors' rank not checked against r": (
+        "adapter.py", "tuple(a.shape) != (rank, fan_in) or tuple(b.shape) != (fan_out, rank)",
+        "a.shape[1] != fan_in or b.shape[0] != fan_out",
+        "test_adapter", "test_an_adapter_that_would_be_served_wrong_is_refused_with_one_line", {"case": "rank_is_not_r"}, r"accepted.*r=4"),
+    "a rank of 0 divides by zero": (
+        "adapter.py", "if not 1 <= rank <= max_rank:", "if rank > max_rank:",
+        "test_adapter", "test_an_adapter_that_would_be_served_wrong_is_refused_with_one_line", {"case": "rank_zero"}, r"ZeroDivisionError.*not AdapterError"),
 }
 
 
@@ -86,6 +108,8 @@ def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mis
                 monkeypatch.setattr(tests, name, getattr(module, name))
     if test_module == "test_adapter":
         params = {**params, "lora_setup": request.getfixturevalue("lora_setup")}
+        if "case" in params:  # a refusal case, by its name in the test module
+            params = {**params, "case": getattr(tests, params["case"]), "tmp_path": tmp_path}
     test = getattr(tests, test_name)
     with pytest.raises((AssertionError, ExceptionGroup)) as failure:  # hypothesis groups distinct failures
         test(**params)

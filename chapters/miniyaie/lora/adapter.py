@@ -101,13 +101,17 @@ def load_adapter(path: str | Path, config: ModelConfig, max_rank: int, name: str
     Reads `adapter_config.json`: r, lora_alpha, use_rslora (the scaling of B @ A: PEFT's, which
     depends on use_rslora), and the tensors `...layers.N.<self_attn|mlp>.<module>.lora_A.weight` [r, in]
     and `lora_B.weight` [out, r], for the seven PROJECTIONS. Raises AdapterError, its message starting
-    with "adapter '<name>': ", when: a file is missing (read_adapter_files); peft_type is not LORA;
-    r is not in 1..max_rank; the adapter needs what is not served here (use_dora, a bias other than
-    "none", lora_bias, fan_in_fan_out, modules_to_save, rank_pattern or alpha_pattern); a tensor belongs to a
-    module that is not one of the PROJECTIONS (lm_head, embed_tokens, ...), or to a layer the model
-    does not have; a module has A without B (or B without A); a tensor's shape does not fit its
-    projection (projection_shapes) or the rank r; no tensors at all; target_modules, when a list,
-    names a module that is not served or one with no tensors. `name` defaults to the folder's name.
+    with "adapter '<name>': " and then naming what is wrong (the setting's key, the tensor or module,
+    "rank", "not served"), one line, when: a file is missing (read_adapter_files); peft_type is not
+    LORA; r is not in 1..max_rank (r = 0 too: refused, never a division by zero); the adapter needs
+    what is not served here (use_dora, a bias other than "none", lora_bias, fan_in_fan_out,
+    modules_to_save, rank_pattern or alpha_pattern: each named by its key); a tensor belongs to a
+    module that is not one of the PROJECTIONS (lm_head, embed_tokens, ...), sits under another parent
+    than its module's (layers.0.mlp.q_proj), or is for a layer the model does not have; a module has A
+    without B (or B without A); a tensor's shape does not fit its projection (projection_shapes) or
+    the rank r (A [r, in], B [out, r]); no tensors at all; target_modules, when a list, names a module
+    that is not served (the message says "not served") or one with no tensors. `name` defaults to the
+    folder's name.
     Asserted: each module's delta (scaling * B @ A) is what PEFT's merged model adds to its weight.
     """
     name = Path(path).name if name is None else name

@@ -77,7 +77,8 @@ class LoRASlots:
         slot's previous adapter may survive. Raises AdapterError (naming the adapter) when its rank
         is above max_rank or its shapes do not fit these slots' model, IndexError for a slot out of
         range; either way the slot is left as it was.
-        Asserted: the batched multiply over the slot gives the adapter's delta, after any sequence of loads.
+        Asserted: the batched multiply over the slot gives the adapter's delta, after any sequence of loads,
+        from the adapter's own A, B and scaling (B is not pre-multiplied); a refused load changes nothing.
         """
         self._check_slot(slot)
         # Idea: what in the slot did the previous adapter write that this one will not overwrite?
