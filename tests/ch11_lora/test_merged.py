@@ -12,7 +12,27 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from torch.overrides import TorchFunctionMode
+
 from miniyaie.lora import add_lora_reference, add_merged_lora, group_rows
+
+MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.mm,
+           torch.Tensor.mm, torch.bmm, torch.Tensor.bmm, torch.addmm, torch.Tensor.addmm, torch.baddbmm,
+           torch.nn.functional.linear, torch.einsum, torch.tensordot, torch.mv, torch.Tensor.mv}
+
+
+class CountShrinks(TorchFunctionMode):
+    """Counts the matrix products with an operand that has x's input width: the shrinks (the expands never see it)."""
+
+    def __init__(self, fan_in: int):
+        super().__init__()
+        self.fan_in, self.shrinks = fan_in, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in MATMULS:
+            operands = [t for t in (*args, *(kwargs or {}).values()) if isinstance(t, torch.Tensor)]
+            self.shrinks += any(self.fan_in in t.shape for t in operands)
+        return func(*args, **(kwargs or {}))
 
 
 def members_case(rows, fan_in, widths, num_slots, max_rank, slot_of_row, seed):
@@ -72,3 +92,18 @@ def test_add_merged_lora_gives_each_member_its_own_delta(spec, seed):
     for j, width in enumerate(widths):  # the views' writes reached the merged output
         assert torch.equal(merged_out[:, start : start + width], outputs[j]), "add into the outputs in place"
         start += width
+
+
+@pytest.mark.task("11.5")
+@pytest.mark.parametrize("widths", [(8, 4, 4), (6, 6)], ids=["q/k/v", "gate/up"])
+def test_add_merged_lora_shrinks_a_segment_once_for_the_whole_group(widths):
+    """The point of the merged path: one matmul of a segment's rows by the group's A, not one per member."""
+    fan_in, slot_of_row = 11, [1, 0, -1, 1, 0, 1]  # fan_in unlike every other size here
+    x, a_group, bs, merged_out, scaling, slots = members_case(6, fan_in, widths, 2, 3, slot_of_row, seed=0)
+    segments = group_rows(slots)
+    counter = CountShrinks(fan_in)
+    with counter:
+        add_merged_lora(merged_out.split(list(widths), dim=-1), x, segments, a_group, bs, scaling)
+    assert counter.shrinks <= len(segments), (
+        f"{counter.shrinks} shrinks (products with x's {fan_in} input features) for {len(segments)} segments of "
+        f"{len(widths)} members: one shrink per segment by the whole group's A, not one per member")

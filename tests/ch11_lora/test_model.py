@@ -15,7 +15,7 @@ import torch
 from lora_models import ADAPTERS
 
 from miniyaie.backends.batched_attention import BatchedTorchAttentionBackend
-from miniyaie.lora import LoRASlots, apply_lora, load_adapter
+from miniyaie.lora import LoRABatch, LoRALinear, LoRASlots, apply_lora, load_adapter
 from miniyaie.model import AttentionMetadata, KVCache, load_model
 
 NAMES = sorted(ADAPTERS)
@@ -86,8 +86,6 @@ def test_each_request_gets_peft_merged_models_logits_in_a_mixed_batch(lora_setup
 
 @pytest.mark.task("11.5")
 def test_a_step_whose_rows_were_not_set_is_refused_not_served_wrong(lora_setup):
-    from miniyaie.lora import LoRABatch, LoRALinear
-
     linear = torch.nn.Linear(64, 64)
     slots = LoRASlots(lora_setup.config, 1, 2)
     batch = LoRABatch()
@@ -97,3 +95,11 @@ def test_a_step_whose_rows_were_not_set_is_refused_not_served_wrong(lora_setup):
     batch.set_rows([0, -1])
     with pytest.raises(ValueError, match="set for 2 rows"):
         layer(x)
+    batch.set_rows([-1, -1])  # a stale step is refused whatever it holds, rows without adapters too
+    try:
+        layer(x)
+    except ValueError as error:
+        assert "set for 2 rows" in str(error), f"refused, but not by LoRABatch.active: {error}"
+    else:
+        raise AssertionError("a projection of 3 rows ran on a step set for 2 rows without adapters: ask "
+                             "batch.active(rows) every time (it refuses a stale step whatever it holds)")

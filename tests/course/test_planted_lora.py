@@ -83,6 +83,17 @@ PLANTS = {
     "a rank of 0 divides by zero": (
         "adapter.py", "if not 1 <= rank <= max_rank:", "if rank > max_rank:",
         "test_adapter", "test_an_adapter_that_would_be_served_wrong_is_refused_with_one_line", {"case": "rank_zero"}, r"ZeroDivisionError.*not AdapterError"),
+    "one shrink per member of a merged group": (
+        "merged.py", "            out.index_add_(0, rows, (shrunk[:, j * rank : (j + 1) * rank] @ b[slot].T).to(out.dtype))",
+        "            own = (x[rows] @ a_group[slot, j * rank : (j + 1) * rank].T) * scaling[slot].to(x.dtype)\n"
+        "            out.index_add_(0, rows, (own @ b[slot].T).to(out.dtype))",
+        "test_merged", "test_add_merged_lora_shrinks_a_segment_once_for_the_whole_group", {"widths": (8, 4, 4)},
+        r"not one per member"),
+    "a stale step served when it holds no adapter": (
+        "layer.py", "        segments = self.batch.active(rows.shape[0])\n        if segments is None:\n            return out",
+        "        if self.batch.segments is None:\n            return out\n        segments = self.batch.active(rows.shape[0])",
+        "test_model", "test_a_step_whose_rows_were_not_set_is_refused_not_served_wrong", {},
+        r"stale step"),
 }
 
 
@@ -106,7 +117,7 @@ def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mis
         if hasattr(module, name) and not name.startswith("_") and name not in ("torch", "np", "pytest", "math", "re"):
             if getattr(getattr(module, name), "__module__", None) == module.__name__:
                 monkeypatch.setattr(tests, name, getattr(module, name))
-    if test_module == "test_adapter":
+    if test_module in ("test_adapter", "test_model"):
         params = {**params, "lora_setup": request.getfixturevalue("lora_setup")}
         if "case" in params:  # a refusal case, by its name in the test module
             params = {**params, "case": getattr(tests, params["case"]), "tmp_path": tmp_path}

@@ -88,7 +88,8 @@ class LoRALinear(nn.Module):
 
         The rows are x's rows flattened to [rows, in] in step order; with no rows set on the batch
         (or none with an adapter) the base's output alone. Raises ValueError (LoRABatch.active) when the
-        step was set for another number of rows. Asserted: the model's logits equal peft's merged model's.
+        step was set for another number of rows, whatever it holds (rows without adapters too).
+        Asserted: the model's logits equal peft's merged model's.
         """
         # Idea: the batch knows the step's segments; what does this layer add, and to which tensor?
         # Stuck? `miniyaie hint 11.5` prints hints, one level at a time.

@@ -29,7 +29,8 @@ def add_merged_lora(outputs: tuple[torch.Tensor, ...], x: torch.Tensor, segments
     j * R .. (j + 1) * R - 1 (R = max rank, bs[j].shape[-1]); bs[j]: [slots, out_j, R]; scaling: [slots].
     Afterwards outputs[j][i] has gained scaling[s] * (x[i] @ A_j[s]^T) @ B_j[s]^T for every row i
     of a segment of slot s, exactly what add_lora gives member j alone; other rows untouched.
-    Asserted: equal to each member's add_lora, for q/k/v of unequal widths and gate/up.
+    Asserted: equal to each member's add_lora, for q/k/v of unequal widths and gate/up; at most one
+    product with x (one shrink) per segment, whatever the number of members.
     """
     # Idea: the group's shrink holds every member's intermediate side by side: which columns are member j's?
     # Stuck? `miniyaie hint 11.5` prints hints, one level at a time.
