@@ -47,10 +47,12 @@ def name_the_mistake(got, x, y, a, b, scaling, slots) -> str:
     if none.any() and not close(got[none], y[none].double()):
         return "rows without an adapter (slot -1) were changed: they must be left exactly as they were"
     if a.shape[1] == a.shape[2] == b.shape[1]:  # square: A and B used the wrong way round go unnoticed by the shapes
-        flipped = add_lora_reference(y.double().clone(), x.double(), slots, a.double().transpose(1, 2),
-                                     b.double().transpose(1, 2), scaling.double())
-        if close(got, flipped):
-            return "A or B is transposed: A is [r, in] and B is [out, r]; the delta is (x @ A^T) @ B^T"
+        t = lambda m: m.double().transpose(1, 2)  # noqa: E731
+        for what, a_used, b_used in (("A and B transposed", t(a), t(b)), ("A transposed", t(a), b.double()),
+                                     ("B transposed", a.double(), t(b)), ("A and B swapped", b.double(), a.double()),
+                                     ("A and B swapped and transposed", t(b), t(a))):
+            if close(got, add_lora_reference(y.double().clone(), x.double(), slots, a_used, b_used, scaling.double())):
+                return f"{what}: A is [r, in] and B is [out, r]; the delta is (x @ A^T) @ B^T"
     ratio = float((delta_got * delta_want).sum() / (delta_want * delta_want).sum().clamp_min(1e-30))
     if live.any() and close(delta_got, ratio * delta_want):
         return f"the deltas are the definition's times {ratio:.4g}: the scaling is applied wrongly"

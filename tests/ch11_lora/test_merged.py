@@ -61,6 +61,13 @@ def name_the_mistake(j, got, before, x, a_group, bs, max_rank, scaling, slots) -
         if k != j and bs[k].shape == bs[j].shape and \
                 close(got, member_alone(before[j], x, a_group, bs[k], k, max_rank, scaling, slots)):
             return f"member {j}'s output got member {k}'s delta: each member's expand goes to its own output"
+    if close(got, member_alone(before[j], x, a_group, bs[j], j, max_rank, torch.ones_like(scaling), slots)):
+        return f"member {j}'s delta lacks the scaling: each segment's delta is multiplied by scaling[slot]"
+    delta_got, delta_want = got.double() - before[j].double(), \
+        member_alone(before[j], x, a_group, bs[j], j, max_rank, scaling, slots) - before[j].double()
+    ratio = float((delta_got * delta_want).sum() / (delta_want * delta_want).sum().clamp_min(1e-30))
+    if close(delta_got, ratio * delta_want):
+        return f"member {j}'s delta is its own times {ratio:.4g}: the scaling is applied wrongly (scaling[slot], once)"
     return f"member {j}'s output is not its own delta (the definition with its A slice and its B)"
 
 

@@ -94,6 +94,16 @@ PLANTS = {
         "        if self.batch.segments is None:\n            return out\n        segments = self.batch.active(rows.shape[0])",
         "test_model", "test_a_step_whose_rows_were_not_set_is_refused_not_served_wrong", {},
         r"stale step"),
+    "A and B swapped": (
+        "batched.py", "shrunk = x[rows] @ a[slot].T\n        y.index_add_(0, rows, (shrunk @ b[slot].T)",
+        "shrunk = x[rows] @ b[slot].T\n        y.index_add_(0, rows, (shrunk @ a[slot].T)",
+        "test_batched", "test_add_lora_is_the_row_by_row_definition", {}, r"A and B swapped"),
+    "only A transposed": (
+        "batched.py", "shrunk = x[rows] @ a[slot].T\n", "shrunk = x[rows] @ a[slot]\n",
+        "test_batched", "test_add_lora_is_the_row_by_row_definition", {}, r"A transposed"),
+    "the merged delta without the scaling": (
+        "merged.py", "shrunk = (x[rows] @ a_group[slot].T) * scaling[slot].to(x.dtype)", "shrunk = x[rows] @ a_group[slot].T",
+        "test_merged", "test_add_merged_lora_gives_each_member_its_own_delta", {}, r"scaling"),
 }
 
 
