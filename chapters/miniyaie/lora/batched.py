@@ -44,7 +44,7 @@ def group_rows(slot_of_row: torch.Tensor) -> Segments:
     slot_of_row: [rows] an integer tensor, -1 or a slot number for each row. Asserted: the segments' rows are exactly the
     rows with an adapter, each once, a segment's rows all have its slot, and the slots are distinct.
     """
-    # Idea: which one sort puts every adapter's rows side by side?
+    # Idea: group slots [2, -1, 0, 2, 0] by hand first, and name each step you took.
     # Stuck? `miniyaie hint 11.3` prints hints, one level at a time.
     # TODO(Task 11.3): The batched LoRA multiply on a CPU. Replace this line with your code.
     raise NotImplementedError('Chapter 11, Task 3: The batched LoRA multiply on a CPU — see book/src/ch11_lora.md')

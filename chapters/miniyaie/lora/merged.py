@@ -32,7 +32,7 @@ def add_merged_lora(outputs: tuple[torch.Tensor, ...], x: torch.Tensor, segments
     Asserted: equal to each member's add_lora, for q/k/v of unequal widths and gate/up; at most one
     product with x (one shrink) per segment, whatever the number of members.
     """
-    # Idea: the group's shrink holds every member's intermediate side by side: which columns are member j's?
+    # Idea: write out the shapes of one segment's shrink by the whole group's A, and of what each member's expand takes.
     # Stuck? `miniyaie hint 11.5` prints hints, one level at a time.
     # TODO(Task 11.5): The model hook and one shrink for merged projections. Replace this line with your code.
     raise NotImplementedError('Chapter 11, Task 5: The model hook and one shrink for merged projections — see book/src/ch11_lora.md')

@@ -81,7 +81,7 @@ class LoRASlots:
         from the adapter's own A, B and scaling (B is not pre-multiplied); a refused load changes nothing.
         """
         self._check_slot(slot)
-        # Idea: what in the slot did the previous adapter write that this one will not overwrite?
+        # Idea: a slot is reused: adapters of other ranks and other modules are loaded into it, in any order.
         # Stuck? `miniyaie hint 11.2` prints hints, one level at a time.
         # TODO(Task 11.2): Adapters in slots. Replace this line with your code.
         raise NotImplementedError('Chapter 11, Task 2: Adapters in slots — see book/src/ch11_lora.md')

@@ -44,7 +44,7 @@ def group_rows(slot_of_row: torch.Tensor) -> Segments:
     slot_of_row: [rows] an integer tensor, -1 or a slot number for each row. Asserted: the segments' rows are exactly the
     rows with an adapter, each once, a segment's rows all have its slot, and the slots are distinct.
     """
-    # Nudge: which one sort puts every adapter's rows side by side?
+    # Nudge: group slots [2, -1, 0, 2, 0] by hand first, and name each step you took.
     # Hint 1: Sorting the rows by slot (a stable sort keeps each segment's rows in step order) makes
     #   every slot's rows consecutive; the rows of slot -1 come first and are dropped. The segments
     #   are then the runs of equal slots in the sorted list.

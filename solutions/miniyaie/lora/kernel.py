@@ -28,17 +28,19 @@ def _sgmv_kernel(
     K, N, RANK,
     R: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
 ):
-    """Program (j, m, n): y[rows, cols] += scaling[s] * (x[rows, :K] @ A[s]^T) @ B[s][cols, :]^T, in place.
+    """One launch adds every segment's LoRA delta to y, in place (the batched multiply of add_lora).
 
-    j: a segment (its slot s = slots[j]); rows: the segment's rows m * BLOCK_M .. m * BLOCK_M +
-    BLOCK_M - 1 of its lengths[j], each a row index read from order[starts[j] + ...]; cols: n *
-    BLOCK_N .. + BLOCK_N - 1 of N. A[s] is [RANK, K] at a_ptr + s * stride_a_slot (strides for its
-    rank and input axes), B[s] is [N, RANK]; R is RANK rounded up to a power of two, 16 or more.
-    Every load and store past the segment's rows, past N, K or RANK is masked (an unmasked one can
-    crash the interpreter): the grid has as many row tiles as the longest segment needs. Products
-    in DOT, sums in float32, y stored in its own type. No two programs write the same element.
+    For each segment j, of slot s = slots[j], and each of its rows i = order[starts[j] + t] (t <
+    lengths[j]): y[i, :N] += scaling[s] * (x[i, :K] @ A[s]^T) @ B[s]^T. Grid: (segments, row tiles
+    of the longest segment, column tiles of N); program (j, m, n) writes segment j's rows t in
+    m * BLOCK_M .. (m + 1) * BLOCK_M - 1 and columns n * BLOCK_N .. (n + 1) * BLOCK_N - 1, those that
+    exist; no two programs write the same element. Operands: x [rows, K] and y [rows, N] with unit
+    column stride; A[s] [RANK, K] at a_ptr + s * stride_a_slot and B[s] [N, RANK] at b_ptr + s *
+    stride_b_slot, of any strides (all given); scaling [slots]. R is RANK rounded up to a power of
+    two, 16 or more. Nothing outside a program's rows, N, K or RANK is read or written (an unmasked
+    access can crash the interpreter). Products in DOT, sums in float32, y stored in its own type.
     """
-    # Nudge: which rows does this program own, and what must every load outside them return?
+    # Nudge: draw the grid for two segments of 3 and 20 rows: what does each program read and write?
     # Hint 1: A program's rows are not consecutive: they are entries of `order`, so the row index
     #   itself is loaded first, and row tiles past the segment's length are masked. The shrink is
     #   a small matmul [BLOCK_M, K] x [K, R] walked over K in BLOCK_K steps with a float32

@@ -32,7 +32,7 @@ def add_merged_lora(outputs: tuple[torch.Tensor, ...], x: torch.Tensor, segments
     Asserted: equal to each member's add_lora, for q/k/v of unequal widths and gate/up; at most one
     product with x (one shrink) per segment, whatever the number of members.
     """
-    # Nudge: the group's shrink holds every member's intermediate side by side: which columns are member j's?
+    # Nudge: write out the shapes of one segment's shrink by the whole group's A, and of what each member's expand takes.
     # Hint 1: One matmul of a segment's rows by the whole group's A gives [rows, members * R]:
     #   member j's intermediate is its own R columns, and only member j's B may expand them, into
     #   member j's output alone. The widths of the outputs differ (q is wider than k and v with

@@ -81,7 +81,7 @@ class LoRASlots:
         from the adapter's own A, B and scaling (B is not pre-multiplied); a refused load changes nothing.
         """
         self._check_slot(slot)
-        # Nudge: what in the slot did the previous adapter write that this one will not overwrite?
+        # Nudge: a slot is reused: adapters of other ranks and other modules are loaded into it, in any order.
         # Hint 1: A smaller rank fills only the first r rows of A and columns of B; a module the new
         #   adapter does not adapt is not written at all. Whatever is left there from the previous
         #   adapter is still multiplied in: zero the whole slot first, but only after every check
