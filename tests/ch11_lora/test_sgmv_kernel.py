@@ -130,10 +130,10 @@ def test_each_segment_uses_its_own_slots_weights_and_scaling(layout):
     scaling_by_index = scaling.clone()
     for j, s in enumerate(segments.slots.tolist()):
         scaling_by_index[s] = scaling[j]
-    assert not close(definition(by_index, scaling)), \
+    slot_by_index, scaling_by_segment = close(definition(by_index, scaling)), close(definition(slots, scaling_by_index))
+    assert not slot_by_index, \
         "segment j used slot j: its slot is slots[j] (segments are not slots 0..n-1 in order; some slots are unused)"
-    assert not close(definition(slots, scaling_by_index)), \
-        "the scaling was read at the segment index j: it is scaling[slots[j]], the slot's own"
+    assert not scaling_by_segment, "the scaling was read at the segment index j: it is scaling[slots[j]], the slot's own"
     if layout != "contiguous":
         raise AssertionError("wrong with A and B given as views whose input or output axis is not unit stride: "
                              "address A[s][r, k] and B[s][n, r] with all three of their strides")
