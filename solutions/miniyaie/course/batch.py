@@ -44,7 +44,7 @@ from pathlib import Path
 from miniyaie._switch import ENV_VAR, REPO_ROOT, _is_chapter_module
 from miniyaie.course import pytest_plugin
 from miniyaie.course.pytest_plugin import RESULTS_ENV, TIMEOUTS_ENV
-from miniyaie.course.testrun import TestResult
+from miniyaie.course.results import WORKERS, TestResult
 
 # Outcomes only. Without the warnings plugin an unraisable exception can only warn, never fail a
 # test, so pytest's unraisableexception plugin has nothing to report here; it would still run a
@@ -52,8 +52,6 @@ from miniyaie.course.testrun import TestResult
 # hundreds of sessions).
 QUIET = ["-q", "--no-header", "-p", "no:warnings", "-p", "no:unraisableexception", "--tb=no"]
 CRASHED = "crashed"  # the outcome given to every test of a session whose worker died
-WORKERS_ENV = "MINIYAIE_COURSE_WORKERS"  # more workers on a machine with more cores (`--all` runs)
-WORKERS = int(os.environ.get(WORKERS_ENV) or min(2, os.cpu_count() or 1))  # sessions run side by side
 KERNEL_TESTS_IN_PROCESS = "MINIYAIE_KERNEL_TESTS_IN_PROCESS"  # read by tests/ch04_triton_kernels/conftest.py
 
 

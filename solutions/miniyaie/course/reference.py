@@ -39,7 +39,7 @@ import sys
 from importlib import metadata
 
 from miniyaie._switch import REPO_ROOT, SOLUTIONS_ROOT
-from miniyaie.course.testrun import TestResult
+from miniyaie.course.results import WORKERS, TestResult
 
 CACHE_DIR = REPO_ROOT / ".course-cache"
 _PACKAGES = ("torch", "triton", "transformers", "hypothesis", "pytest", "pytest-timeout")
@@ -92,7 +92,6 @@ def suite_run_key(config) -> str | None:
     import pytest
 
     from miniyaie._switch import ENV_VAR, parse_impl
-    from miniyaie.course.batch import WORKERS
 
     option = config.option
     subset = option.keyword or option.markexpr or getattr(option, "lf", False) or getattr(option, "deselect", None)

@@ -7,25 +7,10 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 
 from miniyaie._switch import ENV_VAR, REPO_ROOT
 from miniyaie.course.pytest_plugin import RESULTS_ENV
-
-
-@dataclass
-class TestResult:
-    __test__ = False  # not a pytest test class
-
-    nodeid: str
-    chapter: int | None
-    tasks: list[str]  # the tasks this test grades on its own
-    end_to_end: bool  # needs every task of its chapter
-    graded: bool
-    outcome: str  # passed | failed | skipped | not run
-    message: str
-    duration: float = 0.0  # seconds the test itself ran, when it passed
-    example: str = ""  # hypothesis's minimal failing example, when it found one
+from miniyaie.course.results import TestResult  # noqa: F401 (the course tools import it from here too)
 
 
 def run_tests(paths: list[str], impl: str, extra_args: list[str] = (), quiet: bool = True) -> list[TestResult]:

@@ -1,6 +1,6 @@
-"""The model hook: every projection of a loaded model wrapped so that it adds its rows' LoRA deltas.
+"""The model hook: a projection wrapped so that it adds its rows' LoRA deltas.
 
-`apply_lora(model, slots)` wraps the seven projections of every layer in a `LoRALinear` (the base
+`apply_lora(model, slots)` (wrap.py) wraps the seven projections of every layer in a `LoRALinear` (the base
 module inside it is untouched: an nn.Linear, the cpu backend's PackedLinear, chapter 10's
 QuantizedLinear) and returns the `LoRABatch` they share. The runner sets the step's rows' slots on
 it once per step, before the forward (`set_rows`, or `set_sequences` from each sequence's slot and
@@ -16,7 +16,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from miniyaie.lora.adapter import PROJECTIONS
 from miniyaie.lora.batched import Segments, add_lora, group_rows
 from miniyaie.lora.slots import LoRASlots
 
@@ -110,47 +109,3 @@ class LoRALinear(nn.Module):
         return out
         # END SOLUTION
     # ANCHOR_END: lora_linear_forward
-
-
-def apply_lora(model: nn.Module, slots: LoRASlots, batch: LoRABatch | None = None) -> LoRABatch:
-    """Wrap every layer's seven projections of `model` (a CausalLM) in LoRALinear and its layer ops in
-    LoRAProjectionOps; returns the batch they share. Wrapping twice wraps nothing more.
-
-    Call it after the backend is chosen (backends/choose.py use_backend): a backend that merges
-    q/k/v and gate/up into one matmul keeps doing so for the wrapped projections only if it merged
-    them before; merged later, it finds LoRALinear modules and leaves them unmerged (still correct).
-    """
-    from miniyaie.lora.merged import LoRAProjectionOps
-
-    batch = LoRABatch() if batch is None else batch
-    if slots.config.num_layers != len(model.model.layers):
-        raise ValueError(f"the slots are for {slots.config.num_layers} layers; the model has {len(model.model.layers)}")
-    stacks, weights = next(iter(slots.b.values())), next(model.parameters())
-    if (stacks.dtype, stacks.device) != (weights.dtype, weights.device):
-        raise ValueError(f"the slots hold {stacks.dtype} on {stacks.device}, the model computes in {weights.dtype} on "
-                         f"{weights.device}: make LoRASlots with the model's dtype and device")
-    for index, layer in enumerate(model.model.layers):
-        for module, parent_name in PROJECTIONS.items():
-            parent = getattr(layer, parent_name)
-            current = getattr(parent, module)
-            if isinstance(current, LoRALinear):
-                current.slots, current.batch = slots, batch
-            else:
-                setattr(parent, module, LoRALinear(current, slots, index, module, batch))
-    if not isinstance(model.ops, LoRAProjectionOps):
-        model.ops = LoRAProjectionOps(model.ops)
-    return batch
-
-
-def remove_lora(model: nn.Module) -> None:
-    """Undo apply_lora: the base projections and the layer ops back in place."""
-    from miniyaie.lora.merged import LoRAProjectionOps
-
-    for layer in model.model.layers:
-        for module, parent_name in PROJECTIONS.items():
-            parent = getattr(layer, parent_name)
-            current = getattr(parent, module)
-            if isinstance(current, LoRALinear):
-                setattr(parent, module, current.base)
-    if isinstance(model.ops, LoRAProjectionOps):
-        model.ops = model.ops.inner
