@@ -11,7 +11,8 @@ for the sessions after the one it died in, which is reported as "crashed".
 A session in which a test ran past its time limit retires its worker once
 the results are in: the looping code may have left a thread spinning (an
 engine loop waiting while it holds its lock), and every later session in
-that process would run beside it. A worker outlives one call of run_sessions: the next call (the next stage or
+that process would run beside it; a session that asks (`retire_after`: the chapter's whole folder on
+the student stubs, whose failed tests may leave servers and threads behind) retires it too. A worker outlives one call of run_sessions: the next call (the next stage or
 chapter of `course holes` / `course mutants`) sends its sessions to the same
 processes, which isolate them the same way, so torch and the rest are imported
 once per command, not once per call (1.5-3.5 s of CPU per worker each time).
@@ -62,6 +63,7 @@ class Session:
     impl: str
     args: list[str]
     timeouts: dict[str, float] | None = None  # per-test time limits by node id (else pyproject's)
+    retire_after: bool = False  # end the worker after it (a whole stub tree may leave threads and servers behind)
 
 
 def run_sessions(sessions: list[Session], workers: int = WORKERS) -> list[list[TestResult]]:
@@ -110,7 +112,8 @@ class _Worker:
     def run(self, session: Session) -> list[TestResult] | None:
         """The session's results; None when the worker died in it (it is then gone for good)."""
         try:
-            self.proc.stdin.write(json.dumps({"impl": session.impl, "args": session.args, "timeouts": session.timeouts}) + "\n")
+            self.proc.stdin.write(json.dumps({"impl": session.impl, "args": session.args, "timeouts": session.timeouts,
+                                              "retire_after": session.retire_after}) + "\n")
             self.proc.stdin.flush()
             line = self.proc.stdout.readline()
         except OSError:  # a broken pipe: it died before reading the session
@@ -218,8 +221,9 @@ def _worker() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         for line in jobs:
-            outcomes = _run_one(Session(**json.loads(line)), report)
-            hung = pytest_plugin._HUNG  # a test of this session ran past its limit
+            session = Session(**json.loads(line))
+            outcomes = _run_one(session, report)
+            hung = pytest_plugin._HUNG or session.retire_after  # a test of this session ran past its limit, or asked
             results.write(json.dumps({"results": outcomes, "retire": hung}) + "\n")
             results.flush()
             if hung:  # a thread the looping code started may still spin: end without waiting for it

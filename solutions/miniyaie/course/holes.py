@@ -103,7 +103,7 @@ def holes(number: int) -> int:
         graded = [r for r in collected if r.graded and r.chapter == number]
         own = [[t.nodeid for t in graded if r.task in t.tasks] for r in regions]
         others = [[t.nodeid for t in graded if r.task not in t.tasks] for r in regions]
-        sessions = [Session(f"{ch.package}=chapters", [ch.tests])]  # (a) and (d): every test of the folder
+        sessions = [Session(f"{ch.package}=chapters", [ch.tests], retire_after=True)]  # (a), (d): the whole folder
         sessions += [Session(f"{ch.package}={root}", [*tests, "-x"]) for tests, root in zip(own, one_stub) if tests]
         stubbed = len(sessions) - 1
         light_ids = {t.nodeid for t in light}
