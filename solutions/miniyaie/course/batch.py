@@ -39,7 +39,7 @@ import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from miniyaie._switch import ENV_VAR, REPO_ROOT, _is_chapter_module
@@ -73,7 +73,7 @@ def run_sessions(sessions: list[Session], workers: int = WORKERS) -> list[list[T
     hundredfold: a chapter's whole test folder, a task's three tests), so both stay busy to the end.
     """
     workers = max(1, min(workers, len(sessions)))
-    queue = iter(list(enumerate(sessions)))
+    queue = enumerate(sessions)
     lock = threading.Lock()
 
     def next_session() -> tuple[int, Session] | None:
@@ -112,8 +112,7 @@ class _Worker:
     def run(self, session: Session) -> list[TestResult] | None:
         """The session's results; None when the worker died in it (it is then gone for good)."""
         try:
-            self.proc.stdin.write(json.dumps({"impl": session.impl, "args": session.args, "timeouts": session.timeouts,
-                                              "retire_after": session.retire_after}) + "\n")
+            self.proc.stdin.write(json.dumps(asdict(session)) + "\n")  # the worker makes Session(**it)
             self.proc.stdin.flush()
             line = self.proc.stdout.readline()
         except OSError:  # a broken pipe: it died before reading the session

@@ -15,8 +15,8 @@ commit, so that successive commits try them all (course/rotation.py); `turn`
 picks another slice, and `turn=None` (`--all`) tries every mutant.
 
 The reference's own run (every test's outcome and time) is skipped when
-`course holes` has just measured the same tests on the same content
-(course/reference.py), as in CI.
+`course holes` or the whole suite's pytest run has measured the same tests
+on the same content (course/reference.py), as in CI.
 
 Tests that load the bundled SmolLM2 (marked bundled_model) are left out:
 each would cost minutes per mutant, and the tiny random models run the
@@ -152,7 +152,7 @@ def mutants(number: int, turn: int | None = None) -> int:
     if reference is None:
         reference = [r for r in _reference_run(ch.tests) if r.graded and r.chapter == number]
     else:
-        print(f"    the reference's {len(reference)} results: as `course holes` measured them on this same content", flush=True)
+        print(f"    the reference's {len(reference)} results: as `course holes` or the suite's run measured them on this same content", flush=True)
     broken = [r for r in reference if r.outcome not in ("passed", "skipped")]
     if broken or not reference:
         print(f"    the reference fails its own tests: {[r.nodeid for r in broken] or 'no graded tests'}")
