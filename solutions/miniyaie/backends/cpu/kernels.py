@@ -1,12 +1,13 @@
 """The C++ kernels of the CPU backend: built once with the machine's g++, loaded with ctypes.
 
-Four sources make one library: paged_decode_attention.cpp (decode attention
+The sources make one library: paged_decode_attention.cpp (decode attention
 over the paged cache), paged_chunk_attention.cpp (prefill and extend chunks
 over it), layer_ops.cpp (RMSNorm with its residual add,
 RoPE, SiLU-times-up, each in one pass; used by layer_ops.py) and
 quant_matmul.cpp (linears over 4- and 8-bit weight blocks; miniyaie/quant) and quant_a8.cpp
 (the same with activations rounded to 8 bits: the opt-in -a8 schemes, miniyaie/weights; many rows on
-AMX tiles in quant_a8_amx.cpp where the CPU has them). The two
+AMX tiles in quant_a8_amx.cpp where the CPU has them), and decode_stack.cpp (a decode step's
+layers through those kernels in one call: decode_stack.py). The two
 attention kernels take their vector width from cpu_vector.h: the width of
 the machine's own registers (16 floats with AVX-512, 8 with AVX2).
 
@@ -41,7 +42,7 @@ import torch
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
                                                                        "layer_ops.cpp", "quant_matmul.cpp", "quant_a8.cpp",
-                                                                       "quant_a8_amx.cpp"))
+                                                                       "quant_a8_amx.cpp", "decode_stack.cpp"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("cpu_vector.h", "quant_blocks.h", "paged_decode_units.h"))  # included: in the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
@@ -72,10 +73,14 @@ SIGNATURES = {
     "quant_a8_amx_ready": [],
     "quant_a8_set_amx_rows": [_i64],
     "quant_matmul_a8_amx": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
+    "decode_stack_fields": [],
+    "decode_stack": [_ptr, _i64, _i64, _ptr, _i64, _f32, _ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _i64, _ptr, _ptr, _ptr, _i64,
+                     _i64, _f32, _int, _int],
 }
 
 CACHE_TYPES = {torch.float32: 0, torch.bfloat16: 1}  # the K/V pools the attention kernels read (float32 arithmetic)
-RESTYPES = {"paged_chunk_attention": ctypes.c_int, "quant_a8_isa": ctypes.c_int, "quant_a8_amx_ready": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
+RESTYPES = {"paged_chunk_attention": ctypes.c_int, "quant_a8_isa": ctypes.c_int, "quant_a8_amx_ready": ctypes.c_int,
+            "decode_stack_fields": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
 
 
 def _cpu_signature() -> str:
