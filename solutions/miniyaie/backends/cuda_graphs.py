@@ -38,20 +38,22 @@ GRAPH_MEMORY_RESERVE = 64 * 2**20
 
 
 def decode_graphs_mode(requested: str, config, device: torch.device | str) -> str:
-    """"cuda" (record graphs), "eager" (the static path without graphs) or "off", for an engine's settings.
+    """"cuda" (record graphs), "eager" (the static path without graphs), "cpu" (decode steps of a model in
+    weight blocks as one C++ call: backends/cpu/decode_stack.py) or "off", for an engine's settings.
 
-    "auto" means CUDA graphs on a CUDA device with the triton backend on one rank, unless
-    config.enforce_eager; "off" elsewhere. The tensor-parallel ranks (chapter 7) run eagerly.
+    "auto" means CUDA graphs on a CUDA device with the triton backend, the CPU's decode stack with the cpu
+    backend, on one rank, unless config.enforce_eager; "off" elsewhere. The tensor-parallel ranks (chapter 7) run eagerly.
     """
-    if requested not in ("auto", "off", "eager", "cuda"):
-        raise ValueError(f"decode_graphs must be auto, off, eager or cuda, got {requested!r}")
+    if requested not in ("auto", "off", "eager", "cuda", "cpu"):
+        raise ValueError(f"decode_graphs must be auto, off, eager, cuda or cpu, got {requested!r}")
     if requested != "auto":
         return requested
     from miniyaie.backends.choose import resolve_backend_name
 
-    wanted = (not config.enforce_eager and torch.device(device).type == "cuda" and config.tensor_parallel_size == 1
-              and resolve_backend_name(config.attention_backend, device) == "triton")
-    return "cuda" if wanted else "off"
+    if config.enforce_eager or config.tensor_parallel_size != 1:
+        return "off"
+    backend, kind = resolve_backend_name(config.attention_backend, device), torch.device(device).type
+    return "cuda" if (kind, backend) == ("cuda", "triton") else "cpu" if (kind, backend) == ("cpu", "cpu") else "off"
 
 
 class _EagerReplay:
@@ -152,11 +154,16 @@ def kv_budget_bytes(config, mode: str) -> int:
     return max(config.kv_cache_bytes - reserve, config.kv_cache_bytes // 2)
 
 
-def make_decode_graphs(mode: str, model, pool, scratch_block: int, config) -> DecodeGraphRunner | None:
-    """The engine's decode graphs, recorded now (None when mode is "off"); `scratch_block` is the pool's
-    block past those the paged memory hands out. Contexts up to the model's or the pool's length replay."""
+def make_decode_graphs(mode: str, model, pool, scratch_block: int, config):
+    """The engine's decode graphs, recorded now (None when mode is "off"; for "cpu" a CpuDecodeStack, or None
+    where the model does not qualify); `scratch_block` is the pool's block past those the paged memory hands
+    out. Contexts up to the model's or the pool's length replay."""
     if mode == "off":
         return None
+    if mode == "cpu":
+        from miniyaie.backends.cpu.decode_stack import make_decode_stack
+
+        return make_decode_stack(model, pool)
     max_seq_len = min(model.config.max_position_embeddings, scratch_block * config.block_size)
     graphs = DecodeGraphRunner(model, pool, scratch_block, config.block_size, max_seq_len,
                                cap=min(config.max_num_seqs, DEFAULT_LADDER_CAP), replay="cuda" if mode == "cuda" else "eager")

@@ -57,7 +57,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
         num_blocks = config.num_blocks or num_blocks_for_budget(model.config, kv_budget_bytes(config, graphs), config.block_size, dtype)
         memory_class = RadixMemory if config.enable_prefix_caching else PagedMemory
         self.memory = memory_class(num_blocks, config.block_size)
-        self.pool = make_pool(model.config, num_blocks + (graphs != "off"), config.block_size, dtype, device)  # + scratch
+        self.pool = make_pool(model.config, num_blocks + (graphs in ("cuda", "eager")), config.block_size, dtype, device)  # + scratch
         scheduler_config = SchedulerConfig(
             config.max_num_batched_tokens, config.max_num_seqs, config.policy,
             decode_reserve=config.decode_reserve, hold_shared_prefix=config.enable_prefix_caching,

@@ -38,6 +38,9 @@ def kernel_isa() -> str | None:
 class Int8ActivationLinear(QuantizedLinear):
     """A QuantizedLinear whose input is rounded to 8 bits per row and block of 32 before the product."""
 
+    def kernel_fields(self) -> list[int] | None:
+        return self._fields(rounds_activations=1) if type(self).forward is Int8ActivationLinear.forward else None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from miniyaie.backends.cpu.kernels import load
 

@@ -125,6 +125,12 @@ class PagedCpuAttentionBackend(BatchedTorchAttentionBackend):
         self.num_steps += 1
         self.decode_rows_in_kernel += decode.numel()
 
+    def decode_rows(self, meta: AttentionMetadata) -> _DecodeRows:
+        """The step's decode rows as the kernel takes them (backends/cpu/decode_stack.py runs the layers itself)."""
+        if meta is not self._meta_seen:
+            self._new_step(meta)
+        return self._decode
+
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         if not self._usable(q, k_cache):
             return super().forward(q, k, v, k_cache, v_cache, meta, scale)
