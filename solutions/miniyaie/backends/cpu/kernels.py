@@ -42,7 +42,7 @@ import torch
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
                                                                        "layer_ops.cpp", "quant_matmul.cpp", "quant_a8.cpp",
-                                                                       "quant_a8_amx.cpp", "decode_stack.cpp"))
+                                                                       "quant_a8_amx.cpp", "decode_stack.cpp", "lora_delta.cpp"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("cpu_vector.h", "quant_blocks.h", "paged_decode_units.h"))  # included: in the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
@@ -76,6 +76,7 @@ SIGNATURES = {
     "decode_stack_fields": [],
     "decode_stack": [_ptr, _i64, _i64, _ptr, _i64, _f32, _ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _i64, _ptr, _ptr, _ptr, _i64,
                      _i64, _f32, _int, _int],
+    "lora_delta": [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _int],  # lora_delta.py
 }
 
 CACHE_TYPES = {torch.float32: 0, torch.bfloat16: 1}  # the K/V pools the attention kernels read (float32 arithmetic)
