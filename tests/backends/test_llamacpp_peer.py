@@ -46,6 +46,15 @@ def test_amx_is_turned_off_in_the_build_exactly_when_the_cpu_has_it():
     assert cmake_args(AVX2_HOST) == []
 
 
+def test_llamacpp_runs_without_what_our_commands_preload():
+    base = {"LD_PRELOAD": "/x/libiomp5.so:/x/libtcmalloc_minimal.so.4", "MINIYAIE_CPU_RUNTIME": "preloaded",
+            "PYTHONPATH": "/ours", "HOME": "/root"}
+    env = llamacpp_env.child_env(2, base)
+    assert "LD_PRELOAD" not in env and "MINIYAIE_CPU_RUNTIME" not in env and "PYTHONPATH" not in env, (
+        "llama.cpp must run as its users run it, without our OpenMP runtime and malloc")
+    assert env["OMP_NUM_THREADS"] == "2" and env["HOME"] == "/root"
+
+
 def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_tile amx_int8\n\nprocessor\t: 1\nflags\t\t: fpu\n")

@@ -73,9 +73,14 @@ def venv_python(venv: str | os.PathLike) -> Path:
 
 
 def child_env(threads: int, base: dict | None = None) -> dict:
-    """The environment for a process of the llama.cpp venv: our tree off its path, OpenMP at `threads`."""
+    """The environment for a process of the llama.cpp venv: our tree off its path, OpenMP at `threads`, and none
+    of the libraries our own commands preload (backends/cpu/runtime.py): llama.cpp runs as its users run it."""
+    from miniyaie.backends.cpu.runtime import ENV_VAR as RUNTIME_VAR
+
     env = dict(os.environ if base is None else base)
     env.pop("PYTHONPATH", None)  # our tree must not shadow the venv's packages
+    env.pop("LD_PRELOAD", None)
+    env.pop(RUNTIME_VAR, None)
     env["OMP_NUM_THREADS"] = str(threads)  # ggml's own threads are n_threads; this caps any OpenMP pool to the same
     return env
 

@@ -69,10 +69,10 @@ def libraries_to_preload(choice: str) -> list[str]:
 
 
 # ANCHOR: relaunch
-def relaunch(argv: list[str]) -> None:
-    """Replace this process by `python -m miniyaie *argv` with the libraries preloaded; return if nothing to do.
+def relaunch(argv: list[str], module: str = "miniyaie") -> None:
+    """Replace this process by `python -m <module> *argv` with the libraries preloaded; return if nothing to do.
 
-    Call it before torch is imported (the relaunched process imports it again).
+    Call it early: whatever this process has imported (torch too) is loaded again by the new one.
     """
     choice = os.environ.get(ENV_VAR, "auto")
     if choice == "preloaded":
@@ -85,7 +85,7 @@ def relaunch(argv: list[str]) -> None:
     env[ENV_VAR] = "preloaded"
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "miniyaie", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 # ANCHOR_END: relaunch
 
 

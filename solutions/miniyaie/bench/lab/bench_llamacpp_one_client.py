@@ -7,15 +7,22 @@ All in one run, one system after the other, at 2 threads and at 1: decode tokens
 (a 192-token prompt, 32 tokens, best of four; ours through bench_one_client.seconds_per_token, llama.cpp
 through the bench peer, miniyaie bench setup-llamacpp), the load before each, and how many leading greedy
 tokens llama.cpp shares with ours on four text prompts (a near-tie may part them: its dot products round
-the activations to 8 bits).
+the activations to 8 bits). Each runs as its users run it: ours restarted on the OpenMP runtime and malloc
+our commands preload (backends/cpu/runtime.py relaunch), llama.cpp without them (llamacpp_env.child_env).
+The header names the CPU, its features that matter here and the runtime.
 """
 import os
 import subprocess
+import sys
 
 import torch
 
+from miniyaie.backends.cpu.runtime import loaded as runtime_loaded
+from miniyaie.backends.cpu.runtime import relaunch
 from miniyaie.bench.lab.bench_one_client import seconds_per_token
+from miniyaie.bench.llamacpp_env import cpu_flags
 from miniyaie.bench.llamacpp_peer import run_llamacpp
+from miniyaie.bench.quality import cpu_name
 from miniyaie.bench.workloads import Workload
 from miniyaie.engine import EngineConfig, LLMEngine, SamplingParams
 from miniyaie.model import load
@@ -25,6 +32,7 @@ from miniyaie.weights.int8_activations import split_scheme, use_int8_activations
 
 PROMPT = [(17 * i) % 30000 + 100 for i in range(192)]
 NAMES = {"none": "float32", "gguf": "gguf blocks", "gguf-a8": "gguf blocks, 8-bit activations"}
+FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 TEXTS = ["The capital of France is", "Write a haiku about the sea.", "def fibonacci(n):", "Once upon a time"]
 
 
@@ -58,6 +66,8 @@ def main():
         result = run_llamacpp(Workload("random", [PROMPT] * 4, [33] * 4), threads, python)
         rows.append((f"llama.cpp {result.stats['version']}, the same file", threads, max(result.stats["decode_tok_s"]), load_now))
     theirs = run_llamacpp(Workload("text", prompts, [32] * 4), 2, python).stats["outputs"]
+    flags = cpu_flags()
+    print(f"{cpu_name()}; {os.cpu_count()} CPUs; {' '.join(f for f in FEATURES if f in flags)}; ours on {runtime_loaded()}")
     print(f"{'system':40} {'threads':>7} {'tok/s':>7} {'ms/token':>9}  load before")
     for name, threads, rate, load_now in rows:
         print(f"{name:40} {threads:7d} {rate:7.1f} {1e3 / rate:9.2f} {load_now}")
@@ -66,4 +76,5 @@ def main():
 
 
 if __name__ == "__main__":
+    relaunch(sys.argv[1:], module="miniyaie.bench.lab.bench_llamacpp_one_client")
     main()
