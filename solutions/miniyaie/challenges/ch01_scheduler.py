@@ -3,7 +3,8 @@
 Your lever: a `make_scheduler(memory)` in your `miniyaie/scheduler/challenge.py`, returning a
 Scheduler (your own, with the settings, policy or subclass you choose). The plain chapter 1
 scheduler (FCFS, budget 512, no bound on a long prefill's share of a step) is the default and
-the baseline. Scored in simulated time from a step-cost model (simulate.py): deterministic.
+the baseline. Scored in simulated time from a step-cost model (simulate.py): deterministic. Five
+seeded traces, their 361 chat turns pooled: the p99 is then a turn near the top, not the single worst.
 """
 
 from __future__ import annotations
@@ -31,18 +32,30 @@ def reference_scheduler(memory):
     return Scheduler(config, memory)
 
 
-def _simulate(make_scheduler) -> SimResult:
+TRACE_SEEDS = (0, 1, 2, 3, 4)  # five traces: a design tuned to one trace's accidents does not carry the score
+
+
+def _simulate(make_scheduler, seed: int) -> SimResult:
     from miniyaie.scheduler import Request, TokenCountingMemory
 
-    return simulate(make_scheduler, TokenCountingMemory(CAPACITY_TOKENS), bursty_trace(seed=0), Request)
+    return simulate(make_scheduler, TokenCountingMemory(CAPACITY_TOKENS), bursty_trace(seed=seed), Request)
+
+
+def _chat_ttfts_and_throughput(make_scheduler) -> tuple[list[float], float]:
+    """Every chat turn's TTFT over the traces, and the output tokens per simulated second over all of them."""
+    ttfts, tokens, milliseconds = [], 0, 0.0
+    for seed in TRACE_SEEDS:
+        result = _simulate(make_scheduler, seed)
+        ttfts += [ttft for ttft, request in zip(result.ttft_ms, bursty_trace(seed=seed)) if len(request.prompt) <= CHAT_PROMPT]
+        tokens, milliseconds = tokens + result.output_tokens, milliseconds + result.makespan_ms
+    return ttfts, 1000 * tokens / milliseconds
 
 
 def _score(make_scheduler) -> float:
-    """The chat turns' p99 TTFT; infinite when throughput falls below the floor (latency bought with throughput)."""
-    result = _simulate(make_scheduler)
-    floor = THROUGHPUT_FLOOR * _simulate(plain_scheduler).throughput
-    chat = [ttft for ttft, request in zip(result.ttft_ms, bursty_trace(seed=0)) if len(request.prompt) <= CHAT_PROMPT]
-    return percentile(chat, 99) if result.throughput >= floor else float("inf")
+    """The chat turns' p99 TTFT over the traces; infinite when throughput falls below the floor (latency bought with throughput)."""
+    ttfts, throughput = _chat_ttfts_and_throughput(make_scheduler)
+    floor = THROUGHPUT_FLOOR * _chat_ttfts_and_throughput(plain_scheduler)[1]
+    return percentile(ttfts, 99) if throughput >= floor else float("inf")
 
 
 CHALLENGE = Challenge(
@@ -51,8 +64,8 @@ CHALLENGE = Challenge(
     metric="chat turns' p99 TTFT",
     unit="simulated ms",
     higher_is_better=False,
-    workload=("8 bursts of 6-12 chat turns (20-80 prompt tokens) with 1-2 documents of 1500-3000 tokens among them, "
-              "seed 0; memory of 16,384 tokens; a step costs 20 ms + 0.5 ms a request + 0.25 ms a token; "
+    workload=("five traces (seeds 0-4) of 8 bursts of 6-12 chat turns (20-80 prompt tokens) with 1-2 documents of "
+              "1500-3000 tokens among them; memory of 16,384 tokens; a step costs 20 ms + 0.5 ms a request + 0.25 ms a token; "
               "a design whose throughput falls below 95% of the plain scheduler's scores inf"),
     run=lambda: _score(learner_design(1, "make_scheduler", plain_scheduler)),
     baseline=lambda: _score(plain_scheduler),
