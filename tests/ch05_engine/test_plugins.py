@@ -10,7 +10,8 @@ from miniyaie.engine import plugins
 
 pytestmark = [pytest.mark.task(f"5.{n}") for n in range(1, 18)]  # end to end, but for own marks
 
-ABOVE_THE_ENGINE = ("api", "bench", "cli", "course", "distributed", "quant", "serving", "speculative", "structured", "weights")
+ABOVE_THE_ENGINE = ("api", "bench", "cli", "course", "distributed", "lora", "quant", "serving", "speculative", "structured",
+                    "weights")
 
 
 @pytest.mark.ungraded
@@ -33,7 +34,7 @@ def test_the_engine_package_imports_nothing_above_it():
 def test_every_plugin_the_engine_names_is_installed_and_loads():
     """pyproject.toml declares them; `pip install -e .` registers them."""
     for name in (plugins.TENSOR_PARALLEL, plugins.STRUCTURED_OUTPUT, plugins.SPECULATIVE, plugins.SETTINGS_FILE,
-                 plugins.QUANTIZATION):
+                 plugins.QUANTIZATION, plugins.LORA):
         assert plugins.available(name), name
         assert plugins.plugin(name) is not None
     assert callable(plugins.plugin(plugins.TENSOR_PARALLEL))
@@ -55,6 +56,8 @@ def test_without_plugins_what_needs_one_is_refused_naming_it(no_plugins, tiny_di
         InferenceEngine(str(tiny_dir[0]), EngineConfig(tensor_parallel_size=2, num_blocks=32, block_size=4))
     with pytest.raises(plugins.PluginMissingError, match="speculative decoding .*'speculative'.*'miniyaie.engine_plugins'"):
         EngineConfig(speculative="ngram")
+    with pytest.raises(plugins.PluginMissingError, match="LoRA adapters .*'lora'"):
+        EngineConfig(lora_adapters={"a": "adapter-dir"})
     with pytest.raises(plugins.PluginMissingError, match="'speculative'"):
         InferenceEngine(tiny_loaded, EngineConfig(num_blocks=64, block_size=4), num_speculative_tokens=3)
     with pytest.raises(plugins.PluginMissingError, match="'settings_file'"):

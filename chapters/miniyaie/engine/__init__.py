@@ -28,12 +28,14 @@ Public API (stable; chapter 6's server uses exactly this):
     engine.submit_prepared([prepared], [request_id])          -> [RequestStream] (quick: an event loop may call it)
     engine.release(prepared)                                  -> None (a prepared request that will not be submitted)
     engine.get_stats()                                        -> dict of counters (loop_alive, loop_error too)
+    engine.adapter_names()                                    -> list[str]  the LoRA adapters a request may name
     engine.check_health()                                     -> None, or EngineError if it can no longer serve
     engine.close() / with InferenceEngine(...) as engine: ...
 
 `**params` are SamplingParams fields (n, max_tokens, min_tokens, temperature, top_k, top_p, min_p,
 repetition_penalty, presence_penalty, frequency_penalty, seed, stop, stop_token_ids, ignore_eos,
-logprobs, skip_special_tokens); unknown names raise InvalidRequestError.
+logprobs, skip_special_tokens, adapter: a LoRA adapter of lora_adapters, chapter 11); unknown names raise
+InvalidRequestError.
 Errors: EngineError ⊃ InvalidRequestError, ResourceExhaustedError, ModelLoadError, RequestFailedError.
 Closing a stream (sync or async) before its end aborts the request. A fault in one request fails that
 request alone (RequestFailedError); the others go on.

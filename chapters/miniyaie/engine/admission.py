@@ -29,7 +29,7 @@ def child_request_id(request_id: str, index: int) -> str:
 class Admission:
     """Mixed into LLMEngine: needs self.model, self.scheduler, self.memory, self.runner, self.counters, the
     per-completion maps (_params, _stop_ids, _generators, _prompt_cached, _children, _family), self._ids,
-    self._constraints and the constraints property."""
+    self._constraints and the constraints property, self.speculation and self.lora (chapters 9 and 11, or None)."""
 
     # ANCHOR: admission
     def add_request(
@@ -65,6 +65,8 @@ class Admission:
         raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine_loop.md')
         if params.structured:  # chapter 8: a guide per completion (given)
             self.constraints.start([request_id] + [child_request_id(request_id, i) for i in range(1, params.n)], params)
+        if params.adapter is not None:  # chapter 11: parked until its adapter is resident (lora/residency.py)
+            self.lora.admit(request_id, params)
         return request_id
 
     def max_tokens_for(self, prompt: Sequence[int], params: SamplingParams) -> int:
@@ -81,7 +83,8 @@ class Admission:
         worst case, len(prompt) + n * max_tokens_for(prompt, params), exceeds the pool's capacity in
         tokens (ResourceExhaustedError, naming what it needs and what the pool holds). A bad
         structured pattern is refused after these, by chapter 8's code (given; pattern=False leaves it to
-        prepare_request).
+        prepare_request), and then an adapter the engine does not serve (InvalidRequestError listing those it
+        serves; chapter 11).
         """
         context = self.model.config.max_position_embeddings
         vocab = self.model.config.vocab_size
@@ -91,6 +94,10 @@ class Admission:
         raise NotImplementedError('Chapter 5, Task 10: At the door — see book/src/ch05_engine_loop.md')
         if params.structured and pattern:  # chapter 8 compiles the pattern (cached): a bad one is refused here (given)
             self.constraints.check(params)
+        served = list(self.lora.paths) if self.lora is not None else []  # chapter 11's adapters
+        if params.adapter is not None and params.adapter not in served:
+            raise InvalidRequestError(f"unknown adapter {params.adapter!r}; this engine serves "
+                                      + (", ".join(map(repr, served)) if served else "no adapters (lora_adapters is empty)"))
 
     def prepare_request(self, prompt: Sequence[int], params: SamplingParams,
                         cancel: threading.Event | None = None) -> None:
@@ -141,6 +148,8 @@ class Admission:
             self._constraints.forget(request_id)
         if self.speculation is not None:  # chapter 9's draft model gives back its blocks
             self.speculation.forget(request_id)
+        if self.lora is not None:  # chapter 11: its adapter, its place among those waiting for one
+            self.lora.forget(request_id)
         # Idea: a completion of n > 1 is listed in two more places: its family and the completions still to fork.
         # Stuck? `miniyaie hint 5.10` prints hints, one level at a time.
         # TODO(Task 5.10): At the door. Replace this line with your code.

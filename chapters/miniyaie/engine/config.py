@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 # Chapter 9's settings: checked by its plugin (engine/plugins.py) when any of them is set.
 SPECULATIVE_SETTINGS = ("speculative", "draft_model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
@@ -66,10 +66,17 @@ class EngineConfig:
     # The K/V pool's dtype: auto (the model's), float32 or bfloat16. bfloat16 holds twice the tokens in the same
     # kv_cache_bytes; the cpu and torch attention backends widen K and V to the model's dtype as they read them.
     kv_cache_dtype: str = "auto"
+    # LoRA adapters served beside the base weights (chapter 11, miniyaie.lora, through the engine plugin 'lora'): name
+    # -> a PEFT directory, each checked when the engine starts; a request picks one by name (SamplingParams.adapter).
+    # At most max_loras are resident at once (slots of rank up to max_lora_rank), loaded when a request needs one.
+    lora_adapters: dict[str, str] = field(default_factory=dict)
+    max_lora_rank: int = 16
+    max_loras: int = 4
 
     def __post_init__(self):
         for name in ("block_size", "kv_cache_bytes", "max_num_batched_tokens", "max_num_seqs", "tensor_parallel_size",
-                     "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "max_speculative_step_tokens"):
+                     "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "max_speculative_step_tokens",
+                     "max_lora_rank", "max_loras"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
@@ -96,7 +103,7 @@ class EngineConfig:
             raise ValueError(f"long_prefill_token_threshold must be a whole number >= 0, got {self.long_prefill_token_threshold!r}")
         if not isinstance(self.max_long_partial_prefills, int) or self.max_long_partial_prefills < 1:
             raise ValueError(f"max_long_partial_prefills must be a whole number >= 1, got {self.max_long_partial_prefills!r}")
-        from miniyaie.engine.plugins import SPECULATIVE, STRUCTURED_OUTPUT, plugin  # chapters 8 and 9, loaded when asked for
+        from miniyaie.engine.plugins import LORA, SPECULATIVE, STRUCTURED_OUTPUT, plugin  # chapters 8, 9, 11: when asked for
 
         if any(getattr(self, f.name) != f.default for f in fields(self) if f.name in SPECULATIVE_SETTINGS):
             plugin(SPECULATIVE).check_settings(self)  # chapter 9's: a ValueError naming a wrong or unused setting
@@ -104,3 +111,5 @@ class EngineConfig:
             limits = dict(self.structured_limits.items() if isinstance(self.structured_limits, dict) else self.structured_limits)
             plugin(STRUCTURED_OUTPUT).check_limits(limits)  # chapter 8's: a ValueError naming an unknown limit or a bad value
             object.__setattr__(self, "structured_limits", tuple(sorted(limits.items())))
+        if self.lora_adapters:  # chapter 11's: the names and paths as a dict, or a ValueError naming what is wrong
+            object.__setattr__(self, "lora_adapters", plugin(LORA).check_settings(self))

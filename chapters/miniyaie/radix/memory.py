@@ -30,18 +30,26 @@ class RadixMemory(PagedMemory):
         # the num_computed_tokens it starts with (a resumed request's own output included). A full
         # hit starts at num_tokens - 1 (the last token is recomputed), so that token is not counted.
         self.hit_tokens = 0
+        # Request id -> its LoRA adapter (chapter 11 fills it): the same tokens under two adapters are different K/V.
+        self.adapters: dict[str, str] = {}
 
     # ANCHOR: cached_prefix_len
     def cached_prefix_len(self, request: Request) -> int:
         """The longest cached prefix of the request's tokens (a peek: LRU order unchanged)."""
-        return self.cache.match_prefix(request.all_token_ids, touch=False).length
+        return self.cache.match_prefix(self.tokens_of(request), touch=False).length
     # ANCHOR_END: cached_prefix_len
+
+    def tokens_of(self, request: Request) -> list:
+        """The request's tokens as the tree keys them: under an adapter, the first one carries the adapter's name,
+        so a path, and every block on it, belongs to one adapter (or to none)."""
+        tokens, adapter = request.all_token_ids, self.adapters.get(request.request_id)
+        return tokens if adapter is None else [(adapter, tokens[0]), *tokens[1:]]
 
     def _admission_blocks(self, request: Request) -> tuple[list[int], Node | None]:
         """For a request being admitted: the cached blocks of its first num_computed_tokens tokens."""
         if request.request_id in self.tables or request.num_computed_tokens == 0:
             return [], None
-        match = self.cache.match_prefix(request.all_token_ids, touch=False)
+        match = self.cache.match_prefix(self.tokens_of(request), touch=False)
         needed = blocks_needed(request.num_computed_tokens, self.block_size)
         if needed > len(match.blocks):
             raise ValueError(f"request {request.request_id!r} starts at {request.num_computed_tokens} tokens; only {match.length} are cached")
@@ -106,7 +114,7 @@ class RadixMemory(PagedMemory):
         num_blocks = min(len(table), request.num_computed_tokens // self.block_size)
         if num_blocks == 0 or (num_blocks <= self._num_cached.get(request.request_id, 0) and not finishing):
             return
-        tokens = request.all_token_ids[: num_blocks * self.block_size]
+        tokens = self.tokens_of(request)[: num_blocks * self.block_size]
         node = self.cache.insert(tokens, table[:num_blocks])
         # Where the tree already held these tokens (another request computed
         # them first), use its blocks and give ours back: the pool keeps one

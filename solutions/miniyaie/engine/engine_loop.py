@@ -165,6 +165,7 @@ class EngineLoop(FaultBoundary):
             "preemptions": c["num_preemptions"],
             "forked_requests": c["forked_requests"],
             "speculative": plugin(SPECULATIVE).speculative_stats(self.llm.config.speculative, c) if available(SPECULATIVE) else {},
+            "lora": self.llm.lora.stats() if self.llm.lora is not None else {},  # chapter 11's adapters
             "steps": c["steps"],
             "overlapped_steps": c["overlapped_steps"],  # launched before the step before was recorded (backends/overlap.py)
             "failed_steps": self.failed_steps,

@@ -56,11 +56,17 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         draft_model: str | Path | LoadedModel | None = None,
         quantization: str | None = None,
         kv_cache_dtype: str | None = None,
+        lora_adapters: dict[str, str] | None = None,
+        max_lora_rank: int | None = None,
+        max_loras: int | None = None,
     ):
         """`speculative` ("ngram" or "draft"), `num_speculative_tokens` and `draft_model` (a path, a hub id or a
         loaded model sharing the target's tokenizer) set those fields of `config` (chapter 9); `quantization`
-        ("int8", "int4", "gguf", ...) sets config.quantization (chapter 10), `kv_cache_dtype` config.kv_cache_dtype."""
-        given = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype}
+        ("int8", "int4", "gguf", ...) sets config.quantization (chapter 10), `kv_cache_dtype` config.kv_cache_dtype;
+        `lora_adapters` (name -> PEFT directory), `max_lora_rank` and `max_loras` those of chapter 11 (a request
+        then picks an adapter by name: generate(..., adapter="name"))."""
+        given = {"quantization": quantization, "kv_cache_dtype": kv_cache_dtype, "lora_adapters": lora_adapters,
+                 "max_lora_rank": max_lora_rank, "max_loras": max_loras}
         config = replace(config or EngineConfig(), **{name: value for name, value in given.items() if value is not None})
         if speculative is not None or num_speculative_tokens is not None or draft_model is not None:  # chapter 9's keywords
             config = plugin(SPECULATIVE).with_speculation(config, speculative, num_speculative_tokens, draft_model)
@@ -220,6 +226,10 @@ class InferenceEngine(Submission, Preparation, ChatMixin):
         """Counters of the whole engine life (see the book, chapter 5, for each one)."""
         structured = self.llm.constraints.stats() if available(STRUCTURED_OUTPUT) else {}  # chapter 8's index cache
         return {**self._loop.stats(), "structured_output": structured}
+
+    def adapter_names(self) -> list[str]:
+        """The LoRA adapters a request may name (chapter 11's lora_adapters), in the order they were given."""
+        return list(self.llm.config.lora_adapters)
 
     @property
     def speculative_method(self) -> str | None:

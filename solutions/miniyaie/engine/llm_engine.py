@@ -32,7 +32,7 @@ from miniyaie.backends.overlap import OverlapScheduling
 from miniyaie.engine.model_runner import ModelRunner
 from miniyaie.engine.offline_generate import OfflineGeneration
 from miniyaie.engine.outputs import RequestEvent, StepRecord
-from miniyaie.engine.plugins import SPECULATIVE, STRUCTURED_OUTPUT, plugin
+from miniyaie.engine.plugins import LORA, SPECULATIVE, STRUCTURED_OUTPUT, plugin
 from miniyaie.engine.sampler import SampledToken, SamplingRow
 from miniyaie.engine.sampling_params import SamplingParams
 from miniyaie.engine.step_accounting import StepAccounting
@@ -52,7 +52,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
         self.model, self.config = model, config
         self._vocabulary, self._constraints = vocabulary, None
         dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device
-        graphs = decode_graphs_mode(decode_graphs, config, device)  # the graphs' memory comes off the KV budget
+        graphs = decode_graphs_mode("off" if config.lora_adapters else decode_graphs, config, device)  # off the KV budget
         dtype = kv_cache_dtype(config.kv_cache_dtype, dtype, config.attention_backend, device)  # the pool's from here on
         num_blocks = config.num_blocks or num_blocks_for_budget(model.config, kv_budget_bytes(config, graphs), config.block_size, dtype)
         memory_class = RadixMemory if config.enable_prefix_caching else PagedMemory
@@ -81,6 +81,8 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
             max_used_blocks=0, finished_requests=0, forked_requests=0, forced_tokens=0, overlapped_steps=0,
             draft_tokens=0, accepted_draft_tokens=0, verified_steps=0, speculation_off_steps=0,  # chapter 9
         )
+        # chapter 11's plugin: adapters' slots, loads and each step's rows (lora/residency.py); None without adapters
+        self.lora = plugin(LORA).attach(self) if config.lora_adapters else None
         self.speculation = None
         if config.speculative is not None:  # chapter 9's plugin: drafts verified in the step (speculative/step.py)
             self.runner = plugin(SPECULATIVE).speculative_runner(config, self.runner, self.memory, self.counters, draft_model)
@@ -89,7 +91,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
     # ------------------------------------------------------------ requests
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished() or self._in_flight is not None
+        return self.scheduler.has_unfinished() or self._in_flight is not None or (self.lora is not None and self.lora.waiting)
 
     def _row(self, request_id: str, request: Request) -> SamplingRow:
         """`request_id`'s sampling settings over `request`'s tokens (a forked completion reads its parent's)."""
@@ -116,19 +118,21 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
     def _plain_step(self) -> list[RequestEvent]:
         started = time.perf_counter()
         was_running = {r.request_id for r in self.scheduler.running}
+        events = self.lora.before_schedule() if self.lora is not None else []  # chapter 11: adapters loaded, or failed
         if self.speculation is not None:
             self.speculation.propose(self.scheduler.running, len(self.scheduler.waiting), self._may_speculate)
         out = self.scheduler.schedule()
         if self.speculation is not None:
             self.speculation.keep_scheduled(out)
         if out.is_empty:
-            return []
+            return events
+        if self.lora is not None:
+            self.lora.set_step(out)  # each row's adapter slot, before the forward
         used_blocks = self.memory.num_used_blocks  # the step's peak: before finished requests free theirs
         cached = self._note_admissions(out, was_running)  # before any fork: a completion shares its prompt's hit
         sampled, finished = self._sample_and_record(out)
         forced, failed = self._constraints.follow(self, sampled, finished) if self._constraints is not None else ({}, {})
         self._count_step(out, started, used_blocks, cached, sampled, finished)
-        events = []
         for rid, s in sampled.items():
             if rid in failed:  # ended by its own fault (its blocks are back): the event carries the error
                 events.append(RequestEvent(rid, s.token_id, None, error=failed[rid]))

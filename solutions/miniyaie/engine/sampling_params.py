@@ -46,6 +46,8 @@ class SamplingParams:
     json_schema: dict | str | None = None
     choice: tuple[str, ...] | None = None
     jump_forward: bool = True  # append the text a pattern forces without asking the model
+    # The LoRA adapter to run with (chapter 11): one of the engine's lora_adapters by name; None: the base model
+    adapter: str | None = None
 
     def __post_init__(self):
         # accept a single stop string and any sequences; store tuples so params stay hashable
@@ -186,6 +188,8 @@ class SamplingParams:
     # ANCHOR_END: validate
 
     def _validate_structured(self) -> None:
+        if self.adapter is not None and not (isinstance(self.adapter, str) and self.adapter):
+            raise InvalidRequestError("adapter must be a LoRA adapter's name (a non-empty string) or None")
         given = [name for name in ("regex", "json_schema", "choice") if getattr(self, name) is not None]
         if len(given) > 1:
             raise InvalidRequestError(f"give at most one of regex, json_schema and choice, got {' and '.join(given)}")
