@@ -142,5 +142,41 @@ def test_the_command_parses_its_flags_and_refuses_unknown_variants(capsys):
     assert (args.variants, args.tokens, args.prompts) == (["int8", "int4-g64"], 128, 2)
     with pytest.raises(UsageError, match="unknown quantization"):
         parser.parse_args(["bench", "quality", "--variants", "int3"])
+    args = parser.parse_args(["bench", "quality", "--variants", "kv-bf16,gguf+kv-bf16"])
+    assert args.variants == ["kv-bf16", "gguf+kv-bf16"]
+    with pytest.raises(UsageError, match="unknown K/V variant"):
+        parser.parse_args(["bench", "quality", "--variants", "int8+kv-fp7"])
     assert main(["bench", "quality", "--prompts", "17"]) == 2  # refused before any model is loaded
     assert main(["bench", "quality", "--model", "/nowhere", "--variants", "gguf"]) == 2
+    assert main(["bench", "quality", "--model", "/nowhere", "--variants", "gguf+kv-bf16"]) == 2
+
+
+def test_kv_bf16_rounds_exactly_the_keys_after_rotation_and_the_values_and_then_lets_go(tiny):
+    """The oracle: the model's own forward with keys and values rounded by hand through a copy of its attention."""
+    from miniyaie.bench.kv_rounding import kv_rounded, split_kv
+
+    assert split_kv("gguf+kv-bf16") == ("gguf", torch.bfloat16) and split_kv("kv-bf16") == ("none", torch.bfloat16)
+    assert split_kv("int8") == ("int8", None)
+    ids = torch.tensor([_ids(40)])
+    with torch.no_grad():
+        plain = tiny(ids).logits
+        with kv_rounded(tiny, torch.bfloat16):
+            rounded = tiny(ids).logits
+        after = tiny(ids).logits
+    assert torch.equal(after, plain), "leaving the block must give the model back as it was"
+    moved = float((rounded - plain).abs().max())
+    assert 0 < moved < 0.1 * float(plain.abs().max()), f"bfloat16 keys and values move the logits a little, not {moved}"
+    import transformers.models.llama.modeling_llama as llama
+
+    rotate = llama.apply_rotary_pos_emb
+    calls = []
+    with kv_rounded(tiny, torch.bfloat16), torch.no_grad():
+        q = torch.randn(1, 4, 3, 16)
+        k = torch.randn(1, 2, 3, 16)
+        cos, sin = torch.randn(1, 3, 16), torch.randn(1, 3, 16)
+        q2, k2 = llama.apply_rotary_pos_emb(q, k, cos, sin)
+        want_q, want_k = rotate(q, k, cos, sin)
+        calls.append(tiny.model.layers[0].self_attn.v_proj(torch.randn(3, 64)))
+    assert torch.equal(q2, want_q), "queries stay float32, as in the engine"
+    assert torch.equal(k2, want_k.to(torch.bfloat16).float()), "keys are rounded after the rotation, as the cache holds them"
+    assert torch.equal(calls[0], calls[0].to(torch.bfloat16).float()), "values are rounded"

@@ -4,7 +4,8 @@ The speed tables say what 4- and 8-bit weights save; this says what they cost, t
 fixed text that ships with the course (the book's own chapter pages), and greedy agreement with the float32
 model on fixed chat prompts: a quantization can move the perplexity by a fraction of a percent and still
 change what a user reads. Every variant is the same transformers model with its projections swapped for
-blocks (miniyaie.quant), run by transformers' own forward and generate, so only the weights differ.
+blocks (miniyaie.quant), run by transformers' own forward and generate, so only the weights differ; a
+"+kv-bf16" variant also rounds keys and values as a bfloat16 K/V cache holds them (kv_rounding.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-DEFAULT_VARIANTS = ("none", "int8", "int4-g32", "int4-g64", "int4-sym-g32", "gguf")  # SmolLM2's 576 is no multiple of 128
+DEFAULT_VARIANTS = ("none", "int8", "int4-g32", "int4-g64", "int4-sym-g32", "gguf", "kv-bf16", "gguf+kv-bf16")  # SmolLM2's 576 is no multiple of 128
 BUNDLED_NOTE = ("the bundled model's float32 weights are its Q4_1 file dequantized (4-bit, groups of 32, with a "
                 "minimum): int4-g32 finds that same grid again and gguf holds the same weights, so both cost next to "
                 "nothing here; a model with float weights shows what int4 costs")
@@ -179,6 +180,7 @@ def run(args) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from miniyaie.model.loader import DEFAULT_MODEL, bundled_gguf, eos_token_ids, resolve_model_path
+    from miniyaie.bench.kv_rounding import kv_rounded, split_kv
     from miniyaie.quant import weight_bytes
 
     path = resolve_model_path(args.model)
@@ -196,13 +198,15 @@ def run(args) -> dict:
     rows, reference, base_ppl = [], None, None
     for name in variants:
         started = time.perf_counter()
+        weights, kv_dtype = split_kv(name)
         try:
-            variant = quantized_copy(model, name, gguf_path)
+            variant = quantized_copy(model, weights, gguf_path)
         except ValueError as exc:  # a scheme that cannot apply to this model (a width the group does not divide)
             rows.append(dict(variant=name, skipped=str(exc)))
             print(f"  {name}: not applicable: {exc}", file=sys.stderr, flush=True)
             continue
-        ppl, outputs = measure(variant, ids, args.window, prompts, args.new_tokens, **gen)
+        with kv_rounded(variant, kv_dtype):  # "+kv-bf16": keys and values as a bfloat16 cache holds them
+            ppl, outputs = measure(variant, ids, args.window, prompts, args.new_tokens, **gen)
         if reference is None:
             reference, base_ppl = outputs, ppl
         agreement = greedy_agreement(reference, outputs)

@@ -42,15 +42,18 @@ def _peers(text: str) -> list[str]:
 
 
 def _variants(text: str) -> list[str]:
-    """'none,int8,int4-g64' -> the names, each a quantization scheme (checked as --quantization checks it)."""
+    """'none,int8,gguf+kv-bf16' -> the names, each a quantization scheme (checked as --quantization checks it),
+    with "+kv-bf16" for keys and values rounded as a bfloat16 K/V cache holds them ("kv-bf16": float32 weights)."""
     from miniyaie.weights.engine_plugin import check_scheme as parse_scheme
 
     names = [v.strip() for v in text.split(",") if v.strip()]
     if not names:
         raise argparse.ArgumentTypeError("expected a comma-separated list of quantizations")
+    from miniyaie.bench.kv_rounding import split_kv
+
     for name in names:
         try:
-            parse_scheme(name)
+            parse_scheme(split_kv(name)[0])
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return list(dict.fromkeys(names))
@@ -132,7 +135,8 @@ def add_parsers(sub) -> None:
     p = bench_sub.add_parser("quality", help="what weight quantization costs: perplexity and greedy agreement with float32")
     p.add_argument("--variants", type=_variants, default=list(DEFAULT_VARIANTS),
                    help=f"comma-separated quantizations (default {','.join(DEFAULT_VARIANTS)}); none (float32, the "
-                        "reference) is always measured; gguf needs the bundled model")
+                        "reference) is always measured; gguf needs the bundled model; +kv-bf16 (or kv-bf16 alone) "
+                        "also rounds keys and values as a bfloat16 K/V cache holds them")
     p.add_argument("--tokens", type=positive_int, default=4096,
                    help="perplexity over the first N tokens of the book's chapter pages (default 4096)")
     p.add_argument("--window", type=positive_int, default=512, help="tokens per perplexity forward call (default 512)")
@@ -191,7 +195,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UsageError("--tokens and --window must be at least 2: perplexity predicts a token from the ones before it")
         if args.prompts > len(PROMPTS):
             raise UsageError(f"--prompts {args.prompts}: there are {len(PROMPTS)} fixed prompts")
-        if "gguf" in args.variants and args.model not in (None, "smollm2"):
+        from miniyaie.bench.kv_rounding import split_kv
+
+        if any(split_kv(v)[0].startswith("gguf") for v in args.variants) and args.model not in (None, "smollm2"):
             raise UsageError("variant gguf runs a GGUF file's own blocks: only the bundled model comes from one")
         try:
             return bench_quality(args)
