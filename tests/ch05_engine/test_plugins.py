@@ -10,8 +10,8 @@ from miniyaie.engine import plugins
 
 pytestmark = [pytest.mark.task(f"5.{n}") for n in range(1, 18)]  # end to end, but for own marks
 
-ABOVE_THE_ENGINE = ("api", "bench", "cli", "course", "distributed", "lora", "quant", "serving", "speculative", "structured",
-                    "weights")
+ABOVE_THE_ENGINE = ("api", "bench", "cli", "course", "distributed", "lora", "lora_serving", "quant", "serving",
+                    "speculative", "structured", "weights")
 
 
 @pytest.mark.ungraded

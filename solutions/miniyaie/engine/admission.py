@@ -106,7 +106,7 @@ class Admission:
         # END SOLUTION
         if params.structured:  # chapter 8: a guide per completion (given)
             self.constraints.start([request_id] + [child_request_id(request_id, i) for i in range(1, params.n)], params)
-        if params.adapter is not None:  # chapter 11: parked until its adapter is resident (lora/residency.py)
+        if params.adapter is not None:  # chapter 11: parked until its adapter is resident (lora_serving/residency.py)
             self.lora.admit(request_id, params)
         return request_id
 

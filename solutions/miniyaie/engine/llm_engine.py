@@ -81,7 +81,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
             max_used_blocks=0, finished_requests=0, forked_requests=0, forced_tokens=0, overlapped_steps=0,
             draft_tokens=0, accepted_draft_tokens=0, verified_steps=0, speculation_off_steps=0,  # chapter 9
         )
-        # chapter 11's plugin: adapters' slots, loads and each step's rows (lora/residency.py); None without adapters
+        # chapter 11's plugin: adapters' slots, loads and each step's rows (lora_serving/residency.py); None without adapters
         self.lora = plugin(LORA).attach(self) if config.lora_adapters else None
         self.speculation = None
         if config.speculative is not None:  # chapter 9's plugin: drafts verified in the step (speculative/step.py)

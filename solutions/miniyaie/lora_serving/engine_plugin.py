@@ -2,7 +2,7 @@
 
 The engine asks for it only when EngineConfig.lora_adapters names adapters: it imports nothing of this
 chapter itself. `check_settings` refuses a bad setting with one line when the config is made; `attach`
-checks every adapter's files against the model, wraps the model's projections (wrap.py) and returns the
+checks every adapter's files against the model, wraps the model's projections (lora/wrap.py) and returns the
 AdapterResidency (residency.py) that the engine calls around each step.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from miniyaie.lora.residency import AdapterResidency
+from miniyaie.lora_serving.residency import AdapterResidency
 
 __all__ = ["AdapterResidency", "attach", "check_settings"]
 
