@@ -2,7 +2,7 @@
 
     POST /v1/completions        continue a prompt            (JSON, or SSE with stream: true)
     POST /v1/chat/completions   answer a conversation        (JSON, or SSE with stream: true)
-    GET  /v1/models             the served model
+    GET  /v1/models             the served model, and each LoRA adapter (chapter 11) with its parent
     GET  /health                {"status": "ok"}, or 503 when the engine loop has stopped
     GET  /stats                 engine.get_stats()
     GET  /metrics               Prometheus text format
@@ -14,7 +14,9 @@ request gets a 4xx and an accepted one streams to its end. That checking
 (preparation.py), never on the event loop that serves everyone. A client
 that hangs up before its answer is complete, streamed or not, has its
 request aborted, its preparation cancelled. Fields a request leaves out
-take the server's defaults (params.server_defaults).
+take the server's defaults (params.server_defaults). A request's `model`
+picks a LoRA adapter by its name (chapter 11); the base model's names pick
+none.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from miniyaie.api.metrics import ServerMetrics
 from miniyaie.api.middleware import ApiKeyGuard, BodyGuard, InternalErrorGuard, RequestCounter
 from miniyaie.api.params import sampling_params_for, server_defaults
 from miniyaie.serving.preparation import Preparation
+from miniyaie.serving.served_models import ServedModels
 from miniyaie.api.protocol import ChatCompletionRequest, CompletionRequest, prompts_of
 from miniyaie.api.response_format import structured_fields, with_structured_output
 from miniyaie.api.streaming import collect, count_unfinished, event_stream, unless_disconnected
@@ -82,6 +85,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     names = settings.served_model_names or (engine.model_name,)
     defaults = server_defaults(engine.sampling_defaults, generation_config_defaults(engine.loaded.path),
                                settings.sampling_defaults)
+    served = ServedModels(names, engine.adapter_names(), defaults)  # a request's model may name a LoRA adapter
     metrics = ServerMetrics(engine)
     preparation = Preparation(engine, unless_disconnected,
                               lambda: APIError(503, "the server is shutting down", code="shutting_down"))
@@ -97,11 +101,6 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     app.state.stopping = preparation.stop  # the server calls it as its shutdown begins (server.py)
     install_error_handlers(app)
 
-    def check_model(name: str) -> None:
-        if name not in names:
-            raise APIError(404, f"model {name!r} is not served here; try one of: {', '.join(names)}",
-                           param="model", code="model_not_found")
-
     def include_usage(body) -> bool:
         return bool(body.stream_options and body.stream_options.include_usage)
 
@@ -115,7 +114,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "miniyaie"} for n in names]}
+        return {"object": "list", "data": served.listing()}
 
     @app.get("/stats")
     async def stats() -> dict:
@@ -136,7 +135,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         timer = metrics.timer()
-        check_model(body.model)
+        defaults = served.defaults_for(body.model)  # a 404 for a name not served; an adapter's name sets it
 
         def prepare(cancel: threading.Event) -> PreparedRequest:  # on a worker thread: template, tokens, checks, pattern
             prompt, ids = render_chat(body)
@@ -170,7 +169,7 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
         in the chat route, chunked by openai_format.CompletionChunker.
         """
         started = time.perf_counter()
-        check_model(body.model)
+        defaults = served.defaults_for(body.model)  # a 404 for a name not served; an adapter's name sets it
         prompts = prompts_of(body)
         if body.stream and len(prompts) > 1:
             raise APIError(400, "stream one prompt at a time", param="prompt", code="invalid_value")

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from miniyaie.engine import GenerationOutput, InferenceEngine
+from miniyaie.serving.lora_metrics import LoRACollector
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -85,6 +86,8 @@ class ServerMetrics:
         r.register(EngineCollector(engine))
         if getattr(engine, "speculative_method", None) is not None:  # chapter 9's counters, when it runs
             r.register(SpeculativeCollector(engine))
+        if engine.adapter_names():  # chapter 11's counters, when adapters are served
+            r.register(LoRACollector(engine))
 
     def timer(self, started: float | None = None) -> RequestTimer:
         return RequestTimer(self, started)

@@ -120,6 +120,40 @@ def add_scheduling_args(p: argparse.ArgumentParser) -> None:
     add_enforce_eager_arg(p)
 
 
+def lora_module(text: str) -> tuple[str, str]:
+    """NAME=PATH of --lora: an adapter's served name and its PEFT directory."""
+    name, sep, path = text.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH (a name for the adapter, its PEFT directory), got {text!r}")
+    return name.strip(), path.strip()
+
+
+def add_lora_args(p: argparse.ArgumentParser) -> None:
+    """Chapter 11's flags: LoRA adapters served beside the base model (EngineConfig's lora_adapters, max_loras, ...)."""
+    p.add_argument("--lora", type=lora_module, action="append", default=None, metavar="NAME=PATH",
+                   help="serve the LoRA adapter in PATH (PEFT's adapter_config.json + adapter_model.safetensors) as "
+                        "NAME (repeatable; chapter 11; added to the config's lora_adapters)")
+    p.add_argument("--max-loras", type=positive_int, default=None, metavar="N",
+                   help="adapters resident at once; more are loaded on demand (default: the config's, else 4)")
+    p.add_argument("--max-lora-rank", type=positive_int, default=None, metavar="R",
+                   help="the largest adapter rank served (default: the config's, else 16)")
+
+
+def lora_overrides(args, configured: dict[str, str]) -> dict:
+    """The EngineConfig fields the LoRA flags set: --lora adds to the config's adapters (a name given twice is an error)."""
+    overrides = {name: getattr(args, name) for name in ("max_loras", "max_lora_rank") if getattr(args, name, None) is not None}
+    given = getattr(args, "lora", None) or []
+    if given:
+        adapters = dict(configured)
+        for name, path in given:
+            if name in adapters:
+                raise UsageError(f"--lora {name}={path}: the adapter name {name!r} is already given "
+                                 f"({adapters[name]}); each adapter needs its own name")
+            adapters[name] = path
+        overrides["lora_adapters"] = adapters
+    return overrides
+
+
 def scheduling_overrides(args) -> dict:
     """The EngineConfig fields the scheduling flags (and --enforce-eager) set (a flag left out keeps the config's value)."""
     return {name: getattr(args, name) for name in SCHEDULING_FLAGS if getattr(args, name, None) is not None}

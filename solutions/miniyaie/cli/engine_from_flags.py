@@ -10,7 +10,7 @@ import dataclasses
 import sys
 
 from miniyaie.backends.cpu import runtime as cpu_runtime
-from miniyaie.cli.args import UsageError, scheduling_overrides
+from miniyaie.cli.args import UsageError, lora_overrides, scheduling_overrides
 
 SAMPLING_FLAGS = ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "stop")
 
@@ -57,7 +57,7 @@ def build_engine(args, default_max_tokens: int):
                 raise UsageError(str(exc)) from None
         if getattr(args, "tensor_parallel_size", None):
             engine_config = dataclasses.replace(engine_config, tensor_parallel_size=args.tensor_parallel_size)
-        overrides = scheduling_overrides(args)
+        overrides = {**scheduling_overrides(args), **lora_overrides(args, dict(getattr(engine_config, "lora_adapters", {})))}
         if "num_speculative_tokens" in overrides and overrides.get("speculative", engine_config.speculative) is None:
             raise UsageError("--num-speculative-tokens is used only with --speculative ngram or draft")
         try:
@@ -75,4 +75,8 @@ def build_engine(args, default_max_tokens: int):
             print(choice, file=sys.stderr, flush=True)
         return InferenceEngine(model, engine_config, sampling_defaults=sampling, device=device, dtype=dtype)
     except EngineError as exc:  # a model that cannot load, or one that does not fit (a draft's tokenizer)
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # chapter 11's AdapterError: an adapter refused at start, named in one line
+        if type(exc).__name__ != "AdapterError":
+            raise
         raise UsageError(str(exc)) from None

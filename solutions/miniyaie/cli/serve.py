@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from miniyaie.cli.args import UsageError, add_scheduling_args, positive_int
+from miniyaie.cli.args import UsageError, add_lora_args, add_scheduling_args, positive_int
 from miniyaie.cli.engine_from_flags import build_engine
 
 DEFAULT_MAX_TOKENS = 512  # when a request gives no max_tokens (cut to the context left)
@@ -30,6 +30,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-body-bytes", type=positive_int, default=1 << 20, help="largest request body (default 1 MiB)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     add_scheduling_args(p)
+    add_lora_args(p)
     p.add_argument("--config", default=None, help="engine settings: a YAML or TOML file (engine:, sampling:, resource:)")
     p.add_argument("--impl", default=None, help="serve your chapters, e.g. 'chapters' (see the book)")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=None, metavar="N",

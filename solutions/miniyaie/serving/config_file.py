@@ -9,6 +9,10 @@
       overlap_schedule: false    # true: the host records a step while the model runs the next
       speculative: ngram         # speculative decoding (chapter 9): ngram or draft (with draft_model: PATH); leave out for none
       num_speculative_tokens: 4
+      lora_adapters:             # LoRA adapters served beside the base model (chapter 11): name -> PEFT directory
+        support: /models/support-lora
+      max_loras: 4               # adapters resident at once (others are loaded when a request needs them)
+      max_lora_rank: 16
     sampling:                    # default SamplingParams of every request
       temperature: 0.7
       top_p: 0.95
@@ -36,7 +40,8 @@ from miniyaie.engine.sampling_params import SamplingParams
 
 ENGINE_KEYS = {"model", "max_num_batched_tokens", "max_num_seqs", "policy", "enable_prefix_caching", "attention_backend",
                "enforce_eager", "overlap_schedule", "speculative", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
-               "max_speculative_step_tokens", "draft_model", "quantization", "kv_cache_dtype"}
+               "max_speculative_step_tokens", "draft_model", "quantization", "kv_cache_dtype", "lora_adapters", "max_loras",
+               "max_lora_rank"}
 RESOURCE_KEYS = {"device", "dtype", "kv_cache_bytes", "num_blocks", "block_size"}
 DTYPES = ("float32", "bfloat16", "float16")
 
