@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from miniyaie.backends.cpu import lora_delta
 from miniyaie.lora.batched import Segments, add_lora, group_rows
 from miniyaie.lora.slots import LoRASlots
 
@@ -52,12 +53,13 @@ class LoRABatch:
 
 def add_delta(y: torch.Tensor, x: torch.Tensor, segments: Segments, a: torch.Tensor, b: torch.Tensor,
               scaling: torch.Tensor) -> None:
-    """y += the rows' deltas: the Triton kernel on a GPU, the grouped torch path elsewhere."""
+    """y += the rows' deltas: the Triton kernel on a GPU; on a CPU the provided C++ kernel where it runs
+    (backends/cpu/lora_delta.py: one call for all adapters), else the grouped torch path."""
     if x.is_cuda:
         from miniyaie.lora.kernel import sgmv
 
         sgmv(y, x, segments, a, b, scaling)
-    else:
+    elif not lora_delta.add_deltas((y,), x, segments, a, [b], scaling):
         add_lora(y, x, segments, a, b, scaling)
 
 

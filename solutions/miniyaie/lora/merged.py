@@ -8,13 +8,15 @@ wraps the layer ops instead: it asks the inner ops to project with the base modu
 before), then adds the members' deltas to their slices. The members' A matrices sit side by side in
 one stack (LoRASlots keeps a group's A as [slots, layers, members * max_rank, in]), so the shrink of
 the whole group is one matmul per segment, as in vLLM's merged QKV LoRA layers; each member's expand
-writes only its own slice.
+writes only its own slice. On a CPU the provided C++ kernel (backends/cpu/lora_delta.py) does the
+same for every adapter of the step in one call, where it runs; add_merged_lora is its oracle.
 """
 
 from __future__ import annotations
 
 import torch
 
+from miniyaie.backends.cpu import lora_delta
 from miniyaie.lora.batched import Segments
 from miniyaie.model.layers import LayerOps
 
@@ -92,8 +94,8 @@ class LoRAProjectionOps(LayerOps):
         if weights is None:  # a GPU (the kernel, member by member) or projections of no one group
             for out, p in zip(flat, projections):
                 add_delta(out, rows, segments, *p.lora_weights(), p.slots.scaling)
-        else:
-            add_merged_lora(flat, rows, segments, weights[0], weights[1], projections[0].slots.scaling)
+        elif not lora_delta.add_deltas(flat, rows, segments, weights[0], weights[1], projections[0].slots.scaling):
+            add_merged_lora(flat, rows, segments, weights[0], weights[1], projections[0].slots.scaling)  # the torch path
         return tuple(f if f.data_ptr() == out.data_ptr() else f.view(out.shape) for f, out in zip(flat, outputs))
 
     def swiglu(self, x, gate_proj, up_proj, down_proj):

@@ -1,4 +1,4 @@
-"""Timing, not a test: one step's projections of SmolLM2-135M with rows spread over 8 LoRA adapters, four ways.
+"""Timing, not a test: one step's projections of SmolLM2-135M with rows spread over 8 LoRA adapters, six ways.
 
     python -m miniyaie.bench.lab.bench_lora_multiply [--threads 2] [--layers 30]
 
@@ -7,6 +7,8 @@ Random weights with SmolLM2's shapes (q, o 576x576; k, v 576->192; gate, up 576-
   base          the seven float32 projections alone (F.linear), the floor
   grouped       base + add_lora per projection (rows grouped by adapter: a matmul pair per adapter)
   merged-qkv    as grouped, with q/k/v and gate/up each one shrink (add_merged_lora)
+  kernel        as merged-qkv, through the provided C++ kernel: one call per group for all adapters
+                (backends/cpu/lora_delta.py, what the model runs on a CPU where it is built)
   row loop      base + the row-by-row definition (add_lora_reference)
   swap weights  for each adapter present: merge its delta into the weights, run its rows, unmerge
                 (serving many adapters by merging them in turn)
@@ -18,6 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from miniyaie.backends.cpu import lora_delta
 from miniyaie.lora import LoRAAdapter, LoRASlots, add_lora, add_lora_reference, add_merged_lora, group_rows
 from miniyaie.lora.slots import GROUPS
 from miniyaie.model.config import ModelConfig
@@ -78,6 +81,14 @@ def main():
                         add_merged_lora(outs, x, segments, slots.a[group][:, l], [slots.b[m][:, l] for m in group],
                                         slots.scaling)
 
+            def kernel():
+                for group in GROUPS:
+                    for l in range(args.layers):
+                        x = xs[group[0]]
+                        outs = tuple(F.linear(x, weights[m][l]) for m in group)
+                        assert lora_delta.run_kernel(outs, x, segments, slots.a[group][:, l],
+                                                     [slots.b[m][:, l] for m in group], slots.scaling)
+
             def row_loop():
                 for m, ws in weights.items():
                     a, b = slots.a_of(m), slots.b[m]
@@ -98,6 +109,8 @@ def main():
 
             ways = (("base", base), ("grouped", grouped), ("merged-qkv", merged), ("row loop", row_loop),
                     ("swap weights", swap))
+            if lora_delta.cpu_kernels.load() is not None:
+                ways = (*ways[:3], ("kernel", kernel), *ways[3:])
             times = {name: float("inf") for name, _ in ways}
             for _ in range(3):  # the ways in turn, three rounds: a busy spell of the machine hits them all alike
                 for name, run in ways:
