@@ -97,6 +97,18 @@ def test_a_failed_load_ends_its_requests_alone_and_gives_every_block_back(lora_s
     assert not errors and tokens[ids[0]] == oracle(lora_setup, A, prompts[0], MAX_TOKENS)
 
 
+def test_a_request_aborted_while_its_adapter_loads_leaves_nothing_behind(lora_setup):
+    engine = make_engine(lora_setup, [A, B], max_loras=1)
+    prompt = random_prompts([7], seed=10)[0]
+    engine.add_request(prompt, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, n=2, adapter=B), request_id="x")
+    assert engine.has_unfinished(), "a request waiting for its adapter is work"
+    assert engine.abort("x") and not engine.has_unfinished()
+    assert engine.lora.stats()["waiting_for_adapter"] == 0 and engine.stats["request_blocks"] == 0
+    engine.add_request(prompt, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, adapter=B), request_id="x")
+    _, tokens, _, _, errors = run(engine, [], MAX_TOKENS)
+    assert not errors and tokens["x"] == oracle(lora_setup, B, prompt, MAX_TOKENS), "the id serves a new request"
+
+
 @pytest.fixture(scope="module")
 def base_with_tokenizer(lora_setup, tmp_path_factory):
     """The tiny base model's folder with a byte-level tokenizer of its 256 tokens (InferenceEngine needs one)."""
