@@ -64,13 +64,14 @@ def test_decode_steps_run_in_one_call_with_the_layers_tokens_and_cache(tmp_path,
 
 def test_steps_the_stack_cannot_take_go_back_to_the_layers(tmp_path):
     model = quantized_model(tmp_path, "int4")
-    layers, _ = generate(model, "off")
-    _, engine = generate(model, "auto")
-    stack = engine.runner.decode_graphs
-    many = [[i + 1, 2, 3] for i in range(stack.max_rows + 1)]  # more decode rows than the linears' kernels take
+    many = [[i + 1, 2, 3] for i in range(model.model.layers[0].mlp.down_proj.kernel_max_rows + 1)]  # too many rows
     short = SamplingParams(max_tokens=3, ignore_eos=True)
+    layers, _ = generate(model, "off")
+    many_in_layers, _ = generate(model, "off", prompts=many, params=short)
+    _, engine = generate(model, "auto")  # last: an engine made later would set the model's backend and ops anew
+    stack = engine.runner.decode_graphs
     handed_back = stack.counters["handed_back"]
-    assert [o.token_ids for o in engine.generate(many, short)] == generate(model, "off", prompts=many, params=short)[0]
+    assert [o.token_ids for o in engine.generate(many, short)] == many_in_layers
     assert stack.counters["handed_back"] >= handed_back + 3, "decode steps of too many rows run in the layers"
     steps = stack.counters["steps"]
     inner = model.ops
@@ -81,6 +82,16 @@ def test_steps_the_stack_cannot_take_go_back_to_the_layers(tmp_path):
         model.ops = inner
     assert stack.counters["steps"] == steps, "with other layer ops the steps must run in the layers that use them"
     assert again == layers
+    layer = model.model.layers[-1]
+    down = layer.mlp.down_proj
+    layer.mlp.down_proj = type(down)(down.qweight, down.bias)  # a layer swapped after the engine started
+    try:
+        assert [o.token_ids for o in engine.generate(PROMPTS, GREEDY)] == layers
+    finally:
+        layer.mlp.down_proj = down
+    assert stack.counters["steps"] == steps, "a swapped layer: the stack's table is stale, the layers run the steps"
+    engine.generate(PROMPTS[:1], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert stack.counters["steps"] > steps, "the model as it was: back in the stack"
 
 
 def test_models_the_stack_does_not_know_run_layer_by_layer(tmp_path):

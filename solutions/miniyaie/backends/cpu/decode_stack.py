@@ -8,11 +8,12 @@ order, from one loop. What stays in Python is once per step: the embedding, the 
 attention's row groups (the backend's, so its counters still count), and the final norm.
 
 It takes a step only when it computes what the layers would: every row a decode, at most the linears'
-`kernel_max_rows` of them (above, they dequantize and use the float32 matmul), a model whose modules it recognised when the
-engine started (Llama-style layers, q/k/v and gate/up merged over blocks, the cpu backend's kernels,
-no q/k norms) and whose backend and layer ops are still those (LoRA, chapter 11, swaps the layer ops:
-its steps go back to the layers). Results equal the layers' up to the SiLU of a one-row step (torch's
-there, the C++ loop's here); tests/ch10_quantization/test_decode_stack.py holds it to the layers' tokens.
+`kernel_max_rows` of them (above, they dequantize and use the float32 matmul), a model whose modules it
+recognised when the engine started (Llama-style layers, q/k/v and gate/up merged over blocks, the cpu
+backend's kernels, no q/k norms), whose backend and layer ops are still those (LoRA, chapter 11, swaps the
+layer ops), and whose layers and weights are still the objects its table points into. Results equal the
+layers' up to the SiLU of a one-row step (torch's there, the C++ loop's here);
+tests/backends/test_decode_stack.py holds it to the layers' tokens and K/V.
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ def why_not(model, pool) -> str | None:
     return None
 
 
+def _parts(layer) -> list:
+    """The objects a layer's row of the table points into: if one is replaced, the row is stale."""
+    attention, mlp = layer.self_attn, layer.mlp
+    linears = [_merged(attention.q_proj), attention.o_proj, _merged(mlp.gate_proj), mlp.down_proj]
+    return [layer.input_layernorm.weight, layer.post_attention_layernorm.weight, *linears,
+            *(getattr(linear, "qweight", None) for linear in linears), *(getattr(linear, "bias", None) for linear in linears)]
+
+
 class CpuDecodeStack:
     """Runs the decode steps it accepts in decode_stack.cpp; `counters`: steps (run here), rows, handed_back."""
 
@@ -77,12 +86,18 @@ class CpuDecodeStack:
         self.max_rows = min(linear.kernel_max_rows for layer in model.model.layers
                             for linear in (_merged(layer.self_attn.q_proj), layer.self_attn.o_proj,
                                            _merged(layer.mlp.gate_proj), layer.mlp.down_proj))
+        self.parts = [_parts(layer) for layer in model.model.layers]  # also keeps every tensor of the table alive
         self.counters = dict(steps=0, rows=0, handed_back=0)
+
+    def unchanged(self) -> bool:
+        """Every module and tensor the table points into is still the model's (a swapped layer or weight: no)."""
+        return all(now is then for layer, parts in zip(self.model.model.layers, self.parts)
+                   for now, then in zip(_parts(layer), parts))
 
     def accepts(self, input_ids: torch.Tensor, meta) -> bool:
         return (input_ids.device.type == "cpu" and 0 < len(meta.query_lens) <= self.max_rows
                 and all(n == 1 for n in meta.query_lens)
-                and self.model.backend is self.backend and self.model.ops is self.ops)
+                and self.model.backend is self.backend and self.model.ops is self.ops and self.unchanged())
 
     def run(self, input_ids: torch.Tensor, positions: torch.Tensor, meta) -> torch.Tensor | None:
         """Hidden states [rows, hidden] of a decode step, final norm applied; None if the layers must run it."""
