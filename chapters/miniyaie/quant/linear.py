@@ -40,6 +40,19 @@ class QuantizedLinear(nn.Module):
         # what code that asks a layer for its weight's dtype and device reads (an empty tensor: no weights here)
         self.register_buffer("weight", torch.empty(0, device=weight.codes.device), persistent=False)
 
+    kernel_max_rows = MANY_ROWS  # the most rows its one-step kernels take (backends/cpu/decode_stack.py reads it)
+
+    def kernel_fields(self) -> list[int] | None:
+        """This layer as backends/cpu/decode_stack.cpp reads it, or None where forward is not this class's."""
+        return self._fields(rounds_activations=0) if type(self).forward is QuantizedLinear.forward else None
+
+    def _fields(self, rounds_activations: int) -> list[int]:
+        """codes, bits, scales, mins, out and in features, group, bias (addresses; 0: none), 8-bit activations."""
+        w = self.qweight
+        return [w.codes.data_ptr(), w.bits, w.scales.data_ptr(), 0 if w.mins is None else w.mins.data_ptr(),
+                self.out_features, self.in_features, w.group, 0 if self.bias is None else self.bias.data_ptr(),
+                rounds_activations]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
         if x.is_cuda:  # the Triton kernel (Task 10.3)
