@@ -146,4 +146,5 @@ def test_the_inference_engine_serves_adapters_by_name_and_survives_a_failed_load
         stats = engine.get_stats()
         assert stats["lora"]["loads"] == 1 and stats["lora"]["load_failures"] == 1 and stats["lora"]["resident"] == [A]
         assert stats["lora"]["requests"] == {A: 2, "broken": 1}
+        assert stats["lora"]["slot_bytes"] > 0 and stats["lora"]["max_loras"] == 1
         assert stats["kv_blocks"]["held_by_requests"] == 0 and stats["loop_alive"]

@@ -110,9 +110,10 @@ class AdapterResidency:
         self.batch.set_sequences(slot_of_chunk, [chunk.num_tokens for chunk in out.chunks], self.device)
 
     def stats(self) -> dict:
-        """What /stats shows under "lora": settings, resident adapters, loads, evictions, requests per adapter."""
+        """What /stats shows under "lora": settings, the slots' bytes, resident adapters, loads, evictions, requests per adapter."""
         c = self.engine.counters
         return {"adapters": list(self.paths), "max_loras": self.slots.num_slots, "max_lora_rank": self.max_rank,
+                "slot_bytes": self.slots.num_slots * self.slots.bytes_per_slot,  # what the slots hold, resident or not
                 "resident": [name for name in list(self.slots.names) if name is not None],
                 "loads": c["lora_loads"], "evictions": c["lora_evictions"], "load_failures": c["lora_load_failures"],
                 "waiting_for_adapter": len(self._parked), "requests": {name: self.requests[name] for name in self.paths}}
