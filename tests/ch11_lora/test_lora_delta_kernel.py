@@ -70,10 +70,10 @@ def check(x, a, bs, merged, scaling, slots, segments, widths):
 
 @st.composite
 def groups(draw):
-    widths = draw(st.sampled_from([(7,), (64,), (150,), (1, 65), (40, 8, 8), (576, 192, 192)]))
+    widths = draw(st.sampled_from([(7,), (64,), (150,), (1, 65), (40, 8, 8), (576, 192, 192)]))  # across 4 W
     rows = draw(st.integers(1, 64))
     fan_in = draw(st.sampled_from([1, 3, 15, 16, 17, 33, 576]))
-    num_slots, max_rank = draw(st.integers(1, 5)), draw(st.integers(1, 17))
+    num_slots, max_rank = draw(st.integers(1, 5)), draw(st.sampled_from([1, 2, 3, 5, 8, 16, 17, 32]))
     ranks = [draw(st.integers(1, max_rank)) for _ in range(num_slots)]
     slot_of_row = draw(st.lists(st.integers(-1, num_slots - 1), min_size=rows, max_size=rows))
     return rows, fan_in, widths, num_slots, max_rank, ranks, slot_of_row
@@ -86,6 +86,8 @@ def groups(draw):
          strided=True)  # 64 rows of q/k/v, rows without an adapter, ranks below the maximum
 @example(spec=(5, 17, (65, 1), 3, 5, [2, 5, 1], [2, -1, 0, 2, 1]), seed=2, strided=False)  # odd widths everywhere
 @example(spec=(4, 3, (7,), 2, 2, [1, 2], [-1, -1, -1, -1]), seed=0, strided=False)  # no row with an adapter
+@example(spec=(6, 33, (65, 7), 3, 16, [16, 9, 16], [0, 1, 2, 2, 0, 1]), seed=3, strided=True)  # rank 16, 2 rows a slot
+@example(spec=(9, 16, (64,), 2, 8, [8, 5], [0, 1, 0, 1, 0, 1, 0, 1, 0]), seed=1, strided=False)  # rank 8, 4-5 rows
 def test_kernel_adds_each_members_row_by_row_delta(spec, seed, strided):
     rows, fan_in, widths, num_slots, max_rank, ranks, slot_of_row = spec
     x, a, bs, merged, scaling, slots = make(rows, fan_in, widths, num_slots, max_rank, ranks, slot_of_row, seed, strided)

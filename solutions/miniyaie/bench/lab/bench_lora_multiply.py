@@ -1,6 +1,7 @@
 """Timing, not a test: one step's projections of SmolLM2-135M with rows spread over 8 LoRA adapters, six ways.
 
-    python -m miniyaie.bench.lab.bench_lora_multiply [--threads 2] [--layers 30]
+    python -m miniyaie.bench.lab.bench_lora_multiply [--threads 2] [--layers 30] [--ranks 8,16] [--rows 8,32,256]
+                                                     [--ways base,grouped,...]  (default: all of them)
 
 Random weights with SmolLM2's shapes (q, o 576x576; k, v 576->192; gate, up 576->1536; down 1536->576),
 `--layers` layers, 8 adapters in LoRASlots at max rank 8 and 16, rows dealt round-robin to the adapters:
@@ -47,11 +48,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--ranks", default="8,16")
+    parser.add_argument("--rows", default="8,32,256")
+    parser.add_argument("--ways", default="", help="the ways to time, by name (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = smollm2(args.layers)
     torch.manual_seed(0)
-    for rank in (8, 16):
+    for rank in map(int, args.ranks.split(",")):
         slots = LoRASlots(config, ADAPTERS, rank)
         shapes = slots.shapes
         weights = {m: [torch.randn(o, i) * 0.02 for _ in range(args.layers)] for m, (i, o) in shapes.items()}
@@ -59,7 +63,7 @@ def main():
             slots.load(s, LoRAAdapter(f"a{s}", rank, 2.0, {(l, m): (torch.randn(rank, i) * 0.02, torch.randn(o, rank) * 0.02)
                                                           for l in range(args.layers) for m, (i, o) in shapes.items()}))
         print(f"rank {rank}: {slots.bytes_per_slot / 2**20:.1f} MiB a slot (float32, {args.layers} layers, 7 projections)")
-        for rows in (8, 32, 256):
+        for rows in map(int, args.rows.split(",")):
             slot_of_row = torch.arange(rows) % ADAPTERS
             segments = group_rows(slot_of_row)
             xs = {m: torch.randn(rows, i) for m, (i, _) in shapes.items()}
@@ -111,6 +115,8 @@ def main():
                     ("swap weights", swap))
             if lora_delta.cpu_kernels.load() is not None:
                 ways = (*ways[:3], ("kernel", kernel), *ways[3:])
+            if args.ways:
+                ways = tuple(way for way in ways if way[0] in args.ways.split(","))
             times = {name: float("inf") for name, _ in ways}
             for _ in range(3):  # the ways in turn, three rounds: a busy spell of the machine hits them all alike
                 for name, run in ways:
