@@ -95,6 +95,9 @@ def check_layers(blocks_model, float_model, written: dict[str, str], architectur
                 assert isinstance(got, QuantizedLinear), f"{name} ({written[name]}) must become a QuantizedLinear"
                 inputs = x if want.in_features == x.shape[1] else torch.randn(3, want.in_features)
                 ok = torch.allclose(got(inputs), want(inputs), rtol=1e-4, atol=1e-4)
+                if not ok and want.bias is not None and getattr(got, "bias", None) is None:
+                    raise AssertionError(f"layer {i} {child}: its bias is missing (the float32 layer adds one; "
+                                         "the blocks replace the weight alone)")
                 if not ok and short in ("attn_q", "attn_k"):
                     heads = float_model.config.num_heads if short == "attn_q" else float_model.config.num_kv_heads
                     order = llama_cpp_rows(want.weight.shape[0], heads)

@@ -36,6 +36,8 @@ def weights(rows: int, groups: int, group: int, spread: float, seed: int, shape:
         w = torch.full_like(w, spread)
     elif shape == "zeros":
         w = torch.zeros_like(w)
+    elif shape == "subnormal":  # steps among float16's subnormals, where rounding to nearest can lose a third
+        w = (torch.linspace(-1, 1, groups * group) * 2.45 * 7 * 2.0**-24).expand(rows, -1).clone()
     return w
 
 
@@ -75,15 +77,30 @@ def check_within_half_a_step(scheme: str, w: torch.Tensor, q, group: int) -> Non
     allowed = d / 2 + 4e-7 * w.abs() + 1e-30  # float32's rounding of d * q + m
     if not bool((error <= allowed).all()):
         i, j = np.unravel_index(int(torch.argmax(error - allowed)), error.shape)
+        reach = grid_reach(scheme, q, g)
+        low, high = float(reach[0][i, j]), float(reach[1][i, j])
         if d[i, j] == 0:
             raise AssertionError(
                 f"{scheme}: weight [{i}, {j}] = {float(w[i, j])!r} has a step of 0 but decodes to "
                 f"{float(q.dequantize()[i, j])!r}: a step may be 0 only when its block's weights are float16s "
                 "already; a block of equal weights needs its minimum rounded down and a small step up to them")
-        raise AssertionError(
-            f"{scheme}: weight [{i}, {j}] = {float(w[i, j])!r} decodes to {float(q.dequantize()[i, j])!r}, "
-            f"{float(error[i, j] / d[i, j]) if d[i, j] else float('inf'):.4f} steps away (at most 0.5). Were the codes "
-            "computed with the step before it was stored as float16, or was a step (or minimum) rounded the wrong way?")
+        where = (f"{scheme}: weight [{i}, {j}] = {float(w[i, j])!r} decodes to {float(q.dequantize()[i, j])!r}, "
+                 f"{float(error[i, j] / d[i, j]) if d[i, j] else float('inf'):.4f} steps away (at most 0.5)")
+        if not low - d[i, j] / 2 <= w[i, j] <= high + d[i, j] / 2:
+            raise AssertionError(
+                f"{where}: the stored step and minimum decode only from {low!r} to {high!r}, so no code reaches it. "
+                "A step rounded to nearest (or down) to a float16, or a minimum rounded up, can fall short of the "
+                "block's extreme weights: round the step up and the minimum down")
+        raise AssertionError(f"{where}. Were the codes computed with the step before it was stored as float16?")
+
+
+def grid_reach(scheme: str, q, g: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smallest and largest values the stored float16 numbers can decode to, per weight."""
+    d = q.scales.float().repeat_interleave(g, 1)
+    if scheme.startswith("int8"):
+        return -127 * d, 127 * d
+    m = q.mins.float().repeat_interleave(g, 1)
+    return m, m + 15 * d
 
 
 @pytest.mark.task("10.2")
@@ -93,6 +110,7 @@ def check_within_half_a_step(scheme: str, w: torch.Tensor, q, group: int) -> Non
 @example(rows=3, groups=2, group=32, spread=1.0, seed=1, shape="offset").via("blocks far from zero")
 @example(rows=1, groups=1, group=32, spread=1e-4, seed=0, shape="constant").via("a block of equal weights")
 @example(rows=1, groups=1, group=32, spread=0.0, seed=0, shape="zeros").via("a block of zeros")
+@example(rows=1, groups=1, group=32, spread=1.0, seed=0, shape="subnormal").via("a subnormal step that float16 rounds down")
 def test_every_weight_is_within_half_a_step_of_its_decoded_value(scheme, rows, groups, group, spread, seed, shape):
     w = tricky_for_float16() if shape == "float16" else weights(rows, groups, group, spread, seed, shape)
     q = quantize(scheme, w, group)

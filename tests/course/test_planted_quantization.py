@@ -4,6 +4,7 @@ Each case plants one plausible wrong answer in a copy of the reference module, p
 module at it, and runs the test that should catch it: it must fail, with a message that names the mistake.
 """
 
+import inspect
 import re
 from pathlib import Path
 
@@ -36,13 +37,37 @@ PLANTS = {
     "accumulation in bfloat16": (
         "kernel.py", "acc += sums * d[None, :] + x_sum[:, None] * m[None, :]",
         "acc = (acc + sums * d[None, :] + x_sum[:, None] * m[None, :]).to(tl.bfloat16).to(tl.float32)",
-        "test_kernel", "test_a_long_row_keeps_float32s_precision", r"narrower than float32"),
+        "test_kernel", "test_a_long_row_keeps_float32s_precision", r"running sum rounded to bfloat16"),
+    "accumulation in float16": (
+        "kernel.py", "acc += sums * d[None, :] + x_sum[:, None] * m[None, :]",
+        "acc = (acc + sums * d[None, :] + x_sum[:, None] * m[None, :]).to(tl.float16).to(tl.float32)",
+        "test_kernel", "test_a_long_row_keeps_float32s_precision", r"running sum rounded to float16"),
+    "weights decoded to float16 before the dot": (
+        "kernel.py",
+        "            sums = tl.dot(x_first.to(DOT), tl.trans((packed & 15).to(DOT)), out_dtype=tl.float32)\n"
+        "            sums += tl.dot(x_second.to(DOT), tl.trans((packed >> 4).to(DOT)), out_dtype=tl.float32)\n"
+        "            x_sum = tl.sum(x_first.to(tl.float32), axis=1) + tl.sum(x_second.to(tl.float32), axis=1)\n"
+        "            acc += sums * d[None, :] + x_sum[:, None] * m[None, :]\n",
+        "            low = ((packed & 15).to(tl.float32) * d[:, None] + m[:, None]).to(tl.float16).to(DOT)\n"
+        "            high = ((packed >> 4).to(tl.float32) * d[:, None] + m[:, None]).to(tl.float16).to(DOT)\n"
+        "            acc += tl.dot(x_first.to(DOT), tl.trans(low), out_dtype=tl.float32)\n"
+        "            acc += tl.dot(x_second.to(DOT), tl.trans(high), out_dtype=tl.float32)\n",
+        "test_kernel", "test_a_long_row_keeps_float32s_precision", r"decoded weights rounded to float16"),
+    "int4-sym step rounded to nearest": (
+        "quantize.py", 'scales = to_half(blocks.abs().amax(-1) / 7, float("inf"))',
+        "scales = (blocks.abs().amax(-1) / 7).half()",
+        "test_quantize", "test_every_weight_is_within_half_a_step_of_its_decoded_value", r"rounded to nearest",
+        {"scheme": "int4-sym"}),
+    "bias dropped": (
+        "gguf_loader.py", "QuantizedLinear(weight, linear.bias)", "QuantizedLinear(weight)",
+        "test_gguf_loader", "test_the_files_blocks_compute_what_the_float32_model_of_the_file_computes",
+        r"bias is missing", {"kind": "qwen2", "types": {"token_embd": "Q4_1"}, "architecture": "qwen2"}),
 }
 
 
 @pytest.mark.parametrize("mistake", list(PLANTS))
 def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mistake, tmp_path, monkeypatch):
-    file, old, new, test_module, test_name, message = PLANTS[mistake]
+    file, old, new, test_module, test_name, message, *given = PLANTS[mistake]
     source = (SOLUTIONS_ROOT / "quant" / file).read_text()
     assert source.count(old) == 1, f"the reference no longer contains {old!r}: update the plant"
     planted = tmp_path / f"planted_{file}"
@@ -58,8 +83,9 @@ def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mis
     if file == "kernel.py":
         monkeypatch.setattr(tests, "quant_matmul", module.quant_matmul)
     test = getattr(tests, test_name)
-    params = {"kind": "Q4_1", "scheme": "int4", "bits": 4}
-    import inspect
+    params = {"kind": "Q4_1", "scheme": "int4", "bits": 4, "tmp_path": tmp_path, **(given[0] if given else {})}
+    if "types" in params:  # GGUF's type names, as the test module's enum
+        params["types"] = {name: getattr(tests.Q, kind) for name, kind in params["types"].items()}
 
     wanted = {k: v for k, v in params.items() if k in inspect.signature(test).parameters}
     with pytest.raises((AssertionError, ExceptionGroup)) as failure:  # hypothesis groups distinct failures
