@@ -52,12 +52,12 @@ def load_gguf_blocks(model: nn.Module, path: str | Path) -> int:
     layer's bias; float_linear gives the nn.Linear inside a layer), the embedding by a QuantizedEmbedding;
     a tied head reads the embedding's blocks (one copy, counted once). A tensor stored as F32, F16 or BF16
     leaves its layer as it is (it already holds those weights). For the architectures in
-    ROTARY_INTERLEAVED, llama.cpp's converter reorders the rows of q and k within each head: stored row
-    2 i is the model's row i, stored row 2 i + 1 the model's row i + head_dim / 2 (the two halves of each
-    rotary pair side by side); the model's rows come back in its own order (model.config.num_heads and
-    num_kv_heads count the heads; QuantizedWeight.rows reorders rows of blocks). Other architectures
-    (qwen2, ...) are stored in the model's order. Afterwards every layer computes what the float32 model
-    computed from the same file, up to the order of the additions.
+    ROTARY_INTERLEAVED, llama.cpp's converter stores the rows of q and k in its own order within each
+    head (its rotary layout, not the model's); the layers must get them in the model's order, the rows
+    transformers' checkpoint of the model has and its float32 path loads from the file
+    (model.config.num_heads and num_kv_heads count the heads; QuantizedWeight.rows reorders rows of
+    blocks). Other architectures (qwen2, ...) are stored in the model's order. Afterwards every layer
+    computes what the float32 model computed from the same file, up to the order of the additions.
     ValueError, naming the tensor: a tensor the model needs is missing, its shape differs from the
     layer's, or its type has no kernel here (Q4_K, Q6_K, ...).
     """

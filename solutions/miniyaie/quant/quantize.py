@@ -31,9 +31,10 @@ def quantize_int8(weight: torch.Tensor, group: int | None = None) -> QuantizedWe
     """Symmetric 8-bit codes: w ~ d * q with q in -127..127, one float16 step d per block of `group` weights of
     a row (group None: one block a row, int8 per output channel).
 
-    Invariants, for every weight w of a block with stored step d (float16):
+    Invariants, for every weight w of a block with stored step d (float16, what the decoder reads):
       |w - d * q| <= d / 2 (up to float32 rounding of that product);
-      d is no wider than needed: at most max |w| / 127 of the block, rounded up to the next float16;
+      d is no wider than needed: at most one float16 spacing above max |w| / 127 of the block, and a
+      step that is a float16 already is stored as it is (a block on its grid decodes exactly);
       a block of zeros has d = 0 and codes 0.
     ValueError (check_blocks) when the width is not a multiple of the group, or a weight is not finite.
     """
@@ -75,12 +76,15 @@ def quantize_int8(weight: torch.Tensor, group: int | None = None) -> QuantizedWe
 def quantize_int4(weight: torch.Tensor, group: int = 32, symmetric: bool = False) -> QuantizedWeight:
     """4-bit codes in blocks of `group`: w ~ d * q + m with q in 0..15, codes packed with pack_nibbles.
 
-    With a minimum (symmetric False, GGUF's Q4_1): m is the block's own minimum, rounded down to a float16,
-    and d spans the block: at most (max w - m) / 15, rounded up to the next float16.
-    Symmetric: m = -8 * d (so q - 8 runs -8..7) and d is at most max |w| / 7, rounded up to the next float16.
-    For every weight w of a block, |w - (d * q + m)| <= d / 2 (up to float32 rounding). A block of zeros has
-    d = 0 (and m = 0); a block of equal weights w has m = w rounded down and a step just wide enough to reach
-    w (d = 0 only when w is a float16 already). ValueError as quantize_int8.
+    d and m are float16 (what the decoder reads), one each per block of a row. For every weight w of a
+    block, |w - (d * q + m)| <= d / 2 (up to float32 rounding), and no step is wider than the block needs:
+      with a minimum (symmetric False, GGUF's Q4_1): m is the block's own (not the row's), at most its
+      smallest weight and at most one float16 spacing below it; d is at most one float16 spacing above
+      (max w - m) / 15 for that stored m;
+      symmetric: m = -8 * d (so q - 8 runs -8..7) and d is at most one float16 spacing above max |w| / 7.
+    A step or minimum that is a float16 already is stored as it is (a block on its grid decodes exactly).
+    A block of zeros has d = 0 and m = 0; a block of equal weights decodes within half a step too (d = 0
+    only when its weight is a float16 already). ValueError as quantize_int8.
     """
     # Nudge: which two float16 numbers does the decoder read, and which way must each be rounded?
     # Hint 1: Codes 0..15 cover [m, m + 15 d]. Every weight must fall in that range (or within half a
