@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 ONE_FAST_TEST = "tests/ch01_scheduler/test_update.py::test_requests_finishing_together_come_back_in_chunk_order"
 
 
-@pytest.mark.parametrize("number", range(10))
+@pytest.mark.parametrize("number", range(11))
 def test_every_chapter_has_a_well_formed_challenge(number):
     assert number in chapters_with_challenges(), (
         f"chapter {number} has no challenge: add solutions/miniyaie/challenges/ch{number:02d}_<topic>.py with CHALLENGE"
