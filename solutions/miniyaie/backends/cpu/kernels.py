@@ -7,7 +7,8 @@ RoPE, SiLU-times-up, each in one pass; used by layer_ops.py) and
 quant_matmul.cpp (linears over 4- and 8-bit weight blocks; miniyaie/quant) and quant_a8.cpp
 (the same with activations rounded to 8 bits: the opt-in -a8 schemes, miniyaie/weights; many rows on
 AMX tiles in quant_a8_amx.cpp where the CPU has them), and decode_stack.cpp (a decode step's
-layers through those kernels in one call: decode_stack.py). The two
+layers through those kernels in one call: decode_stack.py), and lora_delta.cpp (a step's LoRA deltas of
+a projection for every adapter in one call: lora_delta.py, chapter 11). The two
 attention kernels take their vector width from cpu_vector.h: the width of
 the machine's own registers (16 floats with AVX-512, 8 with AVX2).
 
