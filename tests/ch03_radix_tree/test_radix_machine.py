@@ -71,6 +71,7 @@ class RadixMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 6))
     def evict(self, n):
         free_before, evictable = self.tree.allocator.num_free, self.tree.evictable_blocks
+        stamps = {p: self.tree.match_prefix(p, touch=False).node.last_access for p in self.prefixes}
         freed = self.tree.evict(n)
         assert freed >= min(n, evictable), "evicts what was asked when it can"
         assert self.tree.allocator.num_free == free_before + freed, "eviction frees exactly the evicted blocks"
@@ -78,7 +79,21 @@ class RadixMachine(RuleBasedStateMachine):
         assert len(self.prefixes) - len(survivors) == freed, "each freed block is one evicted prefix"
         for _, prefix in self.locks:
             assert prefix in survivors, "a locked prefix is never evicted"
+        evicted = [stamps[p] for p in self.prefixes - survivors]
+        candidates = [node.last_access for node in self._nodes() if not node.children and node.lock_ref == 0 and node is not self.tree.root]
+        if evicted and candidates:
+            assert max(evicted) <= min(candidates), (
+                f"evict took a node last used at {max(evicted)} and kept an unlocked leaf last used at {min(candidates)}: "
+                "least recently used first, and a parent that becomes a leaf competes by its own last use"
+            )
         self.prefixes = survivors
+
+    def _nodes(self):
+        out, stack = [], [self.tree.root]
+        while stack:
+            out.append(stack.pop())
+            stack.extend(out[-1].children.values())
+        return out
 
     @invariant()
     def consistent(self):

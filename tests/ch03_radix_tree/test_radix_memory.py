@@ -5,11 +5,51 @@ from fake_model import Driver, reference_output
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from miniyaie.paged import OutOfBlocksError
 from miniyaie.radix import RadixMemory
 from miniyaie.scheduler import Request, Scheduler, SchedulerConfig
 
 
+def checked(memory):
+    """Wrap memory.allocate: after each call, the request's computed whole blocks are in the tree and locked."""
+    allocate = memory.allocate
+
+    def checked_allocate(request, num_new_tokens):
+        admitted_on = request.num_computed_tokens if request.request_id not in memory.tables else None
+        try:
+            allocate(request, num_new_tokens)
+        except ValueError as error:
+            raise AssertionError(
+                f"allocate raised ValueError({error}) for a request the scheduler admitted on a prefix that was cached "
+                "when it asked: making room evicted the prefix the request starts on before it was protected"
+            ) from error
+        except OutOfBlocksError as error:
+            raise AssertionError(
+                f"allocate raised OutOfBlocksError({error}) after can_allocate said yes: making room evicted blocks "
+                "the request itself was starting on (which frees none), so the prefix a request starts on must be "
+                "protected from that eviction"
+            ) from error
+        whole = request.num_computed_tokens // memory.block_size * memory.block_size
+        if whole == 0:
+            return
+        match = memory.cache.match_prefix(memory.tokens_of(request)[:whole], touch=False)
+        what = "its cached prefix" if admitted_on else "its computed whole blocks"
+        assert match.length == whole and match.blocks == memory.block_table(request.request_id)[: whole // memory.block_size], (
+            f"after allocate, request {request.request_id!r} has {request.num_computed_tokens} tokens computed but the "
+            f"tree holds {match.length} of them in its table's blocks: a running request's whole computed blocks are in "
+            "the tree"
+        )
+        assert match.node.lock_ref > 0, (
+            f"after allocate, {what} ({whole} tokens) of request {request.request_id!r} is not locked: the blocks a "
+            "running request starts on and has computed stay locked until it is freed"
+        )
+
+    memory.allocate = checked_allocate
+    return memory
+
+
 def run(memory, prompts, max_tokens=4, budget=32, seqs=4, policy="fcfs", one_by_one=False):
+    checked(memory)
     scheduler = Scheduler(SchedulerConfig(budget, seqs, policy), memory)
     driver = Driver(scheduler)
     requests = [Request(f"q{i}", list(p), max_tokens, ignore_eos=True) for i, p in enumerate(prompts)]
@@ -22,7 +62,7 @@ def run(memory, prompts, max_tokens=4, budget=32, seqs=4, policy="fcfs", one_by_
             break
         driver.step()
         memory.check_integrity()
-    assert not scheduler.has_unfinished()
+    assert not scheduler.has_unfinished(), f"requests still unfinished after 2000 steps: {[r.request_id for r in requests if not r.is_finished]}"
     return requests, driver
 
 
@@ -111,3 +151,27 @@ def test_an_allocation_that_fits_in_free_blocks_evicts_nothing():
     )
     (again,), _ = run(memory, [prompt], one_by_one=True)
     assert again.num_cached_tokens == 15, f"the cached prompt was lost: {again.num_cached_tokens} tokens hit, 15 expected"
+
+
+@pytest.mark.task("3.4")
+def test_a_decode_whose_duplicate_blocks_are_given_back_evicts_nothing():
+    """Two requests compute the same prompt at once; caching the second's blocks gives its duplicates back to the pool."""
+    memory = checked(RadixMemory(num_blocks=6, block_size=1))
+    for rid, prompt in (("u9", [9]), ("u8", [8])):  # two cached leaves, [9] the older
+        request = Request(rid, prompt, 1)
+        memory.allocate(request, 1)
+        request.num_computed_tokens = 1
+        memory.free(request)
+    a, b = Request("a", [1, 2], 4), Request("b", [1, 2], 4)
+    for r in (a, b):  # admitted in one step on an empty path: each computes [1 2] into its own blocks
+        memory.allocate(r, 2)
+        r.num_computed_tokens = 2
+        r.output_token_ids.append(5)
+    assert memory.num_free_blocks == 0
+    memory.allocate(a, 1)  # short of one block: [9] goes
+    memory.allocate(b, 1)  # b's copy of [1 2] duplicates the tree's: its two blocks come back, enough for the next
+    assert memory.cache.match_prefix([8], touch=False).length == 1, (
+        "b's decode evicted the cached [8], though caching b's computed blocks gave back its two duplicate blocks, "
+        "enough for the block it needs: evict only what the pool is short of after the request's blocks are cached"
+    )
+    memory.check_integrity()

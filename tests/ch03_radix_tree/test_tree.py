@@ -266,3 +266,64 @@ def test_unlocking_a_node_that_holds_no_lock_is_refused_while_another_path_is_lo
         f"{(tree.evictable_blocks, locked.lock_ref, unlocked.lock_ref, tree.root.lock_ref)}"
     )
     tree.check_integrity()
+
+
+@pytest.mark.task("3.3")
+def test_a_parent_that_becomes_a_leaf_competes_by_its_own_last_use():
+    tree = cache_with([[1, 2], [1, 3], [9]], block_size=1)  # (1,) has leaves (2,) and (3,); (9,) is the newest
+    assert tree.evict(3) == 3
+    left = {seq: tree.match_prefix(list(seq), touch=False).length for seq in [(1,), (9,)]}
+    assert left == {(1,): 0, (9,): 1}, (
+        f"after evict(3), cached lengths of (1,) and (9,) are {left}: a parent that becomes a leaf competes by its "
+        "own last use (the parent (1,) was last used before (9,), so it goes first), not from the end of the order"
+    )
+
+
+def lock_by_hand(tree, node):
+    """Task 3.3's lock as a model (so that 3.1 needs no later task): one more lock on the path to the root."""
+    while node is not None:
+        if node.lock_ref == 0:
+            tree.evictable_blocks -= len(node.blocks)
+        node.lock_ref += 1
+        node = node.parent
+
+
+def node_spelling(tree, tokens):
+    """The node whose path from the root spells exactly `tokens` (None if none does)."""
+    stack = [tree.root]
+    while stack:
+        node = stack.pop()
+        if spelled(node) == tuple(tokens):
+            return node
+        stack.extend(node.children.values())
+    return None
+
+
+@pytest.mark.task("3.1")
+def test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth():
+    tree = cache_with([[1, 1, 2, 2]], block_size=2)
+    stamps = last_uses(tree)
+    node = insert(tree, [1, 1, 2, 2])
+    while node is not tree.root:
+        assert node.last_access > max(stamps.values()), (
+            f"inserting a cached sequence again left the node spelling {spelled(node)} at last_access "
+            f"{node.last_access}: insert stamps every node on its path with a fresh next(_clock) (a use, for LRU)"
+        )
+        node = node.parent
+    lock_by_hand(tree, node_spelling(tree, [1, 1, 2, 2]))
+    insert(tree, [1, 1, 3, 3])  # splits the locked edge after [1 1]
+    upper = node_spelling(tree, [1, 1])
+    assert upper is not None and upper.lock_ref == 1, (
+        f"the node spelling (1, 1), which a split put in the middle of a locked path, has lock_ref "
+        f"{upper.lock_ref if upper else None}: _split must carry the lock count of the path below it to the new node"
+    )
+    assert tree.evictable_blocks == unlocked_blocks(tree), (
+        f"evictable_blocks is {tree.evictable_blocks} after splitting a locked edge; the unlocked nodes hold "
+        f"{unlocked_blocks(tree)} blocks"
+    )
+    insert(tree, [1, 1, 2, 2, 4, 4])  # the locked request caches its next block
+    assert tree.evictable_blocks == unlocked_blocks(tree), (
+        f"evictable_blocks is {tree.evictable_blocks} after inserting below a locked leaf, but the unlocked nodes "
+        f"hold {unlocked_blocks(tree)} blocks: blocks added to a locked node's edge are locked, not evictable"
+    )
+    tree.check_integrity()

@@ -96,7 +96,7 @@ class RadixMemory(PagedMemory):
         """
         if not self.can_allocate(request, num_new_tokens):
             raise OutOfBlocksError(f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens")
-        # Idea: making room evicts: what must already be protected when it runs?
+        # Idea: each given piece changes the tree or the pool: whose results does each one change?
         # Stuck? `miniyaie hint 3.4` prints hints, one level at a time.
         # TODO(Task 3.4): Start on the cached prefix, cache what is computed. Replace this line with your code.
         raise NotImplementedError('Chapter 3, Task 4: Start on the cached prefix, cache what is computed — see book/src/ch03_radix_tree.md')

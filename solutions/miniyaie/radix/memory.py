@@ -96,12 +96,15 @@ class RadixMemory(PagedMemory):
         """
         if not self.can_allocate(request, num_new_tokens):
             raise OutOfBlocksError(f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens")
-        # Nudge: making room evicts: what must already be protected when it runs?
+        # Nudge: each given piece changes the tree or the pool: whose results does each one change?
         # Hint 1: The order is the design. A prefix the request starts on must be locked before
         #   anything is evicted, or the eviction that makes room for it could take it away. The
         #   request shares the cached blocks (one more reference each): its K/V are not computed
         #   again, and copy-on-write keeps the tree's copy intact if the request writes into one.
-        #   hit_tokens counts what the request does not compute: num_computed_tokens.
+        #   hit_tokens counts what the request does not compute: num_computed_tokens. Caching what a
+        #   running request computed can give blocks back to the pool (where the tree already held
+        #   those tokens, the request's duplicates are freed), so what the pool is short of is
+        #   known only after that.
         # Hint 2: self._admission_blocks(request) gives the cached blocks and their node for a request
         #   being admitted on a hit (none otherwise). With a node: lock it, remember it in
         #   self._locked[request_id], share the blocks into the request's table

@@ -292,7 +292,8 @@ class RadixCache:
 
         Only unlocked leaves are evicted, whole (all their blocks), least
         recently used (smallest last_access) first; evicting a leaf can make
-        its parent an unlocked leaf, a candidate in turn. The root is never
+        its parent an unlocked leaf, a candidate in turn that competes by its
+        own last_access with every other candidate. The root is never
         evicted. Stops as soon as num_blocks are freed, or nothing is left to
         evict. Returns the number of blocks freed (given back to the allocator).
         """

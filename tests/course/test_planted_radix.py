@@ -1,0 +1,158 @@
+"""Chapter 3's tests name the mistakes a learner trial made (each once accepted by grading).
+
+Each case replaces one piece of the reference radix cache with a plausible wrong answer, runs the
+test of that piece's task that should catch it, and checks that it fails with a message naming the mistake.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+from planted import import_planted
+
+from miniyaie.paged import PagedMemory
+from miniyaie.radix import memory, tree
+from miniyaie.radix.tree import Node, _clock
+
+pytestmark = pytest.mark.ungraded
+CH03 = Path(__file__).resolve().parents[1] / "ch03_radix_tree"
+
+
+def evict_parents_at_the_end(self, num_blocks):
+    """A parent that becomes a leaf joins the end of the order instead of competing by its last use."""
+    cands = sorted((n for n in self._nodes() if n is not self.root and n.is_leaf and n.lock_ref == 0), key=lambda n: n.last_access)
+    freed = 0
+    while cands and freed < num_blocks:
+        leaf = cands.pop(0)
+        for b in leaf.blocks:
+            self.allocator.free(b)
+        freed += len(leaf.blocks)
+        self.cached_blocks -= len(leaf.blocks)
+        self.evictable_blocks -= len(leaf.blocks)
+        parent = leaf.parent
+        del parent.children[self._first_block(leaf.key)]
+        if parent is not self.root and parent.is_leaf and parent.lock_ref == 0:
+            cands.append(parent)
+    return freed
+
+
+def split_without_the_lock(self, child, num_blocks):
+    """The new middle node starts unlocked."""
+    cut = num_blocks * self.block_size
+    upper = Node(child.key[:cut], child.blocks[:num_blocks], child.parent, last_access=child.last_access)
+    upper.children[self._first_block(child.key[cut:])] = child
+    child.parent.children[self._first_block(child.key)] = upper
+    child.key, child.blocks, child.parent = child.key[cut:], child.blocks[num_blocks:], upper
+    return upper
+
+
+def insert_variant(stamp=True, locked_growth_evictable=False):
+    """The reference insert, without stamping the path, or counting a locked leaf's new blocks as evictable."""
+
+    def insert(self, tokens, blocks):
+        node, done, now = self.root, 0, next(_clock)
+        while done < len(tokens):
+            rest = tokens[done:]
+            child = node.children.get(self._first_block(rest))
+            if child is None and node is not self.root and node.is_leaf:
+                new_blocks = list(blocks[done // self.block_size :])
+                for block in new_blocks:
+                    self.allocator.share(block)
+                node.key += tuple(rest)
+                node.blocks += new_blocks
+                self.cached_blocks += len(new_blocks)
+                if node.lock_ref == 0 or locked_growth_evictable:
+                    self.evictable_blocks += len(new_blocks)
+                return node
+            if child is None:
+                leaf = Node(tuple(rest), list(blocks[done // self.block_size :]), parent=node, last_access=now if stamp else 0)
+                for block in leaf.blocks:
+                    self.allocator.share(block)
+                node.children[self._first_block(rest)] = leaf
+                self.cached_blocks += len(leaf.blocks)
+                self.evictable_blocks += len(leaf.blocks)
+                return leaf
+            shared = self._common_blocks(child.key, rest)
+            if shared * self.block_size < len(child.key):
+                child = self._split(child, shared)
+            if stamp:
+                child.last_access = now
+            node, done = child, done + shared * self.block_size
+        return node
+
+    return insert
+
+
+def allocate_variant(order):
+    """The reference allocate's pieces in another order (or with one left out)."""
+
+    def allocate(self, request, num_new_tokens):
+        if not self.can_allocate(request, num_new_tokens):
+            raise memory.OutOfBlocksError("no room")
+        short = self._blocks_short(request, num_new_tokens, []) if order == "short first" else None
+        if order == "evict first":
+            self.cache.evict(self._blocks_short(request, num_new_tokens, []))
+        prefix, node = self._admission_blocks(request)
+        if node is not None:
+            if order != "no lock":
+                self.cache.lock(node)
+                self._locked[request.request_id] = node
+            self.share_blocks(request.request_id, prefix)
+            self.hit_tokens += request.num_computed_tokens
+        elif order != "no caching":
+            self._cache_computed(request)
+        if order != "evict first":
+            self.cache.evict(short if short is not None else self._blocks_short(request, num_new_tokens, []))
+        PagedMemory.allocate(self, request, num_new_tokens)
+
+    return allocate
+
+
+PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what the message must say)
+    "3.3 parent queued at the end": (
+        tree.RadixCache, "evict", evict_parents_at_the_end, "test_tree",
+        "test_a_parent_that_becomes_a_leaf_competes_by_its_own_last_use", r"competes by its own last use"),
+    "3.1 split drops the lock": (
+        tree.RadixCache, "_split", split_without_the_lock, "test_tree",
+        "test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth", r"_split must carry the lock count"),
+    "3.1 insert does not stamp": (
+        tree.RadixCache, "insert", insert_variant(stamp=False), "test_tree",
+        "test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth", r"insert stamps every node on its path"),
+    "3.1 locked leaf grows evictable": (
+        tree.RadixCache, "insert", insert_variant(locked_growth_evictable=True), "test_tree",
+        "test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth",
+        r"blocks added to a locked node's edge are locked"),
+    "3.4 shortfall before caching": (
+        memory.RadixMemory, "allocate", allocate_variant("short first"), "test_radix_memory",
+        "test_a_decode_whose_duplicate_blocks_are_given_back_evicts_nothing",
+        r"evict only what the pool is short of after the request's blocks are cached"),
+    "3.4 no _cache_computed": (
+        memory.RadixMemory, "allocate", allocate_variant("no caching"), "test_radix_memory",
+        "test_a_request_starts_after_the_cached_prefix", r"a running request's whole computed blocks are in the tree"),
+    "3.4 prefix not locked": (
+        memory.RadixMemory, "allocate", allocate_variant("no lock"), "test_radix_memory",
+        "test_shared_prefix_workloads_reuse_and_return_every_block", r"stay locked until it is freed|must be protected"),
+    "3.4 evict before lock": (
+        memory.RadixMemory, "allocate", allocate_variant("evict first"), "test_radix_memory",
+        "test_shared_prefix_workloads_reuse_and_return_every_block", r"before it was protected|must be protected"),
+}
+
+
+def messages(error: BaseException) -> str:
+    """The text of an error and, for an exception group (hypothesis's several failures), of each inside it."""
+    inner = getattr(error, "exceptions", ())
+    return "\n".join([str(error), *(messages(e) for e in inner)])
+
+
+@pytest.mark.parametrize("mistake", list(PLANTS))
+def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mistake, monkeypatch):
+    owner, attribute, wrong, test_module, test_name, message = PLANTS[mistake]
+    monkeypatch.syspath_prepend(str(CH03))
+    monkeypatch.syspath_prepend(str(CH03.parent / "ch01_scheduler"))
+    monkeypatch.syspath_prepend(str(CH03.parent / "ch00_model"))
+    tests = import_planted(CH03 / f"{test_module}.py", f"planted_tests_ch03_{test_module}")
+    monkeypatch.setattr(owner, attribute, wrong)
+    with pytest.raises(BaseException) as failure:
+        getattr(tests, test_name)()
+    text = messages(failure.value)
+    assert re.search(message, text, re.S), f"the message does not name the mistake ({message!r}): {text[:2000]}"
