@@ -327,3 +327,24 @@ def test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth():
         f"hold {unlocked_blocks(tree)} blocks: blocks added to a locked node's edge are locked, not evictable"
     )
     tree.check_integrity()
+
+
+@pytest.mark.task("3.3")
+def test_unlocking_a_parent_whose_count_comes_from_a_lock_below_is_refused():
+    tree = cache_with([[1, 1, 2, 2], [1, 1, 3, 3]], block_size=2)  # (1 1) with leaves (2 2) and (3 3)
+    leaf, parent = tree.match_prefix([1, 1, 2, 2]).node, tree.match_prefix([1, 1]).node
+    tree.lock(leaf)
+    before = (tree.evictable_blocks, leaf.lock_ref, parent.lock_ref, tree.root.lock_ref)
+    try:
+        tree.unlock(parent)  # its lock count is the leaf's: it holds no lock of its own
+        raised = False
+    except ValueError:
+        raised = True
+    after = (tree.evictable_blocks, leaf.lock_ref, parent.lock_ref, tree.root.lock_ref)
+    assert raised and after == before, (
+        f"unlocking (1 1), whose only lock is the one its locked child (2 2) counts on it, must raise ValueError and "
+        f"change nothing (a node's own locks are its count less its children's); it {'raised' if raised else 'returned'}"
+        f" and (evictable_blocks, the leaf's, the parent's and the root's lock counts) went from {before} to {after}"
+    )
+    tree.unlock(leaf)
+    tree.check_integrity()

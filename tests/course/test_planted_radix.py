@@ -108,10 +108,24 @@ def allocate_variant(order):
     return allocate
 
 
+def unlock_checking_the_count_only(self, node):
+    """Refuses only a count of 0: a parent whose count comes from a locked child is unlocked anyway."""
+    while node is not None:
+        if node.lock_ref <= 0:
+            raise ValueError("unlock of a node that is not locked")
+        node.lock_ref -= 1
+        if node.lock_ref == 0:
+            self.evictable_blocks += len(node.blocks)
+        node = node.parent
+
+
 PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what the message must say)
     "3.3 parent queued at the end": (
         tree.RadixCache, "evict", evict_parents_at_the_end, "test_tree",
         "test_a_parent_that_becomes_a_leaf_competes_by_its_own_last_use", r"competes by its own last use"),
+    "3.3 unlock of a parent locked from below": (
+        tree.RadixCache, "unlock", unlock_checking_the_count_only, "test_tree",
+        "test_unlocking_a_parent_whose_count_comes_from_a_lock_below_is_refused", r"must raise ValueError and change nothing \(a node's own locks"),
     "3.1 split drops the lock": (
         tree.RadixCache, "_split", split_without_the_lock, "test_tree",
         "test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth", r"_split must carry the lock count"),

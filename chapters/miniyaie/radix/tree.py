@@ -136,8 +136,9 @@ class RadixCache:
         """One user fewer on the path from `node` to the root: undoes one lock(node).
 
         evictable_blocks still counts exactly the blocks of the nodes whose
-        lock_ref is 0. Unlocking a node that is not locked (lock_ref 0) is a
-        caller's bug: ValueError, and nothing changes.
+        lock_ref is 0. Unlocking a node that holds no lock of its own (its
+        lock_ref is 0, or only counts the locks below it: the sum of its
+        children's) is a caller's bug: ValueError, and nothing changes.
         """
         # Idea: what must be checked before anything changes?
         # Stuck? `miniyaie hint 3.3` prints hints, one level at a time.

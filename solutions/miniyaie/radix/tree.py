@@ -259,26 +259,30 @@ class RadixCache:
         """One user fewer on the path from `node` to the root: undoes one lock(node).
 
         evictable_blocks still counts exactly the blocks of the nodes whose
-        lock_ref is 0. Unlocking a node that is not locked (lock_ref 0) is a
-        caller's bug: ValueError, and nothing changes.
+        lock_ref is 0. Unlocking a node that holds no lock of its own (its
+        lock_ref is 0, or only counts the locks below it: the sum of its
+        children's) is a caller's bug: ValueError, and nothing changes.
         """
         # Nudge: what must be checked before anything changes?
         # Hint 1: Every lock is undone by exactly one unlock of the same node. A count reaching 0
-        #   makes its node evictable again; a count below 0 would hide a bug (an unlock too
-        #   many), so refuse it before changing anything (the counts on a path only grow towards
-        #   the root, so checking the node itself is enough).
-        # Hint 2: From `node` up to the root: if its lock_ref is 0, raise ValueError; subtract one;
-        #   if it reached 0, add its blocks to evictable_blocks; go to the parent.
+        #   makes its node evictable again; an unlock too many would hide a bug, so refuse it
+        #   before changing anything. A node's own locks are its count less its children's
+        #   counts (a lock below counts on it too); the counts only grow towards the root, so
+        #   checking the node itself is enough.
+        # Hint 2: If node.lock_ref minus the sum of its children's lock_ref is 0 or less, raise
+        #   ValueError. Then from `node` up to the root: subtract one; if it reached 0, add its
+        #   blocks to evictable_blocks; go to the parent.
         # Hint 3:
+        #   if node.lock_ref - sum(c.lock_ref for c in node.children.values()) <= 0:
+        #       raise ValueError("unlock of a node that holds no lock of its own")
         #   while node is not None:
-        #       if node.lock_ref <= 0: raise ValueError("unlock of a node that is not locked")
         #       node.lock_ref -= 1
         #       if node.lock_ref == 0: evictable_blocks += len(node.blocks)
         #       node = node.parent
         # BEGIN SOLUTION 3.3: The radix tree's locks and eviction
+        if node.lock_ref - sum(child.lock_ref for child in node.children.values()) <= 0:
+            raise ValueError(f"unlock of a node that holds no lock of its own (lock_ref {node.lock_ref}, all from locks below it)")
         while node is not None:
-            if node.lock_ref <= 0:
-                raise ValueError("unlock of a node that is not locked")
             node.lock_ref -= 1
             if node.lock_ref == 0:
                 self.evictable_blocks += len(node.blocks)
