@@ -213,6 +213,7 @@ def test_miniyaie_serve_lora_flags_serve_each_adapter_by_name(served, tmp_path):
         process.wait(timeout=30)
 
 
+@pytest.mark.ungraded  # the CLI's flags: provided code, they pass on the stubs too
 @pytest.mark.parametrize("flags,says", [
     (["--lora", "no-equals-sign"], "NAME=PATH"),
     (["--lora", "=/some/dir"], "NAME=PATH"),
