@@ -136,9 +136,12 @@ def test_the_engine_runs_the_kernel_with_an_a8_scheme_and_its_answers_stay_close
         layer = engine.loaded.model.model.layers[0]
         assert isinstance(layer.mlp.down_proj, a8.Int8ActivationLinear)
         assert isinstance(layer.mlp.up_proj.merged.linear, a8.Int8ActivationLinear), "the merged gate/up too"
-        before = dict(a8.calls)
+        before, stack = dict(a8.calls), engine.llm.runner.decode_graphs  # decode steps may run in the CPU decode stack
+        steps_before = stack.counters["steps"] if stack is not None else 0
         assert engine.generate_text("hello", max_tokens=4) is not None
-        assert a8.calls["linear"] > before["linear"] and a8.calls["rows"] > before["rows"], "the a8 kernel ran"
+        in_layers = a8.calls["linear"] > before["linear"] and a8.calls["rows"] > before["rows"]
+        in_stack = stack is not None and stack.counters["steps"] > steps_before and layer.mlp.down_proj.kernel_fields()[-1] == 1
+        assert in_layers or in_stack, "the a8 kernel ran (in the layers, or in the decode stack with 8-bit activations)"
     finally:
         engine.close()
 

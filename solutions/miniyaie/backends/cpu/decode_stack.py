@@ -51,6 +51,8 @@ def why_not(model, pool) -> str | None:
         qkv, gate_up = _fields(_merged(attention.q_proj)), _fields(_merged(mlp.gate_proj))
         if qkv is None or gate_up is None or qkv[4] != (config.num_heads + 2 * config.num_kv_heads) * config.head_dim:
             return "q/k/v or gate/up not merged over weight blocks"
+        if len(set(mlp.gate_proj.merged.sizes)) != 1:  # the C++ loop multiplies the first half by the second
+            return "gate and up of different widths"
         if _fields(attention.o_proj) is None or _fields(mlp.down_proj) is None:
             return "an o or down projection not over weight blocks"
         if {layer.input_layernorm.eps, layer.post_attention_layernorm.eps} != {config.rms_norm_eps}:
