@@ -86,7 +86,7 @@ class ServerMetrics:
         r.register(EngineCollector(engine))
         if getattr(engine, "speculative_method", None) is not None:  # chapter 9's counters, when it runs
             r.register(SpeculativeCollector(engine))
-        if engine.adapter_names():  # chapter 11's counters, when adapters are served
+        if getattr(engine, "adapter_names", None) is not None and engine.adapter_names():  # chapter 11's, when served
             r.register(LoRACollector(engine))
 
     def timer(self, started: float | None = None) -> RequestTimer:
