@@ -87,7 +87,8 @@ def create_app(engine: InferenceEngine, settings: ServerSettings | None = None) 
     names = settings.served_model_names or (engine.model_name,)
     defaults = server_defaults(engine.sampling_defaults, generation_config_defaults(engine.loaded.path),
                                settings.sampling_defaults)
-    served = ServedModels(names, engine.adapter_names(), defaults)  # a request's model may name a LoRA adapter
+    served = ServedModels(names, engine.adapter_names(), defaults,  # a request's model may name a LoRA adapter
+                          lambda message: APIError(404, message, param="model", code="model_not_found"))
     metrics = ServerMetrics(engine)
     preparation = Preparation(engine, unless_disconnected,
                               lambda: APIError(503, "the server is shutting down", code="shutting_down"))

@@ -8,29 +8,30 @@ field), so the routes build every request's parameters the same way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from miniyaie.api.errors import APIError
 from miniyaie.engine import EngineError, SamplingParams
 
 
 class ServedModels:
-    """`defaults_for(model)`: a request's defaults for the name it asked for; `listing()`: /v1/models' data."""
+    """`defaults_for(model)`: a request's defaults for the name it asked for; `listing()`: /v1/models' data.
 
-    def __init__(self, names: Sequence[str], adapters: Sequence[str], defaults: SamplingParams):
+    `not_found(message)` makes the error for a name not served (the server's 404: the server knows HTTP, this does not)."""
+
+    def __init__(self, names: Sequence[str], adapters: Sequence[str], defaults: SamplingParams,
+                 not_found: Callable[[str], Exception] = LookupError):
         clash = sorted(set(names) & set(adapters))
         if clash:
             raise EngineError(f"the LoRA adapter name {clash[0]!r} is also the base model's served name: a request "
                               "could not say which it means; rename the adapter")
-        self.names, self.adapters = tuple(names), tuple(adapters)
+        self.names, self.adapters, self.not_found = tuple(names), tuple(adapters), not_found
         self._defaults = {**{n: defaults.with_updates(adapter=None) for n in names},
                           **{a: defaults.with_updates(adapter=a) for a in adapters}}
 
     def defaults_for(self, model: str) -> SamplingParams:
         """The defaults of a request for `model`, its adapter set (None: the base model); a 404 for a name not served."""
         if model not in self._defaults:
-            raise APIError(404, f"model {model!r} is not served here; try one of: {', '.join(self._defaults)}",
-                           param="model", code="model_not_found")
+            raise self.not_found(f"model {model!r} is not served here; try one of: {', '.join(self._defaults)}")
         return self._defaults[model]
 
     def listing(self) -> list[dict]:
