@@ -175,7 +175,8 @@ def test_an_adapter_named_like_the_base_model_is_refused(served):
 def test_miniyaie_serve_lora_flags_serve_each_adapter_by_name(served, tmp_path):
     import os
     import subprocess
-    import time
+
+    from miniyaie.bench.serve_peers import wait_until_up
 
     import openai
 
@@ -193,15 +194,8 @@ def test_miniyaie_serve_lora_flags_serve_each_adapter_by_name(served, tmp_path):
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
-        deadline = time.monotonic() + 50
-        while True:
-            try:
-                models = client.models.list()
-                break
-            except openai.APIConnectionError:
-                assert process.poll() is None, open(tmp_path / "serve.log").read()
-                assert time.monotonic() < deadline, "miniyaie serve did not come up"
-                time.sleep(0.2)
+        wait_until_up(f"http://127.0.0.1:{port}", process, tmp_path / "serve.log", timeout=50)
+        models = client.models.list()
         assert [m.id for m in models.data] == [BASE, *SERVED]
         ids = served.engine.tokenizer(PROMPT)["input_ids"]
         for model in SERVED:
