@@ -84,26 +84,43 @@ def test_the_avx2_fallback_equals_the_integer_sums_too():
 
 
 @pytest.mark.skipif(LIBRARY is None or not LIBRARY.quant_a8_amx_ready(), reason="no AMX tiles here")
-@settings(max_examples=10, deadline=None)
-@given(rows=st.sampled_from([1, 16, 17, 40]), out=st.sampled_from([1, 16, 20, 48]), blocks=st.integers(1, 4),
-       bits=st.sampled_from([4, 8]), seed=st.integers(0, 2**16))
-@example(rows=17, out=20, blocks=3, bits=4, seed=0).via("rows and columns past a tile of 16")
-@example(rows=16, out=16, blocks=2, bits=8, seed=0).via("8-bit codes, signed by signed")
-def test_the_amx_path_equals_the_vnni_path(rows, out, blocks, bits, seed):
+@settings(max_examples=12, deadline=None)
+@given(rows=st.sampled_from([1, 2, 16, 17, 40]), out=st.sampled_from([1, 16, 20, 48]), blocks=st.integers(1, 5),
+       bits=st.sampled_from([4, 8]), wide_groups=st.booleans(), seed=st.integers(0, 2**16))
+@example(rows=17, out=20, blocks=3, bits=4, wide_groups=False, seed=0).via("rows and columns past a tile of 16, an odd pair")
+@example(rows=16, out=16, blocks=2, bits=8, wide_groups=False, seed=0).via("8-bit codes, signed by signed")
+@example(rows=2, out=48, blocks=4, bits=8, wide_groups=True, seed=0).via("8-bit groups of 64: a scale over two blocks")
+def test_the_weights_laid_out_for_amx_give_the_same_products(rows, out, blocks, bits, wide_groups, seed):
+    """The layer's copy for the tile unit (made once) against the integer sums of its own codes, at every row count."""
     g = torch.Generator().manual_seed(seed)
+    group = 64 if bits == 8 and wide_groups and blocks % 2 == 0 else 32
     w = torch.randn(out, blocks * 32, generator=g)
     layer = a8.Int8ActivationLinear.__new__(a8.Int8ActivationLinear)
-    QuantizedLinear.__init__(layer, quantize_int4(w, 32) if bits == 4 else quantize_int8(w, 32))
+    QuantizedLinear.__init__(layer, quantize_int4(w, 32) if bits == 4 else quantize_int8(w, group))
     x = torch.randn(rows, blocks * 32, generator=g)
     try:
         LIBRARY.quant_a8_set_amx_rows(1)
         tiles = layer(x)
-        LIBRARY.quant_a8_set_amx_rows(1 << 40)
-        vnni = layer(x)
     finally:
         LIBRARY.quant_a8_set_amx_rows(a8.AMX_ROWS)
-    assert torch.allclose(tiles, vnni, rtol=1e-5, atol=1e-5 * float(vnni.abs().max())), (
-        f"AMX and VNNI differ by up to {float((tiles - vnni).abs().max()):.3g}: the same integer sums, scaled alike")
+    assert layer.amx_tiles() is not None and layer.amx_codes.numel() == LIBRARY.quant_a8_tile_bytes(out, blocks * 32, bits)
+    want = reference(*quantize(LIBRARY, x), layer.qweight)
+    assert torch.allclose(tiles.double(), want, rtol=1e-5, atol=1e-5 * (float(want.abs().max()) + 1e-6)), (
+        f"{bits}-bit, {rows}x{blocks * 32} by {out} on AMX tiles: off by up to {float((tiles.double() - want).abs().max()):.3g} "
+        f"from the integer sums scaled per block")
+
+
+def test_a_layers_tiles_are_made_again_for_a_new_weight():
+    """A weight swapped after the tiles were made (a LoRA merge, a reload): the old tiles must not be read."""
+    if LIBRARY is None or not LIBRARY.quant_a8_amx_ready():
+        pytest.skip("no AMX tiles here")
+    g = torch.Generator().manual_seed(1)
+    layer = a8.Int8ActivationLinear.__new__(a8.Int8ActivationLinear)
+    QuantizedLinear.__init__(layer, quantize_int4(torch.randn(16, 64, generator=g), 32))
+    x = torch.randn(4, 64, generator=g)
+    layer(x)
+    layer.qweight = quantize_int4(torch.randn(16, 64, generator=g), 32)
+    assert torch.allclose(layer(x).double(), reference(*quantize(LIBRARY, x), layer.qweight), rtol=1e-5, atol=1e-4)
 
 
 @needs_kernel
@@ -140,7 +157,7 @@ def test_the_engine_runs_the_kernel_with_an_a8_scheme_and_its_answers_stay_close
         steps_before = stack.counters["steps"] if stack is not None else 0
         assert engine.generate_text("hello", max_tokens=4) is not None
         in_layers = a8.calls["linear"] > before["linear"] and a8.calls["rows"] > before["rows"]
-        in_stack = stack is not None and stack.counters["steps"] > steps_before and layer.mlp.down_proj.kernel_fields()[-1] == 1
+        in_stack = stack is not None and stack.counters["steps"] > steps_before and layer.mlp.down_proj.kernel_fields()[8] == 1
         assert in_layers or in_stack, "the a8 kernel ran (in the layers, or in the decode stack with 8-bit activations)"
     finally:
         engine.close()

@@ -46,12 +46,13 @@ class QuantizedLinear(nn.Module):
         """This layer as backends/cpu/decode_stack.cpp reads it, or None where forward is not this class's."""
         return self._fields(rounds_activations=0) if type(self).forward is QuantizedLinear.forward else None
 
-    def _fields(self, rounds_activations: int) -> list[int]:
-        """codes, bits, scales, mins, out and in features, group, bias (addresses; 0: none), 8-bit activations."""
+    def _fields(self, rounds_activations: int, tiles: list[int] = (0, 0, 0)) -> list[int]:
+        """codes, bits, scales, mins, out and in features, group, bias (addresses; 0: none), 8-bit activations,
+        and the weights laid out for AMX tiles (codes, scales, mins: weights/int8_activations.py; 0: none)."""
         w = self.qweight
         return [w.codes.data_ptr(), w.bits, w.scales.data_ptr(), 0 if w.mins is None else w.mins.data_ptr(),
                 self.out_features, self.in_features, w.group, 0 if self.bias is None else self.bias.data_ptr(),
-                rounds_activations]
+                rounds_activations, *tiles]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)

@@ -16,7 +16,7 @@ from miniyaie.quant.linear import QuantizedLinear
 
 SUFFIX = "-a8"
 BLOCK = 32  # activations per block
-AMX_ROWS = 16  # quant_a8.cpp sends steps with this many rows or more to the AMX tiles where the CPU has them
+AMX_ROWS = 2  # quant_a8.cpp sends steps with this many rows or more to the AMX tiles where the layer has them
 ISAS = {3: "AVX512-VNNI", 2: "AVX-VNNI", 1: "AVX2"}
 calls = {"linear": 0, "rows": 0}  # kernel calls and rows they multiplied, since the process started
 
@@ -36,20 +36,50 @@ def kernel_isa() -> str | None:
 
 
 class Int8ActivationLinear(QuantizedLinear):
-    """A QuantizedLinear whose input is rounded to 8 bits per row and block of 32 before the product."""
+    """A QuantizedLinear whose input is rounded to 8 bits per row and block of 32 before the product.
+
+    Where the CPU has AMX it also keeps its weights laid out for the tile unit (buffers amx_codes,
+    amx_scales, amx_mins; quant_a8_amx.cpp says why), made once, on first use: a second copy as large as
+    the codes, which steps of a few rows or more read instead of the codes."""
 
     def kernel_fields(self) -> list[int] | None:
-        return self._fields(rounds_activations=1) if type(self).forward is Int8ActivationLinear.forward else None
+        if type(self).forward is not Int8ActivationLinear.forward:
+            return None
+        tiles = self.amx_tiles()
+        return self._fields(rounds_activations=1, tiles=[0, 0, 0] if tiles is None else [t.data_ptr() for t in tiles])
+
+    def amx_tiles(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(codes, scales, minimums) laid out for the tile unit, or None where the CPU has no AMX."""
+        from miniyaie.backends.cpu.kernels import load
+
+        made_from = self.__dict__.get("_amx_made_from")
+        if made_from is not None and made_from[0] is self.qweight:
+            return made_from[1]
+        library, w = load(), self.qweight
+        tiles = None
+        if library is not None and library.quant_a8_amx_ready():
+            n, k = self.out_features, self.in_features
+            tiles = (torch.empty(library.quant_a8_tile_bytes(n, k, w.bits), dtype=torch.uint8),
+                     torch.empty(library.quant_a8_tile_halves(n, k), dtype=torch.float16),
+                     torch.empty(library.quant_a8_tile_halves(n, k) if w.bits == 4 else 0, dtype=torch.float16))
+            library.quant_a8_lay_out_tiles(w.codes.data_ptr(), w.bits, w.scales.data_ptr(),
+                                           None if w.mins is None else w.mins.data_ptr(), n, k, w.group,
+                                           *(t.data_ptr() for t in tiles))
+            for name, tensor in zip(("amx_codes", "amx_scales", "amx_mins"), tiles):
+                self.register_buffer(name, tensor, persistent=False)  # counted by weight_bytes
+        self.__dict__["_amx_made_from"] = (self.qweight, tiles)
+        return tiles
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from miniyaie.backends.cpu.kernels import load
 
-        library, w = load(), self.qweight
+        library, w, tiles = load(), self.qweight, self.amx_tiles()
+        tile_pointers = [None] * 3 if tiles is None else [t.data_ptr() for t in tiles]
         rows = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
         out = torch.empty(rows.shape[0], self.out_features)
-        library.quant_matmul_a8_float(rows.data_ptr(), rows.shape[0], self.in_features, w.codes.data_ptr(), w.bits,
+        library.quant_matmul_a8_layer(rows.data_ptr(), rows.shape[0], self.in_features, w.codes.data_ptr(), w.bits,
                                       w.scales.data_ptr(), None if w.mins is None else w.mins.data_ptr(),
-                                      self.out_features, w.group, out.data_ptr(), torch.get_num_threads())
+                                      self.out_features, w.group, *tile_pointers, out.data_ptr(), torch.get_num_threads())
         calls["linear"] += 1
         calls["rows"] += rows.shape[0]
         if self.bias is not None:
@@ -96,4 +126,6 @@ def use_int8_activations(model: nn.Module, device: str | torch.device = "cpu",
             raise ValueError(f"8-bit activations: a {layer.out_features}x{layer.in_features} layer cannot: {reason}")
     for layer in layers:
         layer.__class__ = Int8ActivationLinear
+        if getattr(layer, "merged", None) is None:  # a merge's members run only where it cannot: tiles when they do
+            layer.amx_tiles()
     return len(layers)

@@ -23,8 +23,9 @@ void quant_matmul_q8(const float* x, int64_t M, int64_t K, const int8_t* codes, 
                      int64_t G, float* y, int threads);
 void quant_matmul_rows(const float* x, int64_t M, int64_t K, const void* codes, int bits, const uint16_t* scales,
                        const uint16_t* mins, int64_t N, int64_t G, float* y, int threads);
-void quant_matmul_a8_float(const float* x, int64_t M, int64_t K, const void* codes, int bits, const uint16_t* scales,
-                           const uint16_t* mins, int64_t N, int64_t G, float* y, int threads);
+void quant_matmul_a8_layer(const float* x, int64_t M, int64_t K, const void* codes, int bits, const uint16_t* scales,
+                           const uint16_t* mins, int64_t N, int64_t G, const uint8_t* tiles, const uint16_t* tile_scales,
+                           const uint16_t* tile_mins, float* y, int threads);
 void paged_decode_attention(const float* q, const void* k_cache, const void* v_cache, const int64_t* block_tables,
                             int64_t table_width, const int64_t* rows, const int64_t* seq_lens, int64_t num_seqs,
                             const int64_t* group_starts, int64_t num_groups, int64_t num_heads, int64_t num_kv_heads,
@@ -35,8 +36,9 @@ namespace {
 
 // A layer's row of the table decode_stack.py builds (int64s): the two norms' weights, four linears of
 // LINEAR fields each (codes, bits, scales, mins or 0, out features, in features, group, bias or 0,
-// 1 where the activations are rounded to 8 bits), then the layer's K and V caches.
-enum : int64_t { LINEAR = 9, INPUT_NORM = 0, POST_NORM, QKV, O = QKV + LINEAR, GATE_UP = O + LINEAR,
+// 1 where the activations are rounded to 8 bits, then the codes, scales and mins laid out for AMX tiles or 0s),
+// then the layer's K and V caches.
+enum : int64_t { LINEAR = 12, INPUT_NORM = 0, POST_NORM, QKV, O = QKV + LINEAR, GATE_UP = O + LINEAR,
                  DOWN = GATE_UP + LINEAR, K_CACHE = DOWN + LINEAR, V_CACHE, FIELDS };
 
 template <typename T>
@@ -49,7 +51,8 @@ void linear(const int64_t* f, const float* x, int64_t M, float* y, int threads) 
   const uint16_t *scales = at<const uint16_t>(f, 2), *mins = at<const uint16_t>(f, 3);
   const int64_t N = f[4], K = f[5], G = f[6];
   if (f[8]) {
-    quant_matmul_a8_float(x, M, K, codes, bits, scales, mins, N, G, y, threads);
+    quant_matmul_a8_layer(x, M, K, codes, bits, scales, mins, N, G, at<const uint8_t>(f, 9), at<const uint16_t>(f, 10),
+                          at<const uint16_t>(f, 11), y, threads);
   } else if (M > 1) {
     quant_matmul_rows(x, M, K, codes, bits, scales, mins, N, G, y, threads);
   } else if (bits == 4) {

@@ -73,7 +73,11 @@ SIGNATURES = {
     "quant_matmul_a8_float": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
     "quant_a8_amx_ready": [],
     "quant_a8_set_amx_rows": [_i64],
-    "quant_matmul_a8_amx": [_ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
+    "quant_matmul_a8_layer": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _int],
+    "quant_a8_tile_bytes": [_i64, _i64, _int],
+    "quant_a8_tile_halves": [_i64, _i64],
+    "quant_a8_lay_out_tiles": [_ptr, _int, _ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _ptr],
+    "quant_matmul_a8_tiles": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _ptr, _int],
     "decode_stack_fields": [],
     "decode_stack": [_ptr, _i64, _i64, _ptr, _i64, _f32, _ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _i64, _ptr, _ptr, _ptr, _i64,
                      _i64, _f32, _int, _int],
@@ -82,6 +86,7 @@ SIGNATURES = {
 
 CACHE_TYPES = {torch.float32: 0, torch.bfloat16: 1}  # the K/V pools the attention kernels read (float32 arithmetic)
 RESTYPES = {"paged_chunk_attention": ctypes.c_int, "quant_a8_isa": ctypes.c_int, "quant_a8_amx_ready": ctypes.c_int,
+            "quant_a8_tile_bytes": ctypes.c_int64, "quant_a8_tile_halves": ctypes.c_int64,
             "decode_stack_fields": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
 
 

@@ -261,31 +261,33 @@ void quant_matmul_a8(const int8_t* xq, const float* dx, const float* xs, int64_t
   }
 }
 
-int quant_a8_amx_ready();  // quant_a8_amx.cpp
-void quant_matmul_a8_amx(const int8_t* xq, const float* dx, const float* xs, int64_t M, int64_t rows_padded, int64_t K,
-                         const void* codes, int bits, const uint16_t* scales, const uint16_t* mins, int64_t N, int64_t G,
-                         float* y, int threads);
-
-static int64_t amx_rows = 16;  // steps with at least this many rows go to the tile unit, where there is one
-void quant_a8_set_amx_rows(int64_t rows) { amx_rows = rows; }
-
-// Both in one call, for the engine's layers: float32 x [M, K] in, y [M, N] out (buffers kept per thread).
+// Both in one call: float32 x [M, K] in, y [M, N] out (buffers kept per thread).
 void quant_matmul_a8_float(const float* x, int64_t M, int64_t K, const void* codes, int bits, const uint16_t* scales,
                            const uint16_t* mins, int64_t N, int64_t G, float* y, int threads) {
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> dx, xs;
-  const bool amx = M >= amx_rows && quant_a8_amx_ready();
-  const int64_t rows = amx ? (M + 15) / 16 * 16 : M;  // the tile unit reads x 16 rows at a time
-  if (int64_t(xq.size()) < rows * K) xq.resize(rows * K);
-  if (int64_t(dx.size()) < rows * (K / B)) dx.resize(rows * (K / B)), xs.resize(rows * (K / B));
+  if (int64_t(xq.size()) < M * K) xq.resize(M * K);
+  if (int64_t(dx.size()) < M * (K / B)) dx.resize(M * (K / B)), xs.resize(M * (K / B));
   quantize_activations_q8(x, M, K, xq.data(), dx.data(), xs.data(), threads);
-  if (amx) {
-    std::fill(xq.begin() + M * K, xq.begin() + rows * K, int8_t(0));
-    std::fill(dx.begin() + M * (K / B), dx.begin() + rows * (K / B), 0.0f);
-    std::fill(xs.begin() + M * (K / B), xs.begin() + rows * (K / B), 0.0f);
-    quant_matmul_a8_amx(xq.data(), dx.data(), xs.data(), M, rows, K, codes, bits, scales, mins, N, G, y, threads);
+  quant_matmul_a8(xq.data(), dx.data(), xs.data(), M, K, codes, bits, scales, mins, N, G, y, threads);
+}
+
+int quant_a8_amx_ready();  // quant_a8_amx.cpp
+void quant_matmul_a8_tiles(const float* x, int64_t M, int64_t K, const uint8_t* tiles, int bits, const uint16_t* d,
+                           const uint16_t* m, int64_t N, float* y, int threads);
+
+static int64_t amx_rows = 2;  // steps with at least this many rows go to the tile unit, where the layer has tiles
+void quant_a8_set_amx_rows(int64_t rows) { amx_rows = rows; }
+
+// The layers' entry (Int8ActivationLinear, decode_stack.cpp): the tile unit where the layer's weights were laid
+// out for it (tiles not null: quant_a8_lay_out_tiles) and the step has amx_rows rows or more, else the VNNI loop.
+void quant_matmul_a8_layer(const float* x, int64_t M, int64_t K, const void* codes, int bits, const uint16_t* scales,
+                           const uint16_t* mins, int64_t N, int64_t G, const uint8_t* tiles, const uint16_t* tile_scales,
+                           const uint16_t* tile_mins, float* y, int threads) {
+  if (tiles && M >= amx_rows && quant_a8_amx_ready()) {
+    quant_matmul_a8_tiles(x, M, K, tiles, bits, tile_scales, tile_mins, N, y, threads);
   } else {
-    quant_matmul_a8(xq.data(), dx.data(), xs.data(), M, K, codes, bits, scales, mins, N, G, y, threads);
+    quant_matmul_a8_float(x, M, K, codes, bits, scales, mins, N, G, y, threads);
   }
 }
 
