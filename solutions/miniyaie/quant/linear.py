@@ -144,7 +144,8 @@ def merge_blocks(model: nn.Module) -> int:
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of the model's weights as it holds them: parameters, buffers and weight blocks, each once."""
     seen, total = set(), 0
-    for module in model.modules():
+    merges = [getattr(m.merged, "linear", None) for m in model.modules() if getattr(m, "merged", None) is not None]
+    for module in [*model.modules(), *(linear for linear in merges if linear is not None)]:  # a merge's own buffers too
         tensors = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
         qweight = getattr(module, "qweight", None)
         if qweight is not None:
