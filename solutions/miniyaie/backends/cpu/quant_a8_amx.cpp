@@ -58,20 +58,20 @@ void configure_tiles() {
   _tile_loadconfig(&config);
 }
 
-// Block b's codes of one column tile as the unit reads them: 8-bit in place, 4-bit one nibble of its pair, into out.
-inline const uint8_t* block_codes(const uint8_t* column_tile, int bits, int64_t b, uint8_t* out) {
-  if (bits != 4) return column_tile + b * 512;
-  const uint8_t* pair = column_tile + (b / 2) * 512;
+// A column tile's 4-bit codes, two blocks a 512 bytes, as one block a 512 bytes (out: blocks * 512 bytes):
+// unpacked once per column tile, then read by every tile of rows.
+void unpack_pairs(const uint8_t* column_tile, int64_t blocks, uint8_t* out) {
   const __m512i low = _mm512_set1_epi8(15);
-  for (int i = 0; i < 512; i += 64) {
-    const __m512i v = _mm512_loadu_si512(pair + i);
-    _mm512_store_si512(out + i, b % 2 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), low) : _mm512_and_si512(v, low));
-  }
-  return out;
+  for (int64_t b = 0; b < blocks; b += 2)
+    for (int i = 0; i < 512; i += 64) {
+      const __m512i v = _mm512_loadu_si512(column_tile + (b / 2) * 512 + i);
+      _mm512_storeu_si512(out + b * 512 + i, _mm512_and_si512(v, low));
+      if (b + 1 < blocks) _mm512_storeu_si512(out + (b + 1) * 512 + i, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+    }
 }
 
 // What a row tile's loop reads: x rounded to bytes (rows padded to 16 with zeros), its steps and block sums,
-// and one column tile's codes, scales and minimums.
+// and one column tile's codes (512 bytes a block, 4-bit ones unpacked), scales and minimums.
 struct Operands {
   const int8_t* xq;
   const float *dx, *xs;
@@ -100,17 +100,16 @@ inline void scale_block(const Operands& o, const int32_t (*sums)[16], int64_t r0
 // 0-2 and 3-5). FULL: all 16 rows live, so the sums stay in registers.
 template <int FULL>
 void row_tile(const Operands& o, int64_t r0, int n, __m512* acc) {
-  alignas(64) uint8_t unpacked[2][512];
   alignas(64) int32_t sums[2][16][16];
   const int8_t* x = o.xq + r0 * o.K;
   int64_t b = 0;
   for (; b + 2 <= o.blocks; b += 2) {
     _tile_zero(0);
     _tile_loadd(1, x + b * B, o.K);
-    _tile_loadd(2, block_codes(o.codes, o.bits, b, unpacked[0]), 64);
+    _tile_loadd(2, o.codes + b * 512, 64);
     _tile_zero(3);
     _tile_loadd(4, x + (b + 1) * B, o.K);
-    _tile_loadd(5, block_codes(o.codes, o.bits, b + 1, unpacked[1]), 64);
+    _tile_loadd(5, o.codes + (b + 1) * 512, 64);
     if (o.bits == 4) {
       _tile_dpbsud(0, 1, 2);  // signed x, unsigned 4-bit codes
       _tile_dpbsud(3, 4, 5);
@@ -126,7 +125,7 @@ void row_tile(const Operands& o, int64_t r0, int n, __m512* acc) {
   if (b < o.blocks) {  // an odd block count's last block
     _tile_zero(0);
     _tile_loadd(1, x + b * B, o.K);
-    _tile_loadd(2, block_codes(o.codes, o.bits, b, unpacked[0]), 64);
+    _tile_loadd(2, o.codes + b * 512, 64);
     if (o.bits == 4) {
       _tile_dpbsud(0, 1, 2);
     } else {
@@ -202,10 +201,13 @@ void quant_matmul_a8_tiles(const float* x, int64_t M, int64_t K, const uint8_t* 
 #pragma omp parallel num_threads(threads)
   {
     configure_tiles();
+    std::vector<uint8_t> unpacked(bits == 4 ? blocks * 512 : 0);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < (N + 15) / 16; ++t) {
       Operands o = shared;
-      o.codes = tiles + t * per_tile, o.d = d + t * blocks * 16, o.m = bits == 4 ? m + t * blocks * 16 : nullptr;
+      if (bits == 4) unpack_pairs(tiles + t * per_tile, blocks, unpacked.data());
+      o.codes = bits == 4 ? unpacked.data() : tiles + t * per_tile;
+      o.d = d + t * blocks * 16, o.m = bits == 4 ? m + t * blocks * 16 : nullptr;
       const int64_t cols = std::min<int64_t>(16, N - t * 16);
       for (int64_t r0 = 0; r0 < M; r0 += 16) {
         const int n = int(std::min<int64_t>(16, M - r0));
