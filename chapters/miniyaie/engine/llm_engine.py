@@ -52,7 +52,7 @@ class LLMEngine(Admission, StepAccounting, OfflineGeneration, OverlapScheduling)
         self.model, self.config = model, config
         self._vocabulary, self._constraints = vocabulary, None
         dtype, device = model.lm_head.weight.dtype, model.lm_head.weight.device
-        graphs = decode_graphs_mode("off" if config.lora_adapters else decode_graphs, config, device)  # off the KV budget
+        graphs = decode_graphs_mode(decode_graphs, config, device)  # off the KV budget
         dtype = kv_cache_dtype(config.kv_cache_dtype, dtype, config.attention_backend, device)  # the pool's from here on
         num_blocks = config.num_blocks or num_blocks_for_budget(model.config, kv_budget_bytes(config, graphs), config.block_size, dtype)
         memory_class = RadixMemory if config.enable_prefix_caching else PagedMemory

@@ -43,17 +43,20 @@ def decode_graphs_mode(requested: str, config, device: torch.device | str) -> st
 
     "auto" means CUDA graphs on a CUDA device with the triton backend, the CPU's decode stack with the cpu
     backend, on one rank, unless config.enforce_eager; "off" elsewhere. The tensor-parallel ranks (chapter 7) run eagerly.
+    With LoRA adapters (chapter 11: each step's rows set on the host) only the CPU's decode stack runs, adding their deltas.
     """
     if requested not in ("auto", "off", "eager", "cuda", "cpu"):
         raise ValueError(f"decode_graphs must be auto, off, eager, cuda or cpu, got {requested!r}")
     if requested != "auto":
-        return requested
+        return "off" if config.lora_adapters and requested != "cpu" else requested
     from miniyaie.backends.choose import resolve_backend_name
 
     if config.enforce_eager or config.tensor_parallel_size != 1:
         return "off"
     backend, kind = resolve_backend_name(config.attention_backend, device), torch.device(device).type
-    return "cuda" if (kind, backend) == ("cuda", "triton") else "cpu" if (kind, backend) == ("cpu", "cpu") else "off"
+    if (kind, backend) == ("cpu", "cpu"):
+        return "cpu"
+    return "cuda" if (kind, backend) == ("cuda", "triton") and not config.lora_adapters else "off"
 
 
 class _EagerReplay:

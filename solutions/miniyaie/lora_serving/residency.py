@@ -20,11 +20,13 @@ import weakref
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
+from miniyaie.backends.cpu.decode_stack import CpuDecodeStack
+from miniyaie.backends.cpu.decode_stack_lora import StackLoRA
 from miniyaie.engine.admission import child_request_id
 from miniyaie.engine.errors import RequestFailedError
 from miniyaie.engine.outputs import RequestEvent
 from miniyaie.lora.adapter import AdapterError, load_adapter
-from miniyaie.lora.slots import NO_ADAPTER, LoRASlots
+from miniyaie.lora.slots import GROUPS, NO_ADAPTER, LoRASlots
 from miniyaie.lora.wrap import apply_lora
 
 IDLE_WAIT_S = 0.05  # nothing to run but loads under way: the engine thread waits this long for one, then looks again
@@ -44,6 +46,7 @@ class AdapterResidency:
         self.device = weights.device
         self.slots = LoRASlots(self.model_config, max_loras, max_rank, weights.dtype, weights.device)
         self.batch = apply_lora(model, self.slots)
+        self.decode_stack_refused = self._serve_in_decode_stack(model)
         # request id (every completion) -> its adapter; the radix memory keys its tokens by the same dict
         self.adapter_of: dict[str, str] = getattr(engine.memory, "adapters", {})
         self.requests: Counter[str] = Counter()  # requests admitted, per adapter
@@ -117,6 +120,17 @@ class AdapterResidency:
                 "resident": [name for name in list(self.slots.names) if name is not None],
                 "loads": c["lora_loads"], "evictions": c["lora_evictions"], "load_failures": c["lora_load_failures"],
                 "waiting_for_adapter": len(self._parked), "requests": {name: self.requests[name] for name in self.paths}}
+
+    def _serve_in_decode_stack(self, model) -> str | None:
+        """Hand the slots to the engine's CPU decode stack, which then adds the deltas of its decode steps itself
+        (backends/cpu/decode_stack_lora.py); why it does not (its steps then run layer by layer), or None."""
+        stack = self.engine.runner.decode_graphs
+        if not isinstance(stack, CpuDecodeStack):
+            return "the engine has no CPU decode stack"
+        groups = [[(self.slots.a[group][:, layer], [self.slots.b[module][:, layer] for module in group]) for group in GROUPS]
+                  for layer in range(self.model_config.num_layers)]  # GROUPS: the stack's order, q/k/v, o, gate/up, down
+        return stack.serve_lora(StackLoRA(groups, self.slots.scaling, self.batch.active, model.ops,
+                                          base=lambda projection: projection.base))
 
     def _fail_broken_loads(self) -> list[RequestEvent]:
         events = []

@@ -6,7 +6,9 @@
 // in module calls, shape checks and new tensors. The kernels themselves took about as long.
 // This loop calls the same kernels (layer_ops.cpp, quant_matmul.cpp, quant_a8.cpp,
 // paged_decode_attention.cpp) in the same order with the same arguments as the Python layers do
-// (model/transformer.py on the cpu backend); decode_stack.py says when a step comes here.
+// (model/transformer.py on the cpu backend); decode_stack.py says when a step comes here. With LoRA
+// adapters (chapter 11) each linear's deltas for the step's rows are added right after it, by the kernel
+// the wrapped projections call (lora_delta.cpp); decode_stack_lora.py lays out what it reads.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -30,6 +32,10 @@ void paged_decode_attention(const float* q, const void* k_cache, const void* v_c
                             int64_t table_width, const int64_t* rows, const int64_t* seq_lens, int64_t num_seqs,
                             const int64_t* group_starts, int64_t num_groups, int64_t num_heads, int64_t num_kv_heads,
                             int64_t head_dim, int64_t block_size, float scale, float* out, int num_threads, int cache_type);
+void lora_delta(const float* x, int64_t x_stride, int64_t in, const int64_t* order, const int64_t* starts,
+                const int64_t* lengths, const int64_t* slots, int64_t segments, const float* a, int64_t a_slot_stride,
+                int64_t a_row_stride, int64_t rank, const float* scaling, const int64_t* members, int64_t num_members,
+                int threads);
 }
 
 namespace {
@@ -43,6 +49,31 @@ enum : int64_t { LINEAR = 12, INPUT_NORM = 0, POST_NORM, QKV, O = QKV + LINEAR, 
 
 template <typename T>
 T* at(const int64_t* row, int64_t field) { return reinterpret_cast<T*>(row[field]); }
+
+// A layer's row of the LoRA table (decode_stack_lora.py), the four linears in the same order, LORA_LINEAR
+// fields each: the adapters' A (address, slot and row strides), how many members the linear merges (q/k/v: 3,
+// gate/up: 2, o and down: 1), then per member its B (address, slot and row strides, out features).
+enum : int64_t { MAX_MEMBERS = 3, LORA_LINEAR = 4 + 4 * MAX_MEMBERS, LORA_FIELDS = 4 * LORA_LINEAR };
+// A step with LoRA rows passes (int64s) the table, the rank, the scalings and the step's segments (rows by slot).
+enum : int64_t { STEP_TABLE, STEP_RANK, STEP_SCALING, STEP_ORDER, STEP_STARTS, STEP_LENGTHS, STEP_SLOTS, STEP_SEGMENTS };
+
+// y [rows, width] += the LoRA deltas of x [rows, in] through linear `which` (0 to 3) of layer l; its members side by
+// side in y. The step's segments say which rows have an adapter, and which.
+void add_lora(const int64_t* step, int64_t l, int64_t which, const float* x, int64_t in, float* y, int64_t width,
+              int threads) {
+  if (step == nullptr) return;  // no row of the step has an adapter
+  const int64_t* f = at<const int64_t>(step, STEP_TABLE) + l * LORA_FIELDS + which * LORA_LINEAR;
+  int64_t members[6 * MAX_MEMBERS], column = 0;  // as lora_delta reads them: B, its strides, out, y, y's stride
+  for (int64_t j = 0; j < f[3]; ++j) {
+    const int64_t* b = f + 4 + 4 * j;
+    const int64_t member[6] = {b[0], b[1], b[2], b[3], reinterpret_cast<int64_t>(y + column), width};
+    std::memcpy(members + 6 * j, member, sizeof(member));
+    column += b[3];
+  }
+  lora_delta(x, in, in, at<const int64_t>(step, STEP_ORDER), at<const int64_t>(step, STEP_STARTS),
+             at<const int64_t>(step, STEP_LENGTHS), at<const int64_t>(step, STEP_SLOTS), step[STEP_SEGMENTS],
+             at<const float>(f, 0), f[1], f[2], step[STEP_RANK], at<const float>(step, STEP_SCALING), members, f[3], threads);
+}
 
 // y [M, N] = x [M, K] @ W^T (+ bias), the kernel QuantizedLinear (or Int8ActivationLinear) picks for M rows.
 void linear(const int64_t* f, const float* x, int64_t M, float* y, int threads) {
@@ -92,15 +123,17 @@ void write_cache(void* cache, int cache_type, const float* rows, int64_t stride,
 extern "C" {
 
 int decode_stack_fields() { return int(FIELDS); }
+int decode_stack_lora_fields() { return int(LORA_FIELDS); }
 
 // The residual stream x [M, hidden] of M decode rows through num_layers layers, in place (the final norm
 // is the caller's). cos, sin [M, head_dim]; slots [M] where each row's K/V go; the attention arguments
-// as paged_decode_attention takes them (rows, seq_lens, block tables, groups of the step's rows).
+// as paged_decode_attention takes them (rows, seq_lens, block tables, groups of the step's rows);
+// lora: null, or the step's LoRA (STEP_* above).
 void decode_stack(float* x, int64_t M, int64_t hidden, const int64_t* layers, int64_t num_layers, float eps,
                   const float* cos, const float* sin, const int64_t* slots, int64_t num_heads, int64_t num_kv_heads,
                   int64_t head_dim, const int64_t* block_tables, int64_t table_width, const int64_t* rows,
                   const int64_t* seq_lens, const int64_t* group_starts, int64_t num_groups, int64_t block_size,
-                  float scale, int cache_type, int threads) {
+                  float scale, int cache_type, int threads, const int64_t* lora) {
   const int64_t q_width = num_heads * head_dim, kv_width = num_kv_heads * head_dim;
   const int64_t qkv_width = q_width + 2 * kv_width;
   const int64_t intermediate = layers[GATE_UP + 4] / 2;
@@ -112,6 +145,7 @@ void decode_stack(float* x, int64_t M, int64_t hidden, const int64_t* layers, in
     const int64_t* layer = layers + l * FIELDS;
     add_rms_norm(x, nullptr, at<const float>(layer, INPUT_NORM), eps, M, hidden, x, normed.data(), threads);
     linear(layer + QKV, normed.data(), M, qkv.data(), threads);
+    add_lora(lora, l, 0, normed.data(), hidden, qkv.data(), qkv_width, threads);
     rotary_in_place(qkv.data(), cos, sin, M, num_heads, head_dim, qkv_width, threads);
     rotary_in_place(qkv.data() + q_width, cos, sin, M, num_kv_heads, head_dim, qkv_width, threads);
     write_cache(at<void>(layer, K_CACHE), cache_type, qkv.data() + q_width, qkv_width, kv_width, slots, M);
@@ -121,10 +155,13 @@ void decode_stack(float* x, int64_t M, int64_t hidden, const int64_t* layers, in
                            table_width, rows, seq_lens, M, group_starts, num_groups, num_heads, num_kv_heads, head_dim,
                            block_size, scale, attended.data(), threads, cache_type);
     linear(layer + O, attended.data(), M, h.data(), threads);
+    add_lora(lora, l, 1, attended.data(), q_width, h.data(), hidden, threads);
     add_rms_norm(h.data(), x, at<const float>(layer, POST_NORM), eps, M, hidden, sum.data(), normed.data(), threads);
     linear(layer + GATE_UP, normed.data(), M, gate_up.data(), threads);
+    add_lora(lora, l, 2, normed.data(), hidden, gate_up.data(), 2 * intermediate, threads);
     silu_mul_rows(gate_up.data(), M, intermediate, act.data(), threads);
     linear(layer + DOWN, act.data(), M, down.data(), threads);
+    add_lora(lora, l, 3, act.data(), intermediate, down.data(), hidden, threads);
     for (int64_t i = 0; i < M * hidden; ++i) x[i] = sum[i] + down[i];
   }
 }

@@ -79,15 +79,16 @@ SIGNATURES = {
     "quant_a8_lay_out_tiles": [_ptr, _int, _ptr, _ptr, _i64, _i64, _i64, _ptr, _ptr, _ptr],
     "quant_matmul_a8_tiles": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _ptr, _int],
     "decode_stack_fields": [],
+    "decode_stack_lora_fields": [],
     "decode_stack": [_ptr, _i64, _i64, _ptr, _i64, _f32, _ptr, _ptr, _ptr, _i64, _i64, _i64, _ptr, _i64, _ptr, _ptr, _ptr, _i64,
-                     _i64, _f32, _int, _int],
+                     _i64, _f32, _int, _int, _ptr],
     "lora_delta": [_ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _i64, _ptr, _i64, _i64, _i64, _ptr, _ptr, _i64, _int],  # lora_delta.py
 }
 
 CACHE_TYPES = {torch.float32: 0, torch.bfloat16: 1}  # the K/V pools the attention kernels read (float32 arithmetic)
 RESTYPES = {"paged_chunk_attention": ctypes.c_int, "quant_a8_isa": ctypes.c_int, "quant_a8_amx_ready": ctypes.c_int,
             "quant_a8_tile_bytes": ctypes.c_int64, "quant_a8_tile_halves": ctypes.c_int64,
-            "decode_stack_fields": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
+            "decode_stack_fields": ctypes.c_int, "decode_stack_lora_fields": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
 
 
 def _cpu_signature() -> str:

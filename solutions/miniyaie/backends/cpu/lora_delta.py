@@ -56,7 +56,7 @@ _last: list = [None, None, 0, 0]  # the last Segments seen, its tensors as the k
 # highest slot: one step's segments serve every projection of every layer, converted and checked once
 
 
-def _segment_tensors(segments, num_slots: int) -> tuple[torch.Tensor, ...]:
+def segment_tensors(segments, num_slots: int) -> tuple[torch.Tensor, ...]:
     """order, starts, lengths, slots as contiguous int64; IndexError for a slot the stacks do not have."""
     if _last[0] is not segments:
         tensors = tuple(t.to(torch.int64).contiguous() for t in (segments.order, segments.starts, segments.lengths,
@@ -90,7 +90,7 @@ def run_kernel(outputs: tuple[torch.Tensor, ...], x: torch.Tensor, segments, a: 
     global calls
     if len(segments) == 0:
         return True
-    order, starts, lengths, slots = _segment_tensors(segments, min(a.shape[0], scaling.numel(), *(b.shape[0] for b in bs)))
+    order, starts, lengths, slots = segment_tensors(segments, min(a.shape[0], scaling.numel(), *(b.shape[0] for b in bs)))
     fields = []  # per member, as lora_delta.cpp reads them: B, its slot and row strides, out, y, y's row stride
     for y, b in zip(outputs, bs):
         fields += [b.data_ptr(), b.stride(0), b.stride(1), y.shape[1], y.data_ptr(), y.stride(0)]
