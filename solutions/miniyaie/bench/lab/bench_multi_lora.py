@@ -1,8 +1,11 @@
 """Timing, not a test: 8 LoRA adapters served in one batch against the base model alone and against merging in turn.
 
-    python -m miniyaie.bench.lab.bench_multi_lora [--num-requests 32] [--adapters 8] [--rank 16]
+    python -m miniyaie.bench.lab.bench_multi_lora [--num-requests 32] [--adapters 8] [--rank 16] [--weights gguf]
 
-The bundled SmolLM2-135M-Instruct in float32; `--adapters` random adapters made by peft (rank `--rank`,
+The bundled SmolLM2-135M-Instruct in float32, or with `--weights gguf` in its GGUF file's own blocks (what the
+engine serves it in by default on a CPU; decode steps then run in the CPU decode stack, adapters' deltas
+included: backends/cpu/decode_stack_lora.py, and a fourth row (b') runs (b) with every step layer by layer,
+as before the stack took adapters); `--adapters` random adapters made by peft (rank `--rank`,
 every projection, A and B drawn at random: peft would start B at zero), saved in PEFT's format to a temporary
 folder; the random workload (bench/workloads.py, seed 0: input U[32,256], output U[32,128], ignore_eos),
 request i for adapter i mod 8. Three systems in one run, one after the other, each warmed first:
@@ -11,7 +14,8 @@ request i for adapter i mod 8. Three systems in one run, one after the other, ea
                        with its own adapter, mixed in the same batches (what chapter 11 builds);
   (c) merge in turn    what serving without multi-LoRA does: the requests grouped by adapter; for each group
                        the adapter merged into the weights (W += scaling * B @ A), an engine over them (the cpu
-                       backend packs the merged weights), the group run, the weights restored.
+                       backend packs the merged weights; with --weights gguf a copy of them put in int4 blocks,
+                       the blocks nearest the GGUF's Q4_1), the group run, the weights restored.
 Output tokens per second of each (all requests' output tokens / wall seconds, merging and packing included
 in (c)), the load before each row, the ratios b/a and b/c, and how many requests (b) and (c) answer with the
 same tokens (merged weights round differently: a near-tie may part them). The header names the CPU, its
@@ -20,6 +24,7 @@ features and the runtime. On 2 cores run it alone: a second process moves the fi
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import subprocess
 import sys
@@ -39,6 +44,8 @@ from miniyaie.engine import EngineConfig, LLMEngine, SamplingParams
 from miniyaie.lora import load_adapter
 from miniyaie.lora.adapter import PROJECTIONS
 from miniyaie.model import load_model, resolve_model_path
+from miniyaie.quant import quantize_model
+from miniyaie.weights.engine_plugin import load_quantized
 
 FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 TARGETS = list(PROJECTIONS)
@@ -80,9 +87,10 @@ def run(engine: LLMEngine, prompts: list[list[int]], outputs: list[int], adapter
     return [tokens[rid] for rid in ids]
 
 
-def merge_in_turn(model, workload: Workload, adapter_of: list[str], paths: dict[str, str], rank: int) -> list[list[int]]:
-    """(c): for each adapter, its delta merged into the weights, its requests run on an engine of their own, then
-    the weights restored; each request's tokens."""
+def merge_in_turn(model, workload: Workload, adapter_of: list[str], paths: dict[str, str], rank: int,
+                  blocks: bool = False) -> list[list[int]]:
+    """(c): for each adapter, its delta merged into the weights (put in blocks if `blocks`), its requests run on an
+    engine of their own, then the weights restored; each request's tokens."""
     layers = model.model.layers
     tokens: list[list[int] | None] = [None] * len(workload.prompts)
     for name, path in paths.items():
@@ -95,11 +103,15 @@ def merge_in_turn(model, workload: Workload, adapter_of: list[str], paths: dict[
                 weight = getattr(getattr(layers[layer], PROJECTIONS[module]), module).weight
                 saved[(layer, module)] = weight.clone()
                 weight += adapter.delta(layer, module).to(weight.dtype)
-        engine = LLMEngine(model, EngineConfig())
+        served = model
+        if blocks:
+            served = copy.deepcopy(model)
+            quantize_model(served, "int4")
+        engine = LLMEngine(served, EngineConfig())
         out = run(engine, [workload.prompts[i] for i in mine], [workload.output_lens[i] for i in mine], [None] * len(mine))
         for i, t in zip(mine, out):
             tokens[i] = t
-        del engine
+        del engine, served
         unpack_linears(model)
         with torch.no_grad():
             for (layer, module), weight in saved.items():
@@ -112,8 +124,11 @@ def main() -> None:
     parser.add_argument("--num-requests", type=int, default=32)
     parser.add_argument("--adapters", type=int, default=8)
     parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--weights", choices=("float32", "gguf"), default="float32")
     args = parser.parse_args()
-    model = load_model(None)
+    blocks = args.weights == "gguf"
+    model = load_model(None)  # float32: what (c) merges into
+    served = load_quantized(None, "gguf", torch.float32, "cpu").model if blocks else model  # what (a) and (b) serve
     workload = random_workload(args.num_requests, model.config.vocab_size)
     warm = random_workload(args.adapters, model.config.vocab_size, (16, 32), (4, 4), seed=1)
     rows = []
@@ -132,33 +147,44 @@ def main() -> None:
             print(f"  {label}: {seconds:.1f} s", file=sys.stderr, flush=True)
             return tokens
 
-        base = LLMEngine(model, EngineConfig())
+        base = LLMEngine(served, EngineConfig())
         run(base, warm.prompts, warm.output_lens, [None] * len(warm.prompts))
         timed("(a) base model alone", lambda: run(base, workload.prompts, workload.output_lens, [None] * args.num_requests))
         del base
-        merge_in_turn(model, warm, names, paths, args.rank)  # warm: every group's engine once
+        merge_in_turn(model, warm, names, paths, args.rank, blocks)  # warm: every group's engine once
         merged = timed(f"(c) merge each adapter in turn ({args.adapters} groups)",
-                       lambda: merge_in_turn(model, workload, adapter_of, paths, args.rank))
+                       lambda: merge_in_turn(model, workload, adapter_of, paths, args.rank, blocks))
         unpack_linears(model)
         config = EngineConfig(lora_adapters=paths, max_loras=args.adapters, max_lora_rank=args.rank)
-        multi = LLMEngine(model, config)  # wraps the model's projections (after this, the model serves adapters)
+        multi = LLMEngine(served, config)  # wraps the model's projections (after this, the model serves adapters)
         run(multi, warm.prompts, warm.output_lens, names)  # every adapter loaded into its slot before the clock
         mixed = timed(f"(b) multi-LoRA, {args.adapters} adapters in one batch",
                       lambda: run(multi, workload.prompts, workload.output_lens, adapter_of))
         loads = multi.lora.stats()["loads"] if multi.lora is not None else "?"
+        stack = multi.runner.decode_graphs
+        in_stack = f"{stack.counters['lora_steps']} steps with adapter rows in the decode stack" if stack else "no decode stack"
+        if stack is not None:  # (b) without the stack: every step layer by layer, as before the stack took adapters
+            del multi
+            layers = LLMEngine(served, config, decode_graphs="off")
+            run(layers, warm.prompts, warm.output_lens, names)
+            timed("(b') the same, every step layer by layer", lambda: run(layers, workload.prompts, workload.output_lens,
+                                                                           adapter_of))
     rates = {label[:3]: rate for label, _, rate, _ in rows}
     flags = cpu_flags()
     print(f"{cpu_name()}; {os.cpu_count()} CPUs; {' '.join(f for f in FEATURES if f in flags)}; runtime: {runtime_loaded()}; "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"{args.num_requests} random requests (input U[32,256], output U[32,128], {workload.num_output_tokens} output "
           f"tokens), {args.adapters} adapters of rank {args.rank} on every projection, request i on adapter i mod "
-          f"{args.adapters}; float32 weights")
+          f"{args.adapters}; weights: {'the GGUF blocks (Q4_1/Q8_0; (c): int4)' if blocks else 'float32'}")
     print(f"{'system':48} {'seconds':>8} {'out tok/s':>10}  load before")
     for label, seconds, rate, load_now in rows:
         print(f"{label:48} {seconds:8.1f} {rate:10.1f}  {load_now}")
     same = sum(a == b for a, b in zip(mixed, merged))
     print(f"b/a = {rates['(b)'] / rates['(a)']:.2f}, b/c = {rates['(b)'] / rates['(c)']:.2f}; (b) and (c) give the same "
-          f"tokens for {same} of {args.num_requests} requests; adapter loads in (b): {loads}")
+          f"tokens for {same} of {args.num_requests} requests; adapter loads in (b): {loads}; (b): {in_stack}")
+    layered = rates.get("(b'")
+    if layered is not None:
+        print(f"b'/a = {layered / rates['(a)']:.2f} (every step layer by layer)")
 
 
 if __name__ == "__main__":
