@@ -8,6 +8,8 @@ what another owner of a block sees.
 """
 
 import itertools
+import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -258,3 +260,54 @@ def test_copy_on_write_copies_only_shared_blocks():
         f"copy_on_write of a free block left {allocator.num_free} block(s) free (was 1) and ref_count "
         f"{allocator.ref_count(copy)}: it must raise ValueError before taking a block or dropping an owner"
     )
+
+
+POOL_BLOCKS = 2_000_000  # a pool this size makes any call that walks it cost milliseconds
+HELD_BLOCKS = 1_000_000
+CYCLES = 4_000
+WORK_BUDGET_S = 10.0  # CPU seconds; the reference needs well under one
+
+
+@pytest.mark.task("2.1")
+def test_no_operation_walks_the_pool():
+    """Every call costs the same whatever the pool's size: thousands of calls on a pool of millions of blocks.
+
+    Half the pool is taken (in growing batches), then each cycle frees a random held block, allocates one and
+    reads num_used, num_free and a ref_count. The only clock is a budget of CPU seconds many times what the
+    reference needs, checked as the work goes, so that a walk fails here with its name, not at the time limit."""
+    started = time.process_time()
+    calls = 0
+
+    def within_budget(doing: str) -> None:
+        spent = time.process_time() - started
+        if spent > WORK_BUDGET_S:
+            pytest.fail(
+                f"Task 2.1: an operation walks the pool: {calls} calls on a pool of {POOL_BLOCKS:,} blocks took "
+                f"{spent:.1f} CPU seconds (over {WORK_BUDGET_S:g}; the reference takes well under one), stopped while "
+                f"{doing}. No call may look at every block: each must cost the same on a pool of 10 or 10 million.",
+                pytrace=False,
+            )
+
+    allocator = BlockAllocator(POOL_BLOCKS)
+    held: list[int] = []
+    while len(held) < HELD_BLOCKS:
+        within_budget(f"taking the first {HELD_BLOCKS:,} blocks with allocate_many (held {len(held):,})")
+        held += allocator.allocate_many(min(HELD_BLOCKS - len(held), len(held) // 4 + 1))
+        calls += 1
+    assert len(set(held)) == HELD_BLOCKS and allocator.num_used == HELD_BLOCKS, (
+        f"allocate_many handed out {len(set(held)):,} distinct blocks, num_used says {allocator.num_used:,}; "
+        f"{HELD_BLOCKS:,} were taken"
+    )
+    rng = random.Random(0)
+    for cycle in range(CYCLES):
+        if cycle % 50 == 0:
+            within_budget(f"freeing and allocating ({cycle} of {CYCLES} cycles done)")
+        i = rng.randrange(len(held))
+        held[i], held[-1] = held[-1], held[i]
+        allocator.free(held.pop())
+        block = allocator.allocate()
+        held.append(block)
+        assert allocator.ref_count(block) == 1
+        assert allocator.num_used == HELD_BLOCKS and allocator.num_free == POOL_BLOCKS - HELD_BLOCKS
+        calls += 5
+    within_budget(f"finishing the {CYCLES} cycles")

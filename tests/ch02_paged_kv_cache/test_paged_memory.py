@@ -32,6 +32,17 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def assert_no_copy_into_a_block_without_owner(memory: PagedMemory, copies: list[tuple[int, int]], after: str) -> None:
+    """Rule (1) of free's contract, on the queue a free left: no queued copy writes into a block nobody owns."""
+    ownerless = [(src, dst) for src, dst in copies if memory.allocator.ref_count(dst) == 0]
+    assert not ownerless, (
+        f"the queue of copies writes into a block that has no owner: {ownerless} of {copies} queued after {after}; "
+        "rule (1) of free's contract: applying the queue never writes into a block that has no owner (it may be "
+        "handed out again before the step). A copy whose destination nobody holds must leave the queue, and no "
+        "copy left may need it"
+    )
+
+
 class KVMemoryContract(RuleBasedStateMachine):
     """What the scheduler relies on: can_allocate says exactly whether allocate succeeds,
     a refused allocation changes nothing, and free gives everything back."""
@@ -200,9 +211,15 @@ class PagedMemoryMachine(KVMemoryContract):
         self.expected[request.request_id] = []
 
     def after_allocate(self):
-        for src, dst in self.memory.take_block_copies():  # what the model runner does before the forward
-            for offset in range(self.block_size):
-                self.pool[dst * self.block_size + offset] = self.pool.get(src * self.block_size + offset)
+        self._apply(self.memory.take_block_copies())  # what the model runner does before the forward
+
+    def _apply(self, copies: list[tuple[int, int]]) -> None:
+        """copy_blocks on the model of the pool: every copy reads its source as it was before the call."""
+        size = self.block_size
+        before = {dst: [self.pool.get(src * size + offset) for offset in range(size)] for src, dst in copies}
+        for dst, values in before.items():
+            for offset, value in enumerate(values):
+                self.pool[dst * size + offset] = value
 
     def after_step(self, request, n):
         start = request.num_computed_tokens
@@ -220,8 +237,10 @@ class PagedMemoryMachine(KVMemoryContract):
     @rule(i=st.integers(0, 10**6))
     def fork(self, i):
         parent = self.pick(i)
-        if not self.memory.block_table(parent.request_id):
-            return
+        if self.memory.block_table(parent.request_id):
+            self._fork(parent)
+
+    def _fork(self, parent: Request) -> Request:
         child = Request(f"r{next(self.ids)}", list(parent.prompt_token_ids), max_tokens=8)
         child.num_computed_tokens = parent.num_computed_tokens
         used = self.used()
@@ -231,6 +250,7 @@ class PagedMemoryMachine(KVMemoryContract):
         self.add(child)
         self.held[child.request_id] = self.held[parent.request_id]
         self.expected[child.request_id] = list(self.expected[parent.request_id])
+        return child
 
     @precondition(lambda self: len(self.requests) >= 2)
     @rule(i=st.integers(0, 10**6), j=st.integers(0, 10**6), n=st.integers(1, 8))
@@ -242,7 +262,40 @@ class PagedMemoryMachine(KVMemoryContract):
             return
         self._allocate(request, n, run=False, copies_now=False)
         self._preempt(victim)
-        self.after_allocate()
+        copies = self.memory.take_block_copies()
+        assert_no_copy_into_a_block_without_owner(self.memory, copies, f"free({victim.request_id!r})")
+        self._apply(copies)
+
+    @precondition(lambda self: self.requests)
+    @rule(i=st.integers(0, 10**6), shared=st.booleans(), n=st.integers(1, 4), fork=st.booleans(), m=st.integers(0, 4),
+          victim=st.sampled_from(["the writer", "the child", "another request"]), j=st.integers(0, 10**6))
+    def write_fork_and_free_before_the_step(self, i, shared, n, fork, m, victim, j):
+        """Before one step: a request (maybe forked first, so that its write copies) grows, queueing its copies, may
+        be forked, the child may grow too, and then a request is freed. The runner then applies the queue: free's
+        rule (1), no copy lands in a block with no owner, is checked on the queue itself; rule (2), every survivor
+        reads what it wrote, by the invariants."""
+        writer = self.pick(i)
+        if not self.memory.block_table(writer.request_id):
+            return
+        if shared:
+            self._fork(writer)  # a sibling: every block of the writer is shared now
+        if not self.memory.can_allocate(writer, n):
+            return
+        self._allocate(writer, n, run=False, copies_now=False)
+        child = self._fork(writer) if fork else None
+        grown = [(writer, n)]
+        if child is not None and m and self.memory.can_allocate(child, m):
+            self._allocate(child, m, run=False, copies_now=False)
+            grown.append((child, m))
+        target = {"the writer": writer, "the child": child}.get(victim) or self.pick(j)
+        self._preempt(target)
+        copies = self.memory.take_block_copies()
+        assert_no_copy_into_a_block_without_owner(self.memory, copies, f"free({target.request_id!r})")
+        self._apply(copies)
+        for request, tokens in grown:  # the step runs for the requests still holding their blocks
+            if request is not target:
+                self.after_step(request, tokens)
+                request.num_computed_tokens += tokens
 
     @invariant()
     def tables_and_counts_agree(self):
@@ -400,6 +453,7 @@ def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
     else:
         memory.free(other)  # someone else finishes: the child's copy must still happen
         copies = memory.take_block_copies()
+        assert_no_copy_into_a_block_without_owner(memory, copies, "free('other')")
         assert copies == [(memory.block_table("parent")[1], memory.block_table("child")[1])], (
             f"queued copies {copies}: freeing another request must not drop the child's copy-on-write"
         )
@@ -431,6 +485,7 @@ def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
         memory.free(child)
         reader = "grandchild"
     copies = memory.take_block_copies()
+    assert_no_copy_into_a_block_without_owner(memory, copies, f"freeing {freed}")
     assert copies == [(source, destination)], (
         f"queued copies {copies} after freeing {freed}: the copy ({source}, {destination}) must stay, since "
         f"{reader!r} still owns block {destination} and reads it after the step"
@@ -464,9 +519,10 @@ def test_a_fork_before_the_step_copies_what_the_shared_block_waits_for(freed):
     memory.allocate(child, 1)  # the child writes position 6 too: a copy of a block still waiting for its K/V
     readers = ["parent", "child"]
     if freed == "the parent":
-        memory.free(parent)
+        memory.free(parent)  # its copy's destination has no owner left; the child's copy still needs the K/V
         readers = ["child"]
     copies = memory.take_block_copies()
+    assert_no_copy_into_a_block_without_owner(memory, copies, f"freeing {freed}")
     copy_blocks(pool, copies, block_size)
     for reader in readers:
         slots = memory.slot_mapping(reader, 0, 6)

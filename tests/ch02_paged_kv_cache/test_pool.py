@@ -46,8 +46,17 @@ def test_pool_sized_from_a_budget_fits_it_and_one_more_block_would_not(
 def test_budget_of_a_real_model():
     # SmolLM2-135M: 30 layers x 3 KV heads x 64 dims, bf16: 2 x 30 x 3 x 64 x 2 = 23,040 bytes a token,
     # 368,640 bytes a block of 16 tokens; 256 MiB holds 728 such blocks (11,648 tokens).
-    assert num_blocks_for_budget(SMOLLM2_LIKE, 256 * 2**20, 16, torch.bfloat16) == 728
-    assert num_blocks_for_budget(SMOLLM2_LIKE, 256 * 2**20, 1, torch.float32) == 256 * 2**20 // 46_080
+    for dtype, block_size, token_bytes in ((torch.bfloat16, 16, 23_040), (torch.float32, 1, 46_080)):
+        want = 256 * 2**20 // (block_size * token_bytes)
+        got = num_blocks_for_budget(SMOLLM2_LIKE, 256 * 2**20, block_size, dtype)
+        hint = {want * 2: f"a token counted at half its size: a {dtype} element is {dtype.itemsize} bytes",
+                want // 2: f"a token counted at twice its size: a {dtype} element is {dtype.itemsize} bytes, "
+                           "and K and V are counted once each"}.get(got, "")
+        assert got == want, (
+            f"256 MiB of SmolLM2-135M's K/V in {dtype}, blocks of {block_size}: {got} blocks, not {want} "
+            f"(a token is 2 (K and V) x 30 layers x 3 KV heads x 64 dims x {dtype.itemsize} bytes = {token_bytes:,} "
+            f"bytes){': ' + hint if hint else ''}"
+        )
 
 
 @pytest.mark.ungraded
@@ -65,14 +74,13 @@ def test_the_pool_is_chapter_0s_flat_cache():
 )
 @example(num_blocks=4, block_size=3, data=None)  # two copies; blocks 1 and 2 are sources and must not change
 @example(num_blocks=3, block_size=3, data=None)  # block 0 is freed after its copy is queued, then a later copy's destination
+@example(num_blocks=5, block_size=3, data=None)  # a destination is a later pair's source: [(0, 1), (1, 2)]
 def test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else(num_blocks, block_size, data):
     if data is None:  # PagedMemory queues [(0, 1), (2, 0)] when block 0's owner is freed between two copy-on-writes
-        copies = [(2, 0), (1, 3)] if num_blocks == 4 else [(0, 1), (2, 0)]
-    else:  # distinct fresh destinations, none of them a source (what copy-on-write queues)
-        blocks = data.draw(st.permutations(range(num_blocks)))
-        n = data.draw(st.integers(0, num_blocks // 2))
-        sources, destinations = blocks[:n], blocks[n : 2 * n]  # a source may be copied twice (two writers)
-        copies = [(data.draw(st.sampled_from(sources)), dst) for dst in destinations]
+        copies = {4: [(2, 0), (1, 3)], 3: [(0, 1), (2, 0)], 5: [(0, 1), (1, 2)]}[num_blocks]
+    else:  # distinct destinations; any block may be a source, a destination's included, before or after it
+        destinations = data.draw(st.lists(st.integers(0, num_blocks - 1), unique=True, max_size=num_blocks))
+        copies = [(data.draw(st.integers(0, num_blocks - 1)), dst) for dst in destinations]
     pool = make_pool(TINY, num_blocks, block_size, torch.float32)
     pool.k.copy_(torch.randn_like(pool.k))
     pool.v.copy_(torch.randn_like(pool.v))
@@ -84,4 +92,7 @@ def test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else(num_blocks, 
         expected_v[:, dst * block_size : (dst + 1) * block_size] = v[:, src * block_size : (src + 1) * block_size]
     for name, got, want in (("K", pool.k, expected_k), ("V", pool.v, expected_v)):
         wrong = sorted({slot // block_size for slot in torch.nonzero((got != want).any(-1).any(-1).any(0)).flatten().tolist()})
-        assert not wrong, f"after copying {copies} (src, dst), {name} of blocks {wrong} is not what it should be"
+        assert not wrong, (
+            f"after copying {copies} (src, dst), {name} of blocks {wrong} is not what it should be: each copy reads "
+            "the block as it was before the call, even a block an earlier pair of the same call wrote into"
+        )

@@ -23,7 +23,9 @@ class BlockAllocator:
     num_used == num_blocks; ref_count(b) is the number of owners of block b,
     never negative; a block is free exactly when its count is 0, and only a
     free block is ever handed out. Which free block comes next is the
-    allocator's choice: callers never depend on block ids.
+    allocator's choice: callers never depend on block ids. Every call costs
+    the same whatever the pool's size: none looks at every block (asserted:
+    thousands of calls on a pool of two million blocks, within a CPU budget).
     """
 
     def __init__(self, num_blocks: int):

@@ -76,10 +76,8 @@ def attention_metadata(
     query_lens[i] = end - start, seq_lens[i] = end; slot_mapping lists the
     slots of every request's positions start..end-1 (slot_mapping above),
     one request after the other; block_tables has one row per request,
-    starting with its table, all rows as wide as the longest table; a
-    row's padding must be a block id that exists in every pool (a kernel
-    may read a whole row), and the tests assert that choice. Tensors int64,
-    on `device`.
+    its table padded with block 0 to the width of the longest table.
+    Tensors int64, on `device`.
     """
     # Idea: everything chapter 0's backend needs, read off the block tables.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.

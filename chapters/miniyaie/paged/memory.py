@@ -106,10 +106,9 @@ class PagedMemory:
 
         Positions num_computed_tokens.. will be written: any shared block
         among them is replaced by a private copy first (queued for
-        `take_block_copies`). Applied before the step, the copy gets the K/V
-        the shared block is to hold by then, even when that block is itself
-        the destination of a copy still queued (a fork between the allocate
-        that queued it and the step), whoever is freed before the step.
+        `take_block_copies`). Applied before the step, the queue gives each
+        private copy the K/V the shared block holds in that step, whatever
+        is forked, allocated or freed between this call and the step.
         Raises OutOfBlocksError with a message naming the request, changing
         nothing, when the pool cannot hold it.
         """

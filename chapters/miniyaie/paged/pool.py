@@ -53,12 +53,11 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
 
     After the call, block dst of every layer holds what block src held
     before the call (its block_size slots, K and V); no other slot changes.
-    The destinations are distinct fresh blocks. A destination may be the
-    source of an earlier pair of the same call (a source whose last owner was
-    freed after its copy was queued, then handed out as a later copy's
-    destination): that earlier pair still copies the old contents.
-    Example (asserted): copies [(0, 1), (2, 0)] leave in block 1 what block 0
-    held, and in block 0 what block 2 held.
+    The destinations are distinct; a destination may be another pair's
+    source, earlier or later in the list: every pair reads its source as it
+    was before the call. Examples (asserted): copies [(0, 1), (2, 0)] leave
+    in block 1 what block 0 held, and in block 0 what block 2 held; copies
+    [(0, 1), (1, 2)] leave in block 2 what block 1 held.
     """
     copies = list(copies)
     if not copies:

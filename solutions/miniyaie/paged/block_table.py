@@ -103,16 +103,15 @@ def attention_metadata(
     query_lens[i] = end - start, seq_lens[i] = end; slot_mapping lists the
     slots of every request's positions start..end-1 (slot_mapping above),
     one request after the other; block_tables has one row per request,
-    starting with its table, all rows as wide as the longest table; a
-    row's padding must be a block id that exists in every pool (a kernel
-    may read a whole row), and the tests assert that choice. Tensors int64,
-    on `device`.
+    its table padded with block 0 to the width of the longest table.
+    Tensors int64, on `device`.
     """
     # Nudge: everything chapter 0's backend needs, read off the block tables.
     # Hint 1: One row per request, in the batch's order, so that the packed tokens, their
     #   slots and the tables line up. A tensor needs rows of one length: pad every table
-    #   with block 0 to the longest. Padding is harmless, since a sequence reads only the
-    #   first ceil(seq_len / block_size) entries of its row.
+    #   with block 0 to the longest. Why 0: a kernel may read a whole row, so the padding
+    #   must be a block every pool has (-1 would index outside the pool), and it is harmless,
+    #   since a sequence uses only the first ceil(seq_len / block_size) entries of its row.
     # Hint 2: query_lens are end - start and seq_lens are end, request by request. The slot
     #   mapping concatenates slot_mapping(table, start, end, block_size) over the batch. Pad
     #   each table with 0s to the longest length. Build AttentionMetadata with int64 tensors

@@ -136,10 +136,9 @@ class PagedMemory:
 
         Positions num_computed_tokens.. will be written: any shared block
         among them is replaced by a private copy first (queued for
-        `take_block_copies`). Applied before the step, the copy gets the K/V
-        the shared block is to hold by then, even when that block is itself
-        the destination of a copy still queued (a fork between the allocate
-        that queued it and the step), whoever is freed before the step.
+        `take_block_copies`). Applied before the step, the queue gives each
+        private copy the K/V the shared block holds in that step, whatever
+        is forked, allocated or freed between this call and the step.
         Raises OutOfBlocksError with a message naming the request, changing
         nothing, when the pool cannot hold it.
         """
@@ -150,10 +149,12 @@ class PagedMemory:
         #   private copy (copy_on_write) in its table, and the pool must be told to copy the K/V,
         #   which the model runner does from the queued (old, new) pairs before the forward
         #   pass. Then the table grows to hold every position up to end. Nothing may fail
-        #   half-way: ask can_allocate before taking anything. A shared block that is itself
-        #   waiting for a queued copy holds nothing yet: copy from where its K/V will come
-        #   from. (Copying it after its own copy instead breaks when its owner is freed before
-        #   the step: that earlier copy is dropped.)
+        #   half-way: ask can_allocate before taking anything. The hard case is a fork before
+        #   the step: A writes into a block it shares (copy (s, a) queued), B forks A and writes
+        #   too, so B copies a, a block still waiting for its K/V. a holds nothing yet: copy
+        #   from where its K/V will come from, (s, b), not (a, b). Chaining (a, b) after (s, a)
+        #   breaks when A is freed before the step: a has no owner, so (s, a) must leave the
+        #   queue (free's rule (1)), and (a, b) would then copy nothing.
         # Hint 2: If can_allocate says no, raise OutOfBlocksError naming the request. Take the
         #   request's table (a new empty one if it has none). For each index i in
         #   _shared_blocks_to_write(table, start, end): new = allocator.copy_on_write(table[i]);
@@ -225,10 +226,12 @@ class PagedMemory:
         # Nudge: a queued copy outlives the allocate that queued it: which copies may still run?
         # Hint 1: A subtle case: a request may have queued a copy-on-write copy in this step and
         #   be freed (preempted) before the step runs. The copy's destination is then free, maybe
-        #   handed out already: the runner must not write the old K/V over its next owner's. But
-        #   a copy is not the request's alone: after a fork its destination may have another
-        #   owner, and freeing the source's owner leaves the source intact until the step runs.
-        #   Decide by the destination's owners, not by who queued the copy.
+        #   handed out already: the runner must not write the old K/V over its next owner's. The
+        #   two simple rules both break the pool. "Keep every copy" writes into blocks nobody
+        #   owns (rule (1)). "Drop the freed request's copies" loses a copy somebody still needs:
+        #   after a fork its destination may have another owner, and freeing the source's owner
+        #   leaves the source intact until the step runs (rule (2)). Decide by the destination's
+        #   owners, not by who queued the copy.
         # Hint 2: Keep only the queued (src, dst) copies whose dst still has an owner
         #   (ref_count > 0), in their order.
         # Hint 3:

@@ -68,12 +68,11 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
 
     After the call, block dst of every layer holds what block src held
     before the call (its block_size slots, K and V); no other slot changes.
-    The destinations are distinct fresh blocks. A destination may be the
-    source of an earlier pair of the same call (a source whose last owner was
-    freed after its copy was queued, then handed out as a later copy's
-    destination): that earlier pair still copies the old contents.
-    Example (asserted): copies [(0, 1), (2, 0)] leave in block 1 what block 0
-    held, and in block 0 what block 2 held.
+    The destinations are distinct; a destination may be another pair's
+    source, earlier or later in the list: every pair reads its source as it
+    was before the call. Examples (asserted): copies [(0, 1), (2, 0)] leave
+    in block 1 what block 0 held, and in block 0 what block 2 held; copies
+    [(0, 1), (1, 2)] leave in block 2 what block 1 held.
     """
     copies = list(copies)
     if not copies:
@@ -81,7 +80,9 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
     # Nudge: the allocator speaks in blocks, the tensor in slots.
     # Hint 1: The pool is [num_layers, num_slots, kv_heads, head_dim] for K and for V; block b owns
     #   slots b * block_size .. (b + 1) * block_size - 1 of every layer. A copy of a block is a
-    #   copy of those slots, in every layer, for K and for V. One indexed copy does all pairs.
+    #   copy of those slots, in every layer, for K and for V. A loop over the pairs is wrong
+    #   when a destination is a later pair's source (that pair would read the new contents):
+    #   read every source first, then write. One indexed copy does all pairs at once.
     # Hint 2: Build the slot indexes of all source blocks (each block id times block_size plus
     #   arange(block_size), flattened) and, in the same order, of all destination blocks. Then
     #   assign pool.k[:, dst_slots] = pool.k[:, src_slots], and the same for pool.v. Make the

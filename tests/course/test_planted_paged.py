@@ -1,0 +1,180 @@
+"""Chapter 2's tests name the mistakes a learner trial made (each once accepted by grading).
+
+Each case replaces one piece of the reference paged memory with a plausible wrong answer, runs the
+test of that piece's task that should catch it, and checks that it fails with a message naming the mistake.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import Phase, settings
+from planted import import_planted
+
+from miniyaie.paged import BlockAllocator, OutOfBlocksError, PagedMemory
+
+pytestmark = pytest.mark.ungraded
+CH02 = Path(__file__).resolve().parents[1] / "ch02_paged_kv_cache"
+
+
+class ScanningAllocator(BlockAllocator):
+    """Only a count per block: allocate takes the first block whose count is 0, num_used counts the rest."""
+
+    def __init__(self, num_blocks, scan_allocate=True, scan_used=True):
+        super().__init__(num_blocks)
+        self._refs, self._used = [0] * num_blocks, 0
+        self._scan_allocate, self._scan_used = scan_allocate, scan_used
+        self._free_list = list(range(num_blocks - 1, -1, -1))  # for the variant whose allocate does not scan
+
+    @property
+    def num_used(self):
+        return sum(1 for r in self._refs if r > 0) if self._scan_used else self._used
+
+    @property
+    def num_free(self):
+        return self.num_blocks - self.num_used
+
+    def ref_count(self, block):
+        self._check(block)
+        return self._refs[block]
+
+    def allocate(self):
+        if self._scan_allocate:
+            for block, r in enumerate(self._refs):
+                if r == 0:
+                    break
+            else:
+                raise OutOfBlocksError("full")
+        else:
+            while self._free_list and self._refs[self._free_list[-1]]:
+                self._free_list.pop()
+            if not self._free_list:
+                raise OutOfBlocksError("full")
+            block = self._free_list.pop()
+        self._refs[block], self._used = 1, self._used + 1
+        return block
+
+    def allocate_many(self, n):
+        if n < 0:
+            raise ValueError(n)
+        if n > self.num_free:
+            raise OutOfBlocksError(f"need {n} blocks")
+        return [self.allocate() for _ in range(n)]
+
+    def free(self, block):
+        self._check(block)
+        if self._refs[block] == 0:
+            raise ValueError("double free")
+        self._refs[block] -= 1
+        if self._refs[block] == 0:
+            self._used -= 1
+            self._free_list.append(block)
+
+    def share(self, block):
+        self._check(block)
+        if self._refs[block] == 0:
+            raise ValueError("free")
+        self._refs[block] += 1
+
+
+def copy_blocks_one_pair_at_a_time(pool, copies, block_size):
+    """A loop over the pairs: a later pair reads what an earlier one wrote."""
+    for src, dst in copies:
+        s, d = slice(src * block_size, (src + 1) * block_size), slice(dst * block_size, (dst + 1) * block_size)
+        pool.k[:, d] = pool.k[:, s]
+        pool.v[:, d] = pool.v[:, s]
+
+
+def allocate_chaining_copies(self, request, num_new_tokens):
+    """Copies a shared block from the block itself, even when that block is still waiting for a queued copy."""
+    if not self.can_allocate(request, num_new_tokens):
+        raise OutOfBlocksError(f"request {request.request_id!r} cannot grow")
+    start, end = request.num_computed_tokens, request.num_computed_tokens + num_new_tokens
+    table = self.tables.setdefault(request.request_id, [])
+    for i in self._shared_blocks_to_write(table, start, end):
+        new_block = self.allocator.copy_on_write(table[i])
+        self._copies.append((table[i], new_block))
+        table[i] = new_block
+    from miniyaie.paged.block_table import grow_block_table
+
+    grow_block_table(table, end, self.block_size, self.allocator)
+
+
+def keep_copies_a_kept_copy_reads_from(self):
+    """Drops a copy into an ownerless block, unless a kept copy reads that block: then it keeps it (the chain)."""
+    kept = []
+    for src, dst in reversed(self._copies):
+        if self.allocator.ref_count(dst) > 0 or any(s == dst for s, _ in kept):
+            kept.append((src, dst))
+    self._copies = kept[::-1]
+
+
+def keep_every_copy(self):
+    """Leaves the queue as it is: a copy still runs after its destination lost its last owner."""
+
+
+def free_dropping_the_requests_copies(self, request):
+    """Drops the queued copies into the freed request's blocks, whoever else still holds them."""
+    table = self.tables.pop(request.request_id, [])
+    for block in table:
+        self.allocator.free(block)
+    self._copies = [(src, dst) for src, dst in self._copies if dst not in table]
+
+
+FAST = ("test_allocator", "WORK_BUDGET_S", 2.0)  # a walk of the pool runs out of a smaller budget just as surely
+# the state machine, searching longer and reporting the first failure it finds unshrunk (the message is the same)
+SEARCH = ("test_paged_memory", "MACHINE_SETTINGS", settings(max_examples=1000, stateful_step_count=50, deadline=None,
+                                                             phases=[Phase.explicit, Phase.generate]))
+NO_OWNER = r"writes into a block that has no owner.*rule \(1\)"
+PLANTS = {  # mistake: (test module, test, params, what the message must say, [(owner, attribute, wrong answer)])
+    "2.1 allocate walks the pool": (
+        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the pool",
+        [("test_allocator", "BlockAllocator", lambda n: ScanningAllocator(n, scan_used=False)), FAST]),
+    "2.1 num_used walks the pool": (
+        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the pool",
+        [("test_allocator", "BlockAllocator", lambda n: ScanningAllocator(n, scan_allocate=False)), FAST]),
+    "2.2 copy_blocks one pair at a time": (
+        "test_pool", "test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else", {},
+        r"each copy reads the block as it was before the call",
+        [("test_pool", "copy_blocks", copy_blocks_one_pair_at_a_time)]),
+    "2.2 a chain of copies kept through a free": (
+        "test_paged_memory", "test_a_fork_before_the_step_copies_what_the_shared_block_waits_for",
+        {"freed": "the parent"}, NO_OWNER,
+        [(PagedMemory, "allocate", allocate_chaining_copies), (PagedMemory, "_after_release", keep_copies_a_kept_copy_reads_from),
+         ("test_paged_memory", "copy_blocks", copy_blocks_one_pair_at_a_time)]),
+    "2.2 keep every copy": (
+        "test_paged_memory", "test_a_fork_before_the_step_copies_what_the_shared_block_waits_for",
+        {"freed": "the parent"}, NO_OWNER, [(PagedMemory, "_after_release", keep_every_copy)]),
+    "2.2 keep every copy (state machine)": (
+        "test_paged_memory", "test_paged_memory_state_machine", {}, NO_OWNER,
+        [(PagedMemory, "_after_release", keep_every_copy), SEARCH]),
+    "2.2 drop the freed request's copies": (
+        "test_paged_memory", "test_a_queued_copy_stays_while_its_destination_has_an_owner",
+        {"freed": "the child, forked again first"}, r"must stay, since 'grandchild' still owns block",
+        [(PagedMemory, "free", free_dropping_the_requests_copies)]),
+    "2.2 drop the freed request's copies (state machine)": (
+        "test_paged_memory", "test_paged_memory_state_machine", {}, r"does not read back what it wrote",
+        [(PagedMemory, "free", free_dropping_the_requests_copies), SEARCH]),
+}
+
+
+def messages(error: BaseException) -> str:
+    """The text of an error and, for an exception group (hypothesis's several failures), of each inside it."""
+    inner = getattr(error, "exceptions", ())
+    return "\n".join([str(error), *(messages(e) for e in inner)])
+
+
+@pytest.mark.parametrize("mistake", list(PLANTS))
+def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mistake, monkeypatch):
+    test_module, test_name, params, message, wrongs = PLANTS[mistake]
+    monkeypatch.syspath_prepend(str(CH02))
+    monkeypatch.syspath_prepend(str(CH02.parent / "ch00_model"))
+    tests = import_planted(CH02 / f"{test_module}.py", f"planted_tests_ch02_{test_module}")
+    for owner, attribute, wrong in wrongs:
+        monkeypatch.setattr(tests if isinstance(owner, str) else owner, attribute, wrong)
+    torch.manual_seed(0)
+    with pytest.raises(BaseException) as failure:
+        getattr(tests, test_name)(**params)
+    text = messages(failure.value)
+    assert re.search(message, text, re.S), f"the message does not name the mistake ({message!r}): {text[:2000]}"
