@@ -78,3 +78,23 @@ def test_the_command_refuses_an_unknown_chapter_or_impl(capsys):
     assert "no challenge" in capsys.readouterr().err
     assert main(["challenge", "1", "--impl", "nowhere"]) == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+def test_chapter_2s_admission_order_hook_is_what_the_page_says(monkeypatch):
+    """The page: make_scheduler may return a Scheduler subclass whose _admission_order decides the order admission
+    tries the waiting requests in; the score then follows that order (short requests first here)."""
+    from miniyaie.challenges import ch02_paged_pool as ch02
+    from miniyaie.scheduler import Scheduler, SchedulerConfig
+
+    tried: list[int] = []
+
+    class ShortFirst(Scheduler):
+        def _admission_order(self):
+            order = sorted(super()._admission_order(), key=lambda r: len(r.prompt_token_ids) + r.max_tokens)
+            tried.append(len(order))
+            return order
+
+    config = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=64, decode_reserve=0.2)
+    short_first = ch02.serve_seconds(ch02.reference_memory, lambda memory: ShortFirst(config, memory))
+    assert tried, "the scheduler never called _admission_order: the hook the page documents does not exist"
+    assert math.isfinite(short_first) and short_first != ch02.serve_seconds(ch02.reference_memory, ch02.reference_scheduler)

@@ -3,7 +3,8 @@
 Your levers, in your `miniyaie/paged/challenge.py`: `make_memory(capacity_tokens)` returning a
 PagedMemory over that many token slots (the block size is yours: small blocks waste less of the
 pool, but every block a step reads costs time), and `make_scheduler(memory)` (admission headroom,
-batch size: a pool that fills preempts, and a preempted request computes its tokens again).
+batch size: a pool that fills preempts, and a preempted request computes its tokens again; or a
+Scheduler subclass whose `_admission_order` picks the order waiting requests are tried in).
 Scored in simulated time (simulate.py's step cost + BLOCK_MS per block a step reads): deterministic.
 """
 
