@@ -7,6 +7,7 @@ walks, on SmolLM2's byte-level vocabulary (where tokens can end in the
 middle of a character) and on a small one with multi-byte characters.
 """
 
+import sys
 import threading
 import time
 from collections import Counter
@@ -76,6 +77,60 @@ def test_every_token_ends_where_its_bytes_lead(case):
     assert got.tolist() == want.tolist(), (
         f"from state {state}: tokens {token_bytes.tolist()} (lengths {lengths.tolist()}) should end in "
         f"{want.tolist()} (-1: dead; a token of length 0 is dead), got {got.tolist()}")
+
+
+
+class _TooMuchPython(Exception):
+    pass
+
+
+def python_lines(call, cap: int) -> int:
+    """How many lines of Python run while `call()` runs (sys.settrace), stopped soon after `cap`."""
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+            if count > cap:
+                raise _TooMuchPython
+        return tracer
+
+    previous, threads = sys.gettrace(), torch.get_num_threads()
+    torch.set_num_threads(1)  # as TokenIndex walks: two threads on busy cores take seconds, not milliseconds
+    sys.settrace(tracer)
+    try:
+        call()
+    except _TooMuchPython:
+        pass
+    finally:
+        sys.settrace(previous)
+        torch.set_num_threads(threads)
+    return count
+
+
+@pytest.mark.task("8.2")
+@pytest.mark.parametrize("state", [0, 1], ids=["most-tokens-live", "most-tokens-die-at-once"])
+def test_a_vocabulary_the_size_of_smollm2s_is_walked_without_a_python_loop_over_its_tokens(state):
+    """SmolLM2 has 49,152 tokens and a schema hundreds of states: the walk's Python work must not grow with V."""
+    gen = torch.Generator().manual_seed(8)
+    vocab, width = 49_152, 16
+    lengths = torch.randint(1, width + 1, (vocab,), generator=gen)
+    lengths[:100] = 0  # special tokens
+    token_bytes = torch.randint(ord("a"), ord("z") + 1, (vocab, width), generator=gen)
+    token_bytes[torch.arange(width)[None, :] >= lengths[:, None]] = 0
+    table = torch.full((3, 256), DEAD, dtype=torch.int64)
+    table[0, ord("a"):ord("z") + 1] = 0  # a string's body: every token walks all its bytes
+    table[1, ord("a")], table[2, ord("a"):ord("d")] = 2, 1  # a key: most tokens die at their first byte
+    result = {}
+    cap = vocab // 10
+    lines = python_lines(lambda: result.update(ends=walk_vocabulary(table, state, token_bytes, lengths)), cap)
+    assert lines <= cap, (
+        f"Task 8.2: walk_vocabulary ran more than {cap:,} lines of Python to walk {vocab:,} tokens from one state "
+        f"(at most one for every ten tokens): a Python loop over tokens. SmolLM2 has {vocab:,} tokens and decoding "
+        "walks them from every state it reaches: walk them in tensor operations")
+    want = one_by_one(table, state, token_bytes[:2000], lengths[:2000])
+    assert result["ends"][:2000].tolist() == want.tolist(), "the first 2,000 tokens end where their bytes lead"
 
 
 def viable(fsm, live: set, data: bytes) -> bool:

@@ -36,6 +36,18 @@ PLANTS = {
         "                    if True:\n                        self._masks[state] = packed",
         "test_token_index", "test_a_built_state_and_nbytes_are_answered_while_another_state_builds", {},
         r"mask\(\) of a state already built and nbytes must be answered"),
+    "a Python loop over tokens": (  # passed all 29 tests of Task 8.2, at 603 s against 33 s for the whole grade
+        "token_index.py", "    ends = torch.full((token_bytes.shape[0],), DEAD, dtype=torch.int64)\n",
+        "    table = next_state.tolist(); out = []\n"
+        "    for row, n in zip(token_bytes.tolist(), lengths.tolist()):\n"
+        "        cur = state if n else DEAD\n"
+        "        for byte in row[:n]:\n"
+        "            cur = table[cur][byte]\n"
+        "            if cur == DEAD: break\n"
+        "        out.append(cur)\n"
+        "    return torch.tensor(out, dtype=torch.int64)\n",
+        "test_token_index", "test_a_vocabulary_the_size_of_smollm2s_is_walked_without_a_python_loop_over_its_tokens",
+        {"state": 1}, r"Task 8\.2: walk_vocabulary ran more than 4,915 lines of Python .*: a Python loop over tokens"),
     "the lone surrogate quoted in the refusal": (
         "schema_values.py", 'raise PatternError(f"{keyword}: a string holds a lone surrogate',
         'raise PatternError(f"{keyword}: {value!s} holds a lone surrogate', "test_schema_values",
@@ -56,7 +68,7 @@ def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mis
     module = import_planted(planted, f"planted_{Path(file).stem}_{abs(hash(mistake))}")
     monkeypatch.syspath_prepend(str(CH08))
     tests = import_planted(CH08 / f"{test_module}.py", f"planted_tests_{test_module}")
-    for name in ("schema_to_regex", "check_value", "TokenIndex"):  # what the test reaches, from the planted module
+    for name in ("schema_to_regex", "check_value", "TokenIndex", "walk_vocabulary"):  # what the test reaches, from the planted module
         if hasattr(module, name) and hasattr(tests, name):
             monkeypatch.setattr(tests, name, getattr(module, name))
     if file == "token_index.py":  # the test's counting index derives from the planted class
