@@ -232,8 +232,8 @@ class HoldsMachine(RuleBasedStateMachine):
         if held:
             self.holds[pattern] -= 1
         for rid in ids:
+            self.need(pattern)  # the new guide's use first: a restarted id never drops the index it reads
             self.forget_model(rid)
-            self.need(pattern)
             self.guides[rid] = pattern
         if held:
             self.uses[pattern] -= 1
@@ -250,7 +250,8 @@ class HoldsMachine(RuleBasedStateMachine):
         in_use = sorted(p for p, n in self.uses.items() if n > 0)
         assert stats["compiles"] == self.compiles, (
             f"after {self.story}: {self.compiles} compiles expected, {stats['compiles']} happened (an index dropped "
-            f"while a guide or hold used it compiles again; a prepared index is used by start without compiling)")
+            f"while a guide or hold used it compiles again; a prepared index is used by start without compiling; "
+            f"an id started again gives its old guide's use back only after its new guide took one)")
         assert stats["indexes_in_use"] == len(in_use), (
             f"after {self.story}: patterns in use (by guides or holds) {in_use}, the cache counts {stats['indexes_in_use']}")
         for rid in ["r1", "r2", "r3", "r4"]:
@@ -264,4 +265,10 @@ def test_guides_and_prepared_holds_give_back_each_use_of_an_index_once():
     c = Constraints(byte_vocabulary([]), 300, Limits(cache_bytes=1))
     c.start(["r0"], SamplingParams())  # unconstrained: nothing to hold, nothing to compile
     assert "r0" not in c.guides and c.stats()["compiles"] == 0, f"an unconstrained start makes no guide and compiles nothing: {c.stats()}"
+    c.start(["r1"], SamplingParams(regex="ab"))
+    c.start(["r1"], SamplingParams(regex="ab"))  # a restart of r1: its old guide was the index's only use
+    assert c.stats()["compiles"] == 1 and c.stats()["indexes_in_use"] == 1, (
+        f"start(['r1']) twice with one pattern, over a cache that keeps nothing unused: r1's new guide must take its "
+        f"use before the old one is given back (1 compile, 1 index in use), got {c.stats()}")
+    c.forget("r1")
     run_state_machine_as_test(HoldsMachine, settings=settings(max_examples=60, stateful_step_count=20, deadline=None))

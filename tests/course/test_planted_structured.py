@@ -6,6 +6,7 @@ at it, and runs the test that should catch it: it must fail, with a message that
 
 import inspect
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,14 @@ PLANTS = {
         "    return torch.tensor(out, dtype=torch.int64)\n",
         "test_token_index", "test_a_vocabulary_the_size_of_smollm2s_is_walked_without_a_python_loop_over_its_tokens",
         {"state": 1}, r"Task 8\.2: walk_vocabulary ran more than 4,915 lines of Python .*: a Python loop over tokens"),
+    "a restarted id's old use given back before its new guide took one": (
+        "constraints.py",
+        "                guide = Guide(cache.take(pattern, self._budget(params), keyword_of(params)))\n"
+        "                self.forget(rid)",
+        "                self.forget(rid)\n"
+        "                guide = Guide(cache.take(pattern, self._budget(params), keyword_of(params)))",
+        "test_index_cache", "test_guides_and_prepared_holds_give_back_each_use_of_an_index_once", {},
+        r"start\(\['r1'\]\) twice .*r1's new guide must take its use before the old one is given back"),
     "the lone surrogate quoted in the refusal": (
         "schema_values.py", 'raise PatternError(f"{keyword}: a string holds a lone surrogate',
         'raise PatternError(f"{keyword}: {value!s} holds a lone surrogate', "test_schema_values",
@@ -71,6 +80,8 @@ def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mis
     for name in ("schema_to_regex", "check_value", "TokenIndex", "walk_vocabulary"):  # what the test reaches, from the planted module
         if hasattr(module, name) and hasattr(tests, name):
             monkeypatch.setattr(tests, name, getattr(module, name))
+    if file == "constraints.py":  # the test imports Constraints from the package when it runs
+        monkeypatch.setattr(sys.modules["miniyaie.structured"], "Constraints", module.Constraints)
     if file == "token_index.py":  # the test's counting index derives from the planted class
         tests.SlowIndex.__bases__ = (module.TokenIndex,)  # a fresh import of the test module: nothing to restore
     test = getattr(tests, test_name)

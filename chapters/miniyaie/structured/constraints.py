@@ -121,9 +121,10 @@ class Constraints:
         """A guide per completion id, each holding one use of the pattern's index until forget(id).
 
         Unconstrained params: nothing happens. Otherwise, afterwards: each id has a new guide that holds
-        exactly one use; an id that had a guide already has given its old use back, and not before its new
-        guide held one (so a cache that keeps nothing unused compiles again for start(["r1"]) after
-        start(["r1"]), not for start(["r2", "r1"])). If a prepare(params) holds the pattern's index, start
+        exactly one use; an id that had a guide already has given its old use back, after its new guide
+        took one (so even a cache that keeps nothing unused compiles once for start(["r1"]) then
+        start(["r1"]) of one pattern: a restart never drops the index it is about to read). If a
+        prepare(params) holds the pattern's index, start
         compiles nothing and consumes that hold: its use is given back exactly once, even when a take
         raises, and never while no guide holds the index. Invariant: every use the cache counts
         (`stats()["indexes_in_use"]`) is one guide's or one hold's.

@@ -121,9 +121,10 @@ class Constraints:
         """A guide per completion id, each holding one use of the pattern's index until forget(id).
 
         Unconstrained params: nothing happens. Otherwise, afterwards: each id has a new guide that holds
-        exactly one use; an id that had a guide already has given its old use back, and not before its new
-        guide held one (so a cache that keeps nothing unused compiles again for start(["r1"]) after
-        start(["r1"]), not for start(["r2", "r1"])). If a prepare(params) holds the pattern's index, start
+        exactly one use; an id that had a guide already has given its old use back, after its new guide
+        took one (so even a cache that keeps nothing unused compiles once for start(["r1"]) then
+        start(["r1"]) of one pattern: a restart never drops the index it is about to read). If a
+        prepare(params) holds the pattern's index, start
         compiles nothing and consumes that hold: its use is given back exactly once, even when a take
         raises, and never while no guide holds the index. Invariant: every use the cache counts
         (`stats()["indexes_in_use"]`) is one guide's or one hold's.
@@ -133,13 +134,18 @@ class Constraints:
         #   ever, an extra one lets the cache evict an index a guide still reads. The hold keeps
         #   the prepared index in use; give it back only after the guides have taken theirs, or
         #   the cache may drop it in between and compile it again.
+        #   The same goes for an id that already has a guide: its old use may be the only one
+        #   keeping the index, so it goes back after the new guide has taken its use.
         # Hint 2: Find the pattern (None: return). Consume a hold if there is one. Then, in a
-        #   try whose finally gives back the hold's use if one was consumed: for each id, forget
-        #   it, take the pattern's index, make its Guide, remember the id's pattern.
+        #   try whose finally gives back the hold's use if one was consumed: for each id, take
+        #   the pattern's index and make its Guide, then forget the id (its old guide's use
+        #   back), then store the new guide and remember the id's pattern.
         # Hint 3:
         #   pattern = pattern_of(params, limits); if None: return
         #   cache, held = self._indexes(), self._unhold(pattern)
-        #   try: for rid in ids: forget(rid); guides[rid] = Guide(cache.take(pattern, budget, keyword)); _patterns[rid] = pattern
+        #   try: for rid in ids:
+        #            guide = Guide(cache.take(pattern, budget, keyword)); forget(rid)
+        #            guides[rid] = guide; _patterns[rid] = pattern
         #   finally: if held: cache.give_back(pattern)
         # BEGIN SOLUTION 8.6: The index cache
         pattern = pattern_of(params, self.limits)
@@ -148,9 +154,9 @@ class Constraints:
         cache, held = self._indexes(), self._unhold(pattern)
         try:
             for rid in ids:
-                self.forget(rid)  # a guide it may still have (its index back)
-                self.guides[rid] = Guide(cache.take(pattern, self._budget(params), keyword_of(params)))
-                self._patterns[rid] = pattern
+                guide = Guide(cache.take(pattern, self._budget(params), keyword_of(params)))
+                self.forget(rid)  # a guide it may still have: its use back, now that the new one holds the index
+                self.guides[rid], self._patterns[rid] = guide, pattern
         finally:
             if held:
                 cache.give_back(pattern)
