@@ -133,7 +133,7 @@ def test_through_the_server_every_schema_is_a_400_naming_its_keyword_or_outputs_
             jsonschema.validate(json.loads(choice["text"]), json.loads(json.dumps(schema)))
 
 
-@pytest.mark.task("8.5")
+@pytest.mark.task("8.7")  # the engine's path: Task 8.5's own test of depth is test_json_schema's, on schema_to_regex
 @pytest.mark.parametrize("schema,keyword", [pytest.param(nested_types(800), "type", marks=pytest.mark.ungraded),  # provided
                                             (nested_any_of(300), "anyOf")],
                          ids=["type in 800 lists", "anyOf 300 deep"])  # (hypothesis cannot print such examples)

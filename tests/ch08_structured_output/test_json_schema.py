@@ -362,10 +362,37 @@ def test_each_subschema_is_one_level_deeper(keyword):
     """The depth cap (MAX_DEPTH levels below the top) holds through every keyword that holds a subschema."""
     from miniyaie.structured.json_schema import MAX_DEPTH
 
-    assert schema_to_regex(nested(keyword, MAX_DEPTH)), f"{MAX_DEPTH} levels of {keyword} are within the cap"
-    with pytest.raises(PatternError, match="deeper") as refused:
+    rule = (f"each subschema ({keyword}'s) is one level deeper than the schema holding it, and a schema nested "
+            f"deeper than MAX_DEPTH = {MAX_DEPTH} levels below the top is refused with a PatternError saying 'deeper'")
+    try:
+        schema_to_regex(nested(keyword, MAX_DEPTH))
+    except PatternError as refused:
+        pytest.fail(f"Task 8.5: {MAX_DEPTH} levels of {keyword} were refused ({refused}): they are within the cap: {rule}")
+    try:
         schema_to_regex(nested(keyword, MAX_DEPTH + 1))
-    assert "deeper" in str(refused.value), f"{MAX_DEPTH + 1} levels of {keyword} must be refused: {refused.value}"
+    except PatternError as refused:
+        assert "deeper" in str(refused), f"Task 8.5: {MAX_DEPTH + 1} levels of {keyword}: the refusal must say 'deeper': {refused}"
+    else:
+        pytest.fail(f"Task 8.5: {MAX_DEPTH + 1} levels of {keyword} were converted, the depth cap not reached: {rule}")
+
+
+@pytest.mark.task("8.5")
+@pytest.mark.parametrize("keyword", ["items", "properties", "anyOf"])
+def test_a_schema_nested_hundreds_deep_is_refused_by_keyword_without_a_recursion_error(keyword):
+    """A client's schema 300 levels deep: a 400 naming the keyword, never a RecursionError (a 500)."""
+    from miniyaie.structured.json_schema import MAX_DEPTH
+
+    try:
+        schema_to_regex(nested(keyword, 300))
+    except PatternError as refused:
+        assert re.match(rf"{keyword}\b", str(refused)) and "deeper" in str(refused), (
+            f"Task 8.5: {keyword} 300 levels deep: the refusal must start with the keyword and say 'deeper': {refused}")
+    except RecursionError:
+        pytest.fail(f"Task 8.5: {keyword} 300 levels deep raised RecursionError: each subschema ({keyword}'s) is one "
+                    f"level deeper, so the depth cap (MAX_DEPTH = {MAX_DEPTH}) refuses it long before Python's stack ends")
+    else:
+        pytest.fail(f"Task 8.5: {keyword} 300 levels deep was converted: each subschema ({keyword}'s) is one level "
+                    f"deeper, and a schema deeper than MAX_DEPTH = {MAX_DEPTH} is refused")
 
 
 NULL = {"type": "null"}
@@ -388,10 +415,23 @@ def test_a_schema_the_conversion_cannot_honour_is_refused_by_name(schema, named)
     try:
         schema_to_regex(schema)
     except PatternError as refused:
-        assert named in str(refused), f"{str(schema)[:80]}: the refusal must name {named}: {refused}"
+        either = {named, named.replace("'", '"')}  # a name quoted either way
+        assert any(n in str(refused) for n in either), f"{str(schema)[:80]}: the refusal must name {named}: {refused}"
     else:
         pytest.fail(f"{str(schema)[:80]} was converted: the contract refuses it with a PatternError naming {named} "
-                    "(bounds that contradict each other are refused wherever their type is allowed, alone or in a list)")
+                    f"({why_refused(schema)})")
+
+
+def why_refused(schema: dict) -> str:
+    """The rule of check_structure's contract that refuses `schema`, for the failure message."""
+    if "const" in schema or "enum" in schema:
+        return "an enum that is not a list, over max_enum, or holding a value JSON or UTF-8 cannot write is refused"
+    if "anyOf" in schema:
+        return ("an anyOf that is not a list, is empty or has more branches than max_enum is refused, and so is any "
+                "keyword beside it but annotations (it belongs inside each branch)")
+    if "required" in schema:
+        return "a required property that is not among the properties is refused, naming it"
+    return "bounds that contradict each other are refused wherever their type is allowed, alone or in a list"
 
 
 @pytest.mark.task("8.5")

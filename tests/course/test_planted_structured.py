@@ -57,6 +57,23 @@ PLANTS = {
         "                guide = Guide(cache.take(pattern, self._budget(params), keyword_of(params)))",
         "test_index_cache", "test_guides_and_prepared_holds_give_back_each_use_of_an_index_once", {},
         r"start\(\['r1'\]\) twice .*r1's new guide must take its use before the old one is given back"),
+    "an anyOf branch at its parent's depth": (
+        "json_schema.py", '        return "(" + "|".join(schema_to_regex(s, depth + 1, limits, "anyOf")',
+        '        return "(" + "|".join(schema_to_regex(s, depth, limits, "anyOf")', "test_json_schema",
+        "test_each_subschema_is_one_level_deeper", {"keyword": "anyOf"},
+        r"Task 8\.5: 6 levels of anyOf were converted, the depth cap not reached: each subschema \(anyOf's\) is one "
+        r"level deeper"),
+    "an anyOf branch at its parent's depth, 300 deep": (
+        "json_schema.py", '        return "(" + "|".join(schema_to_regex(s, depth + 1, limits, "anyOf")',
+        '        return "(" + "|".join(schema_to_regex(s, depth, limits, "anyOf")', "test_json_schema",
+        "test_a_schema_nested_hundreds_deep_is_refused_by_keyword_without_a_recursion_error", {"keyword": "anyOf"},
+        r"Task 8\.5: anyOf 300 levels deep raised RecursionError: each subschema \(anyOf's\) is one level deeper"),
+    "no check for keywords beside anyOf": (
+        "json_schema.py", "        if others:\n            raise PatternError(f\"anyOf with other keywords",
+        "        if False:\n            raise PatternError(f\"anyOf with other keywords", "test_json_schema",
+        "test_a_schema_the_conversion_cannot_honour_is_refused_by_name",
+        {"schema": {"anyOf": [{"type": "null"}], "type": "null"}, "named": "'type'"},
+        r"was converted: .*any keyword beside it but annotations \(it belongs inside each branch\)"),
     "the lone surrogate quoted in the refusal": (
         "schema_values.py", 'raise PatternError(f"{keyword}: a string holds a lone surrogate',
         'raise PatternError(f"{keyword}: {value!s} holds a lone surrogate', "test_schema_values",
