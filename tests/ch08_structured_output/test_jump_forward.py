@@ -106,6 +106,22 @@ def test_the_engine_writes_the_same_tokens_in_fewer_steps(tiny_model):
 
 
 @pytest.mark.task("8.7")
+def test_jump_forward_may_stop_inside_a_character_where_the_tokens_do():
+    """Forced text is bytes: 'é' (C3 A9) then a choice, with a token for C3 alone and A9 only inside 'A9 x' and
+    'A9 y': jump-forward writes C3 and the guide stands between the character's two bytes, a state like any other."""
+    from miniyaie.structured import Vocabulary
+
+    vocabulary = Vocabulary([b"\xc3", b"\xa9x", b"\xa9y", None], (3,))
+    g = Guide(TokenIndex(compile_regex("é[xy]"), vocabulary))
+    tokens = g.forced_tokens()
+    assert tokens == [0], (
+        f"Task 8.7: 'é' is forced and the vocabulary writes its first byte C3 alone: jump-forward writes it, half a "
+        f"character, and leaves the model the choice of the tokens that finish it; got {tokens} ({text_of(g, tokens)!r})")
+    assert g.state == walked(g, b"\xc3"), f"the guide stands after C3, inside the character: got state {g.state}"
+    assert g.allowed().nonzero().flatten().tolist() == [1, 2], "then the model chooses between 'A9 x' and 'A9 y'"
+
+
+@pytest.mark.task("8.7")
 def test_forced_text_the_vocabulary_cannot_write_is_left_to_the_model():
     from miniyaie.structured import Vocabulary
 
@@ -137,10 +153,17 @@ def test_after_a_step_each_request_advances_jumps_within_its_room_and_ends_or_fa
     done_state = c.guides["done"].state
     forced, ended, failed = c.after_step(sampled, {"done": "length"}, asks.__getitem__, rooms.__getitem__)
     as_text = {rid: bytes(tokens).decode() for rid, tokens in forced.items()}
+    assert len(forced.get("short", [])) == 3 and len(forced.get("last", [])) == 1, (
+        f"Task 8.7: room(id) is how many more tokens a request may take: 'short' had room for 3 and got "
+        f"{len(forced.get('short', []))} forced tokens, 'last' room for 1 and got {len(forced.get('last', []))}: "
+        "the forced tokens are cut to the room left")
     assert as_text == {"jump": '"name":"', "short": '"na', "ends": "yz", "last": "y"}, (
         "forced text: '\"name\":\"' after '{' for a request that asked, nothing for one that did not ('plain'), "
         "cut to the room left ('short': 3), 'yz' after 'x' of 'xyz', 'y' of 'xy' in its last room, nothing for a "
         f"request already finished ('done') or complete ('whole'); got {as_text}")
+    assert ended.get("short") == "length", (
+        f"Task 8.7: 'short' used its last room (3 tokens) on forced tokens without completing its pattern: it ends "
+        f"'length', got {ended.get('short')!r}")
     assert ended == {"short": "length", "ends": "stop", "whole": "stop", "last": "stop"}, (
         "'short' used its room on forced tokens (length); 'ends' and 'last' are complete after their forced tokens, "
         f"'whole' after its sampled token (stop, even with no room left: the text is whole); got {ended}")

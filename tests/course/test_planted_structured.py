@@ -74,6 +74,27 @@ PLANTS = {
         "test_a_schema_the_conversion_cannot_honour_is_refused_by_name",
         {"schema": {"anyOf": [{"type": "null"}], "type": "null"}, "named": "'type'"},
         r"was converted: .*any keyword beside it but annotations \(it belongs inside each branch\)"),
+    "forced tokens cut to the room ignored": (
+        "constraints.py", "                if len(tokens) > room(rid):  # cut", "                if False:  # cut",
+        "test_jump_forward", "test_after_a_step_each_request_advances_jumps_within_its_room_and_ends_or_fails_alone",
+        {}, r"Task 8\.7: room\(id\) is how many more tokens a request may take: 'short' had room for 3 and got 8"),
+    "a jump backed off to the last whole character": (
+        "guide.py", ("        dfa, forced, state = self.index.dfa, bytearray(), self.state\n",
+                     "            i += n\n        return tokens\n"),
+        ("        start = self.state\n        dfa, forced, state = self.index.dfa, bytearray(), self.state\n",
+         "            i += n\n"
+         "        while tokens:\n"
+         "            try:\n"
+         "                bytes(forced[:i]).decode()\n"
+         "                break\n"
+         "            except UnicodeDecodeError:\n"
+         "                i -= len(self.index.vocabulary.token_bytes[tokens.pop()])\n"
+         "        self.state = start\n"
+         "        for token in tokens:\n"
+         "            self.advance(token)\n"
+         "        return tokens\n"),
+        "test_jump_forward", "test_jump_forward_may_stop_inside_a_character_where_the_tokens_do", {},
+        r"Task 8\.7: 'é' is forced .* jump-forward writes it, half a character"),
     "the lone surrogate quoted in the refusal": (
         "schema_values.py", 'raise PatternError(f"{keyword}: a string holds a lone surrogate',
         'raise PatternError(f"{keyword}: {value!s} holds a lone surrogate', "test_schema_values",
@@ -86,15 +107,18 @@ PLANTS = {
 def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mistake, tmp_path, monkeypatch):
     file, old, new, test_module, test_name, params, message = PLANTS[mistake]
     source = (SOLUTIONS_ROOT / "structured" / file).read_text()
-    assert source.count(old) == 1, f"the reference no longer contains {old!r}: update the plant"
+    for one_old, one_new in zip(*((old, new) if isinstance(old, tuple) else ((old,), (new,)))):
+        assert source.count(one_old) == 1, f"the reference no longer contains {one_old!r}: update the plant"
+        source = source.replace(one_old, one_new)
     if mistake == "mask built under the lock nbytes needs":  # the whole build under self._lock, not the build lock
         source = source.replace("with self._build_lock:", "with self._lock:")
     planted = tmp_path / f"planted_{file}"
-    planted.write_text(source.replace(old, new))
+    planted.write_text(source)
     module = import_planted(planted, f"planted_{Path(file).stem}_{abs(hash(mistake))}")
-    monkeypatch.syspath_prepend(str(CH08))
+    for folder in (CH08, CH08.parent / "ch00_model", CH08.parent / "ch05_engine"):  # as chapter 8's conftest
+        monkeypatch.syspath_prepend(str(folder))
     tests = import_planted(CH08 / f"{test_module}.py", f"planted_tests_{test_module}")
-    for name in ("schema_to_regex", "check_value", "TokenIndex", "walk_vocabulary"):  # what the test reaches, from the planted module
+    for name in ("schema_to_regex", "check_value", "TokenIndex", "walk_vocabulary", "Guide"):  # what the test reaches, from the planted module
         if hasattr(module, name) and hasattr(tests, name):
             monkeypatch.setattr(tests, name, getattr(module, name))
     if file == "constraints.py":  # the test imports Constraints from the package when it runs

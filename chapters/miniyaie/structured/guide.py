@@ -90,9 +90,11 @@ class Guide:
         joined, are the longest prefix of the forced text that a longest-match split can write (at each
         point the longest token that begins the rest); [] when nothing is forced or no token fits.
         Invariant: the guide stands after the returned tokens' bytes, exactly as if it had `advance`d over
-        them (never after forced bytes no returned token wrote).
+        them (never after forced bytes no returned token wrote). The forced text is bytes: the tokens
+        may end inside a character, the guide then between its bytes (a state like any other).
         Examples (tests): '{"name":"' with tokens '{"', 'name', '":', 'name":"' is ['{"', 'name":"'];
-        'abcdab' forced with tokens 'ab', 'c' and no 'd' is ['ab', 'c'], the guide after 'abc'.
+        'abcdab' forced with tokens 'ab', 'c' and no 'd' is ['ab', 'c'], the guide after 'abc';
+        'é' (C3 A9) forced with tokens C3, 'A9 x', 'A9 y' is [C3], the guide after C3.
         """
         # Idea: where does the guide stand when the vocabulary cannot write all of the forced text?
         # Stuck? `miniyaie hint 8.7` prints hints, one level at a time.
