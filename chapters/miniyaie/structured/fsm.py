@@ -96,7 +96,7 @@ def live_states(chars: CharDFA) -> set[int]:
     Example: transitions [{0: 1}, {}, {0: 2}], accepting [False, True, False] -> {0, 1}
     (state 2 only loops on itself). Must stay fast at 20,000 states (max_states).
     """
-    # Idea: you can search from every state, or you can search once: which direction makes it once?
+    # Idea: at 20,000 states, how many times may your search visit each state?
     # Stuck? `miniyaie hint 8.1` prints hints, one level at a time.
     # TODO(Task 8.1): Regex to byte automaton. Replace this line with your code.
     raise NotImplementedError('Chapter 8, Task 1: Regex to byte automaton — see book/src/ch08_structured_output.md')

@@ -96,7 +96,7 @@ def live_states(chars: CharDFA) -> set[int]:
     Example: transitions [{0: 1}, {}, {0: 2}], accepting [False, True, False] -> {0, 1}
     (state 2 only loops on itself). Must stay fast at 20,000 states (max_states).
     """
-    # Nudge: you can search from every state, or you can search once: which direction makes it once?
+    # Nudge: at 20,000 states, how many times may your search visit each state?
     # Hint 1: A state is live when it accepts or has a transition into a live state. Searching
     #   forward from each state to see whether it reaches an accepting one visits the whole
     #   automaton once per state (20,000^2 steps at the state cap). Turn the question around:
