@@ -96,3 +96,14 @@ def test_steps_without_adapter_rows_and_steps_the_kernel_may_not_take(setup, mon
 def test_graphs_other_than_the_cpu_stack_stay_off_with_adapters(setup):
     assert engine_for(setup, "eager").runner.decode_graphs is None, "the recorded-graph path pads rows: LoRA rows would not fit"
     assert isinstance(engine_for(setup, "cpu").runner.decode_graphs, CpuDecodeStack)
+
+
+def test_with_the_kernel_off_at_start_the_stack_refuses_the_adapters_and_the_layers_run_them(setup, monkeypatch):
+    layers = generate(engine_for(setup, "off"))
+    monkeypatch.setenv(lora_delta.ENV, "0")
+    engine = engine_for(setup, "auto")
+    assert "kernel" in (engine.lora.decode_stack_refused or ""), "the stack says why it does not take the adapters"
+    monkeypatch.delenv(lora_delta.ENV)
+    stack = engine.runner.decode_graphs
+    assert generate(engine) == layers, "a refused stack: every step in the layers, the adapters' tokens"
+    assert stack.counters["steps"] == 0 and stack.counters["handed_back"] > 0, stack.counters

@@ -54,10 +54,11 @@ T* at(const int64_t* row, int64_t field) { return reinterpret_cast<T*>(row[field
 // fields each: the adapters' A (address, slot and row strides), how many members the linear merges (q/k/v: 3,
 // gate/up: 2, o and down: 1), then per member its B (address, slot and row strides, out features).
 enum : int64_t { MAX_MEMBERS = 3, LORA_LINEAR = 4 + 4 * MAX_MEMBERS, LORA_FIELDS = 4 * LORA_LINEAR };
+enum : int64_t { QKV_LORA, O_LORA, GATE_UP_LORA, DOWN_LORA };  // the four linears' places in a layer's LoRA row
 // A step with LoRA rows passes (int64s) the table, the rank, the scalings and the step's segments (rows by slot).
 enum : int64_t { STEP_TABLE, STEP_RANK, STEP_SCALING, STEP_ORDER, STEP_STARTS, STEP_LENGTHS, STEP_SLOTS, STEP_SEGMENTS };
 
-// y [rows, width] += the LoRA deltas of x [rows, in] through linear `which` (0 to 3) of layer l; its members side by
+// y [rows, width] += the LoRA deltas of x [rows, in] through linear `which` (QKV_LORA...) of layer l; its members side by
 // side in y. The step's segments say which rows have an adapter, and which.
 void add_lora(const int64_t* step, int64_t l, int64_t which, const float* x, int64_t in, float* y, int64_t width,
               int threads) {
@@ -145,7 +146,7 @@ void decode_stack(float* x, int64_t M, int64_t hidden, const int64_t* layers, in
     const int64_t* layer = layers + l * FIELDS;
     add_rms_norm(x, nullptr, at<const float>(layer, INPUT_NORM), eps, M, hidden, x, normed.data(), threads);
     linear(layer + QKV, normed.data(), M, qkv.data(), threads);
-    add_lora(lora, l, 0, normed.data(), hidden, qkv.data(), qkv_width, threads);
+    add_lora(lora, l, QKV_LORA, normed.data(), hidden, qkv.data(), qkv_width, threads);
     rotary_in_place(qkv.data(), cos, sin, M, num_heads, head_dim, qkv_width, threads);
     rotary_in_place(qkv.data() + q_width, cos, sin, M, num_kv_heads, head_dim, qkv_width, threads);
     write_cache(at<void>(layer, K_CACHE), cache_type, qkv.data() + q_width, qkv_width, kv_width, slots, M);
@@ -155,13 +156,13 @@ void decode_stack(float* x, int64_t M, int64_t hidden, const int64_t* layers, in
                            table_width, rows, seq_lens, M, group_starts, num_groups, num_heads, num_kv_heads, head_dim,
                            block_size, scale, attended.data(), threads, cache_type);
     linear(layer + O, attended.data(), M, h.data(), threads);
-    add_lora(lora, l, 1, attended.data(), q_width, h.data(), hidden, threads);
+    add_lora(lora, l, O_LORA, attended.data(), q_width, h.data(), hidden, threads);
     add_rms_norm(h.data(), x, at<const float>(layer, POST_NORM), eps, M, hidden, sum.data(), normed.data(), threads);
     linear(layer + GATE_UP, normed.data(), M, gate_up.data(), threads);
-    add_lora(lora, l, 2, normed.data(), hidden, gate_up.data(), 2 * intermediate, threads);
+    add_lora(lora, l, GATE_UP_LORA, normed.data(), hidden, gate_up.data(), 2 * intermediate, threads);
     silu_mul_rows(gate_up.data(), M, intermediate, act.data(), threads);
     linear(layer + DOWN, act.data(), M, down.data(), threads);
-    add_lora(lora, l, 3, act.data(), intermediate, down.data(), hidden, threads);
+    add_lora(lora, l, DOWN_LORA, act.data(), intermediate, down.data(), hidden, threads);
     for (int64_t i = 0; i < M * hidden; ++i) x[i] = sum[i] + down[i];
   }
 }
