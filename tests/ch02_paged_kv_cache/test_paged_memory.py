@@ -43,6 +43,22 @@ def assert_no_copy_into_a_block_without_owner(memory: PagedMemory, copies: list[
     )
 
 
+def assert_no_copy_lands_twice_or_on_a_new_owner(copies: list[tuple[int, int]], fresh: set[int], after: str) -> None:
+    """The queue taken after a free and a later allocation: each destination once, none a block just handed out fresh."""
+    twice = sorted(dst for dst, count in Counter(dst for _, dst in copies).items() if count > 1)
+    assert not twice, (
+        f"the queue of copies writes twice into block(s) {twice}: {copies}, taken after {after} and a later "
+        "allocation. One of those copies was queued for a request that was freed; its block was handed to another "
+        "request since, which gets the K/V of a block it never shared"
+    )
+    landing = [(src, dst) for src, dst in copies if dst in fresh]
+    assert not landing, (
+        f"the queue of copies {copies}, taken after {after} and a later allocation, writes {landing} into block(s) "
+        "that allocation took fresh: the copy was queued for the freed request, and the block's new owner gets K/V "
+        "it never shared"
+    )
+
+
 class KVMemoryContract(RuleBasedStateMachine):
     """What the scheduler relies on: can_allocate says exactly whether allocate succeeds,
     a refused allocation changes nothing, and free gives everything back."""
@@ -64,7 +80,8 @@ class KVMemoryContract(RuleBasedStateMachine):
     def expected_fit(self, request: Request, num_new_tokens: int) -> bool:
         raise NotImplementedError
 
-    fit_detail = ""  # the numbers behind expected_fit's answer, for can_allocate's message
+    fit_detail = ""  # the state behind expected_fit's answer, for can_allocate's message
+    snapshot_legend = ""  # what snapshot's fields are
 
     def snapshot(self):
         return self.used()
@@ -113,14 +130,19 @@ class KVMemoryContract(RuleBasedStateMachine):
         assert self.snapshot() == before, "can_allocate only asks"
         expected = self.expected_fit(request, n)
         assert fits == expected, (
-            f"can_allocate said {'yes' if fits else 'no'} for {request.request_id} + {n} tokens, but allocate would "
-            f"{'fail' if fits else 'succeed'} (new blocks the table lacks + copies of shared blocks written into, "
-            f"against the free blocks{self.fit_detail})"
+            f"can_allocate said {'yes' if fits else 'no'} for {request.request_id} + {n} tokens, but "
+            + ("the pool cannot hold them: the scheduler would admit the request and allocate would then refuse it"
+               if fits else "the pool can hold them: the scheduler would leave the request waiting for nothing")
+            + self.fit_detail
         )
         if not fits:
             with pytest.raises(MemoryError):
                 self.memory.allocate(request, n)
-            assert self.snapshot() == before, "a refused allocation changes nothing"
+            after = self.snapshot()
+            assert after == before, (
+                f"a refused allocation changes nothing, but allocate({request.request_id}, {n}) was refused and "
+                f"changed the memory from {before} to {after}" + self.snapshot_legend
+            )
             return
         self.memory.allocate(request, n)
         rid = request.request_id
@@ -193,6 +215,8 @@ class PagedMemoryMachine(KVMemoryContract):
     def tables(self) -> dict[str, list[int]]:
         return {rid: self.memory.block_table(rid) for rid in self.requests}
 
+    snapshot_legend = " (free blocks, used blocks, the tables)"
+
     def snapshot(self):
         return self.memory.num_free_blocks, self.memory.num_used_blocks, self.tables()
 
@@ -203,7 +227,11 @@ class PagedMemoryMachine(KVMemoryContract):
         missing = max(0, ceil_div(end, self.block_size) - len(table))
         written = range(start // self.block_size, min(len(table), ceil_div(end, self.block_size))) if n else []
         copies = sum(owners[table[i]] > 1 for i in written)  # shared blocks it writes into: copied first
-        self.fit_detail = f": {missing} new + {copies} copies against {self.memory.num_free_blocks} free"
+        shared = [table[i] for i in range(len(table)) if owners[table[i]] > 1]
+        self.fit_detail = (
+            f" (its table {table} in blocks of {self.block_size} tokens, {start} tokens computed, shared with another "
+            f"request: {shared or 'none'}; {self.memory.num_free_blocks} block(s) free)"
+        )
         return missing + copies <= self.memory.num_free_blocks
 
     def add(self, request):
@@ -268,12 +296,14 @@ class PagedMemoryMachine(KVMemoryContract):
 
     @precondition(lambda self: self.requests)
     @rule(i=st.integers(0, 10**6), shared=st.booleans(), n=st.integers(1, 4), fork=st.booleans(), m=st.integers(0, 4),
-          victim=st.sampled_from(["the writer", "the child", "another request"]), j=st.integers(0, 10**6))
-    def write_fork_and_free_before_the_step(self, i, shared, n, fork, m, victim, j):
+          victim=st.sampled_from(["the writer", "the child", "another request"]), j=st.integers(0, 10**6),
+          then_grow=st.integers(0, 3), k=st.integers(0, 10**6))
+    def write_fork_and_free_before_the_step(self, i, shared, n, fork, m, victim, j, then_grow, k):
         """Before one step: a request (maybe forked first, so that its write copies) grows, queueing its copies, may
         be forked, the child may grow too, and then a request is freed. The runner then applies the queue: free's
         rule (1), no copy lands in a block with no owner, is checked on the queue itself; rule (2), every survivor
-        reads what it wrote, by the invariants."""
+        reads what it wrote, by the invariants. Another request may grow after the free and before the step: no copy
+        may then land twice in one block, or in a block that request took fresh."""
         writer = self.pick(i)
         if not self.memory.block_table(writer.request_id):
             return
@@ -289,11 +319,25 @@ class PagedMemoryMachine(KVMemoryContract):
             grown.append((child, m))
         target = {"the writer": writer, "the child": child}.get(victim) or self.pick(j)
         self._preempt(target)
+        handed_again: set[int] = set()  # blocks freed just now that a request after the free takes
+        if then_grow and self.requests:  # another request grows after the free, before the step
+            after = self.pick(k)
+            freed_now = {b for b in range(self.num_blocks) if self.memory.allocator.ref_count(b) == 0}
+            if after.request_id != target.request_id and self.memory.can_allocate(after, then_grow):
+                old_table = self.memory.block_table(after.request_id)
+                self._allocate(after, then_grow, run=False, copies_now=False)
+                new_table = self.memory.block_table(after.request_id)
+                copied_into = {new for i, new in enumerate(new_table) if i < len(old_table) and new != old_table[i]}
+                handed_again = (set(new_table) - set(old_table) - copied_into) & freed_now
+                grown.append((after, then_grow))
         copies = self.memory.take_block_copies()
         assert_no_copy_into_a_block_without_owner(self.memory, copies, f"free({target.request_id!r})")
+        assert_no_copy_lands_twice_or_on_a_new_owner(copies, handed_again, f"free({target.request_id!r})")
         self._apply(copies)
+        done = set()
         for request, tokens in grown:  # the step runs for the requests still holding their blocks
-            if request is not target:
+            if request is not target and request.request_id not in done:
+                done.add(request.request_id)
                 self.after_step(request, tokens)
                 request.num_computed_tokens += tokens
 
@@ -495,7 +539,7 @@ def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
 
 @pytest.mark.task("2.2")
 @pytest.mark.parametrize("freed", ["nobody", "the parent"])
-def test_a_fork_before_the_step_copies_what_the_shared_block_waits_for(freed):
+def test_a_fork_before_the_step_reads_its_prompt(freed):
     """A request writes into a shared block (a copy is queued) and is forked before the step; the child writes too.
 
     The parent's private block holds nothing until the queued copy runs, so the child's copy must end up with what
@@ -530,8 +574,9 @@ def test_a_fork_before_the_step_copies_what_the_shared_block_waits_for(freed):
             got = [round(cache[0, slot, 0, 0].item()) for slot in slots]
             assert got == list(range(100, 106)), (
                 f"after the queued copies {copies} (freed before the step: {freed}), {reader!r} reads {name} "
-                f"{got} at positions 0..5, not the prompt's {list(range(100, 106))}: a copy taken from a block that "
-                "is itself a queued copy's destination must give what that block will hold when the step runs"
+                f"{got} at positions 0..5, not the prompt's {list(range(100, 106))}: "
+                + ("zeros where its prompt should be, " if 0 in got else "")
+                + f"so {reader!r} would attend to K/V its prompt never wrote"
             )
 
 
@@ -554,3 +599,54 @@ def test_a_table_longer_than_the_write_needs_still_counts_its_copies():
     )
     with pytest.raises(OutOfBlocksError, match="child"):
         memory.allocate(child, 1)
+
+
+@pytest.mark.task("2.2")
+def test_a_refused_allocation_keeps_the_shared_block_it_would_have_copied():
+    """allocate refused after part of it could be done: the copy of a shared block fits, the growth does not."""
+    memory = PagedMemory(3, 4)
+    a, b, c = (Request(name, [1] * 4, max_tokens=8) for name in ("A", "B", "C"))
+    memory.allocate(a, 2)
+    a.num_computed_tokens = b.num_computed_tokens = 2
+    memory.fork("A", "B")
+    memory.allocate(c, 1)  # one block left free
+    shared = memory.block_table("A")[0]
+    assert not memory.can_allocate(b, 3), "B + 3 tokens needs a copy of its shared block and one more block; 1 is free"
+    with pytest.raises(OutOfBlocksError, match="B"):
+        memory.allocate(b, 3)
+    state = (memory.num_free_blocks, memory.block_table("B"), memory.allocator.ref_count(shared), memory.take_block_copies())
+    assert state == (1, [shared], 2, []), (
+        f"allocate(B, 3) was refused but left {state[0]} block(s) free, B's table {state[1]}, block {shared} with "
+        f"{state[2]} owner(s) and the queue of copies {state[3]}; before the call: 1 free, [{shared}], 2 owners, no "
+        "copy. A refused allocation changes nothing: B holds a copy of its shared block that it never asked to keep, "
+        "and the pool has lost the block the next request needs"
+    )
+
+
+@pytest.mark.task("2.2")
+def test_a_block_freed_before_the_step_and_taken_again_gets_only_its_new_copy():
+    """Between two steps: B writes into a shared block (a copy is queued), B is freed, and E's write takes a block."""
+    block_size = 2
+    memory = PagedMemory(3, block_size)
+    pool = make_pool(TINY, 3, block_size, torch.float32)
+    requests = {name: Request(name, [1], max_tokens=4) for name in "ADBE"}
+    for name, value in (("A", 100.0), ("D", 200.0)):
+        memory.allocate(requests[name], 1)
+        pool.k[:, memory.slot_mapping(name, 0, 1)[0]] = pool.v[:, memory.slot_mapping(name, 0, 1)[0]] = value
+    for request in requests.values():
+        request.num_computed_tokens = 1
+    memory.fork("A", "B")
+    memory.fork("D", "E")
+    memory.allocate(requests["B"], 1)  # B writes position 1 into A's block: a copy is queued
+    memory.free(requests["B"])  # B is preempted before the step
+    memory.allocate(requests["E"], 1)  # E writes position 1 into D's block: its copy takes the free block
+    copies = memory.take_block_copies()
+    assert_no_copy_lands_twice_or_on_a_new_owner(copies, set(), "free('B')")
+    copy_blocks(pool, copies, block_size)
+    for name, source, value in (("A", "A", 100), ("D", "D", 200), ("E", "D", 200)):
+        slot = memory.slot_mapping(name, 0, 1)[0]
+        got = round(pool.k[0, slot, 0, 0].item())
+        assert got == value, (
+            f"after the queued copies {copies}, {name!r} reads K {got} at position 0 where {source!r}'s prompt wrote "
+            f"{value}: E's copy of D's block was overwritten by a copy queued for B, who was freed before the step"
+        )

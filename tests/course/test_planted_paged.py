@@ -77,6 +77,16 @@ class ScanningAllocator(BlockAllocator):
             raise ValueError("free")
         self._refs[block] += 1
 
+    def copy_on_write(self, block):
+        self._check(block)
+        if self._refs[block] == 0:
+            raise ValueError("free")
+        if self._refs[block] == 1:
+            return block
+        new = self.allocate()
+        self.free(block)
+        return new
+
 
 def copy_blocks_one_pair_at_a_time(pool, copies, block_size):
     """A loop over the pairs: a later pair reads what an earlier one wrote."""
@@ -122,6 +132,68 @@ def free_dropping_the_requests_copies(self, request):
     self._copies = [(src, dst) for src, dst in self._copies if dst not in table]
 
 
+class ShareScanningAllocator(BlockAllocator):
+    """share and copy_on_write check that the block is in use by listing the free blocks."""
+
+    def _refuse_a_free_block(self, block):
+        if block in [b for b in range(self.num_blocks) if self._ref_counts[b] == 0]:
+            raise ValueError(f"block {block} is free")
+
+    def share(self, block):
+        self._check(block)
+        self._refuse_a_free_block(block)
+        self._ref_counts[block] += 1
+
+    def copy_on_write(self, block):
+        self._check(block)
+        self._refuse_a_free_block(block)
+        return super().copy_on_write(block)
+
+
+class BatchScanningAllocator(BlockAllocator):
+    """allocate_many takes the first n blocks whose count is 0, found by a scan of the pool."""
+
+    def allocate_many(self, n):
+        if n < 0:
+            raise ValueError(n)
+        if n > self.num_free:
+            raise OutOfBlocksError(f"need {n} blocks but only {self.num_free} are free")
+        ids = [b for b in range(self.num_blocks) if self._ref_counts[b] == 0][:n]  # then marks them
+        taken = set(ids)
+        self._free = type(self._free)(b for b in self._free if b not in taken)
+        for b in ids:
+            self._ref_counts[b] = 1
+        return ids
+
+
+def allocate_copying_before_the_growth_fits(self, request, num_new_tokens):
+    """Copies the shared blocks first, then grows; a growth that fails re-raises with the request's name."""
+    start, end = request.num_computed_tokens, request.num_computed_tokens + num_new_tokens
+    table = self.tables.setdefault(request.request_id, [])
+    pending = {dst: src for src, dst in self._copies}
+    for i in self._shared_blocks_to_write(table, start, end):
+        new_block = self.allocator.copy_on_write(table[i])
+        self._copies.append((pending.get(table[i], table[i]), new_block))
+        table[i] = new_block
+    from miniyaie.paged.block_table import grow_block_table
+
+    try:
+        grow_block_table(table, end, self.block_size, self.allocator)
+    except OutOfBlocksError as error:
+        raise OutOfBlocksError(f"request {request.request_id!r} cannot grow") from error
+
+
+def filter_nothing_at_release(self):
+    """The queue is filtered when it is taken instead."""
+
+
+def take_copies_whose_destination_is_owned(self):
+    """Keeps, at take time, every copy whose destination has an owner: maybe a new one since the free."""
+    copies = [(s, d) for s, d in self._copies if self.allocator.ref_count(d) > 0]
+    self._copies = []
+    return copies
+
+
 FAST = ("test_allocator", "WORK_BUDGET_S", 2.0)  # a walk of the pool runs out of a smaller budget just as surely
 # the state machine, searching longer and reporting the first failure it finds unshrunk (the message is the same)
 SEARCH = ("test_paged_memory", "MACHINE_SETTINGS", settings(max_examples=1000, stateful_step_count=50, deadline=None,
@@ -129,25 +201,47 @@ SEARCH = ("test_paged_memory", "MACHINE_SETTINGS", settings(max_examples=1000, s
 NO_OWNER = r"writes into a block that has no owner.*rule \(1\)"
 PLANTS = {  # mistake: (test module, test, params, what the message must say, [(owner, attribute, wrong answer)])
     "2.1 allocate walks the pool": (
-        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the pool",
+        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the pool: allocate",
         [("test_allocator", "BlockAllocator", lambda n: ScanningAllocator(n, scan_used=False)), FAST]),
     "2.1 num_used walks the pool": (
-        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the pool",
+        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the pool: (num_used|num_free|allocate_many) took",
         [("test_allocator", "BlockAllocator", lambda n: ScanningAllocator(n, scan_allocate=False)), FAST]),
+    "2.1 share and copy_on_write walk the pool": (
+        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the pool: (share|copy_on_write) took",
+        [("test_allocator", "BlockAllocator", ShareScanningAllocator), FAST]),
+    "2.1 allocate_many walks the pool": (
+        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the pool: allocate_many took",
+        [("test_allocator", "BlockAllocator", BatchScanningAllocator), FAST]),
+    "2.2 copy-on-write kept when the growth is refused": (
+        "test_paged_memory", "test_a_refused_allocation_keeps_the_shared_block_it_would_have_copied", {},
+        r"allocate\(B, 3\) was refused but left 0 block\(s\) free.*A refused allocation changes nothing",
+        [(PagedMemory, "allocate", allocate_copying_before_the_growth_fits)]),
+    "2.2 copy-on-write kept when the growth is refused (state machine)": (
+        "test_paged_memory", "test_paged_memory_state_machine", {}, r"a refused allocation changes nothing, but allocate\(\w+, \d+\) was refused and changed the memory",
+        [(PagedMemory, "allocate", allocate_copying_before_the_growth_fits), SEARCH]),
+    "2.2 the queue filtered when taken": (
+        "test_paged_memory", "test_a_block_freed_before_the_step_and_taken_again_gets_only_its_new_copy", {},
+        r"writes twice into block",
+        [(PagedMemory, "_after_release", filter_nothing_at_release),
+         (PagedMemory, "take_block_copies", take_copies_whose_destination_is_owned)]),
+    "2.2 the queue filtered when taken (state machine)": (
+        "test_paged_memory", "test_paged_memory_state_machine", {}, r"writes twice into block|took fresh",
+        [(PagedMemory, "_after_release", filter_nothing_at_release),
+         (PagedMemory, "take_block_copies", take_copies_whose_destination_is_owned), SEARCH]),
     "2.2 copy_blocks one pair at a time": (
         "test_pool", "test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else", {},
         r"each copy reads the block as it was before the call",
         [("test_pool", "copy_blocks", copy_blocks_one_pair_at_a_time)]),
     "2.2 a chain of copies kept through a free": (
-        "test_paged_memory", "test_a_fork_before_the_step_copies_what_the_shared_block_waits_for",
+        "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt",
         {"freed": "the parent"}, NO_OWNER,
         [(PagedMemory, "allocate", allocate_chaining_copies), (PagedMemory, "_after_release", keep_copies_a_kept_copy_reads_from),
          ("test_paged_memory", "copy_blocks", copy_blocks_one_pair_at_a_time)]),
     "2.2 keep every copy": (
-        "test_paged_memory", "test_a_fork_before_the_step_copies_what_the_shared_block_waits_for",
+        "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt",
         {"freed": "the parent"}, NO_OWNER, [(PagedMemory, "_after_release", keep_every_copy)]),
     "2.2 keep every copy (state machine)": (
-        "test_paged_memory", "test_paged_memory_state_machine", {}, NO_OWNER,
+        "test_paged_memory", "test_paged_memory_state_machine", {}, NO_OWNER + r"|writes twice into block|took fresh",
         [(PagedMemory, "_after_release", keep_every_copy), SEARCH]),
     "2.2 drop the freed request's copies": (
         "test_paged_memory", "test_a_queued_copy_stays_while_its_destination_has_an_owner",
