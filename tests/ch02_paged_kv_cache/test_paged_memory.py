@@ -239,7 +239,13 @@ class PagedMemoryMachine(KVMemoryContract):
         self.expected[request.request_id] = []
 
     def after_allocate(self):
-        self._apply(self.memory.take_block_copies())  # what the model runner does before the forward
+        copies = self.memory.take_block_copies()  # what the model runner does before the forward
+        again = self.memory.take_block_copies()
+        assert again == [], (
+            f"a stale queue: take_block_copies returned {copies}, and asked again at once, before any allocate, "
+            f"{again}. Taken copies must leave the queue: the next step would apply them again, over K/V written since"
+        )
+        self._apply(copies)
 
     def _apply(self, copies: list[tuple[int, int]]) -> None:
         """copy_blocks on the model of the pool: every copy reads its source as it was before the call."""
@@ -471,7 +477,13 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     assert memory.num_used_blocks == used + 1
 
     memory.allocate(parent, 1)  # the parent's partial block is its own again: written in place
-    assert memory.block_table("parent")[: len(parent_table)] == parent_table and memory.take_block_copies() == []
+    assert memory.block_table("parent")[: len(parent_table)] == parent_table
+    stale = memory.take_block_copies()
+    assert stale == [], (
+        f"a stale queue: take_block_copies returned {stale} after the parent wrote into its own block, but the "
+        f"child's copy {copies} was already taken: taken copies must leave the queue, or the next step applies them "
+        "again over K/V written since"
+    )
     memory.free(parent)
     memory.free(child)
     assert memory.num_used_blocks == 0

@@ -194,6 +194,11 @@ def take_copies_whose_destination_is_owned(self):
     return copies
 
 
+def take_leaving_the_queue(self):
+    """Hands over the queue but keeps it: the next take returns the same copies again."""
+    return list(self._copies)
+
+
 FAST = ("test_allocator", "WORK_BUDGET_S", 2.0)  # a walk of the pool runs out of a smaller budget just as surely
 # the state machine, searching longer and reporting the first failure it finds unshrunk (the message is the same)
 SEARCH = ("test_paged_memory", "MACHINE_SETTINGS", settings(max_examples=1000, stateful_step_count=50, deadline=None,
@@ -228,6 +233,9 @@ PLANTS = {  # mistake: (test module, test, params, what the message must say, [(
         "test_paged_memory", "test_paged_memory_state_machine", {}, r"writes twice into block|took fresh",
         [(PagedMemory, "_after_release", filter_nothing_at_release),
          (PagedMemory, "take_block_copies", take_copies_whose_destination_is_owned), SEARCH]),
+    "2.2 take leaves the queue": (
+        "test_paged_memory", "test_fork_shares_blocks_and_copies_the_partial_block_on_write", {"prompt_len": 10},
+        r"a stale queue", [(PagedMemory, "take_block_copies", take_leaving_the_queue)]),
     "2.2 copy_blocks one pair at a time": (
         "test_pool", "test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else", {},
         r"each copy reads the block as it was before the call",

@@ -78,9 +78,9 @@ class PagedMemory:
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
         """Of the blocks _blocks_written names, the indexes of those another owner also holds (ascending).
 
-        They are the blocks allocate must copy before this write; chapter 3 counts them too.
+        Chapter 3 counts them too.
         """
-        # Idea: the copy-on-write decision: when must a block be copied before a write?
+        # Idea: of the blocks this write changes, which could another owner see change?
         # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
         # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
         raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')

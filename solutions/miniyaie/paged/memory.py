@@ -89,9 +89,9 @@ class PagedMemory:
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
         """Of the blocks _blocks_written names, the indexes of those another owner also holds (ascending).
 
-        They are the blocks allocate must copy before this write; chapter 3 counts them too.
+        Chapter 3 counts them too.
         """
-        # Nudge: the copy-on-write decision: when must a block be copied before a write?
+        # Nudge: of the blocks this write changes, which could another owner see change?
         # Hint 1: This is the copy-on-write decision: a block is shared when its reference count is
         #   above 1 (this request plus at least one other owner). Only blocks the write touches
         #   matter; a shared block the request only reads stays shared.
