@@ -204,7 +204,7 @@ def test_the_array_regex_does_not_grow_with_its_counts(low, high):
 
 
 # ---------------------------------------------------------------- enums: a list of texts, factored like a trie
-TRICKY = st.sampled_from(["a", "b", "é", ".", "*", "(", ")", "[", "]", "|", "?", "\\", "^", "$", " ", "{", "1", ","])
+TRICKY = st.sampled_from(["a", "b", "é", ".", "*", "(", ")", "[", "]", "|", "?", "\\", "^", "$", " ", "{", "}", "1", ","])
 texts_lists = st.lists(st.text(TRICKY, max_size=5), min_size=1, max_size=8)
 
 
@@ -215,6 +215,7 @@ texts_lists = st.lists(st.text(TRICKY, max_size=5), min_size=1, max_size=8)
 @example([""], "a").via("only the empty text")
 @example(["", "a"], "b")
 @example(["a.b", "[1,2]", "(x)?"], "axb").via("regex metacharacters taken literally")
+@example(["x{2}", "a{1,3}"], "xx").via("braces are text, not a count")
 @example(["apple", "apricot", "banana"], "ap")
 @example(["a", "a"], "aa").via("a text twice")
 def test_a_list_of_texts_matches_exactly_those_texts(texts, other):
