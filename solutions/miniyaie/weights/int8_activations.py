@@ -39,8 +39,9 @@ class Int8ActivationLinear(QuantizedLinear):
     """A QuantizedLinear whose input is rounded to 8 bits per row and block of 32 before the product.
 
     Where the CPU has AMX it also keeps its weights laid out for the tile unit (buffers amx_codes,
-    amx_scales, amx_mins; quant_a8_amx.cpp says why), made once, on first use: a second copy as large as
-    the codes, which steps of a few rows or more read instead of the codes."""
+    amx_scales, amx_mins; quant_a8_amx.cpp says why), made once (by use_int8_activations for the layers that
+    run, on first use for a merge's members): a second copy as large as the codes, which steps of two rows or
+    more read instead of the codes."""
 
     def kernel_fields(self) -> list[int] | None:
         if type(self).forward is not Int8ActivationLinear.forward:
