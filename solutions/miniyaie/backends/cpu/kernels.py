@@ -5,8 +5,8 @@ over the paged cache), paged_chunk_attention.cpp (prefill and extend chunks
 over it), layer_ops.cpp (RMSNorm with its residual add,
 RoPE, SiLU-times-up, each in one pass; used by layer_ops.py) and
 quant_matmul.cpp (linears over 4- and 8-bit weight blocks; miniyaie/quant) and quant_a8.cpp
-(the same with activations rounded to 8 bits: the opt-in -a8 schemes, miniyaie/weights; many rows on
-AMX tiles in quant_a8_amx.cpp where the CPU has them), and decode_stack.cpp (a decode step's
+(the same with activations rounded to 8 bits: the opt-in -a8 schemes, miniyaie/weights; steps of two
+rows or more on AMX tiles in quant_a8_amx.cpp where the CPU has them, over codes laid out for them at load), and decode_stack.cpp (a decode step's
 layers through those kernels in one call: decode_stack.py), and lora_delta.cpp (a step's LoRA deltas of
 a projection for every adapter in one call: lora_delta.py, chapter 11). The two
 attention kernels take their vector width from cpu_vector.h: the width of
