@@ -96,6 +96,78 @@ def copy_blocks_one_pair_at_a_time(pool, copies, block_size):
         pool.v[:, d] = pool.v[:, s]
 
 
+class FreeStackAllocator(BlockAllocator):
+    """Blocks never used come from a counter; a list holds the ones given back. Two walks of that list: allocate
+    takes its lowest block (`min`), or free and share ask whether a block is free by looking for it in the list."""
+
+    def __init__(self, num_blocks, lowest_first=True, look_up_free=False):
+        super().__init__(num_blocks)
+        self._refs, self._next, self._free_stack = [0] * num_blocks, 0, []
+        self._lowest_first, self._look_up_free = lowest_first, look_up_free
+
+    @property
+    def num_free(self):
+        return self.num_blocks - self._next + len(self._free_stack)
+
+    @property
+    def num_used(self):
+        return self.num_blocks - self.num_free
+
+    def ref_count(self, block):
+        self._check(block)
+        return self._refs[block]
+
+    def _is_free(self, block):
+        if self._look_up_free:
+            return block >= self._next or block in self._free_stack
+        return self._refs[block] == 0
+
+    def allocate(self):
+        if self._free_stack:
+            if self._lowest_first:
+                block = min(self._free_stack)
+                self._free_stack.remove(block)
+            else:
+                block = self._free_stack.pop()
+        elif self._next < self.num_blocks:
+            block, self._next = self._next, self._next + 1
+        else:
+            raise OutOfBlocksError("full")
+        self._refs[block] = 1
+        return block
+
+    def allocate_many(self, n):
+        if n < 0:
+            raise ValueError(n)
+        if n > self.num_free:
+            raise OutOfBlocksError(f"need {n} blocks")
+        return [self.allocate() for _ in range(n)]
+
+    def free(self, block):
+        self._check(block)
+        if self._is_free(block):
+            raise ValueError("double free")
+        self._refs[block] -= 1
+        if self._refs[block] == 0:
+            self._free_stack.append(block)
+
+    def share(self, block):
+        self._check(block)
+        if self._is_free(block):
+            raise ValueError("free")
+        self._refs[block] += 1
+
+    def copy_on_write(self, block):
+        self._check(block)
+        if self._is_free(block):
+            raise ValueError("free")
+        if self._refs[block] == 1:
+            return block
+        new = self.allocate()
+        self.free(block)
+        return new
+
+
 def allocate_chaining_copies(self, request, num_new_tokens):
     """Copies a shared block from the block itself, even when that block is still waiting for a queued copy."""
     if not self.can_allocate(request, num_new_tokens):
@@ -217,6 +289,13 @@ PLANTS = {  # mistake: (test module, test, params, what the message must say, [(
     "2.1 allocate_many walks the pool": (
         "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the pool: allocate_many took",
         [("test_allocator", "BlockAllocator", BatchScanningAllocator), FAST]),
+    "2.1 allocate takes the lowest block of the free list": (
+        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the free list: allocate",
+        [("test_allocator", "BlockAllocator", FreeStackAllocator), FAST]),
+    "2.1 free and share look for the block in the free list": (
+        "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the free list: free took",
+        [("test_allocator", "BlockAllocator", lambda n: FreeStackAllocator(n, lowest_first=False, look_up_free=True)),
+         FAST]),
     "2.2 copy-on-write kept when the growth is refused": (
         "test_paged_memory", "test_a_refused_allocation_keeps_the_shared_block_it_would_have_copied", {},
         r"allocate\(B, 3\) was refused but left 0 block\(s\) free.*A refused allocation changes nothing",
