@@ -23,6 +23,15 @@ from miniyaie.paged import BlockAllocator, OutOfBlocksError
 MACHINE_SETTINGS = settings(max_examples=200, stateful_step_count=50)
 
 
+def refused(error: type[BaseException], call, contract: str) -> BaseException:
+    """Run call(), which the contract says must raise `error`; return the error, or fail saying what was broken."""
+    try:
+        result = call()
+    except error as raised:
+        return raised
+    pytest.fail(f"{contract}; it returned {result!r} instead", pytrace=False)
+
+
 @dataclass(eq=False)
 class Owner:
     block: int
@@ -58,8 +67,8 @@ class AllocatorMachine(RuleBasedStateMachine):
     @rule()
     def allocate(self):
         if len(self.owned()) == self.num_blocks:
-            with pytest.raises(OutOfBlocksError):
-                self.allocator.allocate()
+            refused(OutOfBlocksError, self.allocator.allocate,
+                    f"allocate() with all {self.num_blocks} blocks in use must raise OutOfBlocksError")
         else:
             self._new_owner(self.allocator.allocate())
 
@@ -67,8 +76,8 @@ class AllocatorMachine(RuleBasedStateMachine):
     def allocate_many(self, n):
         free = self.num_blocks - len(self.owned())
         if n > free:
-            with pytest.raises(OutOfBlocksError):  # all or nothing
-                self.allocator.allocate_many(n)
+            refused(OutOfBlocksError, lambda: self.allocator.allocate_many(n),
+                    f"allocate_many({n}) with {free} block(s) free must raise OutOfBlocksError and take none")
             assert self.allocator.num_free == free, (
                 f"allocate_many({n}) with {free} blocks free was refused but left {self.allocator.num_free} free: "
                 "a refused call must take nothing"
@@ -98,14 +107,14 @@ class AllocatorMachine(RuleBasedStateMachine):
         if block in self.owned():
             return
         free_before = self.allocator.num_free
-        with pytest.raises(ValueError):  # freeing a free block is a double free: ValueError
-            self.allocator.free(block)
+        refused(ValueError, lambda: self.allocator.free(block),
+                f"free({block}) of a free block is a double free, a ValueError that changes nothing")
         assert self.allocator.ref_count(block) == 0 and self.allocator.num_free == free_before, (
             f"a refused double free of block {block} left its ref_count {self.allocator.ref_count(block)} and "
             f"{self.allocator.num_free} blocks free (was 0 and {free_before}): a refused call changes nothing"
         )
-        with pytest.raises(ValueError):  # sharing a free block (nobody filled it) is a ValueError
-            self.allocator.share(block)
+        refused(ValueError, lambda: self.allocator.share(block),
+                f"share({block}) of a free block (nobody filled it) must raise ValueError and change nothing")
         assert self.allocator.ref_count(block) == 0 and self.allocator.num_free == free_before, (
             f"a refused share of free block {block} left its ref_count {self.allocator.ref_count(block)} and "
             f"{self.allocator.num_free} blocks free (was 0 and {free_before}): a refused call changes nothing"
@@ -146,8 +155,9 @@ class CopyOnWriteMachine(AllocatorMachine):
         shared = self.owned()[owner.block] > 1
         if shared and len(self.owned()) == self.num_blocks:
             count = self.owned()[owner.block]
-            with pytest.raises(OutOfBlocksError):  # no block for the copy: nothing changes
-                self.allocator.copy_on_write(owner.block)
+            refused(OutOfBlocksError, lambda: self.allocator.copy_on_write(owner.block),
+                    f"copy_on_write({owner.block}) of a block with {count} owners on a full pool must raise "
+                    "OutOfBlocksError (no block is free for the copy) and change nothing")
             assert self.allocator.ref_count(owner.block) == count, (
                 f"a refused copy_on_write of block {owner.block} (full pool) left it {self.allocator.ref_count(owner.block)} "
                 f"owner(s), not {count}: the writer must keep its reference when no copy can be taken"
@@ -197,8 +207,11 @@ def test_allocate_many_is_all_or_nothing(num_blocks, first, second):
             assert len(set(blocks)) == n and not set(blocks) & set(taken)
             taken += blocks
         else:
-            with pytest.raises(OutOfBlocksError, match=str(n)):  # a clear message: how many were asked for
-                allocator.allocate_many(n)
+            error = refused(OutOfBlocksError, lambda: allocator.allocate_many(n),
+                            f"allocate_many({n}) with {free_before} block(s) free must raise OutOfBlocksError")
+            assert str(n) in str(error), (
+                f"allocate_many({n})'s OutOfBlocksError says {str(error)!r}: it must say how many blocks were asked for"
+            )
             assert allocator.num_free == free_before, (
                 f"a refused allocate_many({n}) left {allocator.num_free} blocks free, not {free_before}: it took some"
             )
@@ -206,14 +219,13 @@ def test_allocate_many_is_all_or_nothing(num_blocks, first, second):
             f"{len(taken)} blocks taken of {num_blocks}, but num_used={allocator.num_used}, num_free={allocator.num_free}"
         )
     if allocator.num_free == 0:
-        with pytest.raises(OutOfBlocksError):
-            allocator.allocate()
+        refused(OutOfBlocksError, allocator.allocate, "allocate() on a full pool must raise OutOfBlocksError")
     for block in taken:
         allocator.free(block)
     assert allocator.num_free == num_blocks and allocator.num_used == 0
     assert len(set(allocator.allocate_many(num_blocks))) == num_blocks  # every block comes back
-    with pytest.raises(ValueError):  # allocate_many(-1): a negative count is a caller's bug, a ValueError
-        allocator.allocate_many(-1)
+    refused(ValueError, lambda: allocator.allocate_many(-1),
+            "allocate_many(-1) must raise ValueError: a negative count is a caller's bug, not a request for no block")
 
 
 @pytest.mark.task("2.1")
@@ -226,8 +238,8 @@ def test_a_block_returns_to_the_free_list_with_its_last_owner():
     assert allocator.ref_count(block) == 1 and allocator.num_used == 1, "a shared block freed once is still in use"
     allocator.free(block)
     assert allocator.ref_count(block) == 0 and allocator.num_free == 2
-    with pytest.raises(ValueError):  # freeing a free block is a double free: ValueError
-        allocator.free(block)
+    refused(ValueError, lambda: allocator.free(block),
+            f"free({block}) after its last owner let go is a double free: it must raise ValueError")
     assert allocator.ref_count(block) == 0 and allocator.num_free == 2, (
         f"a refused double free left ref_count {allocator.ref_count(block)} and {allocator.num_free} free blocks "
         "(was 0 and 2): check before changing anything"
@@ -245,8 +257,8 @@ def test_copy_on_write_copies_only_shared_blocks():
     assert allocator.ref_count(block) == 1 and allocator.ref_count(copy) == 1 and allocator.num_used == 2
     other = allocator.allocate()  # the pool is now full
     allocator.share(other)
-    with pytest.raises(OutOfBlocksError):
-        allocator.copy_on_write(other)
+    refused(OutOfBlocksError, lambda: allocator.copy_on_write(other),
+            f"copy_on_write({other}) of a block with 2 owners on a full pool must raise OutOfBlocksError")
     assert allocator.ref_count(other) == 2 and allocator.num_free == 0, (
         f"a refused copy_on_write changed the pool: ref_count {allocator.ref_count(other)} (was 2), "
         f"{allocator.num_free} free (was 0); the owner's reference must not be dropped when no copy can be taken"

@@ -12,6 +12,15 @@ from miniyaie.paged import PagedMemory
 from miniyaie.scheduler import Request
 
 
+def refused(error: type[BaseException], call, contract: str) -> BaseException:
+    """Run call(), which the contract says must raise `error`; return the error, or fail saying what was broken."""
+    try:
+        result = call()
+    except error as raised:
+        return raised
+    pytest.fail(f"{contract}; it returned {result!r} instead", pytrace=False)
+
+
 @pytest.mark.task("2.2")
 @given(num_blocks=st.integers(1, 8), taken=st.integers(1, 8), children=st.integers(1, 3))
 @example(num_blocks=4, taken=4, children=2)  # every block shared, by three owners each
@@ -38,15 +47,16 @@ def test_sharing_refuses_what_would_leak_or_make_no_sense():
     memory = PagedMemory(4, block_size=4)
     a, b = memory.allocator.allocate_many(2)
     memory.share_blocks("r", [a])
-    with pytest.raises(ValueError):
-        memory.share_blocks("r", [b])  # r already holds blocks: its first table would leak
+    refused(ValueError, lambda: memory.share_blocks("r", [b]),
+            f"share_blocks('r', [{b}]) when 'r' already holds [{a}] must raise ValueError: its first table would "
+            "leak (nobody would ever drop those references)")
     assert memory.block_table("r") == [a] and memory.allocator.ref_count(b) == 1, "a refused share changes nothing"
-    with pytest.raises(KeyError):
-        memory.fork("nobody", "child")  # a parent that holds no blocks
+    refused(KeyError, lambda: memory.fork("nobody", "child"),
+            "fork('nobody', 'child') of a parent that holds no blocks must raise KeyError")
     assert memory.block_table("child") == []
     (free_block,) = [x for x in range(4) if x not in (a, b)][:1]
-    with pytest.raises(ValueError):
-        memory.share_blocks("s", [free_block])  # nobody filled it: the allocator refuses (Task 2.1)
+    refused(ValueError, lambda: memory.share_blocks("s", [free_block]),
+            f"share_blocks('s', [{free_block}]) of a free block (nobody filled it) must raise ValueError")
 
 
 @pytest.mark.task("2.2")
@@ -59,8 +69,8 @@ def test_sharing_a_list_with_a_free_block_takes_no_reference_at_all(num_used, fr
     used = memory.allocator.allocate_many(num_used)
     free_block = next(b for b in range(8) if b not in used)
     blocks = used[:free_at] + [free_block] + used[free_at:]
-    with pytest.raises(ValueError):
-        memory.share_blocks("r", blocks)
+    refused(ValueError, lambda: memory.share_blocks("r", blocks),
+            f"share_blocks('r', {blocks}) must raise ValueError: block {free_block} is free (nobody filled it)")
     counts = {b: memory.allocator.ref_count(b) for b in blocks}
     assert counts == {**{b: 1 for b in used}, free_block: 0}, (
         f"reference counts after a refused share_blocks({blocks}): {counts}; every block in use must keep its one "

@@ -168,6 +168,29 @@ class FreeStackAllocator(BlockAllocator):
         return new
 
 
+class NegativeCountAllocator(BlockAllocator):
+    """allocate_many(-1) takes nothing and returns [] (range(-1) is empty) instead of refusing the count."""
+
+    def allocate_many(self, n):
+        if n > self.num_free:
+            raise OutOfBlocksError(f"need {n} blocks but only {self.num_free} are free")
+        return [self.allocate() for _ in range(n)]
+
+
+def share_blocks_over_a_table(self, request_id, blocks):
+    """Starts the request on the blocks even when it already holds some: its first table is dropped, not freed."""
+    if any(self.allocator.ref_count(block) == 0 for block in blocks):
+        raise ValueError("a free block")
+    for block in blocks:
+        self.allocator.share(block)
+    self.tables[request_id] = list(blocks)
+
+
+def fork_of_anyone(self, parent_request_id, child_request_id):
+    """A parent with no table gives the child an empty one."""
+    self.share_blocks(child_request_id, self.tables.get(parent_request_id, []))
+
+
 def allocate_chaining_copies(self, request, num_new_tokens):
     """Copies a shared block from the block itself, even when that block is still waiting for a queued copy."""
     if not self.can_allocate(request, num_new_tokens):
@@ -296,6 +319,18 @@ PLANTS = {  # mistake: (test module, test, params, what the message must say, [(
         "test_allocator", "test_no_operation_walks_the_pool", {}, r"Task 2\.1: an operation walks the free list: free took",
         [("test_allocator", "BlockAllocator", lambda n: FreeStackAllocator(n, lowest_first=False, look_up_free=True)),
          FAST]),
+    "2.1 allocate_many(-1) returns no block": (
+        "test_allocator", "test_allocate_many_is_all_or_nothing", {},
+        r"allocate_many\(-1\) must raise ValueError: a negative count is a caller's bug.*returned \[\] instead",
+        [("test_allocator", "BlockAllocator", NegativeCountAllocator)]),
+    "2.2 share_blocks over a table the request holds": (
+        "test_sharing", "test_sharing_refuses_what_would_leak_or_make_no_sense", {},
+        r"share_blocks\('r', \[\d+\]\) when 'r' already holds \[\d+\] must raise ValueError: its first table would leak",
+        [(PagedMemory, "share_blocks", share_blocks_over_a_table)]),
+    "2.2 fork of a parent with no blocks": (
+        "test_sharing", "test_sharing_refuses_what_would_leak_or_make_no_sense", {},
+        r"fork\('nobody', 'child'\) of a parent that holds no blocks must raise KeyError",
+        [(PagedMemory, "fork", fork_of_anyone)]),
     "2.2 copy-on-write kept when the growth is refused": (
         "test_paged_memory", "test_a_refused_allocation_keeps_the_shared_block_it_would_have_copied", {},
         r"allocate\(B, 3\) was refused but left 0 block\(s\) free.*A refused allocation changes nothing",
