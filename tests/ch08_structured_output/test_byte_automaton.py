@@ -159,8 +159,9 @@ def check(chars: CharDFA, datas: list[bytes], must_match_something: bool = False
         for cut in range(len(data) + 1):
             state, want = byte_walk(table, data[:cut]), viable(chars, live, data[:cut])
             assert (state != DEAD) == want, (
-                f"{str(chars)[:300]}: the bytes {data[:cut].hex(' ')} {'die' if want else 'are alive'} in the byte automaton, "
-                f"but they {'begin' if want else 'do not begin'} the UTF-8 of a text the character automaton reads")
+                f"Task 8.1: the bytes {data[:cut].hex(' ') or '(none)'} {'die' if want else 'are alive'} in the byte "
+                f"automaton, but they {'begin' if want else 'do not begin'} the UTF-8 of a text the character automaton "
+                f"reads. The character automaton: {str(chars)[:300]}")
         try:
             text = data.decode()
         except UnicodeDecodeError:
@@ -168,8 +169,9 @@ def check(chars: CharDFA, datas: list[bytes], must_match_something: bool = False
         end = char_walk(chars, live, text)
         if end is not None:
             assert byte_walk(table, data) == order.index(end), (
-                f"{text!r} leads the character automaton to state {end}: its bytes must end in byte state "
-                f"{order.index(end)}, got {byte_walk(table, data)}")
+                f"Task 8.1: the bytes of a text must end in the byte state of the character state the text leads to: "
+                f"{text!r} leads to character state {end}, so byte state {order.index(end)}; its bytes "
+                f"{data.hex(' ')} end in {byte_walk(table, data)}. The character automaton: {str(chars)[:300]}")
 
 
 # Class 1 is `other`, naming no character: [^é] is one character, not é, then the end.
@@ -204,8 +206,8 @@ def test_live_states_are_those_that_reach_an_accepting_state(chars):
     want = brute_live(chars)
     got = live_states(chars)
     assert set(got) == want, (
-        f"{str(chars)[:300]}: the states that reach an accepting state (through classes UTF-8 can write) are {sorted(want)}, "
-        f"got {sorted(got)}")
+        f"Task 8.1: live_states must be the states that reach an accepting state through classes UTF-8 can write: "
+        f"{sorted(want)}, got {sorted(got)}. The character automaton: {str(chars)[:300]}")
 
 
 @pytest.mark.task("8.1")
@@ -241,18 +243,26 @@ def test_a_regex_matches_exactly_the_strings_whose_utf8_the_byte_automaton_accep
         state = byte_walk(dfa.next_state, text.encode())
         accepted = state != DEAD and bool(dfa.accepting[state])
         want = re.fullmatch(pattern, text) is not None
-        assert accepted == want, f"{pattern!r} {'matches' if want else 'does not match'} {text!r}, but its byte automaton {'refuses' if want else 'accepts'} {text.encode().hex(' ')}"
+        assert accepted == want, (
+            f"Task 8.1: the byte automaton {'refuses' if want else 'accepts'} {text!r} ({text.encode().hex(' ') or 'no bytes'}), "
+            f"which the regex {'matches' if want else 'does not match'} (re.fullmatch). The regex: {pattern!r}")
 
 
 @pytest.mark.task("8.1")
 def test_any_character_shares_its_intermediate_states():
-    """The sizes the contract names: [^"]* at most 10 byte states, a chain of 100 any-character states at most 1,000."""
-    loop = compile_regex('[^"]*')
-    assert len(loop.next_state) <= 10, f'[^"]* is one character state; its byte automaton has {len(loop.next_state)} states (at most 10)'
+    """The sizes the contract names: one state reading any character but '"' back to itself at most 10 byte states
+    (7 inside characters is the fewest UTF-8 allows), a chain of 100 any-character states at most 1,000."""
+    not_quote = CharDFA([frozenset('"'), frozenset()], 1, [{1: 0}], [True])  # [^"]* as one character state
+    loop = spell_in_utf8(not_quote, {0}, Budget(Limits()))
+    assert len(loop.next_state) <= 10, (
+        f"Task 8.1: one character state that reads any character but '\"' back to itself must take at most 10 byte "
+        f"states (the states inside a character shared), got {len(loop.next_state)}")
     n = 100
     chars = CharDFA([frozenset()], 0, [{0: s + 1} for s in range(n)] + [{}], [True] * (n + 1))
     dfa = spell_in_utf8(chars, set(range(n + 1)), Budget(Limits()))
-    assert len(dfa.next_state) <= 10 * (n + 1), f"{n + 1} states that read any character: {len(dfa.next_state)} byte states (at most {10 * (n + 1)})"
+    assert len(dfa.next_state) <= 10 * (n + 1), (
+        f"Task 8.1: {n + 1} character states that each read any character must take at most {10 * (n + 1)} byte "
+        f"states, got {len(dfa.next_state)}")
 
 
 class Recording(Budget):
@@ -311,10 +321,12 @@ def test_the_crawl_builds_the_automaton_interegular_builds(pattern, texts):
     char_automaton.install_budgeted_crawl()
     ours, theirs = build(pattern, char_automaton.crawl), build(pattern, char_automaton.ORIGINAL_CRAWL)
     assert len(ours.states) == len(theirs.states), (
-        f"{pattern!r}: interegular's own crawl finds {len(theirs.states)} distinct states, ours {len(ours.states)} "
-        f"(each reachable state numbered once)")
+        f"Task 8.1: crawl must number each reachable state once: interegular's own crawl finds "
+        f"{len(theirs.states)} distinct states, ours {len(ours.states)}. The regex: {pattern!r}")
     for text in texts:
-        assert ours.accepts(text) == theirs.accepts(text), f"{pattern!r} on {text!r}: interegular says {theirs.accepts(text)}"
+        assert ours.accepts(text) == theirs.accepts(text), (
+            f"Task 8.1: the crawled automaton {'accepts' if ours.accepts(text) else 'refuses'} {text!r}, which "
+            f"interegular's own crawl {'accepts' if theirs.accepts(text) else 'refuses'}. The regex: {pattern!r}")
 
 
 @pytest.mark.task("8.1")

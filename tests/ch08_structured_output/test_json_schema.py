@@ -221,12 +221,14 @@ texts_lists = st.lists(st.text(TRICKY, max_size=5), min_size=1, max_size=8)
 def test_a_list_of_texts_matches_exactly_those_texts(texts, other):
     regex = alternation(texts)
     for text in texts:
-        assert re.fullmatch(regex, text), f"{texts}: {text!r} must match, the regex is {regex!r}"
+        assert re.fullmatch(regex, text), f"Task 8.4: {text!r} is one of the texts and must match. The texts: {texts}; the regex: {regex!r}"
         assert re.fullmatch("<" + regex + ">", "<" + text + ">"), (
-            f"{texts}: the regex must work next to others (no '|' outside a group): {regex!r}")
+            f"Task 8.4: the regex must work next to others (no '|' outside a group). The texts: {texts}; the regex: {regex!r}")
     near = {other, *(t + "a" for t in texts), *(t[:-1] for t in texts if t), *("a" + t for t in texts)}
     for text in near - set(texts):
-        assert not re.fullmatch(regex, text), f"{texts}: {text!r} is not one of the texts but matches {regex!r}"
+        assert not re.fullmatch(regex, text), (
+            f"Task 8.4: {text!r} is not one of the texts but matches (every character is literal). The texts: {texts}; "
+            f"the regex: {regex!r}")
 
 
 @pytest.mark.task("8.4")
@@ -309,7 +311,9 @@ def with_value(schema):
 def test_values_valid_under_a_schema_match_its_regex(case):
     schema, value = case
     jsonschema.validate(value, schema)
-    assert re.fullmatch(schema_to_regex(schema), compact(value)), f"{compact(value)} is valid under {schema}"
+    assert re.fullmatch(schema_to_regex(schema), compact(value)), (
+        f"Task 8.5: the regex must match the compact JSON of every value valid under the schema; it refuses "
+        f"{compact(value)}, which jsonschema finds valid. The schema: {schema}")
 
 
 def with_text(schema):
@@ -329,9 +333,11 @@ def test_every_text_the_regex_matches_is_valid_under_the_schema(case):
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise AssertionError(f"{text!r} matches the regex of {schema} but is not JSON: {exc}") from None
+        raise AssertionError(f"Task 8.5: the regex must match only JSON valid under the schema; it matches {text!r}, "
+                             f"which is not JSON ({exc}). The schema: {schema}") from None
     errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(value)]
-    assert not errors, f"{text!r} matches the regex of {schema} but is not valid under it: {errors[0]}"
+    assert not errors, (f"Task 8.5: the regex must match only JSON valid under the schema; it matches {text!r}, "
+                        f"which jsonschema refuses ({errors[0]}). The schema: {schema}")
 
 
 @pytest.mark.task("8.5")
@@ -344,9 +350,16 @@ def test_every_text_the_regex_matches_is_valid_under_the_schema(case):
     ({"title": "no type"}, "type"),
 ], ids=["enum of no string", "const of the wrong type", "enum of no integer", "enum too long", "empty", "annotations only"])
 def test_a_schema_that_leaves_nothing_to_write_is_refused_by_name(schema, keyword):
-    with pytest.raises(PatternError, match=keyword) as refused:
-        schema_to_regex(schema)
-    assert keyword in str(refused.value), f"{schema}: the refusal must name {keyword!r}: {refused.value}"
+    why = (f"no value of its {keyword} is valid under the schema's other keywords: an enum or const keeps only the "
+           f"values they allow, and one that keeps none is refused naming {keyword!r}" if keyword != "type"
+           else "with no type, no enum, no anyOf and no properties there is nothing to write: refused naming 'type'")
+    try:
+        regex = schema_to_regex(schema)
+    except PatternError as refused:
+        assert keyword in str(refused), f"Task 8.5: the refusal must name {keyword!r}: {refused}. The schema: {schema}"
+    else:
+        pytest.fail(f"Task 8.5: the schema leaves nothing to write, yet it was converted: {why}. The schema: {schema}; "
+                    f"the regex: {regex[:120]!r}")
 
 
 def nested(keyword: str, levels: int) -> dict:
@@ -417,10 +430,11 @@ def test_a_schema_the_conversion_cannot_honour_is_refused_by_name(schema, named)
         schema_to_regex(schema)
     except PatternError as refused:
         either = {named, named.replace("'", '"')}  # a name quoted either way
-        assert any(n in str(refused) for n in either), f"{str(schema)[:80]}: the refusal must name {named}: {refused}"
+        assert any(n in str(refused) for n in either), (
+            f"Task 8.5: the refusal must name {named}: {refused}. The schema: {str(schema)[:80]}")
     else:
-        pytest.fail(f"{str(schema)[:80]} was converted: the contract refuses it with a PatternError naming {named} "
-                    f"({why_refused(schema)})")
+        pytest.fail(f"Task 8.5: the schema was converted, but {why_refused(schema)}: refuse it with a PatternError "
+                    f"naming {named}. The schema: {str(schema)[:80]}")
 
 
 def why_refused(schema: dict) -> str:
@@ -445,7 +459,8 @@ def why_refused(schema: dict) -> str:
     ({"type": "string", "properties": {"a": NULL}, "required": ["b"]}, '"x"'),
 ], ids=lambda v: None if isinstance(v, dict) else v)
 def test_a_schema_within_the_rules_is_not_refused(schema, text):
-    assert re.fullmatch(schema_to_regex(schema), text), f"{str(schema)[:80]} must be converted and match {text}"
+    assert re.fullmatch(schema_to_regex(schema), text), (
+        f"Task 8.5: the schema is within the rules: its regex must match {text}. The schema: {str(schema)[:80]}")
 
 
 @pytest.mark.task("8.5")
@@ -453,7 +468,9 @@ def test_enum_values_the_other_keywords_refuse_are_left_out():
     regex = schema_to_regex({"type": "string", "enum": [1, "a", "é", None, "long", [1]], "maxLength": 2})
     assert re.fullmatch(regex, '"a"') and re.fullmatch(regex, '"é"'), f"the strings of the enum must match: {regex}"
     for text in ["1", "null", '"long"', "[1]"]:
-        assert not re.fullmatch(regex, text), f"{text} is in the enum but not a string of at most 2: {regex}"
+        assert not re.fullmatch(regex, text), (
+            f"Task 8.5: the regex matches {text}, which is in the enum but not a string of at most 2 characters: an "
+            f"enum keeps only the values the schema's other keywords allow. The regex: {regex}")
 
 
 def nesting(value) -> int:

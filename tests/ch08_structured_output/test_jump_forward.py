@@ -153,6 +153,11 @@ def test_after_a_step_each_request_advances_jumps_within_its_room_and_ends_or_fa
     done_state = c.guides["done"].state
     forced, ended, failed = c.after_step(sampled, {"done": "length"}, asks.__getitem__, rooms.__getitem__)
     as_text = {rid: bytes(tokens).decode() for rid, tokens in forced.items()}
+    answered = {what: mapping["done"] for what, mapping in (("forced", forced), ("ended", ended), ("failed", failed))
+                if "done" in mapping}
+    assert not answered and c.guides["done"].state == done_state, (
+        "Task 8.7: a request that finished this step for another reason ('done', in `finished`) is left alone: its "
+        f"guide unmoved, nothing forced, no end or failure of its own; got {answered or 'its guide moved'}")
     assert len(forced.get("short", [])) == 3 and len(forced.get("last", [])) == 1, (
         f"Task 8.7: room(id) is how many more tokens a request may take: 'short' had room for 3 and got "
         f"{len(forced.get('short', []))} forced tokens, 'last' room for 1 and got {len(forced.get('last', []))}: "
@@ -169,7 +174,6 @@ def test_after_a_step_each_request_advances_jumps_within_its_room_and_ends_or_fa
         f"'whole' after its sampled token (stop, even with no room left: the text is whole); got {ended}")
     assert set(failed) == {"bad"} and isinstance(failed["bad"], PatternError), (
         f"'q' does not continue 'xyz': that request alone fails with the guide's PatternError, got {failed}")
-    assert c.guides["done"].state == done_state, "a request finished for another reason is left alone (its guide unmoved)"
     assert c.forced_tokens == 2 + 3 + 8 + 1, f"forced_tokens counts the tokens appended: 14, got {c.forced_tokens}"
 
 

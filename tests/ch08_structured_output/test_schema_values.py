@@ -51,15 +51,17 @@ def test_without_a_type_each_keyword_judges_only_the_enum_values_of_its_type(val
     except PatternError as refused:
         if clash and clash[0] in str(refused):
             return  # bounds that contradict each other, for a type the enum holds: refused by name, as with a type
-        assert not valid, f"{schema} was refused ({refused}), but {compact(valid[0])} is valid under it: {rule}"
-        assert "enum" in str(refused), f"{schema} leaves no value: the refusal must name enum: {refused}"
+        assert not valid, (f"Task 8.5: the schema was refused ({refused}), but {compact(valid[0])} is valid under it: "
+                           f"{rule}. The schema: {schema}")
+        assert "enum" in str(refused), f"Task 8.5: no value is left: the refusal must name enum: {refused}. The schema: {schema}"
         return
-    assert valid, f"no value of {schema} is valid under {keywords}: it must be refused naming enum, got {regex}"
+    assert valid, (f"Task 8.5: no value of the enum is valid under {keywords}: the schema must be refused naming enum, "
+                   f"got the regex {regex}. The schema: {schema}")
     for value in values:
         allowed, ok = bool(re.fullmatch(regex, compact(value))), judge.is_valid(value)
         assert allowed == ok, (
-            f"{compact(value)} is {'' if ok else 'not '}valid under {keywords}, yet the regex of {schema} "
-            f"{'refuses' if ok else 'allows'} it: {rule}")
+            f"Task 8.5: the regex {'refuses' if ok else 'allows'} {compact(value)}, which is {'' if ok else 'not '}"
+            f"valid under {keywords}: {rule}. The schema: {schema}")
 
 
 # ---------------------------------------------------------------- lone surrogates, refused in words UTF-8 can write

@@ -125,8 +125,9 @@ def spell_in_utf8(chars: CharDFA, live: set[int], budget: Budget) -> ByteDFA:
       dies, and a few bytes that begin a character stay alive exactly when some character
       that begins with them would be read (a token may end inside a character);
     - every state can reach an accepting state; a lone surrogate in a class is left out;
-    - size: `[^"]*` (one character state) takes at most 10 byte states, and a chain of n
-      character states that each read any character to the next at most 10 * n.
+    - size: one character state that reads any character but `"` back to itself takes at most 10
+      byte states, and a chain of n character states that each read any character to the next
+      at most 10 * n.
     """
     # Idea: a character is a path of bytes: which intermediate states can all paths share, and which cannot?
     # Stuck? `miniyaie hint 8.1` prints hints, one level at a time.

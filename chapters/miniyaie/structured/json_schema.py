@@ -72,27 +72,25 @@ def schema_to_regex(schema: dict | str, depth: int = 0, limits: Limits | None = 
 
 # ANCHOR: check_structure
 def check_structure(schema: dict, limits: Limits) -> None:
-    """Refuse, before converting, what schema_regex would read and cannot honour; return None otherwise.
+    """Refuse, before any regex is built, a schema the conversion cannot honour; return None otherwise.
 
-    Each refusal is a PatternError whose message names the keyword (or the
-    limit's setting). Called after _check_keywords: every keyword's value
-    is of the right kind (enum and anyOf aside: checked here).
-    - const or enum: `enum` not a list; more entries than limits.max_enum ("enum: entries 1001 is over
-      the limit of 1000 (structured limit max_enum)"); a value JSON or UTF-8 cannot write (check_value's
-      refusals, naming const or enum; a value JSON has no type for). Such a schema's other keywords are
-      checked when its values are filtered, not here.
-    - anyOf (without const or enum): not a list; empty; more branches than
-      limits.max_enum; any other keyword beside it but annotations
-      (IGNORED), named ("anyOf with other keywords ('type') ...").
-    - otherwise, an object (type "object", alone or in a list, or no type
-      and `properties`): a property name a string cannot hold (check_value
-      on it, naming properties); a required name not among the properties,
-      named. An array (type "array", alone or in a list): maxItems below
-      minItems (default 0). A string type: maxLength below minLength.
-    Examples: {"enum": 5}, {"anyOf": []}, {"anyOf": [...], "type": "x"},
-    {"properties": {}, "required": ["b"]}, {"type": "array", "minItems": 3,
-    "maxItems": 2} are refused; {"anyOf": [{"type": "null"}], "title": "t"},
-    {"type": "array", "maxItems": 0} and 1,000 enum entries pass.
+    A refusal is a PatternError whose message names the keyword (or the limit's setting, as `over`
+    writes it). Called after _check_keywords: every keyword's value is of the right kind, but enum's
+    and anyOf's, which must be lists (checked here). The schemas refused:
+    - those no value can satisfy: an empty anyOf; an object schema (type "object", alone or in a
+      list, or no type but properties) requiring a property it does not list (named); bounds that
+      contradict each other for a type the schema allows, alone or in a list (maxItems below
+      minItems, maxLength below minLength; a missing lower bound is 0);
+    - those holding a value JSON or UTF-8 cannot write: in an enum or a const (as check_value
+      refuses it, naming the keyword), or as an object schema's property name;
+    - those over a limit: more enum entries or anyOf branches than limits.max_enum;
+    - an anyOf with any keyword beside it but annotations (IGNORED), named: it belongs in each branch.
+    An enum or a const is its schema's whole language: the keywords beside it only filter its
+    values (schema_regex), so they are not checked here.
+    Examples: {"enum": 5}, {"anyOf": []}, {"anyOf": [...], "type": "x"}, {"properties": {},
+    "required": ["b"]}, {"type": ["array", "null"], "minItems": 3, "maxItems": 2} are refused;
+    {"anyOf": [{"type": "null"}], "title": "t"}, {"type": "array", "maxItems": 0}, {"type": "string",
+    "properties": {}, "required": ["b"]} and 1,000 enum entries pass.
     """
     # Idea: which keywords does each kind of schema read, and what would make each unsatisfiable or unwritable?
     # Stuck? `miniyaie hint 8.5` prints hints, one level at a time.

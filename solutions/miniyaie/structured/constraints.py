@@ -121,13 +121,12 @@ class Constraints:
         """A guide per completion id, each holding one use of the pattern's index until forget(id).
 
         Unconstrained params: nothing happens. Otherwise, afterwards: each id has a new guide that holds
-        exactly one use; an id that had a guide already has given its old use back, after its new guide
-        took one (so even a cache that keeps nothing unused compiles once for start(["r1"]) then
-        start(["r1"]) of one pattern: a restart never drops the index it is about to read). If a
-        prepare(params) holds the pattern's index, start
-        compiles nothing and consumes that hold: its use is given back exactly once, even when a take
-        raises, and never while no guide holds the index. Invariant: every use the cache counts
-        (`stats()["indexes_in_use"]`) is one guide's or one hold's.
+        exactly one use, and an id that had a guide already has given its old use back. If a
+        prepare(params) holds the pattern's index, start consumes that hold: its use is given back
+        exactly once, even when a take raises. Invariant: every use the cache counts
+        (`stats()["indexes_in_use"]`) is one guide's or one hold's. And start never makes the cache
+        compile an index it held: even over a cache that keeps nothing unused, start after a prepare
+        compiles nothing, and start(["r1"]) then start(["r1"]) of one pattern compiles once.
         """
         # Nudge: between giving back the hold and taking the guides' uses, could the index be evicted?
         # Hint 1: Every take must meet exactly one give_back: a leaked use pins an index for
@@ -248,6 +247,10 @@ class Constraints:
         room = lambda rid: requests[rid].max_tokens - len(requests[rid].output_token_ids)  # noqa: E731
         forced, ended, failed = self.after_step(
             {rid: s.token_id for rid, s in sampled.items()}, finished, lambda rid: engine._params[rid].jump_forward, room)
+        if stray := sorted((forced.keys() | ended.keys() | failed.keys()) & finished.keys()):  # its request is gone
+            raise RuntimeError(f"Task 8.7: after_step answered for {stray[0]!r}, which finished this step for another "
+                               f"reason ({finished[stray[0]]!r}): a finished request is left alone (no forced tokens, "
+                               "no end, no failure of its own)")
         for rid, exc in failed.items():
             failed[rid] = self._explained(rid, exc, requests[rid], engine._params[rid].min_tokens, engine._stop_ids[rid])
             engine.scheduler.abort(rid)

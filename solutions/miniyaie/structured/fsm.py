@@ -153,8 +153,9 @@ def spell_in_utf8(chars: CharDFA, live: set[int], budget: Budget) -> ByteDFA:
       dies, and a few bytes that begin a character stay alive exactly when some character
       that begins with them would be read (a token may end inside a character);
     - every state can reach an accepting state; a lone surrogate in a class is left out;
-    - size: `[^"]*` (one character state) takes at most 10 byte states, and a chain of n
-      character states that each read any character to the next at most 10 * n.
+    - size: one character state that reads any character but `"` back to itself takes at most 10
+      byte states, and a chain of n character states that each read any character to the next
+      at most 10 * n.
     """
     # Nudge: a character is a path of bytes: which intermediate states can all paths share, and which cannot?
     # Hint 1: An intermediate state means "some bytes of a character read, from one character
@@ -163,7 +164,7 @@ def spell_in_utf8(chars: CharDFA, live: set[int], budget: Budget) -> ByteDFA:
     #   a live target T, every other well-formed sequence, all to T. The states that read "the
     #   rest of any character" into T depend only on T and on which byte ranges are left (a
     #   suffix of a UTF8_SEQUENCES row): make each once and share it between states and rows;
-    #   that is what keeps `[^"]*` at 8 states. But where a named character begins like other
+    #   that keeps a state reading any character but `"` at 8 (7 inside characters, the fewest). But where a named character begins like other
     #   characters (é is C3 A9, and C3 begins 63 more), the state after C3 needs a row of its
     #   own: A9 goes where é goes (or dies), the rest of C3's continuations to T. Make no
     #   state that leads nowhere.

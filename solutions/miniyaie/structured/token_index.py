@@ -78,7 +78,7 @@ class TokenIndex:
         self.token_bytes, self.lengths = vocabulary.byte_matrix()
         self._masks: dict[int, np.ndarray] = {}  # state -> its allowed tokens, packed 8 to a byte
         self._lock = threading.Lock()  # masks are built from the engine thread and from request workers
-        self._build_lock = threading.Lock()  # held while a mask is built (self._lock only for moments: nbytes)
+        self._build_lock = threading.Lock()  # mask()'s to use as it needs
         self.build_seconds = 0.0  # time spent walking the vocabulary, over all states built so far
         self.compile_seconds = 0.0  # regex -> byte DFA (set by IndexCache, which compiles it)
         self.mask_builds = 0  # masks computed (by allowed) so far: one per state, however often it is asked for
@@ -132,12 +132,11 @@ class TokenIndex:
         is asked for, and `self.mask_builds` counts those computations: asking again for a state
         already built computes nothing. It is kept packed, one bit per token, in `self._masks`
         (state -> `_pack(mask)`; `_unpack(packed, self.size)` gives it back), which `nbytes` and
-        `built_states` read and a compile process ships. Safe to call from several threads (the
-        engine thread and request workers): however many threads ask for one state at once, its
-        mask is computed exactly once (one call of allowed, one count in mask_builds) and every
-        thread gets it; a thread that asks while another builds it waits for that build. A
-        state already built is answered without waiting for builds of other states, and
-        `nbytes` is not held up by a build.
+        `built_states` read and a compile process ships. Called from several threads at once (the
+        engine thread and request workers): however many threads ask for one state together, its
+        mask is computed once (one call of allowed, one count in mask_builds) and each of them gets
+        that mask. While one state's mask is being computed, a state already built is answered, and
+        so is `nbytes` (which takes `self._lock`).
         """
         # Nudge: where is a state's mask remembered, and what happens when two threads build the same one?
         # Hint 1: Decoding asks for the mask of the current state at every step and comes back
