@@ -41,6 +41,27 @@ def refused(error: type[BaseException], call, contract: str) -> BaseException:
     pytest.fail(f"{contract}; it returned {result!r} instead", pytrace=False)
 
 
+def copied_from(before: list[int], after: list[int]) -> dict[int, int]:
+    """The blocks an allocate put in a table in place of others (its copy-on-write copies): new block -> old block."""
+    return {new: old for old, new in zip(before, after) if new != old}
+
+
+def copies_of_copies(waiting: dict[int, int], table: list[int], reader: str, copies: list[tuple[int, int]]) -> str:
+    """For a failure message: the blocks of `table` copied from a block that was itself a copy not yet filled.
+
+    `waiting` maps every block given out as a copy since the last step to the block it was copied from."""
+    stories = []
+    for block in table:
+        source = waiting.get(block)
+        if source is not None and source in waiting:
+            stories.append(
+                f"its block {block} is a copy of block {source}, which was itself a copy still waiting, in the same "
+                f"step, for the K/V of block {waiting[source]}: a copy of a copy, so {reader!r} reads what block "
+                f"{source} held before it was filled, not the K/V it shares (the queue taken: {copies})"
+            )
+    return "; ".join(stories)
+
+
 def assert_no_copy_into_a_block_without_owner(memory: PagedMemory, copies: list[tuple[int, int]], after: str) -> None:
     """Rule (1) of free's contract, on the queue a free left: no queued copy writes into a block nobody owns."""
     ownerless = [(src, dst) for src, dst in copies if memory.allocator.ref_count(dst) == 0]
@@ -104,6 +125,9 @@ class KVMemoryContract(RuleBasedStateMachine):
     def after_allocate(self) -> None:
         pass
 
+    def allocated(self, request: Request, before) -> None:
+        """Called right after a successful allocate, with the snapshot taken before it."""
+
     # -- rules
     @initialize(num_blocks=st.integers(1, 8), block_size=st.sampled_from([1, 2, 3, 7, 16]))
     def make(self, num_blocks, block_size):
@@ -155,6 +179,7 @@ class KVMemoryContract(RuleBasedStateMachine):
             )
             return
         self.memory.allocate(request, n)
+        self.allocated(request, before)
         rid = request.request_id
         self.held[rid] = max(self.held[rid], request.num_computed_tokens + n)
         if not copies_now:
@@ -213,6 +238,8 @@ class PagedMemoryMachine(KVMemoryContract):
         self.pool: dict[int, int] = {}  # slot -> value: a model of the K/V pool
         self.expected: dict[str, list[int]] = {}  # request id -> values of its computed positions
         self.values = itertools.count()
+        self.waiting: dict[int, int] = {}  # block given out as a copy since the last step -> the block it copies
+        self.last_step: tuple[dict[int, int], list[tuple[int, int]]] = ({}, [])  # the last step's waiting and queue
 
     def make_memory(self, num_blocks, block_size):
         memory = PagedMemory(num_blocks, block_size)
@@ -259,11 +286,16 @@ class PagedMemoryMachine(KVMemoryContract):
 
     def _apply(self, copies: list[tuple[int, int]]) -> None:
         """copy_blocks on the model of the pool: every copy reads its source as it was before the call."""
+        self.last_step, self.waiting = (self.waiting, copies), {}
         size = self.block_size
         before = {dst: [self.pool.get(src * size + offset) for offset in range(size)] for src, dst in copies}
         for dst, values in before.items():
             for offset, value in enumerate(values):
                 self.pool[dst * size + offset] = value
+
+    def allocated(self, request, before):
+        old = before[2].get(request.request_id, [])
+        self.waiting.update(copied_from(old, self.memory.block_table(request.request_id)))
 
     def after_step(self, request, n):
         start = request.num_computed_tokens
@@ -383,8 +415,13 @@ class PagedMemoryMachine(KVMemoryContract):
             computed = request.num_computed_tokens
             if computed:
                 slots = self.memory.slot_mapping(rid, 0, computed)
-                assert [self.pool.get(s) for s in slots] == self.expected[rid][:computed], (
-                    f"{rid} does not read back what it wrote: a shared block was written in place, or a copy was lost"
+                got = [self.pool.get(s) for s in slots]
+                wrong = [p for p in range(computed) if got[p] != self.expected[rid][p]]
+                assert not wrong, (
+                    f"{rid} does not read back what it wrote at positions {wrong[:8]}"
+                    f"{' ...' if len(wrong) > 8 else ''} of {computed}: "
+                    + (copies_of_copies(self.last_step[0], self.memory.block_table(rid), rid, self.last_step[1])
+                       or "a shared block was written in place, or a copy was lost")
                 )
 
 
@@ -579,11 +616,15 @@ def test_a_fork_before_the_step_reads_its_prompt(freed):
     parent = Request("parent", [1] * 6, max_tokens=4)
     parent.num_computed_tokens = 6
     memory.fork("first", "parent")
+    shared = memory.block_table("parent")
     memory.allocate(parent, 1)  # writes position 6 into the shared block 1: a copy is queued
+    waiting = copied_from(shared, memory.block_table("parent"))
     child = Request("child", [1] * 6, max_tokens=4)
     child.num_computed_tokens = 6
     memory.fork("parent", "child")  # before the step: the child shares the parent's not yet filled copy
+    shared = memory.block_table("child")
     memory.allocate(child, 1)  # the child writes position 6 too: a copy of a block still waiting for its K/V
+    waiting.update(copied_from(shared, memory.block_table("child")))
     readers = ["parent", "child"]
     if freed == "the parent":
         memory.free(parent)  # its copy's destination has no owner left; the child's copy still needs the K/V
@@ -598,8 +639,9 @@ def test_a_fork_before_the_step_reads_its_prompt(freed):
             assert got == list(range(100, 106)), (
                 f"after the queued copies {copies} (freed before the step: {freed}), {reader!r} reads {name} "
                 f"{got} at positions 0..5, not the prompt's {list(range(100, 106))}: "
-                + ("zeros where its prompt should be, " if 0 in got else "")
-                + f"so {reader!r} would attend to K/V its prompt never wrote"
+                + (copies_of_copies(waiting, memory.block_table(reader), reader, copies)
+                   or ("zeros where its prompt should be, " if 0 in got else "")
+                   + f"so {reader!r} would attend to K/V its prompt never wrote")
             )
 
 

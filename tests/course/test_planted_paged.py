@@ -359,6 +359,12 @@ PLANTS = {  # mistake: (test module, test, params, what the message must say, [(
         {"freed": "the parent"}, NO_OWNER,
         [(PagedMemory, "allocate", allocate_chaining_copies), (PagedMemory, "_after_release", keep_copies_a_kept_copy_reads_from),
          ("test_paged_memory", "copy_blocks", copy_blocks_one_pair_at_a_time)]),
+    "2.2 a copy of a block still waiting for its copy (state machine)": (
+        "test_paged_memory", "test_paged_memory_state_machine", {}, r"a copy of a copy",
+        [(PagedMemory, "allocate", allocate_chaining_copies), SEARCH]),
+    "2.2 a copy of a block still waiting for its copy": (
+        "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt", {"freed": "nobody"}, r"a copy of a copy",
+        [(PagedMemory, "allocate", allocate_chaining_copies)]),
     "2.2 keep every copy": (
         "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt",
         {"freed": "the parent"}, NO_OWNER, [(PagedMemory, "_after_release", keep_every_copy)]),
