@@ -67,9 +67,8 @@ def assert_no_copy_into_a_block_without_owner(memory: PagedMemory, copies: list[
     ownerless = [(src, dst) for src, dst in copies if memory.allocator.ref_count(dst) == 0]
     assert not ownerless, (
         f"the queue of copies writes into a block that has no owner: {ownerless} of {copies} queued after {after}; "
-        "rule (1) of free's contract: applying the queue never writes into a block that has no owner (it may be "
-        "handed out again before the step). A copy whose destination nobody holds must leave the queue, and no "
-        "copy left may need it"
+        "rule (1) of free's contract: the queue holds no copy into a block that has no owner (it may be handed out "
+        "again before the step, and the copy would overwrite its next owner's K/V)"
     )
 
 

@@ -195,12 +195,11 @@ class PagedMemory:
         The queue of copies must stay safe to run: a request can be freed
         between the allocate that queued a copy and the step that applies it
         (take_block_copies, then copy_blocks). Whatever is freed, and whatever
-        is allocated afterwards, applying the queue must (1) never write into
-        a block that has no owner or that was handed out again after being
-        freed (its next owner's K/V are its own), and (2) still give every
-        block a request holds as a copy-on-write destination its source's
-        K/V, in the order the copies were queued, whoever queued them and
-        whoever still owns their sources.
+        is allocated afterwards, the queue taken before the step (1) holds no
+        copy into a block that has no owner, nor into a block handed out
+        again after it was freed (its next owner's K/V are its own), and (2)
+        once applied, lets every request that still holds its blocks read
+        back the K/V of every position it has computed.
         """
         # Nudge: which blocks does the request hold, and what must it give back of each?
         # Hint 1: Each table entry is one reference on one block (a shared block appears in
