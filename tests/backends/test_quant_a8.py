@@ -99,10 +99,10 @@ def test_the_weights_laid_out_for_amx_give_the_same_products(rows, out, blocks, 
     QuantizedLinear.__init__(layer, quantize_int4(w, 32) if bits == 4 else quantize_int8(w, group))
     x = torch.randn(rows, blocks * 32, generator=g)
     try:
-        LIBRARY.quant_a8_set_amx_rows(1)
+        LIBRARY.quant_a8_set_amx_rows(1, 1 << 40)  # every row count on the 8-bit tiles
         tiles = layer(x)
     finally:
-        LIBRARY.quant_a8_set_amx_rows(a8.AMX_ROWS)
+        LIBRARY.quant_a8_set_amx_rows(a8.AMX_ROWS, a8.BF16_ROWS)
     assert layer.amx_tiles() is not None and layer.amx_codes.numel() == LIBRARY.quant_a8_tile_bytes(out, blocks * 32, bits)
     want = reference(*quantize(LIBRARY, x), layer.qweight)
     assert torch.allclose(tiles.double(), want, rtol=1e-5, atol=1e-5 * (float(want.abs().max()) + 1e-6)), (

@@ -565,11 +565,8 @@ def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
 @pytest.mark.task("2.2")
 @pytest.mark.parametrize("freed", ["the parent", "the child, forked again first"])
 def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
-    """free drops a queued copy exactly when its destination block has no owner left.
-
-    Not "the copies of the freed request's blocks": freeing the parent (the copy's source owner) or the
-    child that queued the copy, after the child was forked again (its new block now has a second owner),
-    leaves a request that will read the destination: the copy must still reach the pool."""
+    """A child writes into the block it shares with its parent (a copy is queued), then, before the step, the parent
+    is freed, or the child is forked again and freed: a request still reads the copy's destination after the step."""
     memory = PagedMemory(8, 4)
     parent, child = Request("parent", [1] * 6, max_tokens=4), Request("child", [1] * 6, max_tokens=4)
     memory.allocate(parent, 6)

@@ -3,8 +3,11 @@
 `gguf-a8` (and `int8-a8`, `int4-a8`, `int4-sym-a8`) load the weights as the scheme without the suffix does,
 then every linear over blocks rounds its input to signed bytes per row and block of 32 (a step and the
 block's sum, GGUF's Q8_1, as llama.cpp does) and multiplies bytes by codes with integer dot products
-(backends/cpu/quant_a8.cpp: AVX512-VNNI, AVX-VNNI or AVX2). It is faster and it is not the float32 model any
-more: the default schemes stay exact and this one is chosen by name; `miniyaie bench quality` prices it.
+(backends/cpu/quant_a8.cpp: AVX512-VNNI, AVX-VNNI or AVX2). Where the CPU has AMX, steps of AMX_ROWS rows or
+more go to its 8-bit tiles, and prefill chunks of BF16_ROWS or more to its bfloat16 tiles instead, the weights
+dequantized per call and x rounded to bfloat16 rather than to bytes (quant_bf16_amx.cpp says why). It is faster
+and it is not the float32 model any more: the default schemes stay exact and this one is chosen by name;
+`miniyaie bench quality` prices it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from miniyaie.quant.linear import QuantizedLinear
 SUFFIX = "-a8"
 BLOCK = 32  # activations per block
 AMX_ROWS = 2  # quant_a8.cpp sends steps with this many rows or more to the AMX tiles where the layer has them
+BF16_ROWS = 64  # and with this many (prefill chunks) to the tiles' bfloat16 multiplies (quant_bf16_amx.cpp)
 ISAS = {3: "AVX512-VNNI", 2: "AVX-VNNI", 1: "AVX2"}
 calls = {"linear": 0, "rows": 0}  # kernel calls and rows they multiplied, since the process started
 
