@@ -102,7 +102,8 @@ def test_every_schema_is_refused_by_keyword_or_all_its_outputs_validate(engine, 
         results = engine.generate(["Write JSON:", "Data:"], max_tokens=40, json_schema=schema, temperature=1.0, seed=0)
     except PatternError as exc:
         named = keywords_in(schema) | {"json_schema"}
-        assert any(re.search(rf"\b{re.escape(k)}\b", str(exc)) for k in named), f"{exc} names none of {sorted(named)}"
+        assert any(re.search(rf"\b{re.escape(k)}\b", str(exc)) for k in named), (
+            f"the refusal must name one of the schema's keywords {sorted(named)}: {exc}")
         assert engine.llm.num_request_blocks == 0
         return
     check_finished_outputs(results, json.loads(json.dumps(schema)))  # each finished one parses and validates
@@ -122,11 +123,14 @@ def test_through_the_server_every_schema_is_a_400_naming_its_keyword_or_outputs_
             "guided_json": schema}
     reply = httpx.post(f"{client.base_url}completions", content=json.dumps(body),
                        headers={"content-type": "application/json"}, timeout=120)
-    assert reply.status_code in (200, 400), f"{reply.status_code}: {reply.text[:300]}"
+    assert reply.status_code in (200, 400), (
+        f"every schema gets a 400 naming its keyword or outputs that validate; the server answered "
+        f"{reply.status_code}: {reply.text[:300]}")
     if reply.status_code == 400:
         message = reply.json()["error"]["message"]
         named = keywords_in(schema) | {"json_schema", "guided_json"}
-        assert any(re.search(rf"\b{re.escape(k)}\b", message) for k in named), f"{message} names none of {sorted(named)}"
+        assert any(re.search(rf"\b{re.escape(k)}\b", message) for k in named), (
+            f"the 400 must name one of the schema's keywords {sorted(named)}: {message}")
         return
     for choice in reply.json()["choices"]:
         if choice["finish_reason"] == "stop":  # cut by max_tokens: unfinished, checked at engine level above

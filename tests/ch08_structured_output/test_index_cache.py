@@ -56,7 +56,9 @@ class CacheMachine(RuleBasedStateMachine):
     def use(self, pattern: str, take: bool):
         self.story.append(f"{'take' if take else 'get'}({pattern})")
         index = (self.cache.take if take else self.cache.get)(pattern)
-        assert isinstance(index, FakeIndex) and index.pattern == pattern, f"{self.story}: got the index of {index.pattern}"
+        assert isinstance(index, FakeIndex) and index.pattern == pattern, (
+            f"Task 8.6: {'take' if take else 'get'}({pattern}) must give that pattern's index, got "
+            f"{getattr(index, 'pattern', index)!r}, after {self.story}")
         compiled = pattern not in self.order
         if compiled:
             self.compiles += 1

@@ -95,8 +95,10 @@ def test_every_text_an_object_regex_matches_is_such_an_object(required, data):
     parts = text[1:-1].split(",") if text != "{}" else []
     written = [i for i in range(len(required)) if member_text(i) in parts]
     assert text[:1] == "{" and text[-1:] == "}" and len(written) == len(parts), (
-        f"members {required} (True: required): {text!r} matches {regex} but is not an object of those members")
-    assert written == sorted(written) and [member_text(i) for i in written] == parts, f"{text!r}: members out of order"
+        f"Task 8.3: the regex matches {text!r}, which is not an object of those members. The members: {required} "
+        f"(True: required); the regex: {regex}")
+    assert written == sorted(written) and [member_text(i) for i in written] == parts, (
+        f"Task 8.3: the regex matches {text!r}, whose members are out of the schema's order. The regex: {regex}")
     missing = [i for i, r in enumerate(required) if r and i not in written]
     assert not missing, f"members {required} (True: required): {text!r} matches {regex} without m{missing[0]}"
 
