@@ -45,7 +45,7 @@ import torch
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("paged_decode_attention.cpp", "paged_chunk_attention.cpp",
                                                                        "layer_ops.cpp", "quant_matmul.cpp", "quant_a8.cpp",
                                                                        "quant_a8_amx.cpp", "quant_bf16_amx.cpp", "decode_stack.cpp", "lora_delta.cpp"))
-HEADERS = tuple(Path(__file__).with_name(name) for name in ("cpu_vector.h", "quant_blocks.h", "paged_decode_units.h"))  # included: in the cache key
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("cpu_vector.h", "quant_blocks.h", "paged_decode_units.h", "paged_decode_bf16.h"))  # included: in the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
 # compile step only: linked with it, the library would switch the whole process's floating
 # point to flush-to-zero when it loads (gcc's crtfastmath), and torch's results with it.

@@ -28,9 +28,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_vector.h"
+#include "paged_decode_bf16.h"
 #include "paged_decode_units.h"
 
 namespace {
@@ -97,14 +99,33 @@ template <int D, int G, typename T>
 void attend(const Unit<T>& u) {
   constexpr int C = D / W;
   const int64_t heads = u.h1 - u.h0;
-  // Heads per score_four call: each holds 4 sums and 1 query vector in registers, beside 1 key vector.
-  constexpr int GB = std::min(G, (cpu_vector::REGISTERS - 1) / 5);
+  // Pass 2 holds G x CB sums in registers (the head's G rows times CB of its C vectors) and a
+  // key's G weights, and walks the block's values once per CB columns, each vector loaded once.
+  constexpr int CB = cpu_vector::fit_rows(G, C);
+  // A bfloat16 cache is read 2W elements at a time where the vectors pair up (paged_decode_bf16.h).
+  constexpr bool SPLIT = std::is_same_v<T, bf16> && C % 2 == 0 && CB % 2 == 0;
+  // Heads per score_four call: each holds 4 sums and 1 query vector (2 split) in registers, beside 1 key vector (2).
+  constexpr int GB = SPLIT ? std::min(G, (cpu_vector::REGISTERS - 2) / 6) : std::min(G, (cpu_vector::REGISTERS - 1) / 5);
+  thread_local std::vector<float> split;  // SPLIT: the unit's queries, split_row's order
+  if constexpr (SPLIT) {
+    split.resize(u.num_seqs * heads * G * D);
+    for (int64_t i = 0; i < u.num_seqs; ++i)
+      for (int64_t r = 0; r < heads * G; ++r) split_row<D>(u.seqs[i].query + (u.h0 * G + r) * D, split.data() + (i * heads * G + r) * D);
+  }
   for_each_block(u, u.k_cache, [&](const Seq& seq, int64_t start, int64_t n, const T* block) {  // scores = scale * q . k
     for (int64_t h = u.h0; h < u.h1; ++h) {
       const float* query = seq.query + h * G * D;
       float* s = seq.scores + (h - u.h0) * G * seq.len + start;
       const T* keys = block + h * D;
       int64_t i = 0;
+      if constexpr (SPLIT) {
+        const float* halves = split.data() + ((&seq - u.seqs) * heads + h - u.h0) * G * D;
+        for (; i + 4 <= n; i += 4) {
+          int g = 0;
+          for (; g + GB <= G; g += GB) score_four_split<D, GB>(halves + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * seq.len + i, seq.len, u.scale);
+          if constexpr (G % GB != 0) score_four_split<D, G % GB>(halves + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * seq.len + i, seq.len, u.scale);
+        }
+      }
       for (; i + 4 <= n; i += 4) {
         int g = 0;
         for (; g + GB <= G; g += GB) score_four<D, GB>(query + g * D, keys + i * u.slot_stride, u.slot_stride, s + g * seq.len + i, seq.len, u.scale);
@@ -123,9 +144,6 @@ void attend(const Unit<T>& u) {
     softmax_unnormalised(seq.scores, seq.len, heads * G, seq.total);
     std::memset(seq.sums, 0, sizeof(float) * heads * G * D);
   }
-  // Pass 2 holds G x CB sums in registers (the head's G rows times CB of its C vectors) and a
-  // key's G weights, and walks the block's values once per CB columns, each vector loaded once.
-  constexpr int CB = cpu_vector::fit_rows(G, C);
   for_each_block(u, u.v_cache, [&](const Seq& seq, int64_t start, int64_t n, const T* block) {  // sums += weight * v
     for (int64_t h = u.h0; h < u.h1; ++h) {
       const float* w = seq.scores + (h - u.h0) * G * seq.len + start;
@@ -138,10 +156,19 @@ void attend(const Unit<T>& u) {
         for (int64_t i = 0; i < n; ++i, value += u.slot_stride) {
           vec weight[G];
           for (int g = 0; g < G; ++g) weight[g] = vec{} + w[g * seq.len + i];
-          for (int c = 0; c < CB; ++c) {
-            vec v = load(value + c * W);
-            cpu_vector::keep_in_register(v);
-            for (int g = 0; g < G; ++g) acc[g][c] += weight[g] * v;
+          if constexpr (SPLIT) {  // the sums split as the queries are: vectors c, c + 1 of 2W elements
+            for (int c = 0; c < CB; c += 2) {
+              vec even, odd;
+              split_halves(value + c * W, even, odd);
+              cpu_vector::keep_in_register(even), cpu_vector::keep_in_register(odd);
+              for (int g = 0; g < G; ++g) acc[g][c] += weight[g] * even, acc[g][c + 1] += weight[g] * odd;
+            }
+          } else {
+            for (int c = 0; c < CB; ++c) {
+              vec v = load(value + c * W);
+              cpu_vector::keep_in_register(v);
+              for (int g = 0; g < G; ++g) acc[g][c] += weight[g] * v;
+            }
           }
         }
         for (int g = 0; g < G; ++g)
@@ -152,8 +179,12 @@ void attend(const Unit<T>& u) {
   for (int64_t i = 0; i < u.num_seqs; ++i) {
     const Seq& seq = u.seqs[i];
     for (int64_t r = 0; r < heads * G; ++r)
-      for (int c = 0; c < C; ++c)
-        cpu_vector::store(seq.out + (u.h0 * G + r) * D + c * W, load(seq.sums + r * D + c * W) / seq.total[r]);
+      if constexpr (SPLIT) {
+        join_row<D>(seq.sums + r * D, seq.total[r], seq.out + (u.h0 * G + r) * D);
+      } else {
+        for (int c = 0; c < C; ++c)
+          cpu_vector::store(seq.out + (u.h0 * G + r) * D + c * W, load(seq.sums + r * D + c * W) / seq.total[r]);
+      }
   }
 }
 

@@ -89,8 +89,9 @@ void dequantize_column_tile(const uint8_t* codes, int bits, const uint16_t* d, c
 
 // x [M, K] float32 -> bfloat16 in the order the tiles read it: for each tile of 16 rows, each block of 32 as
 // 1 KB (16 rows x 32), so that a tile load reads one stretch; rows past M zero.
-void round_rows(const float* x, int64_t M, int64_t rows, int64_t K, uint16_t* out) {
+void round_rows(const float* x, int64_t M, int64_t rows, int64_t K, uint16_t* out, int threads) {
   const int64_t blocks = K / B;
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < blocks; ++b) {
       uint16_t* to = out + ((r / 16) * blocks + b) * 512 + (r % 16) * 32;
@@ -142,7 +143,7 @@ void quant_matmul_bf16_tiles(const float* x, int64_t M, int64_t K, const uint8_t
   const int64_t per_tile = codes_per_column_tile(K, bits);
   thread_local std::vector<uint16_t> xb;
   if (int64_t(xb.size()) < rows * K) xb.resize(rows * K);
-  round_rows(x, M, rows, K, xb.data());
+  round_rows(x, M, rows, K, xb.data(), threads);
   const uint16_t* x_rounded = xb.data();  // xb is this thread's: the team reads it through this pointer
   // Work items: a panel of column tiles (dequantized once per thread and panel) by a stretch of rows. Within one,
   // each pair of row tiles meets every pair of column tiles: its x stays in the core's cache meanwhile.
