@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 ONE_FAST_TEST = "tests/ch01_scheduler/test_update.py::test_requests_finishing_together_come_back_in_chunk_order"
 
 
-@pytest.mark.parametrize("number", range(11))
+@pytest.mark.parametrize("number", range(12))
 def test_every_chapter_has_a_well_formed_challenge(number):
     assert number in chapters_with_challenges(), (
         f"chapter {number} has no challenge: add solutions/miniyaie/challenges/ch{number:02d}_<topic>.py with CHALLENGE"
@@ -39,13 +39,15 @@ def test_a_chapter_without_a_challenge_is_refused_by_name():
         challenge_for(42)
 
 
-@pytest.mark.parametrize("number", [1, 2, 3])
+@pytest.mark.parametrize("number", [1, 2, 3, 11])
 def test_cheap_workloads_score_the_same_twice(number):
-    """The simulated scores are deterministic (run in this process with the reference selected)."""
+    """The simulated scores are deterministic (run in this process with the reference selected), and the baseline
+    is not the reference: there is something to beat."""
     ch = challenge_for(number)
     first = [ch.run(), (ch.reference or ch.run)(), ch.baseline()]
     assert all(isinstance(x, float) and math.isfinite(x) for x in first), first
     assert first == [ch.run(), (ch.reference or ch.run)(), ch.baseline()]
+    assert first[1] != first[2], f"chapter {number}'s baseline scores what its reference scores ({first[1]})"
 
 
 def _fast(number: int) -> Challenge:
@@ -98,3 +100,39 @@ def test_chapter_2s_admission_order_hook_is_what_the_page_says(monkeypatch):
     short_first = ch02.serve_seconds(ch02.reference_memory, lambda memory: ShortFirst(config, memory))
     assert tried, "the scheduler never called _admission_order: the hook the page documents does not exist"
     assert math.isfinite(short_first) and short_first != ch02.serve_seconds(ch02.reference_memory, ch02.reference_scheduler)
+
+
+def test_chapter_11s_policy_hooks_are_what_the_page_says():
+    """The page: make_policy(num_slots, ranks) returns an object whose next_read picks the adapter read next, victim
+    the idle one replaced and prefetch one to read ahead; each is called, and the score follows them."""
+    from miniyaie.challenges import ch11_adapter_residency as ch11
+
+    calls: dict[str, int] = {"next_read": 0, "victim": 0, "prefetch": 0}
+
+    class Contrary(ch11.LRU):  # the last asked read first, the most recently run evicted, the lowest name read ahead
+        def next_read(self, waiting, now_ms):
+            calls["next_read"] += 1
+            return list(waiting)[-1]
+
+        def victim(self, idle, now_ms):
+            calls["victim"] += 1
+            return max(idle, key=lambda name: self.last_step.get(name, -1.0))
+
+        def prefetch(self, resident, now_ms):
+            calls["prefetch"] += 1
+            return min(set(ch11.adapter_ranks()) - set(resident))
+
+    score = ch11.mean_wait_ms(Contrary)
+    assert all(calls.values()), f"a hook the page documents was never called: {calls}"
+    assert math.isfinite(score) and score != ch11.mean_wait_ms(ch11.LRU)
+
+
+def test_chapter_11_refuses_a_victim_that_is_not_idle():
+    from miniyaie.challenges import ch11_adapter_residency as ch11
+
+    class Busy(ch11.LRU):
+        def victim(self, idle, now_ms):
+            return "not-an-adapter"
+
+    with pytest.raises(ValueError, match="victim returned 'not-an-adapter', which is not one of the idle adapters"):
+        ch11.mean_wait_ms(Busy)
