@@ -166,7 +166,8 @@ class _Engine:
                 self.read.remove(name)  # read ahead, and nowhere to go: dropped
                 continue
             self.slots.load(slot, self.adapters[name])
-            assert self.slots.slot_of(name) == slot, f"LoRASlots.load put {name!r} in slot {slot}, slot_of disagrees"
+            if self.slots.slot_of(name) != slot:
+                raise RuntimeError(f"LoRASlots.load put {name!r} in slot {slot}, but slot_of({name!r}) disagrees")
             self.read.remove(name)
             for request in [r for r in self.parked if r.adapter == name]:
                 self.parked.remove(request)
