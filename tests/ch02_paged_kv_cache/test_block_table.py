@@ -122,3 +122,16 @@ def test_attention_metadata_lines_up_queries_slots_and_tables(block_size, steps,
         assert row == table + [0] * (width - len(table)), "each row is the request's table, padded with block 0"
     assert meta.block_size == block_size
     assert meta.slot_mapping.dtype == meta.block_tables.dtype == torch.int64, "index tensors are int64"
+
+
+@pytest.mark.task("2.2")
+def test_attention_metadata_puts_its_tensors_on_the_device_asked():
+    """The runner asks for the step's metadata on the model's device ("meta" stands in for a GPU here)."""
+    meta = attention_metadata([[3, 1], [2]], [("a", 2, 5), ("b", 0, 1)], 3, device="meta")
+    wrong = {name: str(t.device) for name, t in (("slot_mapping", meta.slot_mapping), ("block_tables", meta.block_tables))
+             if t.device.type != "meta"}
+    assert not wrong, (
+        f"Task 2.2: attention_metadata(..., device='meta') must put its tensors on that device, the pool's device, "
+        f"but {', '.join(f'{name} is on {device}' for name, device in wrong.items())}: on a GPU, the attention "
+        "kernel would read them from the CPU"
+    )

@@ -388,6 +388,25 @@ class PagedMemoryMachine(KVMemoryContract):
                 self.after_step(request, tokens)
                 request.num_computed_tokens += tokens
 
+    @precondition(lambda self: self.requests)
+    @rule(i=st.integers(0, 10**6), fork_first=st.booleans(), n=st.integers(1, 8), keep=st.integers(0, 8))
+    def draft_then_truncate_before_the_step(self, i, fork_first, n, keep):
+        """Speculative decoding's rewind: a request (maybe forked first, so that its write copies) takes slots for
+        n drafts, then truncate keeps `keep` of them before the step runs. The queue must then meet free's rule (1);
+        rule (2), every request reads what it wrote, is checked by the invariants."""
+        request = self.pick(i)
+        if fork_first and self.memory.block_table(request.request_id):
+            self._fork(request)
+        if not self.memory.can_allocate(request, n):
+            return
+        self._allocate(request, n, run=False, copies_now=False)
+        kept = request.num_computed_tokens + min(keep, n)
+        self.memory.truncate(request, kept)
+        self.held[request.request_id] = kept
+        copies = self.memory.take_block_copies()
+        assert_no_copy_into_a_block_without_owner(self.memory, copies, f"truncate({request.request_id!r}, {kept})")
+        self._apply(copies)
+
     @invariant()
     def tables_and_counts_agree(self):
         if self.memory is None:
@@ -713,3 +732,29 @@ def test_a_block_freed_before_the_step_and_taken_again_gets_only_its_new_copy():
             f"after the queued copies {copies}, {name!r} reads K {got} at position 0 where {source!r}'s prompt wrote "
             f"{value}: E's copy of D's block was overwritten by a copy queued for B, who was freed before the step"
         )
+
+
+@pytest.mark.task("2.2")
+def test_a_truncate_before_the_step_drops_the_copy_into_the_block_it_gave_back():
+    """Drafts (chapter 9) take slots ahead and truncate gives back the rejected ones, maybe before the step runs.
+
+    P holds 8 positions in blocks of 4 (4 computed, 4 drafts); C forks P and writes its own drafts into the shared
+    second block (a copy is queued); then C's drafts are rejected: truncate(C, 4) gives that copy back."""
+    memory = PagedMemory(4, 4)
+    parent, child = Request("P", [1] * 4, max_tokens=8), Request("C", [1] * 4, max_tokens=8)
+    memory.allocate(parent, 4)
+    parent.num_computed_tokens = child.num_computed_tokens = 4
+    memory.allocate(parent, 4)  # slots for P's drafts, positions 4..7
+    memory.take_block_copies()  # a step ran
+    memory.fork("P", "C")
+    memory.allocate(child, 4)  # C's drafts land in the shared second block: a copy is queued
+    copied_into = memory.block_table("C")[1]
+    memory.truncate(child, 4)  # C's drafts rejected before the step: its copy goes back to the pool
+    assert memory.block_table("C") == memory.block_table("P")[:1], "truncate(C, 4) keeps the one block of 4 tokens"
+    assert memory.allocator.ref_count(copied_into) == 0, f"block {copied_into} has no owner after truncate(C, 4)"
+    copies = memory.take_block_copies()
+    assert not copies, (
+        f"the queue of copies writes into a block that has no owner: {copies} queued after truncate('C', 4) gave "
+        f"block {copied_into} back; truncate gives blocks back like free, and the queue must then meet rule (1) of "
+        "free's contract (no copy into a block that has no owner: it may be handed out again before the step)"
+    )

@@ -6,6 +6,8 @@ import pytest
 import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from miniyaie.model import KVCache, ModelConfig
 from miniyaie.paged import copy_blocks, make_pool, num_blocks_for_budget
@@ -96,3 +98,31 @@ def test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else(num_blocks, 
             f"after copying {copies} (src, dst), {name} of blocks {wrong} is not what it should be: each copy reads "
             "the block as it was before the call, even a block an earlier pair of the same call wrote into"
         )
+
+
+class DevicesOfEveryOp(TorchDispatchMode):
+    """Records, for every tensor operation run inside it, the devices of the tensors it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[tuple[str, list[str]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        given = [t for t in tree_flatten((args, kwargs or {}))[0] if isinstance(t, torch.Tensor) and t.dim() > 0]
+        self.ops.append((str(func), [t.device.type for t in given]))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.task("2.2")
+def test_copy_blocks_builds_its_indexes_on_the_pools_device():
+    """On a GPU, indexes built on the CPU cost a host-to-device copy and a wait at every step; the "meta" device
+    (shapes, no data) stands in for the GPU here: every tensor the copy reads the pool with must be on the pool's."""
+    pool = make_pool(TINY, 4, 3, torch.float32, device="meta")
+    with DevicesOfEveryOp() as watch:
+        copy_blocks(pool, [(0, 1), (2, 3)], 3)
+    mixed = [(op, devices) for op, devices in watch.ops if "meta" in devices and set(devices) != {"meta"}]
+    assert not mixed, (
+        f"Task 2.2: copy_blocks indexes a pool on the 'meta' device with tensors that are not on the pool's device: "
+        f"{mixed[0][0]} was given tensors on {mixed[0][1]}. Build the slot indexes on the pool's device (pool.k.device): "
+        "on a GPU, indexes made on the CPU are copied to the device and waited for at every step"
+    )

@@ -12,6 +12,7 @@ import torch
 from hypothesis import Phase, settings
 from planted import import_planted
 
+from miniyaie.model import AttentionMetadata
 from miniyaie.paged import BlockAllocator, OutOfBlocksError, PagedMemory
 
 pytestmark = pytest.mark.ungraded
@@ -94,6 +95,29 @@ def copy_blocks_one_pair_at_a_time(pool, copies, block_size):
         s, d = slice(src * block_size, (src + 1) * block_size), slice(dst * block_size, (dst + 1) * block_size)
         pool.k[:, d] = pool.k[:, s]
         pool.v[:, d] = pool.v[:, s]
+
+
+def copy_blocks_indexing_from_the_cpu(pool, copies, block_size):
+    """Right on every device, but its indexes are made on the CPU whatever the pool's device."""
+    copies = list(copies)
+    offsets = torch.arange(block_size)
+    src = (torch.tensor([s for s, _ in copies])[:, None] * block_size + offsets).flatten()
+    dst = (torch.tensor([d for _, d in copies])[:, None] * block_size + offsets).flatten()
+    pool.k[:, dst] = pool.k[:, src]
+    pool.v[:, dst] = pool.v[:, src]
+
+
+def attention_metadata_on_the_cpu(tables, batch, block_size, device="cpu"):
+    """Ignores `device`: the tensors are always made on the CPU."""
+    width = max(len(t) for t in tables)
+    slots = [t[p // block_size] * block_size + p % block_size for t, (_, start, end) in zip(tables, batch)
+             for p in range(start, end)]
+    return AttentionMetadata(
+        query_lens=[end - start for _, start, end in batch], seq_lens=[end for _, _, end in batch],
+        slot_mapping=torch.tensor(slots, dtype=torch.int64),
+        block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.int64),
+        block_size=block_size,
+    )
 
 
 class FreeStackAllocator(BlockAllocator):
@@ -282,6 +306,13 @@ def filter_nothing_at_release(self):
     """The queue is filtered when it is taken instead."""
 
 
+def free_filtering_the_queue_itself(self, request):
+    """Filters the queue in free, not in _after_release (which then does nothing): truncate leaves its copies."""
+    for block in self.tables.pop(request.request_id, []):
+        self.allocator.free(block)
+    self._copies = [(s, d) for s, d in self._copies if self.allocator.ref_count(d) > 0]
+
+
 def take_copies_whose_destination_is_owned(self):
     """Keeps, at take time, every copy whose destination has an owner: maybe a new one since the free."""
     copies = [(s, d) for s, d in self._copies if self.allocator.ref_count(d) > 0]
@@ -347,9 +378,26 @@ PLANTS = {  # mistake: (test module, test, params, what the message must say, [(
         "test_paged_memory", "test_paged_memory_state_machine", {}, r"writes twice into block|took fresh",
         [(PagedMemory, "_after_release", filter_nothing_at_release),
          (PagedMemory, "take_block_copies", take_copies_whose_destination_is_owned), SEARCH]),
+    "2.2 free filters the queue, truncate does not": (
+        "test_paged_memory", "test_a_truncate_before_the_step_drops_the_copy_into_the_block_it_gave_back", {},
+        r"writes into a block that has no owner.*truncate\('C', 4\).*rule \(1\)",
+        [(PagedMemory, "free", free_filtering_the_queue_itself), (PagedMemory, "_after_release", filter_nothing_at_release)]),
+    "2.2 free filters the queue, truncate does not (state machine)": (
+        "test_paged_memory", "test_paged_memory_state_machine", {}, r"writes into a block that has no owner.*after truncate",
+        [(PagedMemory, "free", free_filtering_the_queue_itself), (PagedMemory, "_after_release", filter_nothing_at_release),
+         SEARCH]),
     "2.2 take leaves the queue": (
         "test_paged_memory", "test_fork_shares_blocks_and_copies_the_partial_block_on_write", {"prompt_len": 10},
         r"a stale queue", [(PagedMemory, "take_block_copies", take_leaving_the_queue)]),
+    "2.2 copy_blocks indexes the pool from the CPU": (
+        "test_pool", "test_copy_blocks_builds_its_indexes_on_the_pools_device", {},
+        r"Task 2\.2: copy_blocks indexes a pool .* not on the pool's device: aten\.index.*cpu",
+        [("test_pool", "copy_blocks", copy_blocks_indexing_from_the_cpu)]),
+    "2.2 attention_metadata ignores the device": (
+        "test_block_table", "test_attention_metadata_puts_its_tensors_on_the_device_asked", {},
+        r"Task 2\.2: attention_metadata\(\.\.\., device='meta'\) must put its tensors on .* the pool's device, but "
+        r"slot_mapping is on cpu, block_tables is on cpu",
+        [("test_block_table", "attention_metadata", attention_metadata_on_the_cpu)]),
     "2.2 copy_blocks one pair at a time": (
         "test_pool", "test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else", {},
         r"each copy reads the block as it was before the call",
