@@ -1,4 +1,4 @@
-"""Task 2.2 (inside PagedMemory): block tables that grow token by token, the slot of every position, a step's metadata."""
+"""Task 2.2: block tables that grow token by token, the slot of every position, a step's metadata."""
 
 import random
 

@@ -1,4 +1,4 @@
-"""Task 2.2: PagedMemory, the scheduler's KV memory on blocks.
+"""Task 2.3: PagedMemory, the scheduler's KV memory on blocks.
 
 The contract the scheduler relies on holds for any KVMemory, so the same
 state machine also runs on chapter 1's TokenCountingMemory (ungraded). The
@@ -468,7 +468,7 @@ def shrinking_for_at_most(seconds: float):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 def test_paged_memory_state_machine():
     with shrinking_for_at_most(SHRINK_SECONDS):
         run_state_machine_as_test(PagedMemoryMachine, settings=MACHINE_SETTINGS)
@@ -480,7 +480,7 @@ def test_token_counting_memory_meets_the_same_contract():
         run_state_machine_as_test(TokenCountingContract, settings=MACHINE_SETTINGS)
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 @given(num_blocks=st.integers(1, 10), block_size=st.sampled_from([1, 2, 7, 16]), lengths=st.lists(st.integers(1, 60), max_size=6))
 @example(num_blocks=3, block_size=1, lengths=[1, 2, 1])  # block size 1: then the pool is full
 @example(num_blocks=5, block_size=16, lengths=[16, 32, 17])  # prompts ending exactly on a block boundary
@@ -517,7 +517,7 @@ def test_prompts_take_exactly_the_blocks_they_need(num_blocks, block_size, lengt
     assert memory.num_free_blocks == num_blocks and memory.num_used_blocks == 0
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 @pytest.mark.parametrize("block_size", [1, 7, 16])
 def test_decode_adds_a_block_only_when_crossing_a_block_boundary(block_size):
     memory = PagedMemory(45, block_size)
@@ -534,7 +534,7 @@ def test_decode_adds_a_block_only_when_crossing_a_block_boundary(block_size):
         assert memory.num_used_blocks == used + new_blocks
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 @pytest.mark.parametrize("prompt_len", [10, 8])  # the last block partly filled, or exactly full
 def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     memory = PagedMemory(10, 4)
@@ -578,7 +578,7 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     assert memory.num_used_blocks == 0
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 @pytest.mark.parametrize("who_is_freed", ["the child", "another request"])
 def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
     memory = PagedMemory(6, 4)
@@ -604,7 +604,7 @@ def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
         )
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 @pytest.mark.parametrize("freed", ["the parent", "the child, forked again first"])
 def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
     """A child writes into the block it shares with its parent (a copy is queued), then, before the step, the parent
@@ -635,7 +635,7 @@ def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
     assert memory.block_table(reader)[1] == destination
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 @pytest.mark.parametrize("freed", ["nobody", "the parent"])
 def test_a_fork_before_the_step_reads_its_prompt(freed):
     """A request writes into a shared block (a copy is queued) and is forked before the step; the child writes too.
@@ -683,7 +683,7 @@ def test_a_fork_before_the_step_reads_its_prompt(freed):
             )
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 def test_a_table_longer_than_the_write_needs_still_counts_its_copies():
     """A table may already hold blocks past the write (slots taken for drafts that were not computed, chapter 9):
     they are no block the write needs, and they do not pay for the copy of a shared block it writes into."""
@@ -705,7 +705,7 @@ def test_a_table_longer_than_the_write_needs_still_counts_its_copies():
     assert "child" in str(error), f"the OutOfBlocksError {str(error)!r} must name the request, 'child'"
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 def test_a_refused_allocation_keeps_the_shared_block_it_would_have_copied():
     """allocate refused after part of it could be done: the copy of a shared block fits, the growth does not."""
     memory = PagedMemory(3, 4)
@@ -728,7 +728,7 @@ def test_a_refused_allocation_keeps_the_shared_block_it_would_have_copied():
     )
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 def test_a_block_freed_before_the_step_and_taken_again_gets_only_its_new_copy():
     """Between two steps: B writes into a shared block (a copy is queued), B is freed, and E's write takes a block."""
     block_size = 2
@@ -757,7 +757,7 @@ def test_a_block_freed_before_the_step_and_taken_again_gets_only_its_new_copy():
         )
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 def test_a_truncate_before_the_step_drops_the_copy_into_the_block_it_gave_back():
     """Drafts (chapter 9) take slots ahead and truncate gives back the rejected ones, maybe before the step runs.
 

@@ -1,4 +1,4 @@
-"""Task 2.2 (the pool inside PagedMemory): sizing the pool from a byte budget, and copying blocks in it; the provided make_pool (ungraded)."""
+"""Task 2.2 (the pool): sizing the pool from a byte budget, and copying blocks in it; the provided make_pool (ungraded)."""
 
 import dataclasses
 

@@ -1,4 +1,4 @@
-"""Task 2.2 (sharing): a request starts on blocks another owner filled (share_blocks, fork): references, never copies, until it writes into one.
+"""Task 2.3 (sharing): a request starts on blocks another owner filled (share_blocks, fork): references, never copies, until it writes into one.
 
 Needs only the allocator (Task 2.1): the blocks are taken from the memory's
 allocator directly, as chapter 3's prefix cache does.
@@ -21,7 +21,7 @@ def refused(error: type[BaseException], call, contract: str) -> BaseException:
     pytest.fail(f"{contract}; it returned {result!r} instead", pytrace=False)
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 @given(num_blocks=st.integers(1, 8), taken=st.integers(1, 8), children=st.integers(1, 3))
 @example(num_blocks=4, taken=4, children=2)  # every block shared, by three owners each
 def test_shared_blocks_gain_one_reference_per_owner_and_cost_nothing(num_blocks, taken, children):
@@ -42,7 +42,7 @@ def test_shared_blocks_gain_one_reference_per_owner_and_cost_nothing(num_blocks,
     assert -1 not in memory.block_table("first"), "share_blocks keeps its own copy of the list"
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 def test_sharing_refuses_what_would_leak_or_make_no_sense():
     memory = PagedMemory(4, block_size=4)
     a, b = memory.allocator.allocate_many(2)
@@ -59,7 +59,7 @@ def test_sharing_refuses_what_would_leak_or_make_no_sense():
             f"share_blocks('s', [{free_block}]) of a free block (nobody filled it) must raise ValueError")
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 @given(num_used=st.integers(1, 5), free_at=st.integers(0, 5))
 @example(num_used=4, free_at=2)  # the free block in the middle: two shares taken before it, two after
 @example(num_used=3, free_at=3)  # the free block last
@@ -81,7 +81,7 @@ def test_sharing_a_list_with_a_free_block_takes_no_reference_at_all(num_used, fr
     assert memory.block_table("r") == used
 
 
-@pytest.mark.task("2.2")
+@pytest.mark.task("2.3")
 @given(block_size=st.sampled_from([1, 2, 4, 7]), num_shared=st.integers(1, 6), start=st.integers(0, 42), length=st.integers(0, 14))
 @example(block_size=4, num_shared=3, start=4, length=4)  # the write ends on a block boundary, the table goes on past it
 @example(block_size=4, num_shared=2, start=5, length=1)  # one token in the middle of a shared block

@@ -354,39 +354,39 @@ PLANTS = {  # mistake: (test module, test, params, what the message must say, [(
         "test_allocator", "test_allocate_many_is_all_or_nothing", {},
         r"allocate_many\(-1\) must raise ValueError: a negative count is a caller's bug.*returned \[\] instead",
         [("test_allocator", "BlockAllocator", NegativeCountAllocator)]),
-    "2.2 share_blocks over a table the request holds": (
+    "2.3 share_blocks over a table the request holds": (
         "test_sharing", "test_sharing_refuses_what_would_leak_or_make_no_sense", {},
         r"share_blocks\('r', \[\d+\]\) when 'r' already holds \[\d+\] must raise ValueError: its first table would leak",
         [(PagedMemory, "share_blocks", share_blocks_over_a_table)]),
-    "2.2 fork of a parent with no blocks": (
+    "2.3 fork of a parent with no blocks": (
         "test_sharing", "test_sharing_refuses_what_would_leak_or_make_no_sense", {},
         r"fork\('nobody', 'child'\) of a parent that holds no blocks must raise KeyError",
         [(PagedMemory, "fork", fork_of_anyone)]),
-    "2.2 copy-on-write kept when the growth is refused": (
+    "2.3 copy-on-write kept when the growth is refused": (
         "test_paged_memory", "test_a_refused_allocation_keeps_the_shared_block_it_would_have_copied", {},
         r"allocate\(B, 3\) was refused but left 0 block\(s\) free.*A refused allocation changes nothing",
         [(PagedMemory, "allocate", allocate_copying_before_the_growth_fits)]),
-    "2.2 copy-on-write kept when the growth is refused (state machine)": (
+    "2.3 copy-on-write kept when the growth is refused (state machine)": (
         "test_paged_memory", "test_paged_memory_state_machine", {}, r"a refused allocation changes nothing, but allocate\(\w+, \d+\) was refused and changed the memory",
         [(PagedMemory, "allocate", allocate_copying_before_the_growth_fits), SEARCH]),
-    "2.2 the queue filtered when taken": (
+    "2.3 the queue filtered when taken": (
         "test_paged_memory", "test_a_block_freed_before_the_step_and_taken_again_gets_only_its_new_copy", {},
         r"writes twice into block",
         [(PagedMemory, "_after_release", filter_nothing_at_release),
          (PagedMemory, "take_block_copies", take_copies_whose_destination_is_owned)]),
-    "2.2 the queue filtered when taken (state machine)": (
+    "2.3 the queue filtered when taken (state machine)": (
         "test_paged_memory", "test_paged_memory_state_machine", {}, r"writes twice into block|took fresh",
         [(PagedMemory, "_after_release", filter_nothing_at_release),
          (PagedMemory, "take_block_copies", take_copies_whose_destination_is_owned), SEARCH]),
-    "2.2 free filters the queue, truncate does not": (
+    "2.3 free filters the queue, truncate does not": (
         "test_paged_memory", "test_a_truncate_before_the_step_drops_the_copy_into_the_block_it_gave_back", {},
         r"writes into a block that has no owner.*truncate\('C', 4\).*rule \(1\)",
         [(PagedMemory, "free", free_filtering_the_queue_itself), (PagedMemory, "_after_release", filter_nothing_at_release)]),
-    "2.2 free filters the queue, truncate does not (state machine)": (
+    "2.3 free filters the queue, truncate does not (state machine)": (
         "test_paged_memory", "test_paged_memory_state_machine", {}, r"writes into a block that has no owner.*after truncate",
         [(PagedMemory, "free", free_filtering_the_queue_itself), (PagedMemory, "_after_release", filter_nothing_at_release),
          SEARCH]),
-    "2.2 take leaves the queue": (
+    "2.3 take leaves the queue": (
         "test_paged_memory", "test_fork_shares_blocks_and_copies_the_partial_block_on_write", {"prompt_len": 10},
         r"a stale queue", [(PagedMemory, "take_block_copies", take_leaving_the_queue)]),
     "2.2 copy_blocks indexes the pool from the CPU": (
@@ -402,28 +402,28 @@ PLANTS = {  # mistake: (test module, test, params, what the message must say, [(
         "test_pool", "test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else", {},
         r"each copy reads the block as it was before the call",
         [("test_pool", "copy_blocks", copy_blocks_one_pair_at_a_time)]),
-    "2.2 a chain of copies kept through a free": (
+    "2.3 a chain of copies kept through a free": (
         "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt",
         {"freed": "the parent"}, NO_OWNER,
         [(PagedMemory, "allocate", allocate_chaining_copies), (PagedMemory, "_after_release", keep_copies_a_kept_copy_reads_from),
          ("test_paged_memory", "copy_blocks", copy_blocks_one_pair_at_a_time)]),
-    "2.2 a copy of a block still waiting for its copy (state machine)": (
+    "2.3 a copy of a block still waiting for its copy (state machine)": (
         "test_paged_memory", "test_paged_memory_state_machine", {}, r"a copy of a copy",
         [(PagedMemory, "allocate", allocate_chaining_copies), SEARCH]),
-    "2.2 a copy of a block still waiting for its copy": (
+    "2.3 a copy of a block still waiting for its copy": (
         "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt", {"freed": "nobody"}, r"a copy of a copy",
         [(PagedMemory, "allocate", allocate_chaining_copies)]),
-    "2.2 keep every copy": (
+    "2.3 keep every copy": (
         "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt",
         {"freed": "the parent"}, NO_OWNER, [(PagedMemory, "_after_release", keep_every_copy)]),
-    "2.2 keep every copy (state machine)": (
+    "2.3 keep every copy (state machine)": (
         "test_paged_memory", "test_paged_memory_state_machine", {}, NO_OWNER + r"|writes twice into block|took fresh",
         [(PagedMemory, "_after_release", keep_every_copy), SEARCH]),
-    "2.2 drop the freed request's copies": (
+    "2.3 drop the freed request's copies": (
         "test_paged_memory", "test_a_queued_copy_stays_while_its_destination_has_an_owner",
         {"freed": "the child, forked again first"}, r"must stay, since 'grandchild' still owns block",
         [(PagedMemory, "free", free_dropping_the_requests_copies)]),
-    "2.2 drop the freed request's copies (state machine)": (
+    "2.3 drop the freed request's copies (state machine)": (
         "test_paged_memory", "test_paged_memory_state_machine", {}, r"does not read back what it wrote",
         [(PagedMemory, "free", free_dropping_the_requests_copies), SEARCH]),
 }

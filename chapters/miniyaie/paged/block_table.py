@@ -24,8 +24,8 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     """
     # Idea: which block does the last token land in?
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): Block tables, slots and the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Block tables, slots and the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: blocks_needed
 
 
@@ -39,8 +39,8 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     """
     # Idea: what must the table look like when the pool cannot give everything?
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): Block tables, slots and the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Block tables, slots and the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: grow_block_table
 
 
@@ -59,8 +59,8 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
         )
     # Idea: the block table is a page table.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): Block tables, slots and the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Block tables, slots and the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: slot_mapping
 
 
@@ -81,6 +81,6 @@ def attention_metadata(
     """
     # Idea: everything chapter 0's backend needs, read off the block tables.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): Block tables, slots and the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Block tables, slots and the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: attention_metadata

@@ -71,9 +71,9 @@ class PagedMemory:
         fresh); nothing is written when end <= start. Chapter 3 counts these.
         """
         # Idea: which blocks does a write touch that could already be someone else's?
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the queue of copies. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
         """Of the blocks _blocks_written names, the indexes of those another owner also holds (ascending).
@@ -81,9 +81,9 @@ class PagedMemory:
         Chapter 3 counts them too.
         """
         # Idea: of the blocks this write changes, which could another owner see change?
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the queue of copies. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
 
     def can_allocate(self, request: Request, num_new_tokens: int) -> bool:
         """Whether allocate(request, num_new_tokens) would succeed; asking changes nothing.
@@ -95,9 +95,9 @@ class PagedMemory:
         start = request.num_computed_tokens
         end = start + num_new_tokens
         # Idea: exactly when allocate would succeed: what does allocate take from the pool?
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the queue of copies. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: can_allocate
 
     # ANCHOR: allocate
@@ -115,9 +115,9 @@ class PagedMemory:
         start = request.num_computed_tokens
         end = start + num_new_tokens
         # Idea: which blocks must change before this step's tokens are written, and what must the runner be told?
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the queue of copies. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: allocate
 
     # ANCHOR: free
@@ -137,9 +137,9 @@ class PagedMemory:
         back the K/V of every position it has computed.
         """
         # Idea: which blocks does the request hold, and what must it give back of each?
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the queue of copies. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
 
     def _after_release(self) -> None:
         """Make the queue of copies meet free's contract (1) and (2) after blocks were given back.
@@ -147,9 +147,9 @@ class PagedMemory:
         free and truncate call it once they have dropped their references.
         """
         # Idea: a queued copy outlives the allocate that queued it: which copies may still run?
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the queue of copies. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: free
 
     # ------------------------------------------------------------ sharing
@@ -166,9 +166,9 @@ class PagedMemory:
         a request on a cached prefix.
         """
         # Idea: what does the pool look like if the third of five blocks cannot be shared?
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the queue of copies. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
 
     def fork(self, parent_request_id: str, child_request_id: str) -> None:
         """Give the child every block of the parent, shared (parallel sampling: n > 1).
@@ -178,9 +178,9 @@ class PagedMemory:
         parent that holds no blocks is a KeyError.
         """
         # Idea: what does the child start on?
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the queue of copies. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
 
     def take_block_copies(self) -> list[tuple[int, int]]:
         """The (src, dst) block copies queued by copy-on-write since the last call, in order; the queue is then empty.
@@ -188,9 +188,9 @@ class PagedMemory:
         The runner applies them (copy_blocks) before the forward pass.
         """
         # Idea: hand the queue over and start a new one.
-        # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-        # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-        raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+        # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
+        # TODO(Task 2.3): PagedMemory: sharing, copy-on-write and the queue of copies. Replace this line with your code.
+        raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
     # ANCHOR_END: sharing
 
     def truncate(self, request: Request, num_tokens: int) -> None:

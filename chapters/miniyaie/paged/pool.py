@@ -31,8 +31,8 @@ def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: in
     """
     # Idea: what does one block cost, and can a pool hold part of a block?
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): Block tables, slots and the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Block tables, slots and the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: budget
 
 
@@ -64,6 +64,6 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
         return
     # Idea: the allocator speaks in blocks, the tensor in slots.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
-    # TODO(Task 2.2): PagedMemory: tables, slots, sharing and copy-on-write. Replace this line with your code.
-    raise NotImplementedError('Chapter 2, Task 2: PagedMemory: tables, slots, sharing and copy-on-write — see book/src/ch02_paged_kv_cache.md')
+    # TODO(Task 2.2): Block tables, slots and the pool. Replace this line with your code.
+    raise NotImplementedError('Chapter 2, Task 2: Block tables, slots and the pool — see book/src/ch02_paged_kv_cache.md')
 # ANCHOR_END: copy_blocks

@@ -28,7 +28,7 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
     # Hint 2: Divide rounding up. In integers, -(-a // b) rounds up without floats.
     # Hint 3:
     #   return -(-num_tokens // block_size)      # or (num_tokens + block_size - 1) // block_size
-    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+    # BEGIN SOLUTION 2.2: Block tables, slots and the pool
     return -(-num_tokens // block_size)
     # END SOLUTION
 # ANCHOR_END: blocks_needed
@@ -53,7 +53,7 @@ def grow_block_table(table: list[int], num_tokens: int, block_size: int, allocat
     #   missing = blocks_needed(num_tokens, block_size) - len(table)
     #   if missing <= 0: return []
     #   new = allocator.allocate_many(missing); table.extend(new); return new
-    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+    # BEGIN SOLUTION 2.2: Block tables, slots and the pool
     missing = blocks_needed(num_tokens, block_size) - len(table)
     if missing <= 0:
         return []
@@ -85,7 +85,7 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
     #   block_size to get the block's first slot, add the offset.
     # Hint 3:
     #   return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
-    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+    # BEGIN SOLUTION 2.2: Block tables, slots and the pool
     return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
     # END SOLUTION
 # ANCHOR_END: slot_mapping
@@ -122,7 +122,7 @@ def attention_metadata(
     #   return AttentionMetadata(query_lens=[end - start, ...], seq_lens=[end, ...],
     #       slot_mapping=tensor(slots, int64), block_tables=tensor([t + [0] * (width - len(t)), ...], int64),
     #       block_size=block_size)
-    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+    # BEGIN SOLUTION 2.2: Block tables, slots and the pool
     width = max(len(t) for t in tables)
     slots = [s for table, (_, start, end) in zip(tables, batch) for s in slot_mapping(table, start, end, block_size)]
     return AttentionMetadata(

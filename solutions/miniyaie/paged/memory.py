@@ -80,7 +80,7 @@ class PagedMemory:
         # Hint 3:
         #   if end <= start: return range(0)
         #   return range(start // block_size, min(len(table), blocks_needed(end, block_size)))
-        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the queue of copies
         if end <= start:
             return range(0)
         return range(start // self.block_size, min(len(table), blocks_needed(end, self.block_size)))
@@ -99,7 +99,7 @@ class PagedMemory:
         #   count above 1.
         # Hint 3:
         #   return [i for i in _blocks_written(table, start, end) if allocator.ref_count(table[i]) > 1]
-        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the queue of copies
         return [i for i in self._blocks_written(table, start, end) if self.allocator.ref_count(table[i]) > 1]
         # END SOLUTION
 
@@ -123,7 +123,7 @@ class PagedMemory:
         #   missing = max(0, blocks_needed(end, block_size) - len(table))
         #   copies = len(_shared_blocks_to_write(table, start, end))
         #   return missing + copies <= allocator.num_free
-        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the queue of copies
         missing = max(0, blocks_needed(end, self.block_size) - len(table))
         copies = len(self._shared_blocks_to_write(table, start, end))
         return missing + copies <= self.allocator.num_free
@@ -169,7 +169,7 @@ class PagedMemory:
         #       new = allocator.copy_on_write(table[i])
         #       copies.append((pending.get(table[i], table[i]), new)); table[i] = new
         #   grow_block_table(table, end, block_size, allocator)
-        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the queue of copies
         if not self.can_allocate(request, num_new_tokens):
             raise OutOfBlocksError(
                 f"request {request.request_id!r} cannot grow by {num_new_tokens} tokens: "
@@ -211,7 +211,7 @@ class PagedMemory:
         # Hint 3:
         #   for block in tables.pop(request_id, []): allocator.free(block)
         #   _after_release()
-        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the queue of copies
         for block in self.tables.pop(request.request_id, []):
             self.allocator.free(block)
         self._after_release()
@@ -235,7 +235,7 @@ class PagedMemory:
         #   (ref_count > 0), in their order.
         # Hint 3:
         #   copies = [(src, dst) for src, dst in copies if allocator.ref_count(dst) > 0]
-        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the queue of copies
         # a queued copy into a block nobody owns any more must not land on its next owner
         self._copies = [(src, dst) for src, dst in self._copies if self.allocator.ref_count(dst) > 0]
         # END SOLUTION
@@ -268,7 +268,7 @@ class PagedMemory:
         #   if any(allocator.ref_count(b) == 0 for b in blocks): raise ValueError("block ... is free")
         #   for b in blocks: allocator.share(b)
         #   tables[request_id] = list(blocks)
-        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the queue of copies
         if self.tables.get(request_id):
             raise ValueError(f"request {request_id!r} already holds blocks")
         free = [block for block in blocks if self.allocator.ref_count(block) == 0]
@@ -294,7 +294,7 @@ class PagedMemory:
         # Hint 3:
         #   if parent not in tables: raise KeyError
         #   share_blocks(child, tables[parent])
-        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the queue of copies
         if parent_request_id not in self.tables:
             raise KeyError(f"request {parent_request_id!r} holds no blocks")
         self.share_blocks(child_request_id, self.tables[parent_request_id])
@@ -310,7 +310,7 @@ class PagedMemory:
         # Hint 2: Return the queued list and leave an empty one in its place.
         # Hint 3:
         #   copies, self._copies = self._copies, []; return copies
-        # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+        # BEGIN SOLUTION 2.3: PagedMemory: sharing, copy-on-write and the queue of copies
         copies, self._copies = self._copies, []
         return copies
         # END SOLUTION

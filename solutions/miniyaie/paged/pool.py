@@ -39,7 +39,7 @@ def num_blocks_for_budget(config: ModelConfig, budget_bytes: int, block_size: in
     #   num_blocks = budget_bytes // (block_size * config.kv_bytes_per_token(dtype.itemsize))
     #   if num_blocks < 1: raise ValueError(f"a KV budget of {budget_bytes} bytes holds no block ...")
     #   return num_blocks
-    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+    # BEGIN SOLUTION 2.2: Block tables, slots and the pool
     num_blocks = budget_bytes // (block_size * config.kv_bytes_per_token(dtype.itemsize))
     if num_blocks < 1:
         raise ValueError(
@@ -92,7 +92,7 @@ def copy_blocks(pool: KVCache, copies: Iterable[tuple[int, int]], block_size: in
     #   src = (tensor(sources)[:, None] * block_size + offsets).flatten()
     #   dst = (tensor(destinations)[:, None] * block_size + offsets).flatten()
     #   pool.k[:, dst] = pool.k[:, src]; pool.v[:, dst] = pool.v[:, src]
-    # BEGIN SOLUTION 2.2: PagedMemory: tables, slots, sharing and copy-on-write
+    # BEGIN SOLUTION 2.2: Block tables, slots and the pool
     device = pool.k.device
     offsets = torch.arange(block_size, device=device)
     src = (torch.tensor([s for s, _ in copies], device=device)[:, None] * block_size + offsets).flatten()
