@@ -10,8 +10,7 @@ ANNOTATIONS = {"title", "description", "$schema", "$id", "examples", "default", 
 def values_of(schema: dict):
     if "const" in schema or "enum" in schema:
         values = [schema["const"]] if "const" in schema else schema["enum"]
-        rest = {k: v for k, v in schema.items() if k not in ANNOTATIONS | {"enum", "const"}}
-        return st.sampled_from([v for v in values if jsonschema.Draft202012Validator(rest).is_valid(v)])
+        return st.sampled_from([v for v in values if jsonschema.Draft202012Validator(schema).is_valid(v)])
     if "anyOf" in schema:
         return st.one_of([values_of(branch) for branch in schema["anyOf"]])
     kind = schema.get("type", "object" if "properties" in schema else None)

@@ -116,6 +116,19 @@ def test_the_cache_holds_what_the_contract_says_after_any_gets_takes_and_give_ba
 
 
 @pytest.mark.task("8.6")
+def test_a_hit_makes_its_pattern_the_most_recently_used():
+    cache = IndexCache(byte_vocabulary(), 300, Limits(cache_bytes=12), compiler=fake_compiler)
+    for pattern in ["p3", "p2", "p3", "p0"]:
+        cache.get(pattern)
+    held = cache.stats()["index_cache_bytes"]
+    assert held == 9, (
+        f"Task 8.6: a hit makes its pattern the most recently used: after get(p3), get(p2), get(p3), get(p0) over a "
+        f"12-byte cache (pi weighs 2**i) p2 is the least recently used and goes, leaving p3 and p0 (9 bytes); the cache "
+        f"holds {held} bytes" + (": it evicted p3, the first compiled (first in, first out is not least recently used)"
+                                 if held == 5 else ""))
+
+
+@pytest.mark.task("8.6")
 def test_a_compile_holds_no_lock_and_two_compiles_of_one_pattern_keep_one_index():
     """While one thread compiles, another is answered; two threads compiling one pattern get the same index."""
     both_compiling = threading.Barrier(2, timeout=10)

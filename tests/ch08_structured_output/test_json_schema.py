@@ -272,6 +272,9 @@ leaves = st.one_of(
         {"type": ["string", "array", "null"], "maxLength": 2, "maxItems": 1, "items": {"type": "boolean"}},
         {"type": "string", "enum": [1, "a", "é", None, "long"], "maxLength": 2}, {"type": "integer", "enum": [1.5, 2, True]},
         {"type": "array"}, {"type": "object"}, {"properties": {"q": {"type": "null"}}, "required": ["q"]},
+        {"const": 1, "enum": [True, 1, "x"]}, {"type": "object", "enum": [{"a": 1}, {"b": [2]}, [3]]},
+        {"type": "array", "enum": [[1, "x"], "x", []], "maxItems": 1}, {"type": "integer", "enum": [1.0, 2.5, True]},
+        {"type": "string", "enum": ["abc", "xyz"], "pattern": "b"},
     ]),
     st.lists(st.sampled_from(ENUM_VALUES), min_size=1, max_size=5).map(lambda values: {"enum": values}),
 )
@@ -416,9 +419,10 @@ NULL = {"type": "null"}
 
 @pytest.mark.task("8.5")
 @pytest.mark.parametrize("schema,named", [
-    ({"enum": 5}, "enum"), ({"enum": list(range(1001))}, "max_enum"), ({"const": {1, 2}}, "const"),
+    ({"enum": 5}, "enum"), ({"enum": list(range(1001))}, "enum: entries 1001 is over the limit of 1000"),
+    ({"const": 1, "enum": [True]}, "const"), ({"enum": [1], "const": True}, "const"), ({"const": {1, 2}}, "const"),
     ({"enum": [1, [math.inf]]}, "enum"), ({"const": "\udfff"}, "const"),
-    ({"anyOf": 5}, "anyOf"), ({"anyOf": []}, "anyOf"), ({"anyOf": [NULL] * 1001}, "max_enum"),
+    ({"anyOf": 5}, "anyOf"), ({"anyOf": []}, "anyOf"), ({"anyOf": [NULL] * 1001}, "anyOf: entries 1001 is over the limit of 1000"),
     ({"anyOf": [NULL], "type": "null"}, "'type'"), ({"anyOf": [NULL], "title": "t", "maxItems": 2}, "'maxItems'"),
     ({"type": "object", "properties": {"\ud800": NULL}}, "properties"),
     ({"properties": {"a": NULL}, "required": ["a", "b"]}, "'b'"),
@@ -441,11 +445,15 @@ def test_a_schema_the_conversion_cannot_honour_is_refused_by_name(schema, named)
 
 def why_refused(schema: dict) -> str:
     """The rule of check_structure's contract that refuses `schema`, for the failure message."""
+    if "const" in schema and "enum" in schema:
+        return "a const beside an enum must be one of the enum's values (JSON Schema checks both), or nothing is left"
     if "const" in schema or "enum" in schema:
         return "an enum that is not a list, over max_enum, or holding a value JSON or UTF-8 cannot write is refused"
     if "anyOf" in schema:
         return ("an anyOf that is not a list, is empty or has more branches than max_enum is refused, and so is any "
                 "keyword beside it but annotations (it belongs inside each branch)")
+    if any(any(0xD800 <= ord(c) <= 0xDFFF for c in name) for name in schema.get("properties", {})):
+        return "a property name holding a lone surrogate (no UTF-8 spelling) is refused, naming properties"
     if "required" in schema:
         return "a required property that is not among the properties is refused, naming it"
     return "bounds that contradict each other are refused wherever their type is allowed, alone or in a list"
@@ -459,10 +467,24 @@ def why_refused(schema: dict) -> str:
     ({"anyOf": [{"const": i} for i in range(1000)]}, "999"), ({"const": [[[1]]]}, "[[[1]]]"),
     ({"properties": {"a": NULL}, "required": ["a"]}, '{"a":null}'),
     ({"type": "string", "properties": {"a": NULL}, "required": ["b"]}, '"x"'),
+    ({"type": "string", "minItems": 3, "maxItems": 2}, '"x"'), ({"type": "array", "minLength": 3, "maxLength": 2}, "[]"),
+    ({"type": "object", "enum": [{"a": 1}]}, '{"a":1}'), ({"type": "array", "enum": [[1, "x"]]}, '[1,"x"]'),
+    ({"type": "string", "enum": ["abc"], "pattern": "b"}, '"abc"'), ({"type": "integer", "enum": [1.0]}, "1.0"),
+    ({"const": 2, "enum": [1, 2]}, "2"),
 ], ids=lambda v: None if isinstance(v, dict) else v)
 def test_a_schema_within_the_rules_is_not_refused(schema, text):
-    assert re.fullmatch(schema_to_regex(schema), text), (
+    try:
+        regex = schema_to_regex(schema)
+    except PatternError as refused:
+        pytest.fail(f"Task 8.5: the schema was refused ({refused}), but jsonschema finds {text} valid under it: "
+                    f"{WITHIN_THE_RULES}. The schema: {str(schema)[:80]}")
+    assert re.fullmatch(regex, text), (
         f"Task 8.5: the schema is within the rules: its regex must match {text}. The schema: {str(schema)[:80]}")
+
+
+WITHIN_THE_RULES = ("a keyword applies to the values of its type only (minItems to arrays), 'integer' includes 1.0, "
+                    "a pattern is searched for (\"b\" allows \"abc\"), an object may hold unlisted properties: an enum "
+                    "keeps what JSON Schema accepts")
 
 
 @pytest.mark.task("8.5")
@@ -505,6 +527,29 @@ def test_the_json_object_regex_matches_objects_nested_at_most_depth_levels(depth
             else "not an object")
     assert bool(re.fullmatch(json_object_regex(depth), text)) == fits, (
         f"depth {depth}: {text} must {'' if fits else 'not '}match: it is {what}")
+
+
+def json_object_texts(depth: int):
+    return st.tuples(st.just(depth), st.from_regex(json_object_regex(depth), fullmatch=True))
+
+
+@pytest.mark.task("8.3")
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(st.integers(0, 2).flatmap(json_object_texts))
+@example((1, '{"a":"\x01"}')).via("a control character written raw: JSON wants it escaped")
+@example((1, '{"a":"\\u"}')).via("\\u without its four hex digits")
+@example((1, '{"a":"\\u12"}')).via("\\u with two hex digits")
+@example((0, '{"\x1f":1}')).via("a control character in a key")
+@example((1, '{"a":"\\x41"}')).via("an escape JSON does not have")
+def test_every_text_the_json_object_regex_matches_is_json(case):
+    depth, text = case
+    if not re.fullmatch(json_object_regex(depth), text):
+        return  # only an explicit example can miss (a text a wrong regex would let through); drawn texts match
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AssertionError(f"Task 8.3: json_object_regex({depth}) must match only JSON; it matches {text!r}, which "
+                             f"is not JSON ({exc}): a string's characters are STRING_CHAR's") from None
 
 
 @pytest.mark.task("8.5")

@@ -19,12 +19,13 @@ CH08 = Path(__file__).resolve().parents[1] / "ch08_structured_output"
 
 PLANTS = {
     "enum judged by the rest as a schema, with no type": (
-        "json_schema.py", 'kind = "any" if "type" in rest or "anyOf" in rest else json_type(value)', 'kind = "any"',
-        "test_schema_values", "test_without_a_type_each_keyword_judges_only_the_enum_values_of_its_type", {},
+        "json_schema.py", "if satisfies(value, schema)]",
+        'if re.fullmatch(schema_to_regex({k: v for k, v in schema.items() if k not in IGNORED | {"enum", "const"}}, '
+        'depth, limits), json.dumps(value, separators=(",", ":"), ensure_ascii=False))]', "test_schema_values", "test_without_a_type_each_keyword_judges_only_the_enum_values_of_its_type", {},
         r"was refused \(unsupported or missing JSON schema type None\), but 1 is valid"),
     "enum kept whole when the rest names no type": (
-        "json_schema.py", 'kind = "any" if "type" in rest or "anyOf" in rest else json_type(value)',
-        'kind = "any" if "type" in rest or "anyOf" in rest else "kept"', "test_schema_values",
+        "json_schema.py", "if satisfies(value, schema)]", 'if "type" not in schema or satisfies(value, schema)]',
+        "test_schema_values",
         "test_without_a_type_each_keyword_judges_only_the_enum_values_of_its_type", {},
         r'Task 8\.5: the regex allows "a", which is not valid under \{\'minLength\': 3\}'),
     "mask built outside a lock": (
@@ -102,7 +103,7 @@ PLANTS = {
         "test_json_schema", "test_a_list_of_texts_matches_exactly_those_texts", {},
         r"Task 8\.4: 'x\{2\}' is one of the texts and must match\. The texts: \['x\{2\}', 'a\{1,3\}'\]"),
     "an enum kept whole beside a type that refuses every value": (  # failed with a bare "DID NOT RAISE"
-        "json_schema.py", "            if not judges[kind] or judges[kind].fullmatch(text):", "            if True:",
+        "json_schema.py", "if satisfies(value, schema)]", 'if "type" in schema or satisfies(value, schema)]',
         "test_json_schema", "test_a_schema_that_leaves_nothing_to_write_is_refused_by_name",
         {"schema": {"type": "string", "enum": [1, 2]}, "keyword": "enum"},
         r"Task 8\.5: the schema leaves nothing to write, yet it was converted: no value of its enum is valid"),
@@ -125,6 +126,41 @@ PLANTS = {
         'raise PatternError(f"{keyword}: {value!s} holds a lone surrogate', "test_schema_values",
         "test_a_lone_surrogate_is_refused_naming_it_in_text_utf8_can_write", {},
         r"cannot be written as UTF-8: .*makes the server fail with a 500"),
+    "a string's characters as any escape and anything but a quote": (  # passed the whole chapter: {"a":"\x01"}
+        "json_containers.py", "\n    string = f'\"{STRING_CHAR}*\"'\n", "\n    string = r'\"([^\"\\\\]|\\\\[\"\\\\/bfnrtu])*\"'\n",
+        "test_json_schema", "test_every_text_the_json_object_regex_matches_is_json", {},
+        r"^Task 8\.3: json_object_regex\(\d\) must match only JSON; it matches '.*', which is not JSON"),
+    "a const beside an enum, the enum ignored": (  # {"const": 1, "enum": [true]} compiled to 1
+        "schema_values.py", '    if "enum" in schema and not any(', '    if "enum" in schema and "const" not in schema and not any(',
+        "test_json_schema", "test_a_schema_the_conversion_cannot_honour_is_refused_by_name",
+        {"schema": {"const": 1, "enum": [True]}, "named": "const"},
+        r"Task 8\.5: the schema was converted, but a const beside an enum must be one of the enum's values"),
+    "an object enum value judged as a closed object": (  # {"type": "object", "enum": [{"a": 1}]} refused
+        "schema_values.py", '        if schema.get("additionalProperties", True) is False and any(',
+        "        if any(", "test_json_schema", "test_a_schema_within_the_rules_is_not_refused",
+        {"schema": {"type": "object", "enum": [{"a": 1}]}, "text": '{"a":1}'},
+        r"Task 8\.5: the schema was refused \(enum: .*\), but jsonschema finds \{\"a\":1\} valid under it: .*an object "
+        r"may hold unlisted properties"),
+    "bounds that contradict refused whatever the type": (  # {"type": "string", "minItems": 3, "maxItems": 2}: a 400
+        "json_schema.py", "            if what in kinds and schema.get(high) is not None", "            if schema.get(high) is not None",
+        "test_json_schema", "test_a_schema_within_the_rules_is_not_refused",
+        {"schema": {"type": "string", "minItems": 3, "maxItems": 2}, "text": '"x"'},
+        r"Task 8\.5: the schema was refused \(maxItems 2 is below minItems 3.*\), but jsonschema finds \"x\" valid under "
+        r"it: a keyword applies to the values of its type only"),
+    "an enum's pattern matched whole": (  # JSON Schema searches: "b" allows "abc"
+        "schema_values.py", 'not re.search(schema["pattern"], value)', 'not re.fullmatch(schema["pattern"], value)',
+        "test_json_schema", "test_a_schema_within_the_rules_is_not_refused",
+        {"schema": {"type": "string", "enum": ["abc"], "pattern": "b"}, "text": '"abc"'},
+        r"Task 8\.5: the schema was refused .*a pattern is searched for"),
+    "1.0 not an integer": (
+        "schema_values.py", '\n                or kind == "number" and "integer" in kinds and value.is_integer()):', "):",
+        "test_json_schema", "test_a_schema_within_the_rules_is_not_refused",
+        {"schema": {"type": "integer", "enum": [1.0]}, "text": "1.0"},
+        r"Task 8\.5: the schema was refused .*'integer' includes 1\.0"),
+    "no recency refresh on a hit (first in, first out)": (
+        "index_cache.py", "            if index is not None:\n                self._indexes.move_to_end(pattern)\n",
+        "            if index is not None:\n", "test_index_cache", "test_a_hit_makes_its_pattern_the_most_recently_used", {},
+        r"^Task 8\.6: a hit makes its pattern the most recently used: .*it evicted p3, the first compiled"),
 }
 
 
@@ -144,9 +180,12 @@ def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mis
         monkeypatch.syspath_prepend(str(folder))
     tests = import_planted(CH08 / f"{test_module}.py", f"planted_tests_{test_module}")
     for name in ("schema_to_regex", "check_value", "alternation", "TokenIndex", "walk_vocabulary", "Guide",
-                 "spell_in_utf8", "live_states", "compile_regex"):  # what the test reaches, from the planted module
+                 "spell_in_utf8", "live_states", "compile_regex", "json_object_regex",
+                 "IndexCache"):  # what the test reaches, from the planted module
         if hasattr(module, name) and hasattr(tests, name):
             monkeypatch.setattr(tests, name, getattr(module, name))
+    if file == "schema_values.py":  # schema_to_regex judges enum values with the module's satisfies
+        monkeypatch.setattr(sys.modules["miniyaie.structured.json_schema"], "satisfies", module.satisfies)
     if file == "constraints.py":  # the test imports Constraints from the package when it runs
         monkeypatch.setattr(sys.modules["miniyaie.structured"], "Constraints", module.Constraints)
     if file == "token_index.py":  # the test's counting index derives from the planted class

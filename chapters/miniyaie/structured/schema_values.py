@@ -68,3 +68,37 @@ def value_text(value, keyword: str) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise PatternError(f"{keyword}: a value JSON cannot write ({exc})") from None
+
+
+def same(a, b) -> bool:
+    """JSON equality, as enum and const compare: true is not 1, 1 is 1.0, lists and objects member by member."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+# ANCHOR: satisfies
+def satisfies(value, schema: dict) -> bool:
+    """Whether JSON Schema finds `value` valid under `schema` (the keywords json_schema.py supports).
+
+    How enum and const values are filtered: a value is kept exactly when this says yes, so the regex
+    never matches a value jsonschema refuses and never drops one it accepts. As JSON Schema reads them:
+    each keyword applies to the values of its types only (minLength to strings, minItems to arrays,
+    properties to objects: {"type": "string", "minItems": 3} allows every string); "integer" includes
+    1.0; a pattern is searched for, not matched whole ("b" allows "abc"); const and enum compare as
+    `same` does (true is not 1); an object may hold properties its schema does not list, unless
+    additionalProperties is false; an array without items may hold anything. `schema` has passed
+    schema_to_regex's checks (keywords known and of the right kind). Examples: 1.0 satisfies
+    {"type": "integer"}; {"a": 1} satisfies {"type": "object"}; 1 does not satisfy {"enum": [true]}.
+    """
+    # Idea: this judge reads the schema as the client's validator will, not as your regex narrows it.
+    # Stuck? `miniyaie hint 8.5` prints hints, one level at a time.
+    # TODO(Task 8.5): From a schema to its regex. Replace this line with your code.
+    raise NotImplementedError('Chapter 8, Task 5: From a schema to its regex — see book/src/ch08_structured_output.md')
+# ANCHOR_END: satisfies

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from miniyaie.structured.limits import PatternError
 
@@ -97,3 +98,80 @@ def value_text(value, keyword: str) -> str:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise PatternError(f"{keyword}: a value JSON cannot write ({exc})") from None
+
+
+def same(a, b) -> bool:
+    """JSON equality, as enum and const compare: true is not 1, 1 is 1.0, lists and objects member by member."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+# ANCHOR: satisfies
+def satisfies(value, schema: dict) -> bool:
+    """Whether JSON Schema finds `value` valid under `schema` (the keywords json_schema.py supports).
+
+    How enum and const values are filtered: a value is kept exactly when this says yes, so the regex
+    never matches a value jsonschema refuses and never drops one it accepts. As JSON Schema reads them:
+    each keyword applies to the values of its types only (minLength to strings, minItems to arrays,
+    properties to objects: {"type": "string", "minItems": 3} allows every string); "integer" includes
+    1.0; a pattern is searched for, not matched whole ("b" allows "abc"); const and enum compare as
+    `same` does (true is not 1); an object may hold properties its schema does not list, unless
+    additionalProperties is false; an array without items may hold anything. `schema` has passed
+    schema_to_regex's checks (keywords known and of the right kind). Examples: 1.0 satisfies
+    {"type": "integer"}; {"a": 1} satisfies {"type": "object"}; 1 does not satisfy {"enum": [true]}.
+    """
+    # Nudge: this judge reads the schema as the client's validator will, not as your regex narrows it.
+    # Hint 1: Go keyword by keyword: a value is valid when no keyword refuses it. The type-specific
+    #   keywords look at the value only when it has their type; subschemas (anyOf's branches,
+    #   items, properties) are the same question one level down.
+    # Hint 2: const: same(value, const). enum: same as one entry. anyOf: satisfies one branch.
+    #   type: json_type(value) among the types, an integer also a "number", a whole float also an
+    #   "integer". A string: its length within minLength..maxLength, re.search(pattern, value). An
+    #   array: its length within minItems..maxItems, every item satisfies items (if given). An
+    #   object: every listed property it holds satisfies its schema, every required one present, no
+    #   unlisted one if additionalProperties is false.
+    # Hint 3:
+    #   kind = json_type(value); kinds = type as a list
+    #   type ok: kind in kinds or kind == "integer" and "number" in kinds
+    #            or kind == "number" and "integer" in kinds and value.is_integer()
+    #   string: low <= len(value) <= high and re.search(pattern, value)
+    #   array: low <= len <= high and all(satisfies(item, items) for item in value)
+    #   object: all(satisfies(value[k], sub) for k, sub in properties.items() if k in value), ...
+    # BEGIN SOLUTION 8.5: From a schema to its regex
+    kind = json_type(value)
+    if "const" in schema and not same(value, schema["const"]):
+        return False
+    if "enum" in schema and not any(same(value, v) for v in schema["enum"]):
+        return False
+    if "anyOf" in schema and not any(satisfies(value, s) for s in schema["anyOf"]):
+        return False
+    if "type" in schema:
+        kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        if not (kind in kinds or kind == "integer" and "number" in kinds
+                or kind == "number" and "integer" in kinds and value.is_integer()):
+            return False
+    bounds = {"string": ("minLength", "maxLength"), "array": ("minItems", "maxItems")}.get(kind)
+    if bounds and not schema.get(bounds[0], 0) <= len(value) <= schema.get(bounds[1], len(value)):
+        return False
+    if kind == "string" and "pattern" in schema and not re.search(schema["pattern"], value):
+        return False
+    if kind == "array" and "items" in schema and not all(satisfies(item, schema["items"]) for item in value):
+        return False
+    if kind == "object":
+        properties = schema.get("properties", {})
+        if any(k in value and not satisfies(value[k], sub) for k, sub in properties.items()):
+            return False
+        if any(k not in value for k in schema.get("required", ())):
+            return False
+        if schema.get("additionalProperties", True) is False and any(k not in properties for k in value):
+            return False
+    return True
+    # END SOLUTION
+# ANCHOR_END: satisfies
