@@ -383,3 +383,69 @@ def test_the_crawl_knows_an_unhashable_state_seen_before_and_reads_the_budget():
     assert max(gaps) <= 16, (
         f"each state here finds one new state: checks at least once every 16 states found are at most 16 apart, "
         f"the counts checked were {small.seen}")
+
+
+class Counted:
+    """A crawl state that counts the equality tests made on it (a list search makes one per state it passes)."""
+
+    compared = 0
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __eq__(self, other) -> bool:
+        Counted.compared += 1
+        return isinstance(other, Counted) and other.n == self.n
+
+    def __hash__(self) -> int:
+        return hash(self.n)
+
+
+@pytest.mark.task("8.1")
+def test_the_crawl_recognises_a_state_seen_before_without_searching_the_states():
+    from interegular.fsm import Alphabet
+
+    from miniyaie.structured.char_automaton import crawl
+
+    size = 3000
+
+    def follow(state, symbol):  # a ring of `size` states on symbol 0, and back to the start on symbol 1
+        return Counted((state.n + 1) % size if symbol == 0 else 0)
+
+    Counted.compared = 0
+    fsm = crawl(Alphabet.from_groups({"a"}, {"b"}), Counted(0), lambda state: state.n == size - 1, follow)
+    assert len(fsm.states) == size, f"Task 8.1: a ring of {size} states: the crawl numbered {len(fsm.states)}"
+    assert Counted.compared <= 10 * size, (
+        f"Task 8.1: the crawl made {Counted.compared:,} equality tests between states to number {size:,} states "
+        f"({2 * size:,} lookups); at most {10 * size:,} are needed: a state seen before must be found by its key "
+        f"(a dict), not by a search through the states found so far (quadratic: the build of a large pattern "
+        f"would take minutes)")
+
+
+@pytest.mark.task("8.1")
+def test_the_crawl_checks_the_budget_every_16_states_found_even_when_one_state_finds_many():
+    from interegular.fsm import Alphabet, OblivionError
+
+    from miniyaie.structured.char_automaton import crawl
+
+    alphabet = Alphabet.from_groups(*({chr(0x100 + i)} for i in range(40)))  # 40 symbols
+
+    def wide(state, symbol):  # a tree: each state leads to 40 new ones
+        if state[0] >= 10_000:
+            raise OblivionError
+        return (state[0] * 40 + symbol + 1,)
+
+    small = Recording(Limits(max_states=100))
+    try:
+        with running_under(small):
+            crawl(alphabet, (0,), lambda state: False, wide)
+    except PatternError as exc:
+        assert "max_states" in str(exc), f"the budget's refusal names max_states: got {exc}"
+    else:
+        pytest.fail(f"Task 8.1: a crawl of 10,000 states under max_states=100 must stop with the budget's PatternError, "
+                    f"it finished; the counts checked were {small.seen}")
+    gaps = [later - earlier for earlier, later in zip([0] + small.seen, small.seen)]
+    assert max(small.seen) <= 100 + 16 and max(gaps) <= 16, (
+        f"Task 8.1: check the budget at least once every 16 states found, not every 16 states followed: here each "
+        f"state leads to 40 new ones, and the crawl checked at the counts {small.seen[:8]} (stop within 16 states "
+        f"of max_states=100)")

@@ -161,6 +161,19 @@ PLANTS = {
         "index_cache.py", "            if index is not None:\n                self._indexes.move_to_end(pattern)\n",
         "            if index is not None:\n", "test_index_cache", "test_a_hit_makes_its_pattern_the_most_recently_used", {},
         r"^Task 8\.6: a hit makes its pattern the most recently used: .*it evicted p3, the first compiled"),
+    "a state seen before found by a search through the states": (  # quadratic: passed the whole chapter
+        "char_automaton.py", ("            k = key(following)\n            if k not in number:\n",
+                              "            transitions[i][symbol] = number[k]\n"),
+        ("            k = following\n            if k not in states:\n", "            transitions[i][symbol] = states.index(k)\n"),
+        "test_byte_automaton", "test_the_crawl_recognises_a_state_seen_before_without_searching_the_states", {},
+        r"^Task 8\.1: the crawl made [\d,]+ equality tests between states to number 3,000 states"),
+    "the budget checked every 16 states followed, not found": (
+        "char_automaton.py", ("    while i < len(states):\n        state = states[i]\n",
+                              "                if budget is not None and len(states) % 16 == 0:"),
+        ("    while i < len(states):\n        if budget is not None and i % 16 == 0:\n            budget.check(len(states))\n"
+         "        state = states[i]\n", "                if False:"),
+        "test_byte_automaton", "test_the_crawl_checks_the_budget_every_16_states_found_even_when_one_state_finds_many",
+        {}, r"^Task 8\.1: check the budget at least once every 16 states found, not every 16 states followed"),
 }
 
 
@@ -184,6 +197,8 @@ def test_a_planted_mistake_fails_its_tasks_test_with_a_message_that_names_it(mis
                  "IndexCache"):  # what the test reaches, from the planted module
         if hasattr(module, name) and hasattr(tests, name):
             monkeypatch.setattr(tests, name, getattr(module, name))
+    if file == "char_automaton.py":  # the test imports crawl from the module when it runs
+        monkeypatch.setattr(sys.modules["miniyaie.structured.char_automaton"], "crawl", module.crawl)
     if file == "schema_values.py":  # schema_to_regex judges enum values with the module's satisfies
         monkeypatch.setattr(sys.modules["miniyaie.structured.json_schema"], "satisfies", module.satisfies)
     if file == "constraints.py":  # the test imports Constraints from the package when it runs

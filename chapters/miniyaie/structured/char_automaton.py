@@ -105,7 +105,9 @@ def crawl(alphabet, initial, final, follow):
     `initial`), finals the numbers of the accepting ones, map[i] = {symbol: number of the state it
     leads to} for every symbol that does not raise (map's keys are exactly range(n)).
     Budget: the compile's (`current_budget()`, None outside one): call budget.check(states found
-    so far) at least once every 16 states found, so that a huge automaton stops early.
+    so far) at least once every 16 states found, so that a huge automaton stops early (one state
+    may lead to many new ones). Work: a state seen before is recognised with a few equality tests,
+    not a search through the states (the tests count them: a crawl of n states makes O(n) of them).
     """
     # Idea: every state found must be followed exactly once: how do you know a state was seen before?
     # Stuck? `miniyaie hint 8.1` prints hints, one level at a time.

@@ -105,7 +105,9 @@ def crawl(alphabet, initial, final, follow):
     `initial`), finals the numbers of the accepting ones, map[i] = {symbol: number of the state it
     leads to} for every symbol that does not raise (map's keys are exactly range(n)).
     Budget: the compile's (`current_budget()`, None outside one): call budget.check(states found
-    so far) at least once every 16 states found, so that a huge automaton stops early.
+    so far) at least once every 16 states found, so that a huge automaton stops early (one state
+    may lead to many new ones). Work: a state seen before is recognised with a few equality tests,
+    not a search through the states (the tests count them: a crawl of n states makes O(n) of them).
     """
     # Nudge: every state found must be followed exactly once: how do you know a state was seen before?
     # Hint 1: This is the subset construction's outer loop: explore from the start, give each
@@ -113,18 +115,19 @@ def crawl(alphabet, initial, final, follow):
     #   state. A state seen again must get its old number (compare by key(state), in a dict:
     #   a list search would make the whole build quadratic), or a loop like a* never ends.
     # Hint 2: A list of states in number order, a dict key -> number. Walk the list with an
-    #   index i while it grows: check the budget every 16 states, note state i as final if it
-    #   is, and for each symbol try follow(state, symbol): skip on OblivionError; number the
-    #   result if its key is new (append it); map[i][symbol] = its number.
+    #   index i while it grows: note state i as final if it is, and for each symbol try
+    #   follow(state, symbol): skip on OblivionError; number the result if its key is new
+    #   (append it, and check the budget whenever the count reaches a multiple of 16);
+    #   map[i][symbol] = its number.
     # Hint 3:
     #   states = [initial]; number = {key(initial): 0}; finals = set(); transitions = {}; i = 0
     #   while i < len(states):
-    #       if budget and i % 16 == 0: budget.check(len(states))
     #       if final(states[i]): finals.add(i)
     #       transitions[i] = {}
     #       for symbol in alphabet.by_transition:
     #           try: nxt = follow(states[i], symbol) except OblivionError: continue
     #           if key(nxt) not in number: number[key(nxt)] = len(states); states.append(nxt)
+    #               if budget and len(states) % 16 == 0: budget.check(len(states))
     #           transitions[i][symbol] = number[key(nxt)]
     #       i += 1
     #   return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=transitions, __no_validation__=True)
@@ -134,9 +137,9 @@ def crawl(alphabet, initial, final, follow):
     budget = current_budget()
     states, number, finals, transitions = [initial], {key(initial): 0}, set(), {}
     i = 0
+    if budget is not None:
+        budget.check(1)
     while i < len(states):
-        if budget is not None and i % 16 == 0:  # a clock read per state would cost more than the states
-            budget.check(len(states))
         state = states[i]
         if final(state):
             finals.add(i)
@@ -150,6 +153,8 @@ def crawl(alphabet, initial, final, follow):
             if k not in number:
                 number[k] = len(states)
                 states.append(following)
+                if budget is not None and len(states) % 16 == 0:  # a clock read per state costs more than it
+                    budget.check(len(states))
             transitions[i][symbol] = number[k]
         i += 1
     return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=transitions,
