@@ -331,6 +331,9 @@ def with_text(schema):
 @example((EXAMPLE_SCHEMA, '{"a.b":1.5,"id":7}'))
 @example((EXAMPLE_SCHEMA, '{"tags":["é"],"id":-1}'))
 @example(({"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}, "null"))
+@example(({"type": "object", "properties": {"a": {"type": "string"}}, "enum": [{"a": 1}, {"a": "x"}]}, '{"a":1}'))
+@example(({"type": "object", "required": ["b"], "enum": [{"a": 1}, {"b": 2}]}, '{"a":1}'))
+@example(({"type": "array", "items": {"type": "integer"}, "enum": [[1, "x"], [2]]}, '[1,"x"]'))
 def test_every_text_the_regex_matches_is_valid_under_the_schema(case):
     schema, text = case
     if not re.fullmatch(schema_to_regex(schema), text):
