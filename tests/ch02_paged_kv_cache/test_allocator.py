@@ -19,17 +19,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from miniyaie.paged import BlockAllocator, OutOfBlocksError
+from refusals import refused
 
 MACHINE_SETTINGS = settings(max_examples=200, stateful_step_count=50)
-
-
-def refused(error: type[BaseException], call, contract: str) -> BaseException:
-    """Run call(), which the contract says must raise `error`; return the error, or fail saying what was broken."""
-    try:
-        result = call()
-    except error as raised:
-        return raised
-    pytest.fail(f"{contract}; it returned {result!r} instead", pytrace=False)
 
 
 @dataclass(eq=False)

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from miniyaie.model import ModelConfig
 from miniyaie.paged import OutOfBlocksError, PagedMemory, copy_blocks, make_pool
 from miniyaie.scheduler import Request, TokenCountingMemory
+from refusals import refused
 
 
 MACHINE_SETTINGS = settings(max_examples=200, stateful_step_count=50)
@@ -32,15 +33,6 @@ TINY = ModelConfig(
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def refused(error: type[BaseException], call, contract: str) -> BaseException:
-    """Run call(), which the contract says must raise `error`; return the error, or fail saying what was broken."""
-    try:
-        result = call()
-    except error as raised:
-        return raised
-    pytest.fail(f"{contract}; it returned {result!r} instead", pytrace=False)
 
 
 def copied_from(before: list[int], after: list[int]) -> dict[int, int]:

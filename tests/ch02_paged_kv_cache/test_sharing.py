@@ -10,15 +10,7 @@ from hypothesis import strategies as st
 
 from miniyaie.paged import PagedMemory
 from miniyaie.scheduler import Request
-
-
-def refused(error: type[BaseException], call, contract: str) -> BaseException:
-    """Run call(), which the contract says must raise `error`; return the error, or fail saying what was broken."""
-    try:
-        result = call()
-    except error as raised:
-        return raised
-    pytest.fail(f"{contract}; it returned {result!r} instead", pytrace=False)
+from refusals import refused
 
 
 @pytest.mark.task("2.3")
