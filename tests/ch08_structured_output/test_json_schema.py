@@ -337,6 +337,10 @@ def with_text(schema):
 @example(({"type": "object", "properties": {"a": {"type": "string"}}, "enum": [{"a": 1}, {"a": "x"}]}, '{"a":1}'))
 @example(({"type": "object", "required": ["b"], "enum": [{"a": 1}, {"b": 2}]}, '{"a":1}'))
 @example(({"type": "array", "items": {"type": "integer"}, "enum": [[1, "x"], [2]]}, '[1,"x"]'))
+@example(({"type": "object", "properties": {"a": {"const": 1}}, "enum": [{"a": 1}, {"a": 2}]}, '{"a":2}')).via(
+    "an enum value a nested const refuses")
+@example(({"type": "number", "enum": ["a", 1, 2.5]}, '"a"')).via("a string is not a number")
+@example(({"type": ["integer", "null"], "enum": [1.5, 2, None]}, '1.5')).via("1.5 is not an integer")
 def test_every_text_the_regex_matches_is_valid_under_the_schema(case):
     schema, text = case
     if not re.fullmatch(schema_to_regex(schema), text):
