@@ -118,6 +118,26 @@ def test_a_session_with_a_hang_retires_its_worker_and_the_next_session_runs_in_a
     assert spinner_seen == "False"
 
 
+def test_a_session_that_keeps_allocating_ends_its_worker_and_counts_as_crashed_naming_memory(tmp_path, monkeypatch):
+    """A mutant that allocates in a loop (an insert that never advances) fills the machine in minutes when its
+    time limit's signal waits on one long C call: the worker's memory guard ends it, and the next session runs."""
+    from miniyaie.course import batch
+
+    (tmp_path / "test_grow.py").write_text(
+        "def test_grow():\n    held = bytearray()\n    while True:\n        held += bytes(50_000_000)\n")
+    (tmp_path / "test_fine.py").write_text("def test_fine():\n    assert True\n")
+    batch.close_workers()  # workers started before this test hold the usual limit
+    monkeypatch.setenv(batch.MEMORY_ENV, "2")
+    try:
+        grow, fine = str(tmp_path / "test_grow.py"), str(tmp_path / "test_fine.py")
+        outcomes = run_sessions([Session("solutions", ["-p", "no:cacheprovider", s]) for s in (grow, fine)], workers=1)
+    finally:
+        batch.close_workers()
+    (died,), (fine_result,) = outcomes
+    assert died.outcome == "crashed" and "more than 2 GiB of memory" in died.message, died
+    assert fine_result.outcome == "passed"
+
+
 SLOT_LOAD = "    slot = tl.load(slot_mapping_ptr + token).to(tl.int64)\n"
 
 

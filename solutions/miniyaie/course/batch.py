@@ -7,7 +7,9 @@ pays that once. Each session still sees only its own tree: before it, every
 chapter module (`miniyaie.<package>`) and every test module is dropped from
 `sys.modules`, so chapter code and tests are imported afresh from the tree
 that session selects. A worker that dies (a segfault in a mutant) is restarted
-for the sessions after the one it died in, which is reported as "crashed".
+for the sessions after the one it died in, which is reported as "crashed";
+a worker that holds more than memory_limit() bytes ends itself the same way
+(code that allocates in a loop would otherwise fill the machine first).
 A session in which a test ran past its time limit retires its worker once
 the results are in: the looping code may have left a thread spinning (an
 engine loop waiting while it holds its lock), and every later session in
@@ -38,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,6 +57,15 @@ from miniyaie.course.results import WORKERS, TestResult
 QUIET = ["-q", "--no-header", "-p", "no:warnings", "-p", "no:unraisableexception", "--tb=no"]
 CRASHED = "crashed"  # the outcome given to every test of a session whose worker died
 KERNEL_TESTS_IN_PROCESS = "MINIYAIE_KERNEL_TESTS_IN_PROCESS"  # read by tests/ch04_triton_kernels/conftest.py
+MEMORY_EXIT = 86  # a worker's exit status when it ended itself for holding more than memory_limit() bytes
+MEMORY_ENV = "MINIYAIE_WORKER_MEMORY_GIB"  # another limit (the course's own test of the guard)
+
+
+def memory_limit() -> int:
+    """The most memory one worker may hold: a quarter of the machine, at least 6 GiB (a test needs far less)."""
+    if os.environ.get(MEMORY_ENV):
+        return int(float(os.environ[MEMORY_ENV]) * (1 << 30))
+    return max(6 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,7 @@ class _Worker:
             text=True,
         )
         self.retired = False  # it ended itself after a session with a hang: start a new one
+        self.exit_status: int | None = None  # set when it died inside a session
 
 
     def run(self, session: Session) -> list[TestResult] | None:
@@ -119,6 +132,7 @@ class _Worker:
             line = ""
         if not line:
             self.close()
+            self.exit_status = self.proc.returncode
             return None
         answer = json.loads(line)
         if answer["retire"]:
@@ -148,12 +162,16 @@ def _run_in_order(slot: int, next_session) -> list[tuple[int, list[TestResult]]]
         index, session = taken
         if slot not in _POOL:
             _POOL[slot] = _Worker()
-        done = _POOL[slot].run(session)
-        if done is not None and _POOL[slot].retired:
+        worker = _POOL[slot]
+        done = worker.run(session)
+        if done is not None and worker.retired:
             del _POOL[slot]
         if done is None:  # the worker died inside this session
             del _POOL[slot]
-            done = [TestResult("<worker died>", None, [], False, True, CRASHED, "the test process died")]
+            why = "the test process died"
+            if worker.exit_status == MEMORY_EXIT:
+                why += f" holding more than {memory_limit() / (1 << 30):g} GiB of memory (a loop that keeps allocating?)"
+            done = [TestResult("<worker died>", None, [], False, True, CRASHED, why)]
         results.append((index, done))
     return results
 
@@ -210,7 +228,24 @@ def _run_one(session: Session, report: Path) -> dict:
     return json.loads(report.read_text())
 
 
+def _guard_memory(limit: int) -> None:
+    """End this worker when it holds more than `limit` bytes. Code that allocates in a loop (an insert that
+    never advances) grows by ~100 MB/s, and inside one long C call (a list copied whole) the time limit's
+    signal waits for the call to return: two such workers filled a 24 GiB machine and swapped for minutes."""
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def watch() -> None:
+        while True:
+            with open("/proc/self/statm") as statm:
+                if int(statm.read().split()[1]) * page > limit:
+                    os._exit(MEMORY_EXIT)
+            time.sleep(0.2)
+
+    threading.Thread(target=watch, name="memory-guard", daemon=True).start()
+
+
 def _worker() -> None:
+    _guard_memory(memory_limit())
     sys.dont_write_bytecode = True  # a tree's .pyc must never stand in for another tree's source
     os.environ.setdefault("HYPOTHESIS_PROFILE", "mutants")  # pass or fail is all we read: no shrinking
     jobs, results = os.fdopen(os.dup(0), "r"), os.fdopen(os.dup(1), "w")
