@@ -41,17 +41,21 @@ def copied_from(before: list[int], after: list[int]) -> dict[int, int]:
 
 
 def copies_of_copies(waiting: dict[int, int], table: list[int], reader: str, copies: list[tuple[int, int]]) -> str:
-    """For a failure message: the blocks of `table` copied from a block that was itself a copy not yet filled.
+    """For a failure message: the queued copies into `table` recorded from a block that was itself waiting for its copy.
 
     `waiting` maps every block given out as a copy since the last step to the block it was copied from."""
     stories = []
-    for block in table:
-        source = waiting.get(block)
-        if source is not None and source in waiting:
+    for src, dst in copies:
+        if dst in table and src in waiting:
+            root = src
+            while root in waiting:  # follow the chain to the block that holds the K/V
+                root = waiting[root]
             stories.append(
-                f"its block {block} is a copy of block {source}, which was itself a copy still waiting, in the same "
-                f"step, for the K/V of block {waiting[source]}: a copy of a copy, so {reader!r} reads what block "
-                f"{source} held before it was filled, not the K/V it shares (the queue taken: {copies})"
+                f"a copy recorded from a block that is itself waiting for its copy: the queue {copies} copies block "
+                f"{src} into {reader!r}'s block {dst}, but block {src} is a copy given out in the same step, still "
+                f"waiting for the K/V of block {waiting[src]}. copy_blocks reads every source as it was before the "
+                f"call, so {reader!r} reads what block {src} held before it was filled; the K/V it shares are in "
+                f"block {root}"
             )
     return "; ".join(stories)
 
@@ -336,12 +340,13 @@ class PagedMemoryMachine(KVMemoryContract):
         self._apply(copies)
 
     @precondition(lambda self: self.requests)
-    @rule(i=st.integers(0, 10**6), shared=st.booleans(), n=st.integers(1, 4), fork=st.booleans(), m=st.integers(0, 4),
-          victim=st.sampled_from(["the writer", "the child", "another request"]), j=st.integers(0, 10**6),
-          then_grow=st.integers(0, 3), k=st.integers(0, 10**6))
-    def write_fork_and_free_before_the_step(self, i, shared, n, fork, m, victim, j, then_grow, k):
+    @rule(i=st.integers(0, 10**6), shared=st.booleans(), n=st.integers(1, 4), forks=st.integers(0, 2),
+          m=st.integers(0, 4), victim=st.sampled_from(["the writer", "the child", "the grandchild", "another request"]),
+          j=st.integers(0, 10**6), then_grow=st.integers(0, 3), k=st.integers(0, 10**6))
+    def write_fork_and_free_before_the_step(self, i, shared, n, forks, m, victim, j, then_grow, k):
         """Before one step: a request (maybe forked first, so that its write copies) grows, queueing its copies, may
-        be forked, the child may grow too, and then a request is freed. The runner then applies the queue: free's
+        be forked, the child may grow too, may be forked in turn and the grandchild may grow too (a copy of a copy of
+        a copy), and then a request is freed. The runner then applies the queue: free's
         rule (1), no copy lands in a block with no owner, is checked on the queue itself; rule (2), every survivor
         reads what it wrote, by the invariants. Another request may grow after the free and before the step: no copy
         may then land twice in one block, or in a block that request took fresh."""
@@ -353,12 +358,15 @@ class PagedMemoryMachine(KVMemoryContract):
         if not self.memory.can_allocate(writer, n):
             return
         self._allocate(writer, n, run=False, copies_now=False)
-        child = self._fork(writer) if fork else None
         grown = [(writer, n)]
-        if child is not None and m and self.memory.can_allocate(child, m):
-            self._allocate(child, m, run=False, copies_now=False)
-            grown.append((child, m))
-        target = {"the writer": writer, "the child": child}.get(victim) or self.pick(j)
+        forked = []  # the child, then the grandchild
+        for _ in range(forks):
+            forked.append(self._fork(forked[-1] if forked else writer))
+            if m and self.memory.can_allocate(forked[-1], m):
+                self._allocate(forked[-1], m, run=False, copies_now=False)
+                grown.append((forked[-1], m))
+        forked += [None, None]
+        target = {"the writer": writer, "the child": forked[0], "the grandchild": forked[1]}.get(victim) or self.pick(j)
         self._preempt(target)
         handed_again: set[int] = set()  # blocks freed just now that a request after the free takes
         if then_grow and self.requests:  # another request grows after the free, before the step
@@ -381,6 +389,37 @@ class PagedMemoryMachine(KVMemoryContract):
                 done.add(request.request_id)
                 self.after_step(request, tokens)
                 request.num_computed_tokens += tokens
+
+    @precondition(lambda self: any(r.num_computed_tokens % self.block_size for r in self.requests.values()))
+    @rule(i=st.integers(0, 10**6), n=st.integers(1, 3),
+          victim=st.sampled_from(["nobody", "the first generation", "the second generation", "the third generation"]))
+    def a_fork_of_a_fork_of_a_fork_before_the_step(self, i, n, victim):
+        """Three generations before one step, each a copy of the one before: a request whose last block is partly
+        filled and shared (a sibling is forked first) writes into it, is forked, the child writes, is forked, the
+        grandchild writes; one of them may be freed. The runner then applies the queue: rule (1) is checked on the
+        queue, and every survivor reads what it wrote (its prompt too) by the invariants."""
+        partial = [r for r in self.requests.values() if r.num_computed_tokens % self.block_size]
+        request = partial[i % len(partial)]
+        self._fork(request)  # a sibling: the writer's last block is shared, so its write copies it
+        generations = []
+        for _ in range(3):
+            if generations:
+                request = self._fork(request)  # shares the copy the one before was given, still waiting for its K/V
+            if not self.memory.can_allocate(request, n):
+                break
+            self._allocate(request, n, run=False, copies_now=False)
+            generations.append(request)
+        names = ["the first generation", "the second generation", "the third generation"]
+        target = dict(zip(names, generations)).get(victim)
+        if target is not None:
+            self._preempt(target)
+        copies = self.memory.take_block_copies()
+        assert_no_copy_into_a_block_without_owner(self.memory, copies, f"freeing {victim}")
+        self._apply(copies)
+        for request in generations:  # the step runs for the generations still holding their blocks
+            if request is not target:
+                self.after_step(request, n)
+                request.num_computed_tokens += n
 
     @precondition(lambda self: self.requests)
     @rule(i=st.integers(0, 10**6), ahead=st.integers(0, 8), fork_first=st.booleans(), child_writes=st.booleans(),
@@ -435,7 +474,7 @@ class PagedMemoryMachine(KVMemoryContract):
                 got = [self.pool.get(s) for s in slots]
                 wrong = [p for p in range(computed) if got[p] != self.expected[rid][p]]
                 assert not wrong, (
-                    f"{rid} does not read back what it wrote at positions {wrong[:8]}"
+                    f"Task 2.3: {rid} does not read back what it wrote at positions {wrong[:8]}"
                     f"{' ...' if len(wrong) > 8 else ''} of {computed}: "
                     + (copies_of_copies(self.last_step[0], self.memory.block_table(rid), rid, self.last_step[1])
                        or "a shared block was written in place, or a copy was lost")
@@ -631,12 +670,13 @@ def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
 
 
 @pytest.mark.task("2.3")
-@pytest.mark.parametrize("freed", ["nobody", "the parent"])
+@pytest.mark.parametrize("freed", ["nobody", "the parent", "the child"])
 def test_a_fork_before_the_step_reads_its_prompt(freed):
-    """A request writes into a shared block (a copy is queued) and is forked before the step; the child writes too.
+    """A request writes into a shared block (a copy is queued) and is forked before the step; the child writes too,
+    is forked in turn, and the grandchild writes too: three generations, each a copy of the one before.
 
-    The parent's private block holds nothing until the queued copy runs, so the child's copy must end up with what
-    that block is waiting for, applied by copy_blocks as the runner does, and still so if the parent is freed
+    Each private block holds nothing until the queued copies run, so every copy must end up with what the block it
+    was copied from is waiting for, applied by copy_blocks as the runner does, and still so if a generation is freed
     before the step (its own copy is then dropped: nobody owns its destination)."""
     block_size = 4
     memory = PagedMemory(8, block_size)
@@ -646,22 +686,24 @@ def test_a_fork_before_the_step_reads_its_prompt(freed):
     for position, slot in enumerate(memory.slot_mapping("first", 0, 6)):  # the prompt's K/V: 100, 101, ...
         pool.k[:, slot] = pool.v[:, slot] = 100.0 + position
     first.num_computed_tokens = 6
-    parent = Request("parent", [1] * 6, max_tokens=4)
-    parent.num_computed_tokens = 6
-    memory.fork("first", "parent")
-    shared = memory.block_table("parent")
-    memory.allocate(parent, 1)  # writes position 6 into the shared block 1: a copy is queued
-    waiting = copied_from(shared, memory.block_table("parent"))
-    child = Request("child", [1] * 6, max_tokens=4)
-    child.num_computed_tokens = 6
-    memory.fork("parent", "child")  # before the step: the child shares the parent's not yet filled copy
-    shared = memory.block_table("child")
-    memory.allocate(child, 1)  # the child writes position 6 too: a copy of a block still waiting for its K/V
-    waiting.update(copied_from(shared, memory.block_table("child")))
-    readers = ["parent", "child"]
-    if freed == "the parent":
-        memory.free(parent)  # its copy's destination has no owner left; the child's copy still needs the K/V
-        readers = ["child"]
+    generations = {"parent": "the first generation", "child": "the second generation",
+                   "grandchild": "the third generation"}
+    waiting: dict[int, int] = {}
+    requests = {}
+    forked_from = "first"
+    for name in generations:  # each forks the one before and writes position 6 into the shared block 1, before the step
+        request = Request(name, [1] * 6, max_tokens=4)
+        request.num_computed_tokens = 6
+        memory.fork(forked_from, name)  # shares the block the one before was given, still waiting for its K/V
+        shared = memory.block_table(name)
+        memory.allocate(request, 1)  # a copy is queued
+        waiting.update(copied_from(shared, memory.block_table(name)))
+        requests[name], forked_from = request, name
+    readers = list(generations)
+    if freed != "nobody":
+        victim = freed.removeprefix("the ")
+        memory.free(requests[victim])  # its copy's destination has no owner left; the next one's copy still needs the K/V
+        readers.remove(victim)
     copies = memory.take_block_copies()
     assert_no_copy_into_a_block_without_owner(memory, copies, f"freeing {freed}")
     copy_blocks(pool, copies, block_size)
@@ -670,8 +712,9 @@ def test_a_fork_before_the_step_reads_its_prompt(freed):
         for name, cache in (("K", pool.k), ("V", pool.v)):
             got = [round(cache[0, slot, 0, 0].item()) for slot in slots]
             assert got == list(range(100, 106)), (
-                f"after the queued copies {copies} (freed before the step: {freed}), {reader!r} reads {name} "
-                f"{got} at positions 0..5, not the prompt's {list(range(100, 106))}: "
+                f"Task 2.3: {generations[reader]} ({reader!r}, a fork of a fork before the step) reads {name} {got} "
+                f"at positions 0..5 instead of its prompt's {list(range(100, 106))} after the queued copies "
+                f"{copies} (freed before the step: {freed}): "
                 + (copies_of_copies(waiting, memory.block_table(reader), reader, copies)
                    or ("zeros where its prompt should be, " if 0 in got else "")
                    + f"so {reader!r} would attend to K/V its prompt never wrote")
