@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from miniyaie.model import AttentionMetadata
 from miniyaie.paged import BlockAllocator, OutOfBlocksError, attention_metadata, blocks_needed, grow_block_table, slot_mapping
+from refusals import refused
 
 block_sizes = st.one_of(st.sampled_from([1, 7, 16]), st.integers(1, 40))
 
@@ -25,8 +26,8 @@ def ceil_div(a: int, b: int) -> int:
 @example(num_tokens=33, block_size=16)  # one token into the next block
 def test_blocks_needed_is_the_fewest_blocks_that_hold_the_tokens(num_tokens, block_size):
     n = blocks_needed(num_tokens, block_size)
-    assert n * block_size >= num_tokens, f"{n} blocks of {block_size} cannot hold {num_tokens} tokens"
-    assert n == 0 or (n - 1) * block_size < num_tokens, f"{n - 1} blocks of {block_size} already hold {num_tokens} tokens"
+    assert n * block_size >= num_tokens, f"Task 2.2: blocks_needed({num_tokens}, {block_size}) = {n}, but {n} blocks of {block_size} cannot hold {num_tokens} tokens"
+    assert n == 0 or (n - 1) * block_size < num_tokens, f"Task 2.2: blocks_needed({num_tokens}, {block_size}) = {n}, but {n - 1} blocks of {block_size} already hold {num_tokens} tokens"
 
 
 @pytest.mark.task("2.2")
@@ -43,19 +44,27 @@ def test_block_table_grows_token_by_token(num_blocks, block_size, chunks):
         target = tokens + chunk
         before, free_before = list(table), allocator.num_free
         if ceil_div(target, block_size) - len(table) > free_before:
-            with pytest.raises(OutOfBlocksError):
-                grow_block_table(table, target, block_size, allocator)
+            refused(OutOfBlocksError, lambda: grow_block_table(table, target, block_size, allocator),
+                    f"Task 2.2: growing a table of {len(before)} blocks to {target} tokens in blocks of {block_size} "
+                    f"needs more than the {free_before} free block(s): grow_block_table must raise OutOfBlocksError")
             assert table == before and allocator.num_free == free_before, (
-                f"a refused grow changed the table {before} -> {table} or the free blocks {free_before} -> {allocator.num_free}"
+                f"Task 2.2: a refused grow changed the table {before} -> {table} or the free blocks {free_before} -> {allocator.num_free}"
             )
             continue
         added = grow_block_table(table, target, block_size, allocator)
-        assert table == before + added, "old entries stay where they were; the new blocks go at the end"
+        assert table == before + added, f"Task 2.2: grow_block_table returned {added}, the table went {before} -> {table}: old entries stay where they were; the new blocks go at the end"
         assert len(table) == ceil_div(target, block_size), (
-            f"{target} tokens in blocks of {block_size}: the table holds {len(table)} blocks, not exactly the ones needed"
+            f"Task 2.2: {target} tokens in blocks of {block_size}: the table holds {len(table)} blocks, not exactly the ones needed"
         )
-        assert len(set(table)) == len(table) and allocator.num_used == len(table)
-        assert grow_block_table(table, tokens, block_size, allocator) == [] and len(table) == ceil_div(target, block_size)
+        assert len(set(table)) == len(table) and allocator.num_used == len(table), (
+            f"Task 2.2: the table {table} holds a block twice, or the allocator has {allocator.num_used} blocks in use "
+            "for it: each block of a table is taken once from the allocator"
+        )
+        again = grow_block_table(table, tokens, block_size, allocator)
+        assert again == [] and len(table) == ceil_div(target, block_size), (
+            f"Task 2.2: growing the table to {tokens} tokens, fewer than it holds, added {again} and left {table}: "
+            "a table that already holds the tokens is left as it is (tables never shrink here)"
+        )
         tokens = target
 
 
@@ -73,23 +82,30 @@ def test_slot_mapping_puts_each_position_in_its_block(table, block_size, bounds)
     capacity = len(table) * block_size
     start, end = sorted(round(b * capacity) for b in bounds)
     slots = slot_mapping(table, start, end, block_size)
-    assert len(slots) == end - start
+    where = f"slot_mapping({table}, {start}, {end}, {block_size}) = {slots}"
+    assert len(slots) == end - start, f"Task 2.2: {where}: one slot per position, {end - start} in all"
     for position, slot in zip(range(start, end), slots):
-        assert slot // block_size == table[position // block_size], f"position {position}: slot {slot} is not in its block"
-        assert slot % block_size == position % block_size, f"position {position}: slot {slot} is not at its offset"
-    assert len(set(slots)) == len(slots)
+        assert slot // block_size == table[position // block_size], (
+            f"Task 2.2: {where}: position {position}'s slot {slot} is not in the block the table names for it"
+        )
+        assert slot % block_size == position % block_size, (
+            f"Task 2.2: {where}: position {position}'s slot {slot} is not at the position's offset in its block"
+        )
+    assert len(set(slots)) == len(slots), f"Task 2.2: {where}: two positions share a slot"
     # the reader (chapter 0's AttentionMetadata.context_slots) finds tokens exactly where the writer put them
     meta = AttentionMetadata([end], [end], torch.tensor(slots), torch.tensor([table]), block_size)
-    assert meta.context_slots(0).tolist()[start:] == slots
+    read = meta.context_slots(0).tolist()[start:]
+    assert read == slots, f"Task 2.2: {where}, but chapter 0's context_slots reads these positions at {read}"
 
 
 @pytest.mark.task("2.2")
 def test_slot_mapping_of_a_scattered_table():
-    assert slot_mapping([3, 0, 2], 0, 6, 2) == [6, 7, 0, 1, 4, 5]
-    assert slot_mapping([3, 0, 2], 3, 5, 2) == [1, 4]
-    assert slot_mapping([4, 1], 0, 2, 1) == [4, 1]
-    with pytest.raises(ValueError):
-        slot_mapping([3, 0, 2], 0, 7, 2)  # position 6 has no block
+    for args, expected in ((([3, 0, 2], 0, 6, 2), [6, 7, 0, 1, 4, 5]), (([3, 0, 2], 3, 5, 2), [1, 4]),
+                           (([4, 1], 0, 2, 1), [4, 1])):
+        got = slot_mapping(*args)
+        assert got == expected, f"Task 2.2: slot_mapping{args} = {got}, not {expected}: the blocks of a scattered table"
+    refused(ValueError, lambda: slot_mapping([3, 0, 2], 0, 7, 2),
+            "Task 2.2: slot_mapping([3, 0, 2], 0, 7, 2) must raise ValueError: position 6 has no block in the table")
 
 
 @pytest.mark.task("2.2")
@@ -110,18 +126,36 @@ def test_attention_metadata_lines_up_queries_slots_and_tables(block_size, steps,
         batch.append((f"r{i}", start, start + n))
         tables.append(table)
     meta = attention_metadata(tables, batch, block_size)
-    assert meta.query_lens == [n for _, n in steps], "query_lens: each request's new tokens, in batch order"
-    assert meta.seq_lens == [start + n for start, n in steps], "seq_lens: cached + new tokens of each request"
+    assert meta.query_lens == [n for _, n in steps], f"Task 2.2: query_lens {meta.query_lens} of the batch {batch}; query_lens: each request's new tokens, in batch order"
+    assert meta.seq_lens == [start + n for start, n in steps], f"Task 2.2: seq_lens {meta.seq_lens} of the batch {batch}; seq_lens: cached + new tokens of each request"
     expected_slots = [
         table[p // block_size] * block_size + p % block_size for table, (_, start, end) in zip(tables, batch) for p in range(start, end)
     ]
-    assert meta.slot_mapping.tolist() == expected_slots, "slot_mapping: every new token's slot, request after request"
+    assert meta.slot_mapping.tolist() == expected_slots, f"Task 2.2: slot_mapping of the batch {batch}, tables {tables}: every new token's slot, request after request"
     width = max(len(t) for t in tables)
-    assert list(meta.block_tables.shape) == [len(steps), width], "one row per request, as wide as the longest table"
+    assert list(meta.block_tables.shape) == [len(steps), width], f"Task 2.2: block_tables of shape {list(meta.block_tables.shape)} for the tables {tables}: one row per request, as wide as the longest table"
     for row, table in zip(meta.block_tables.tolist(), tables):
-        assert row == table + [0] * (width - len(table)), "each row is the request's table, padded with block 0"
-    assert meta.block_size == block_size
-    assert meta.slot_mapping.dtype == meta.block_tables.dtype == torch.int64, "index tensors are int64"
+        assert row == table + [0] * (width - len(table)), f"Task 2.2: the row {row} for the table {table}: each row is the request's table, padded with block 0"
+    assert meta.block_size == block_size, f"Task 2.2: block_size {meta.block_size} in the metadata, not {block_size}"
+    assert meta.slot_mapping.dtype == meta.block_tables.dtype == torch.int64, (
+        f"Task 2.2: slot_mapping is {meta.slot_mapping.dtype}, block_tables {meta.block_tables.dtype}: index tensors are int64"
+    )
+
+
+@pytest.mark.task("2.2")
+def test_attention_metadata_of_a_table_holding_blocks_ahead():
+    """The example of attention_metadata's contract: a table may hold blocks past `end` (slots taken ahead for drafts,
+    chapter 9); its row keeps them, and the rows are as wide as the longest table."""
+    meta = attention_metadata([[3, 1, 5], [2]], [("a", 2, 5), ("b", 0, 1)], 3)
+    got = (meta.query_lens, meta.seq_lens, meta.slot_mapping.tolist(), meta.block_tables.tolist())
+    expected = ([3, 1], [5, 1], [11, 3, 4, 6], [[3, 1, 5], [2, 0, 0]])
+    names = ("query_lens", "seq_lens", "slot_mapping", "block_tables")
+    wrong = [f"{name} {g}, not {e}" for name, g, e in zip(names, got, expected) if g != e]
+    assert not wrong, (
+        "Task 2.2: attention_metadata(tables [[3, 1, 5], [2]], batch [('a', 2, 5), ('b', 0, 1)], block size 3) gives "
+        + "; ".join(wrong) + ". A row holds the request's whole table (block 5 too, taken ahead), then block 0, "
+        "as wide as the longest table"
+    )
 
 
 @pytest.mark.task("2.2")

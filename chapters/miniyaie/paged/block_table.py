@@ -18,9 +18,12 @@ from miniyaie.paged.allocator import BlockAllocator
 
 # ANCHOR: blocks_needed
 def blocks_needed(num_tokens: int, block_size: int) -> int:
-    """The fewest blocks of `block_size` slots that hold `num_tokens` tokens; 0 for 0 tokens.
+    """The fewest blocks of `block_size` slots that hold `num_tokens` tokens.
 
-    Examples (asserted): 16 tokens in blocks of 16 need 1 block, 17 need 2.
+    n = blocks_needed(num_tokens, block_size) holds them (n blocks of
+    block_size slots have room for num_tokens tokens) and n - 1 blocks would
+    not. Examples (asserted): 0 tokens need 0 blocks; 16 tokens in blocks
+    of 16 need 1 block, 17 need 2.
     """
     # Idea: which block does the last token land in?
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.
@@ -52,6 +55,8 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
     `AttentionMetadata.context_slots` finds positions start..end-1 of a
     sequence whose block table row is `table` (the tests check both, on
     scattered tables). Positions outside the table's blocks are a ValueError.
+    Example (asserted): table [3, 0, 2] in blocks of 2 puts positions 0..5
+    in slots [6, 7, 0, 1, 4, 5].
     """
     if not 0 <= start <= end <= len(table) * block_size:
         raise ValueError(
@@ -72,12 +77,19 @@ def attention_metadata(
     """The metadata of a step that computes positions start..end-1 of each (request_id, start, end).
 
     tables[i] is the block table of batch[i]'s request; it already holds
-    the request's `end` tokens (the memory allocated them). In batch order:
-    query_lens[i] = end - start, seq_lens[i] = end; slot_mapping lists the
-    slots of every request's positions start..end-1 (slot_mapping above),
-    one request after the other; block_tables has one row per request,
-    its table padded with block 0 to the width of the longest table.
-    Tensors int64, on `device`.
+    the request's `end` tokens (the memory allocated them) and may hold
+    blocks past them (slots taken ahead). Each field means what chapter 0's
+    AttentionMetadata says, for this step, with sequence i = batch[i]'s
+    request: the backend writes the new K/V of the packed queries (request
+    after request, in batch order) through slot_mapping, and reads sequence
+    i's context through row i of block_tables (context_slots(i)); every
+    token must be read where it was written. block_tables is one tensor:
+    rows as wide as the longest table, row i holding tables[i] and then
+    block 0 (a block every pool has; never read). Tensors int64, on `device`.
+
+    Example (asserted): tables [[3, 1, 5], [2]], batch [("a", 2, 5),
+    ("b", 0, 1)], block_size 3 give query_lens [3, 1], seq_lens [5, 1],
+    slot_mapping [11, 3, 4, 6] and block_tables [[3, 1, 5], [2, 0, 0]].
     """
     # Idea: everything chapter 0's backend needs, read off the block tables.
     # Stuck? `miniyaie hint 2.2` prints hints, one level at a time.

@@ -19,6 +19,7 @@ import torch
 
 # ANCHOR: metadata
 # ANCHOR: metadata_contract
+# ANCHOR: metadata_fields
 @dataclass
 class AttentionMetadata:
     """Where one step's tokens live in the KV cache. Built once per step, shared by all layers."""
@@ -28,6 +29,7 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor  # [num_tokens] cache slot of each new token (int64)
     block_tables: torch.Tensor  # [num_seqs, max_blocks] physical block ids (int64)
     block_size: int  # slots per block
+    # ANCHOR_END: metadata_fields
 
     def context_slots(self, seq: int) -> torch.Tensor:
         """The cache slots holding sequence `seq`'s tokens 0..seq_len-1, in order (int64, on the tables' device).

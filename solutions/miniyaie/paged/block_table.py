@@ -18,9 +18,12 @@ from miniyaie.paged.allocator import BlockAllocator
 
 # ANCHOR: blocks_needed
 def blocks_needed(num_tokens: int, block_size: int) -> int:
-    """The fewest blocks of `block_size` slots that hold `num_tokens` tokens; 0 for 0 tokens.
+    """The fewest blocks of `block_size` slots that hold `num_tokens` tokens.
 
-    Examples (asserted): 16 tokens in blocks of 16 need 1 block, 17 need 2.
+    n = blocks_needed(num_tokens, block_size) holds them (n blocks of
+    block_size slots have room for num_tokens tokens) and n - 1 blocks would
+    not. Examples (asserted): 0 tokens need 0 blocks; 16 tokens in blocks
+    of 16 need 1 block, 17 need 2.
     """
     # Nudge: which block does the last token land in?
     # Hint 1: Every block holds block_size tokens and only the last may be partly filled: 16 tokens
@@ -72,6 +75,8 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
     `AttentionMetadata.context_slots` finds positions start..end-1 of a
     sequence whose block table row is `table` (the tests check both, on
     scattered tables). Positions outside the table's blocks are a ValueError.
+    Example (asserted): table [3, 0, 2] in blocks of 2 puts positions 0..5
+    in slots [6, 7, 0, 1, 4, 5].
     """
     if not 0 <= start <= end <= len(table) * block_size:
         raise ValueError(
@@ -79,10 +84,12 @@ def slot_mapping(table: list[int], start: int, end: int, block_size: int) -> lis
         )
     # Nudge: the block table is a page table.
     # Hint 1: Blocks can lie anywhere in the pool and in any order; only the table knows where.
-    #   A position's block is the table entry for its block number (p // block_size), and the
-    #   position sits at offset p % block_size inside it.
-    # Hint 2: For each position from start to end - 1: look up its block in the table, multiply by
-    #   block_size to get the block's first slot, add the offset.
+    #   Positions fill the table's blocks in order, block_size each: the reader you wrote in
+    #   Task 0.4 (context_slots) walks the same table the same way.
+    # Hint 2: A position's block is the table entry for its block number (p // block_size), and
+    #   the position sits at offset p % block_size inside it. For each position from start to
+    #   end - 1: look up its block in the table, multiply by block_size to get the block's first
+    #   slot, add the offset.
     # Hint 3:
     #   return [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
     # BEGIN SOLUTION 2.2: Block tables, slots and the pool
@@ -99,12 +106,19 @@ def attention_metadata(
     """The metadata of a step that computes positions start..end-1 of each (request_id, start, end).
 
     tables[i] is the block table of batch[i]'s request; it already holds
-    the request's `end` tokens (the memory allocated them). In batch order:
-    query_lens[i] = end - start, seq_lens[i] = end; slot_mapping lists the
-    slots of every request's positions start..end-1 (slot_mapping above),
-    one request after the other; block_tables has one row per request,
-    its table padded with block 0 to the width of the longest table.
-    Tensors int64, on `device`.
+    the request's `end` tokens (the memory allocated them) and may hold
+    blocks past them (slots taken ahead). Each field means what chapter 0's
+    AttentionMetadata says, for this step, with sequence i = batch[i]'s
+    request: the backend writes the new K/V of the packed queries (request
+    after request, in batch order) through slot_mapping, and reads sequence
+    i's context through row i of block_tables (context_slots(i)); every
+    token must be read where it was written. block_tables is one tensor:
+    rows as wide as the longest table, row i holding tables[i] and then
+    block 0 (a block every pool has; never read). Tensors int64, on `device`.
+
+    Example (asserted): tables [[3, 1, 5], [2]], batch [("a", 2, 5),
+    ("b", 0, 1)], block_size 3 give query_lens [3, 1], seq_lens [5, 1],
+    slot_mapping [11, 3, 4, 6] and block_tables [[3, 1, 5], [2, 0, 0]].
     """
     # Nudge: everything chapter 0's backend needs, read off the block tables.
     # Hint 1: One row per request, in the batch's order, so that the packed tokens, their
