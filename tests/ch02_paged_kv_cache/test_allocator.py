@@ -51,7 +51,7 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     def _new_owner(self, block: int) -> None:
         assert 0 <= block < self.num_blocks
-        assert block not in self.owned(), f"block {block} was handed out while still in use"
+        assert block not in self.owned(), f"Task 2.1: block {block} was handed out while still in use"
         value = next(self.values)
         self.contents[block] = value  # the new owner fills its block
         self.owners.append(Owner(block, value))
@@ -60,7 +60,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     def allocate(self):
         if len(self.owned()) == self.num_blocks:
             refused(OutOfBlocksError, self.allocator.allocate,
-                    f"allocate() with all {self.num_blocks} blocks in use must raise OutOfBlocksError")
+                    f"Task 2.1: allocate() with all {self.num_blocks} blocks in use must raise OutOfBlocksError")
         else:
             self._new_owner(self.allocator.allocate())
 
@@ -69,9 +69,9 @@ class AllocatorMachine(RuleBasedStateMachine):
         free = self.num_blocks - len(self.owned())
         if n > free:
             refused(OutOfBlocksError, lambda: self.allocator.allocate_many(n),
-                    f"allocate_many({n}) with {free} block(s) free must raise OutOfBlocksError and take none")
+                    f"Task 2.1: allocate_many({n}) with {free} block(s) free must raise OutOfBlocksError and take none")
             assert self.allocator.num_free == free, (
-                f"allocate_many({n}) with {free} blocks free was refused but left {self.allocator.num_free} free: "
+                f"Task 2.1: allocate_many({n}) with {free} blocks free was refused but left {self.allocator.num_free} free: "
                 "a refused call must take nothing"
             )
             return
@@ -100,15 +100,15 @@ class AllocatorMachine(RuleBasedStateMachine):
             return
         free_before = self.allocator.num_free
         refused(ValueError, lambda: self.allocator.free(block),
-                f"free({block}) of a free block is a double free, a ValueError that changes nothing")
+                f"Task 2.1: free({block}) of a free block is a double free, a ValueError that changes nothing")
         assert self.allocator.ref_count(block) == 0 and self.allocator.num_free == free_before, (
-            f"a refused double free of block {block} left its ref_count {self.allocator.ref_count(block)} and "
+            f"Task 2.1: a refused double free of block {block} left its ref_count {self.allocator.ref_count(block)} and "
             f"{self.allocator.num_free} blocks free (was 0 and {free_before}): a refused call changes nothing"
         )
         refused(ValueError, lambda: self.allocator.share(block),
-                f"share({block}) of a free block (nobody filled it) must raise ValueError and change nothing")
+                f"Task 2.1: share({block}) of a free block (nobody filled it) must raise ValueError and change nothing")
         assert self.allocator.ref_count(block) == 0 and self.allocator.num_free == free_before, (
-            f"a refused share of free block {block} left its ref_count {self.allocator.ref_count(block)} and "
+            f"Task 2.1: a refused share of free block {block} left its ref_count {self.allocator.ref_count(block)} and "
             f"{self.allocator.num_free} blocks free (was 0 and {free_before}): a refused call changes nothing"
         )
 
@@ -118,22 +118,22 @@ class AllocatorMachine(RuleBasedStateMachine):
             return
         owned = self.owned()
         assert self.allocator.num_used == len(owned), (
-            f"num_used is {self.allocator.num_used} but {len(owned)} distinct blocks have owners (a shared block counts once)"
+            f"Task 2.1: num_used is {self.allocator.num_used} but {len(owned)} distinct blocks have owners (a shared block counts once)"
         )
         assert self.allocator.num_free == self.num_blocks - len(owned), (
-            f"num_free is {self.allocator.num_free} but {self.num_blocks - len(owned)} blocks have no owner"
+            f"Task 2.1: num_free is {self.allocator.num_free} but {self.num_blocks - len(owned)} blocks have no owner"
         )
         assert self.allocator.num_free + self.allocator.num_used == self.num_blocks  # no leak
         for block in range(self.num_blocks):
             assert self.allocator.ref_count(block) == owned.get(block, 0), (
-                f"block {block} has {owned.get(block, 0)} owner(s) but ref_count says {self.allocator.ref_count(block)}"
+                f"Task 2.1: block {block} has {owned.get(block, 0)} owner(s) but ref_count says {self.allocator.ref_count(block)}"
             )
 
     @invariant()
     def every_owner_sees_its_data(self):
         for owner in self.owners:
             assert self.contents[owner.block] == owner.expected, (
-                f"an owner of block {owner.block} no longer sees what it wrote: the block was handed to a second owner"
+                f"Task 2.1: an owner of block {owner.block} no longer sees what it wrote: the block was handed to a second owner"
             )
 
 
@@ -148,18 +148,18 @@ class CopyOnWriteMachine(AllocatorMachine):
         if shared and len(self.owned()) == self.num_blocks:
             count = self.owned()[owner.block]
             refused(OutOfBlocksError, lambda: self.allocator.copy_on_write(owner.block),
-                    f"copy_on_write({owner.block}) of a block with {count} owners on a full pool must raise "
+                    f"Task 2.1: copy_on_write({owner.block}) of a block with {count} owners on a full pool must raise "
                     "OutOfBlocksError (no block is free for the copy) and change nothing")
             assert self.allocator.ref_count(owner.block) == count, (
-                f"a refused copy_on_write of block {owner.block} (full pool) left it {self.allocator.ref_count(owner.block)} "
+                f"Task 2.1: a refused copy_on_write of block {owner.block} (full pool) left it {self.allocator.ref_count(owner.block)} "
                 f"owner(s), not {count}: the writer must keep its reference when no copy can be taken"
             )
             return
         block = self.allocator.copy_on_write(owner.block)
         if not shared:
-            assert block == owner.block, "an unshared block is written in place"
+            assert block == owner.block, "Task 2.1: an unshared block is written in place"
         else:
-            assert block != owner.block, "a shared block must not be written in place"
+            assert block != owner.block, "Task 2.1: a shared block must not be written in place"
             old = owner.block
             owner.block = -1  # no longer an owner of `old`
             self._new_owner_of_copy(old, block, owner)
@@ -169,7 +169,7 @@ class CopyOnWriteMachine(AllocatorMachine):
 
     def _new_owner_of_copy(self, old: int, new: int, owner: Owner) -> None:
         assert 0 <= new < self.num_blocks
-        assert new not in self.owned(), f"copy-on-write handed out block {new} while still in use"
+        assert new not in self.owned(), f"Task 2.1: copy-on-write handed out block {new} while still in use"
         self.contents[new] = self.contents[old]  # the caller copies the K/V
         owner.block = new
 
@@ -200,24 +200,30 @@ def test_allocate_many_is_all_or_nothing(num_blocks, first, second):
             taken += blocks
         else:
             error = refused(OutOfBlocksError, lambda: allocator.allocate_many(n),
-                            f"allocate_many({n}) with {free_before} block(s) free must raise OutOfBlocksError")
+                            f"Task 2.1: allocate_many({n}) with {free_before} block(s) free must raise OutOfBlocksError")
             assert str(n) in str(error), (
-                f"allocate_many({n})'s OutOfBlocksError says {str(error)!r}: it must say how many blocks were asked for"
+                f"Task 2.1: allocate_many({n})'s OutOfBlocksError says {str(error)!r}: it must say how many blocks were asked for"
             )
             assert allocator.num_free == free_before, (
-                f"a refused allocate_many({n}) left {allocator.num_free} blocks free, not {free_before}: it took some"
+                f"Task 2.1: a refused allocate_many({n}) left {allocator.num_free} blocks free, not {free_before}: it took some"
             )
         assert allocator.num_used == len(taken) and allocator.num_free == num_blocks - len(taken), (
-            f"{len(taken)} blocks taken of {num_blocks}, but num_used={allocator.num_used}, num_free={allocator.num_free}"
+            f"Task 2.1: {len(taken)} blocks taken of {num_blocks}, but num_used={allocator.num_used}, num_free={allocator.num_free}"
         )
     if allocator.num_free == 0:
-        refused(OutOfBlocksError, allocator.allocate, "allocate() on a full pool must raise OutOfBlocksError")
+        refused(OutOfBlocksError, allocator.allocate, "Task 2.1: allocate() on a full pool must raise OutOfBlocksError")
     for block in taken:
         allocator.free(block)
-    assert allocator.num_free == num_blocks and allocator.num_used == 0
-    assert len(set(allocator.allocate_many(num_blocks))) == num_blocks  # every block comes back
+    assert allocator.num_free == num_blocks and allocator.num_used == 0, (
+        f"Task 2.1: every block taken was freed, but num_free={allocator.num_free}, num_used={allocator.num_used} "
+        f"(a pool of {num_blocks})"
+    )
+    again = allocator.allocate_many(num_blocks)
+    assert len(set(again)) == num_blocks, (  # every block comes back
+        f"Task 2.1: after every block was freed, allocate_many({num_blocks}) gave {again}: not {num_blocks} distinct blocks"
+    )
     refused(ValueError, lambda: allocator.allocate_many(-1),
-            "allocate_many(-1) must raise ValueError: a negative count is a caller's bug, not a request for no block")
+            "Task 2.1: allocate_many(-1) must raise ValueError: a negative count is a caller's bug, not a request for no block")
 
 
 @pytest.mark.task("2.1")
@@ -225,15 +231,18 @@ def test_a_block_returns_to_the_free_list_with_its_last_owner():
     allocator = BlockAllocator(2)
     block = allocator.allocate()
     allocator.share(block)
-    assert allocator.ref_count(block) == 2
+    assert allocator.ref_count(block) == 2, f"Task 2.1: a block allocated then shared has 2 owners, ref_count says {allocator.ref_count(block)}"
     allocator.free(block)
-    assert allocator.ref_count(block) == 1 and allocator.num_used == 1, "a shared block freed once is still in use"
+    assert allocator.ref_count(block) == 1 and allocator.num_used == 1, "Task 2.1: a shared block freed once is still in use"
     allocator.free(block)
-    assert allocator.ref_count(block) == 0 and allocator.num_free == 2
-    refused(ValueError, lambda: allocator.free(block),
-            f"free({block}) after its last owner let go is a double free: it must raise ValueError")
     assert allocator.ref_count(block) == 0 and allocator.num_free == 2, (
-        f"a refused double free left ref_count {allocator.ref_count(block)} and {allocator.num_free} free blocks "
+        f"Task 2.1: the last owner of block {block} let go, but its ref_count is {allocator.ref_count(block)} and "
+        f"{allocator.num_free} of 2 blocks are free: a block goes back to the pool with its last owner"
+    )
+    refused(ValueError, lambda: allocator.free(block),
+            f"Task 2.1: free({block}) after its last owner let go is a double free: it must raise ValueError")
+    assert allocator.ref_count(block) == 0 and allocator.num_free == 2, (
+        f"Task 2.1: a refused double free left ref_count {allocator.ref_count(block)} and {allocator.num_free} free blocks "
         "(was 0 and 2): check before changing anything"
     )
 
@@ -242,17 +251,30 @@ def test_a_block_returns_to_the_free_list_with_its_last_owner():
 def test_copy_on_write_copies_only_shared_blocks():
     allocator = BlockAllocator(3)
     block = allocator.allocate()
-    assert allocator.copy_on_write(block) == block and allocator.ref_count(block) == 1
+    same = allocator.copy_on_write(block)
+    assert same == block and allocator.ref_count(block) == 1 and allocator.num_used == 1, (
+        f"Task 2.1: copy_on_write({block}) of a block with one owner returned {same} (ref_count "
+        f"{allocator.ref_count(block)}, {allocator.num_used} block(s) in use): its only owner writes in place, so it "
+        "returns the same block and takes nothing"
+    )
     allocator.share(block)
     copy = allocator.copy_on_write(block)
-    assert copy != block
-    assert allocator.ref_count(block) == 1 and allocator.ref_count(copy) == 1 and allocator.num_used == 2
+    assert copy != block, (
+        f"Task 2.1: copy_on_write({block}) of a block with 2 owners returned the block itself: the writer must get a "
+        "private copy, or the other owner sees the write"
+    )
+    counts = (allocator.ref_count(block), allocator.ref_count(copy), allocator.num_used)
+    assert counts == (1, 1, 2), (
+        f"Task 2.1: after copy_on_write({block}) of a block with 2 owners gave block {copy}: ref_count({block}) = "
+        f"{counts[0]}, ref_count({copy}) = {counts[1]}, num_used = {counts[2]}; expected 1, 1 and 2: the writer drops "
+        "its share of the old block and owns the copy alone"
+    )
     other = allocator.allocate()  # the pool is now full
     allocator.share(other)
     refused(OutOfBlocksError, lambda: allocator.copy_on_write(other),
-            f"copy_on_write({other}) of a block with 2 owners on a full pool must raise OutOfBlocksError")
+            f"Task 2.1: copy_on_write({other}) of a block with 2 owners on a full pool must raise OutOfBlocksError")
     assert allocator.ref_count(other) == 2 and allocator.num_free == 0, (
-        f"a refused copy_on_write changed the pool: ref_count {allocator.ref_count(other)} (was 2), "
+        f"Task 2.1: a refused copy_on_write changed the pool: ref_count {allocator.ref_count(other)} (was 2), "
         f"{allocator.num_free} free (was 0); the owner's reference must not be dropped when no copy can be taken"
     )
     allocator.free(copy)  # one block free again, nobody owns it
@@ -261,7 +283,7 @@ def test_copy_on_write_copies_only_shared_blocks():
         pytest.fail(f"copy_on_write of free block {copy} returned {got}: a free block has no owner to write into it, "
                     "that is a ValueError")
     assert allocator.num_free == 1 and allocator.ref_count(copy) == 0, (
-        f"copy_on_write of a free block left {allocator.num_free} block(s) free (was 1) and ref_count "
+        f"Task 2.1: copy_on_write of a free block left {allocator.num_free} block(s) free (was 1) and ref_count "
         f"{allocator.ref_count(copy)}: it must raise ValueError before taking a block or dropping an owner"
     )
 
@@ -299,12 +321,12 @@ def test_no_operation_walks_the_pool():
         if total > WORK_BUDGET_S:
             slowest = max(spent, key=spent.get)
             pytest.fail(
-                f"Task 2.1: an operation walks {walked[0]}: {slowest} took {spent[slowest]:.1f} CPU seconds over "
-                f"{calls[slowest]:,} calls on a pool of {POOL_BLOCKS:,} blocks "
-                f"({spent[slowest] / calls[slowest] * 1e3:.2f} ms a call; all calls {total:.1f} s, over the budget of "
-                f"{WORK_BUDGET_S:g}; the reference takes about one), stopped while {doing}. No call may look at "
-                "every block, nor at every free block: each must cost the same on a pool of 10 or 10 million, with 3 "
-                "free blocks or 3 million. Time per operation: "
+                f"Task 2.1: an operation walks {walked[0]}: {slowest} took {spent[slowest]:.1f} CPU s in "
+                f"{calls[slowest]:,} calls. No call may look at every block, nor at every free block: each must cost "
+                "the same on a pool of 10 or 10 million, with 3 free blocks or 3 million. "
+                f"Stopped while {doing}: a pool of {POOL_BLOCKS:,} blocks, {spent[slowest] / calls[slowest] * 1e3:.2f} "
+                f"ms a call of {slowest}, all calls {total:.1f} s, over the budget of {WORK_BUDGET_S:g} (the reference "
+                "takes about one). Time per operation: "
                 + ", ".join(f"{name} {seconds:.2f} s / {calls[name]:,}" for name, seconds in spent.most_common()),
                 pytrace=False,
             )
@@ -315,7 +337,7 @@ def test_no_operation_walks_the_pool():
         within_budget(f"taking the first {HELD_BLOCKS:,} blocks with allocate_many (held {len(held):,})")
         held += call("allocate_many", allocator.allocate_many, min(HELD_BLOCKS - len(held), len(held) // 4 + 1))
     assert len(set(held)) == HELD_BLOCKS and allocator.num_used == HELD_BLOCKS, (
-        f"allocate_many handed out {len(set(held)):,} distinct blocks, num_used says {allocator.num_used:,}; "
+        f"Task 2.1: allocate_many handed out {len(set(held)):,} distinct blocks, num_used says {allocator.num_used:,}; "
         f"{HELD_BLOCKS:,} were taken"
     )
     rng = random.Random(0)
@@ -337,17 +359,17 @@ def test_no_operation_walks_the_pool():
             for _ in range(n):
                 free_one()
             taken = call("allocate_many", allocator.allocate_many, n)
-            assert len(taken) == n, f"allocate_many({n}) returned {len(taken)} blocks"
+            assert len(taken) == n, f"Task 2.1: allocate_many({n}) returned {len(taken)} blocks"
             held.extend(taken)
             shared = held[rng.randrange(len(held))]
             call("share", allocator.share, shared)  # a second owner ...
             copy = call("copy_on_write", allocator.copy_on_write, shared)  # ... writes: it moves to a fresh block
-            assert copy != shared, "copy_on_write of a shared block must give a fresh block"
-            assert call("copy_on_write", allocator.copy_on_write, copy) == copy, "an unshared block is written in place"
+            assert copy != shared, "Task 2.1: copy_on_write of a shared block must give a fresh block"
+            assert call("copy_on_write", allocator.copy_on_write, copy) == copy, "Task 2.1: an unshared block is written in place"
             call("free", allocator.free, copy)  # that owner is done
             used, free = call("num_used", lambda: allocator.num_used), call("num_free", lambda: allocator.num_free)
             assert used == len(held) and free == POOL_BLOCKS - len(held), (
-                f"num_used {used:,} and num_free {free:,}, but {len(held):,} of {POOL_BLOCKS:,} blocks are held"
+                f"Task 2.1: num_used {used:,} and num_free {free:,}, but {len(held):,} of {POOL_BLOCKS:,} blocks are held"
             )
 
     cycles("freeing, allocating, sharing and writing with half the pool held")

@@ -87,10 +87,10 @@ def test_greedy_on_the_paged_pool_matches_transformers(tiny, block_size, num_blo
     model, _, prompts, expected = tiny
     assert sum(blocks_needed(len(p) + MAX_TOKENS, block_size) for p in prompts) > num_blocks
     outputs, holders, most_running = paged_greedy(model, prompts, MAX_TOKENS, block_size, num_blocks)
-    assert most_running >= 2, "several requests share the pool at once"
-    assert any(len(owners) >= 2 for owners in holders.values()), "freed blocks are reused by later requests"
+    assert most_running >= 2, "Task 2.3: several requests share the pool at once"
+    assert any(len(owners) >= 2 for owners in holders.values()), "Task 2.3: freed blocks are reused by later requests"
     for prompt, output, reference in zip(prompts, outputs, expected):
-        assert output == reference, f"prompt of {len(prompt)} tokens"
+        assert output == reference, f"Task 2.3: prompt of {len(prompt)} tokens"
 
 
 @pytest.mark.parametrize("block_size", [1, 7, 16])
@@ -144,8 +144,8 @@ def test_engine_on_the_paged_pool_matches_transformers(tiny, block_size, num_blo
     memory.allocate = watched_allocate
     outputs = engine.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
     for prompt, generation, reference in zip(prompts, outputs, expected):
-        assert generation.token_ids == reference, f"prompt of {len(prompt)} tokens"
+        assert generation.token_ids == reference, f"Task 2.3: prompt of {len(prompt)} tokens"
         assert generation.finish_reason == "length"
     assert memory.num_used_blocks == 0  # every block came back
-    assert most_holding >= 2, "several requests share the pool at once"
-    assert any(len(owners) >= 2 for owners in holders.values()), "freed blocks are reused by later requests"
+    assert most_holding >= 2, "Task 2.3: several requests share the pool at once"
+    assert any(len(owners) >= 2 for owners in holders.values()), "Task 2.3: freed blocks are reused by later requests"

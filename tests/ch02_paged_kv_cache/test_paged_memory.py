@@ -64,7 +64,7 @@ def assert_no_copy_into_a_block_without_owner(memory: PagedMemory, copies: list[
     """Rule (1) of free's contract, on the queue a free left: no queued copy writes into a block nobody owns."""
     ownerless = [(src, dst) for src, dst in copies if memory.allocator.ref_count(dst) == 0]
     assert not ownerless, (
-        f"the queue of copies writes into a block that has no owner: {ownerless} of {copies} queued after {after}; "
+        f"Task 2.3: the queue of copies writes into a block that has no owner: {ownerless} of {copies} queued after {after}; "
         "rule (1) of free's contract: the queue holds no copy into a block that has no owner (it may be handed out "
         "again before the step, and the copy would overwrite its next owner's K/V)"
     )
@@ -74,13 +74,13 @@ def assert_no_copy_lands_twice_or_on_a_new_owner(copies: list[tuple[int, int]], 
     """The queue taken after a free and a later allocation: each destination once, none a block just handed out fresh."""
     twice = sorted(dst for dst, count in Counter(dst for _, dst in copies).items() if count > 1)
     assert not twice, (
-        f"the queue of copies writes twice into block(s) {twice}: {copies}, taken after {after} and a later "
+        f"Task 2.3: the queue of copies writes twice into block(s) {twice}: {copies}, taken after {after} and a later "
         "allocation. One of those copies was queued for a request that was freed; its block was handed to another "
         "request since, which gets the K/V of a block it never shared"
     )
     landing = [(src, dst) for src, dst in copies if dst in fresh]
     assert not landing, (
-        f"the queue of copies {copies}, taken after {after} and a later allocation, writes {landing} into block(s) "
+        f"Task 2.3: the queue of copies {copies}, taken after {after} and a later allocation, writes {landing} into block(s) "
         "that allocation took fresh: the copy was queued for the freed request, and the block's new owner gets K/V "
         "it never shared"
     )
@@ -157,21 +157,21 @@ class KVMemoryContract(RuleBasedStateMachine):
     def _allocate(self, request: Request, n: int, run: bool, copies_now: bool = True) -> None:
         before = self.snapshot()
         fits = self.memory.can_allocate(request, n)
-        assert self.snapshot() == before, "can_allocate only asks"
+        assert self.snapshot() == before, "Task 2.3: can_allocate only asks"
         expected = self.expected_fit(request, n)
         assert fits == expected, (
-            f"can_allocate said {'yes' if fits else 'no'} for {request.request_id} + {n} tokens, but "
+            f"Task 2.3: can_allocate said {'yes' if fits else 'no'} for {request.request_id} + {n} tokens, but "
             + ("the pool cannot hold them: the scheduler would admit the request and allocate would then refuse it"
                if fits else "the pool can hold them: the scheduler would leave the request waiting for nothing")
             + self.fit_detail
         )
         if not fits:
             refused(MemoryError, lambda: self.memory.allocate(request, n),
-                    f"allocate({request.request_id}, {n}) must raise OutOfBlocksError (a MemoryError) when "
+                    f"Task 2.3: allocate({request.request_id}, {n}) must raise OutOfBlocksError (a MemoryError) when "
                     "can_allocate says no")
             after = self.snapshot()
             assert after == before, (
-                f"a refused allocation changes nothing, but allocate({request.request_id}, {n}) was refused and "
+                f"Task 2.3: a refused allocation changes nothing, but allocate({request.request_id}, {n}) was refused and "
                 f"changed the memory from {before} to {after}" + self.snapshot_legend
             )
             return
@@ -213,8 +213,8 @@ class KVMemoryContract(RuleBasedStateMachine):
         probe = Request("probe", [1], max_tokens=1)
         assert not self.memory.can_allocate(probe, self.capacity + 1)  # never more than the pool
         if not any(self.held.values()):  # everything given back ...
-            assert self.used() == 0, f"{self.used()} blocks still held after every request was freed"
-            assert self.memory.can_allocate(probe, self.capacity), "after every free, the whole pool is usable again"
+            assert self.used() == 0, f"Task 2.3: {self.used()} blocks still held after every request was freed"
+            assert self.memory.can_allocate(probe, self.capacity), "Task 2.3: after every free, the whole pool is usable again"
 
 
 class TokenCountingContract(KVMemoryContract):
@@ -276,7 +276,7 @@ class PagedMemoryMachine(KVMemoryContract):
         copies = self.memory.take_block_copies()  # what the model runner does before the forward
         again = self.memory.take_block_copies()
         assert again == [], (
-            f"a stale queue: take_block_copies returned {copies}, and asked again at once, before any allocate, "
+            f"Task 2.3: a stale queue: take_block_copies returned {copies}, and asked again at once, before any allocate, "
             f"{again}. Taken copies must leave the queue: the next step would apply them again, over K/V written since"
         )
         self._apply(copies)
@@ -318,7 +318,7 @@ class PagedMemoryMachine(KVMemoryContract):
         child.num_computed_tokens = parent.num_computed_tokens
         used = self.used()
         self.memory.fork(parent.request_id, child.request_id)
-        assert self.used() == used, "a fork shares blocks, it does not copy them"
+        assert self.used() == used, "Task 2.3: a fork shares blocks, it does not copy them"
         assert self.memory.block_table(child.request_id) == self.memory.block_table(parent.request_id)
         self.add(child)
         self.held[child.request_id] = self.held[parent.request_id]
@@ -452,17 +452,17 @@ class PagedMemoryMachine(KVMemoryContract):
         tables = self.tables()
         owners = Counter(block for t in tables.values() for block in t)
         assert self.memory.num_used_blocks == len(owners), (
-            f"{self.memory.num_used_blocks} blocks in use but {len(owners)} in the tables: a block leaked or was lost"
+            f"Task 2.3: {self.memory.num_used_blocks} blocks in use but {len(owners)} in the tables: a block leaked or was lost"
         )
         assert self.memory.num_free_blocks + self.memory.num_used_blocks == self.num_blocks
         for block, count in owners.items():
             assert 0 <= block < self.num_blocks
             assert self.memory.allocator.ref_count(block) == count, (
-                f"block {block} is in {count} table(s) but its reference count is {self.memory.allocator.ref_count(block)}"
+                f"Task 2.3: block {block} is in {count} table(s) but its reference count is {self.memory.allocator.ref_count(block)}"
             )
         for rid, table in tables.items():
             assert len(table) == ceil_div(self.held[rid], self.block_size), (
-                f"{rid} holds {len(table)} blocks for {self.held[rid]} tokens: exactly the blocks needed"
+                f"Task 2.3: {rid} holds {len(table)} blocks for {self.held[rid]} tokens: exactly the blocks needed"
             )
 
     @invariant()
@@ -532,8 +532,8 @@ def test_prompts_take_exactly_the_blocks_they_need(num_blocks, block_size, lengt
         if not fits:
             before = (memory.num_free_blocks, {r.request_id: memory.block_table(r.request_id) for r in admitted})
             error = refused(OutOfBlocksError, lambda: memory.allocate(request, length),
-                            f"allocate(req-{i}, {length}) must raise OutOfBlocksError: the pool cannot hold it")
-            assert f"req-{i}" in str(error), f"the OutOfBlocksError {str(error)!r} must name the request, req-{i}"
+                            f"Task 2.3: allocate(req-{i}, {length}) must raise OutOfBlocksError: the pool cannot hold it")
+            assert f"req-{i}" in str(error), f"Task 2.3: the OutOfBlocksError {str(error)!r} must name the request, req-{i}"
             assert (memory.num_free_blocks, {r.request_id: memory.block_table(r.request_id) for r in admitted}) == before
             assert memory.block_table(request.request_id) == []
             continue
@@ -583,7 +583,7 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     assert memory.take_block_copies() == []
     memory.allocate(child, 0)  # nothing new asked: no position is written, so nothing is copied
     assert memory.block_table("child") == memory.block_table("parent") and memory.take_block_copies() == [], (
-        "allocate(request, 0) writes no position: a shared block must stay shared, with no copy queued"
+        "Task 2.3: allocate(request, 0) writes no position: a shared block must stay shared, with no copy queued"
     )
 
     memory.allocate(child, 1)  # the child writes position prompt_len
@@ -603,7 +603,7 @@ def test_fork_shares_blocks_and_copies_the_partial_block_on_write(prompt_len):
     assert memory.block_table("parent")[: len(parent_table)] == parent_table
     stale = memory.take_block_copies()
     assert stale == [], (
-        f"a stale queue: take_block_copies returned {stale} after the parent wrote into its own block, but the "
+        f"Task 2.3: a stale queue: take_block_copies returned {stale} after the parent wrote into its own block, but the "
         f"child's copy {copies} was already taken: taken copies must leave the queue, or the next step applies them "
         "again over K/V written since"
     )
@@ -626,15 +626,15 @@ def test_no_copy_is_queued_into_a_block_freed_before_the_step(who_is_freed):
     if who_is_freed == "the child":
         memory.free(child)  # ... but the child is preempted before the step runs
         assert memory.take_block_copies() == [], (
-            "a copy into the block of a request freed before the step would overwrite that block's next owner"
+            "Task 2.3: a copy into the block of a request freed before the step would overwrite that block's next owner"
         )
-        assert memory.num_used_blocks == 3, f"{memory.num_used_blocks} blocks in use; the parent and the other hold 3"
+        assert memory.num_used_blocks == 3, f"Task 2.3: {memory.num_used_blocks} blocks in use; the parent and the other hold 3"
     else:
         memory.free(other)  # someone else finishes: the child's copy must still happen
         copies = memory.take_block_copies()
         assert_no_copy_into_a_block_without_owner(memory, copies, "free('other')")
         assert copies == [(memory.block_table("parent")[1], memory.block_table("child")[1])], (
-            f"queued copies {copies}: freeing another request must not drop the child's copy-on-write"
+            f"Task 2.3: queued copies {copies}: freeing another request must not drop the child's copy-on-write"
         )
 
 
@@ -663,7 +663,7 @@ def test_a_queued_copy_stays_while_its_destination_has_an_owner(freed):
     copies = memory.take_block_copies()
     assert_no_copy_into_a_block_without_owner(memory, copies, f"freeing {freed}")
     assert copies == [(source, destination)], (
-        f"queued copies {copies} after freeing {freed}: the copy ({source}, {destination}) must stay, since "
+        f"Task 2.3: queued copies {copies} after freeing {freed}: the copy ({source}, {destination}) must stay, since "
         f"{reader!r} still owns block {destination} and reads it after the step"
     )
     assert memory.block_table(reader)[1] == destination
@@ -735,12 +735,12 @@ def test_a_table_longer_than_the_write_needs_still_counts_its_copies():
     memory.fork("parent", "child")
     fits = memory.can_allocate(child, 1)  # position 6 lands in the shared block 1: a copy, and no block is free
     assert not fits, (
-        "can_allocate said yes for the child + 1 token, but its write needs a copy of a shared block and no block "
+        "Task 2.3: can_allocate said yes for the child + 1 token, but its write needs a copy of a shared block and no block "
         "is free: the table's third block (beyond the write) is no room for that copy"
     )
     error = refused(OutOfBlocksError, lambda: memory.allocate(child, 1),
-                    "allocate(child, 1) must raise OutOfBlocksError: its write needs a copy and no block is free")
-    assert "child" in str(error), f"the OutOfBlocksError {str(error)!r} must name the request, 'child'"
+                    "Task 2.3: allocate(child, 1) must raise OutOfBlocksError: its write needs a copy and no block is free")
+    assert "child" in str(error), f"Task 2.3: the OutOfBlocksError {str(error)!r} must name the request, 'child'"
 
 
 @pytest.mark.task("2.3")
@@ -753,13 +753,13 @@ def test_a_refused_allocation_keeps_the_shared_block_it_would_have_copied():
     memory.fork("A", "B")
     memory.allocate(c, 1)  # one block left free
     shared = memory.block_table("A")[0]
-    assert not memory.can_allocate(b, 3), "B + 3 tokens needs a copy of its shared block and one more block; 1 is free"
+    assert not memory.can_allocate(b, 3), "Task 2.3: B + 3 tokens needs a copy of its shared block and one more block; 1 is free"
     error = refused(OutOfBlocksError, lambda: memory.allocate(b, 3),
-                    "allocate(B, 3) must raise OutOfBlocksError: it needs 2 blocks (a copy and a new one), 1 is free")
-    assert "B" in str(error), f"the OutOfBlocksError {str(error)!r} must name the request, 'B'"
+                    "Task 2.3: allocate(B, 3) must raise OutOfBlocksError: it needs 2 blocks (a copy and a new one), 1 is free")
+    assert "B" in str(error), f"Task 2.3: the OutOfBlocksError {str(error)!r} must name the request, 'B'"
     state = (memory.num_free_blocks, memory.block_table("B"), memory.allocator.ref_count(shared), memory.take_block_copies())
     assert state == (1, [shared], 2, []), (
-        f"allocate(B, 3) was refused but left {state[0]} block(s) free, B's table {state[1]}, block {shared} with "
+        f"Task 2.3: allocate(B, 3) was refused but left {state[0]} block(s) free, B's table {state[1]}, block {shared} with "
         f"{state[2]} owner(s) and the queue of copies {state[3]}; before the call: 1 free, [{shared}], 2 owners, no "
         "copy. A refused allocation changes nothing: B holds a copy of its shared block that it never asked to keep, "
         "and the pool has lost the block the next request needs"
@@ -790,7 +790,7 @@ def test_a_block_freed_before_the_step_and_taken_again_gets_only_its_new_copy():
         slot = memory.slot_mapping(name, 0, 1)[0]
         got = round(pool.k[0, slot, 0, 0].item())
         assert got == value, (
-            f"after the queued copies {copies}, {name!r} reads K {got} at position 0 where {source!r}'s prompt wrote "
+            f"Task 2.3: after the queued copies {copies}, {name!r} reads K {got} at position 0 where {source!r}'s prompt wrote "
             f"{value}: E's copy of D's block was overwritten by a copy queued for B, who was freed before the step"
         )
 
@@ -811,11 +811,11 @@ def test_a_truncate_before_the_step_drops_the_copy_into_the_block_it_gave_back()
     memory.allocate(child, 4)  # C's drafts land in the shared second block: a copy is queued
     copied_into = memory.block_table("C")[1]
     memory.truncate(child, 4)  # C's drafts rejected before the step: its copy goes back to the pool
-    assert memory.block_table("C") == memory.block_table("P")[:1], "truncate(C, 4) keeps the one block of 4 tokens"
-    assert memory.allocator.ref_count(copied_into) == 0, f"block {copied_into} has no owner after truncate(C, 4)"
+    assert memory.block_table("C") == memory.block_table("P")[:1], "Task 2.3: truncate(C, 4) keeps the one block of 4 tokens"
+    assert memory.allocator.ref_count(copied_into) == 0, f"Task 2.3: block {copied_into} has no owner after truncate(C, 4)"
     copies = memory.take_block_copies()
     assert not copies, (
-        f"the queue of copies writes into a block that has no owner: {copies} queued after truncate('C', 4) gave "
+        f"Task 2.3: the queue of copies writes into a block that has no owner: {copies} queued after truncate('C', 4) gave "
         f"block {copied_into} back; truncate gives blocks back like free, and the queue must then meet rule (1) of "
         "free's contract (no copy into a block that has no owner: it may be handed out again before the step)"
     )

@@ -35,13 +35,15 @@ def test_pool_sized_from_a_budget_fits_it_and_one_more_block_would_not(
     if budget < one_block:
         with pytest.raises(ValueError):  # a budget smaller than one block holds no pool at all
             num_blocks = num_blocks_for_budget(config, budget, block_size, dtype)
-            pytest.fail(f"a budget of {budget} bytes is less than one block ({one_block} bytes), "
+            pytest.fail(f"Task 2.2: a budget of {budget} bytes is less than one block ({one_block} bytes), "
                         f"so it holds no pool: ValueError, not {num_blocks} block(s)")
         return
     num_blocks = num_blocks_for_budget(config, budget, block_size, dtype)
-    assert num_blocks * one_block <= budget, f"{num_blocks} blocks of {one_block} bytes do not fit in {budget} bytes"
-    assert budget < (num_blocks + 1) * one_block, f"{num_blocks + 1} blocks of {one_block} bytes fit in {budget} bytes"
-    assert make_pool(config, num_blocks, block_size, dtype).nbytes == num_blocks * one_block
+    assert num_blocks * one_block <= budget, f"Task 2.2: {num_blocks} blocks of {one_block} bytes do not fit in {budget} bytes"
+    assert budget < (num_blocks + 1) * one_block, f"Task 2.2: {num_blocks + 1} blocks of {one_block} bytes fit in {budget} bytes"
+    assert make_pool(config, num_blocks, block_size, dtype).nbytes == num_blocks * one_block, (
+        f"Task 2.2: a pool of {num_blocks} blocks does not take {num_blocks} times one block's {one_block} bytes"
+    )
 
 
 @pytest.mark.task("2.2")
@@ -55,7 +57,7 @@ def test_budget_of_a_real_model():
                 want // 2: f"a token counted at twice its size: a {dtype} element is {dtype.itemsize} bytes, "
                            "and K and V are counted once each"}.get(got, "")
         assert got == want, (
-            f"256 MiB of SmolLM2-135M's K/V in {dtype}, blocks of {block_size}: {got} blocks, not {want} "
+            f"Task 2.2: 256 MiB of SmolLM2-135M's K/V in {dtype}, blocks of {block_size}: {got} blocks, not {want} "
             f"(a token is 2 (K and V) x 30 layers x 3 KV heads x 64 dims x {dtype.itemsize} bytes = {token_bytes:,} "
             f"bytes){': ' + hint if hint else ''}"
         )
@@ -94,10 +96,22 @@ def test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else(num_blocks, 
         expected_v[:, dst * block_size : (dst + 1) * block_size] = v[:, src * block_size : (src + 1) * block_size]
     for name, got, want in (("K", pool.k, expected_k), ("V", pool.v, expected_v)):
         wrong = sorted({slot // block_size for slot in torch.nonzero((got != want).any(-1).any(-1).any(0)).flatten().tolist()})
-        assert not wrong, (
-            f"after copying {copies} (src, dst), {name} of blocks {wrong} is not what it should be: each copy reads "
-            "the block as it was before the call, even a block an earlier pair of the same call wrote into"
-        )
+        before = k if name == "K" else v
+        block = lambda t, b: t[:, b * block_size : (b + 1) * block_size]  # noqa: E731
+        sources = {dst: src for src, dst in copies}
+        stories = []
+        for b in wrong:
+            if b not in sources:
+                stories.append(f"block {b} is no destination, yet it changed: only the destinations may be written")
+            elif torch.equal(block(got, b), block(before, b)):
+                stories.append(f"block {b} still holds its old {name}: nothing was written into it (a copy into a "
+                               "temporary, such as an advanced-index read, changes nothing in the pool)")
+            elif sources[b] in sources and torch.equal(block(got, b), block(got, sources[b])):
+                stories.append(f"block {b} holds what block {sources[b]} holds after the call, not before it: every "
+                               "pair reads its source as it was before the call, even a block another pair writes into")
+            else:
+                stories.append(f"block {b} does not hold what block {sources[b]} held before the call")
+        assert not wrong, f"Task 2.2: after copying {copies} (src, dst), {name}: " + "; ".join(stories)
 
 
 class DevicesOfEveryOp(TorchDispatchMode):

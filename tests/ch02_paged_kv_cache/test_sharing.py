@@ -21,17 +21,17 @@ def test_shared_blocks_gain_one_reference_per_owner_and_cost_nothing(num_blocks,
     blocks = memory.allocator.allocate_many(min(taken, num_blocks))  # filled by someone else (one owner)
     free = memory.num_free_blocks
     memory.share_blocks("first", blocks)
-    assert memory.block_table("first") == blocks, "the table starts with the shared blocks, in order"
+    assert memory.block_table("first") == blocks, "Task 2.3: the table starts with the shared blocks, in order"
     for i in range(children):
         memory.fork("first", f"child-{i}")
-        assert memory.block_table(f"child-{i}") == blocks, "a fork starts on the parent's blocks"
-    assert memory.num_free_blocks == free, "sharing takes no block from the pool"
+        assert memory.block_table(f"child-{i}") == blocks, "Task 2.3: a fork starts on the parent's blocks"
+    assert memory.num_free_blocks == free, "Task 2.3: sharing takes no block from the pool"
     for block in blocks:
         assert memory.allocator.ref_count(block) == 2 + children, (
-            f"block {block}: one reference for the original owner, one for 'first', one per child"
+            f"Task 2.3: block {block}: one reference for the original owner, one for 'first', one per child"
         )
     blocks.append(-1)  # the caller's list is not the request's table
-    assert -1 not in memory.block_table("first"), "share_blocks keeps its own copy of the list"
+    assert -1 not in memory.block_table("first"), "Task 2.3: share_blocks keeps its own copy of the list"
 
 
 @pytest.mark.task("2.3")
@@ -40,15 +40,15 @@ def test_sharing_refuses_what_would_leak_or_make_no_sense():
     a, b = memory.allocator.allocate_many(2)
     memory.share_blocks("r", [a])
     refused(ValueError, lambda: memory.share_blocks("r", [b]),
-            f"share_blocks('r', [{b}]) when 'r' already holds [{a}] must raise ValueError: its first table would "
+            f"Task 2.3: share_blocks('r', [{b}]) when 'r' already holds [{a}] must raise ValueError: its first table would "
             "leak (nobody would ever drop those references)")
-    assert memory.block_table("r") == [a] and memory.allocator.ref_count(b) == 1, "a refused share changes nothing"
+    assert memory.block_table("r") == [a] and memory.allocator.ref_count(b) == 1, "Task 2.3: a refused share changes nothing"
     refused(KeyError, lambda: memory.fork("nobody", "child"),
-            "fork('nobody', 'child') of a parent that holds no blocks must raise KeyError")
+            "Task 2.3: fork('nobody', 'child') of a parent that holds no blocks must raise KeyError")
     assert memory.block_table("child") == []
     (free_block,) = [x for x in range(4) if x not in (a, b)][:1]
     refused(ValueError, lambda: memory.share_blocks("s", [free_block]),
-            f"share_blocks('s', [{free_block}]) of a free block (nobody filled it) must raise ValueError")
+            f"Task 2.3: share_blocks('s', [{free_block}]) of a free block (nobody filled it) must raise ValueError")
 
 
 @pytest.mark.task("2.3")
@@ -62,13 +62,13 @@ def test_sharing_a_list_with_a_free_block_takes_no_reference_at_all(num_used, fr
     free_block = next(b for b in range(8) if b not in used)
     blocks = used[:free_at] + [free_block] + used[free_at:]
     refused(ValueError, lambda: memory.share_blocks("r", blocks),
-            f"share_blocks('r', {blocks}) must raise ValueError: block {free_block} is free (nobody filled it)")
+            f"Task 2.3: share_blocks('r', {blocks}) must raise ValueError: block {free_block} is free (nobody filled it)")
     counts = {b: memory.allocator.ref_count(b) for b in blocks}
     assert counts == {**{b: 1 for b in used}, free_block: 0}, (
-        f"reference counts after a refused share_blocks({blocks}): {counts}; every block in use must keep its one "
+        f"Task 2.3: reference counts after a refused share_blocks({blocks}): {counts}; every block in use must keep its one "
         "owner (a reference taken before the free block was found leaks: nobody will ever drop it)"
     )
-    assert memory.block_table("r") == [], "a refused share gives the request no table"
+    assert memory.block_table("r") == [], "Task 2.3: a refused share gives the request no table"
     memory.share_blocks("r", used)  # the request still holds nothing, so it may start on the blocks in use
     assert memory.block_table("r") == used
 
@@ -88,7 +88,7 @@ def test_a_write_copies_exactly_the_shared_blocks_its_positions_land_in(block_si
     memory.share_blocks("r", blocks)
     written = [i for i in range(num_shared) if any(p // block_size == i for p in range(start, end))]
     assert list(memory._blocks_written(memory.block_table("r"), start, end)) == written, (
-        f"positions {start}..{end - 1} in blocks of {block_size} write into table indexes {written} of the "
+        f"Task 2.3: positions {start}..{end - 1} in blocks of {block_size} write into table indexes {written} of the "
         f"{num_shared} blocks the table has (chapter 3 counts copies with _blocks_written)"
     )
     request = Request("r", [0] * max(end, 1), max_tokens=1)
@@ -96,10 +96,10 @@ def test_a_write_copies_exactly_the_shared_blocks_its_positions_land_in(block_si
     memory.allocate(request, length)
     copies = memory.take_block_copies()
     assert [src for src, _ in copies] == [blocks[i] for i in written], (
-        f"writing positions {start}..{end - 1} (blocks of {block_size}) into a table of {num_shared} shared blocks "
+        f"Task 2.3: writing positions {start}..{end - 1} (blocks of {block_size}) into a table of {num_shared} shared blocks "
         f"copied {[src for src, _ in copies]}, not {[blocks[i] for i in written]}: only a shared block that one of "
         "the positions lands in may be copied"
     )
     table = memory.block_table("r")
     for i, block in enumerate(blocks):
-        assert (table[i] == block) == (i not in written), f"table index {i}: shared unless written into"
+        assert (table[i] == block) == (i not in written), f"Task 2.3: table index {i}: shared unless written into"

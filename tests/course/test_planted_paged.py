@@ -97,6 +97,14 @@ def copy_blocks_one_pair_at_a_time(pool, copies, block_size):
         pool.v[:, d] = pool.v[:, s]
 
 
+def copy_blocks_into_a_temporary(pool, copies, block_size):
+    """`.copy_()` into an advanced-index read: it fills a temporary, and the pool does not change."""
+    for src, dst in copies:
+        s, d = [list(range(b * block_size, (b + 1) * block_size)) for b in (src, dst)]
+        pool.k[:, d].copy_(pool.k[:, s])
+        pool.v[:, d].copy_(pool.v[:, s])
+
+
 def copy_blocks_indexing_from_the_cpu(pool, copies, block_size):
     """Right on every device, but its indexes are made on the CPU whatever the pool's device."""
     copies = list(copies)
@@ -224,6 +232,26 @@ def allocate_chaining_copies(self, request, num_new_tokens):
     for i in self._shared_blocks_to_write(table, start, end):
         new_block = self.allocator.copy_on_write(table[i])
         self._copies.append((table[i], new_block))
+        table[i] = new_block
+    from miniyaie.paged.block_table import grow_block_table
+
+    grow_block_table(table, end, self.block_size, self.allocator)
+
+
+def allocate_resolving_one_level(self, request, num_new_tokens):
+    """Copies a block still waiting for its copy from that copy's source, but records the new copy as copied from the
+    block it replaced: a third generation (a fork of a fork of a fork, before the step) copies from a waiting block."""
+    if not self.can_allocate(request, num_new_tokens):
+        raise OutOfBlocksError(f"request {request.request_id!r} cannot grow")
+    pending = self.__dict__.setdefault("_recorded", {})  # dst -> what it was recorded as copied from
+    if not self._copies:
+        pending.clear()  # the queue was taken: nothing waits any more
+    start, end = request.num_computed_tokens, request.num_computed_tokens + num_new_tokens
+    table = self.tables.setdefault(request.request_id, [])
+    for i in self._shared_blocks_to_write(table, start, end):
+        old, new_block = table[i], self.allocator.copy_on_write(table[i])
+        self._copies.append((pending.get(old, old), new_block))
+        pending[new_block] = old  # the mistake: the chain's source is pending.get(old, old)
         table[i] = new_block
     from miniyaie.paged.block_table import grow_block_table
 
@@ -400,19 +428,31 @@ PLANTS = {  # mistake: (test module, test, params, what the message must say, [(
         [("test_block_table", "attention_metadata", attention_metadata_on_the_cpu)]),
     "2.2 copy_blocks one pair at a time": (
         "test_pool", "test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else", {},
-        r"each copy reads the block as it was before the call",
+        r"every pair reads its source as it was before the call",
         [("test_pool", "copy_blocks", copy_blocks_one_pair_at_a_time)]),
+    "2.2 copy_blocks copies into a temporary": (
+        "test_pool", "test_copy_blocks_copies_k_and_v_of_every_layer_and_nothing_else", {},
+        r"Task 2\.2: after copying .*: block \d+ still holds its old K: nothing was written into it",
+        [("test_pool", "copy_blocks", copy_blocks_into_a_temporary)]),
     "2.3 a chain of copies kept through a free": (
         "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt",
         {"freed": "the parent"}, NO_OWNER,
         [(PagedMemory, "allocate", allocate_chaining_copies), (PagedMemory, "_after_release", keep_copies_a_kept_copy_reads_from),
          ("test_paged_memory", "copy_blocks", copy_blocks_one_pair_at_a_time)]),
     "2.3 a copy of a block still waiting for its copy (state machine)": (
-        "test_paged_memory", "test_paged_memory_state_machine", {}, r"a copy of a copy",
+        "test_paged_memory", "test_paged_memory_state_machine", {}, r"itself waiting for its copy",
         [(PagedMemory, "allocate", allocate_chaining_copies), SEARCH]),
     "2.3 a copy of a block still waiting for its copy": (
-        "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt", {"freed": "nobody"}, r"a copy of a copy",
+        "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt", {"freed": "nobody"}, r"itself waiting for its copy",
         [(PagedMemory, "allocate", allocate_chaining_copies)]),
+    "2.3 a copy chain resolved one level only": (
+        "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt", {"freed": "nobody"},
+        r"the third generation .* instead of its prompt.*: a copy recorded from a block that is itself waiting for its copy",
+        [(PagedMemory, "allocate", allocate_resolving_one_level)]),
+    "2.3 a copy chain resolved one level only (state machine)": (
+        "test_paged_memory", "test_paged_memory_state_machine", {},
+        r"a copy recorded from a block that is itself waiting for its copy",
+        [(PagedMemory, "allocate", allocate_resolving_one_level), SEARCH]),
     "2.3 keep every copy": (
         "test_paged_memory", "test_a_fork_before_the_step_reads_its_prompt",
         {"freed": "the parent"}, NO_OWNER, [(PagedMemory, "_after_release", keep_every_copy)]),
