@@ -45,7 +45,15 @@ def test_sharing_refuses_what_would_leak_or_make_no_sense():
     assert memory.block_table("r") == [a] and memory.allocator.ref_count(b) == 1, "Task 2.3: a refused share changes nothing"
     refused(KeyError, lambda: memory.fork("nobody", "child"),
             "Task 2.3: fork('nobody', 'child') of a parent that holds no blocks must raise KeyError")
-    assert memory.block_table("child") == []
+    assert memory.block_table("child") == [], "Task 2.3: a refused fork gives the child no table"
+    empty = Request("empty", [1], max_tokens=1)
+    memory.allocate(empty, 0)  # a table holding no block
+    memory.share_blocks("empty", [a])
+    assert memory.block_table("empty") == [a], (
+        f"Task 2.3: share_blocks('empty', [{a}]) of a request whose table is empty (allocate(request, 0)) must start its "
+        f"table on [{a}]: an empty table holds no blocks, so nothing leaks; the table is {memory.block_table('empty')}"
+    )
+    memory.free(empty)
     (free_block,) = [x for x in range(4) if x not in (a, b)][:1]
     refused(ValueError, lambda: memory.share_blocks("s", [free_block]),
             f"Task 2.3: share_blocks('s', [{free_block}]) of a free block (nobody filled it) must raise ValueError")

@@ -76,9 +76,10 @@ class PagedMemory:
         raise NotImplementedError('Chapter 2, Task 3: PagedMemory: sharing, copy-on-write and the queue of copies — see book/src/ch02_paged_kv_cache.md')
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
-        """Of the blocks _blocks_written names, the indexes of those another owner also holds (ascending).
+        """Of the blocks _blocks_written names, the ones another owner also holds: one entry each, ascending.
 
-        Chapter 3 counts them too.
+        Callers outside this class (chapter 3) only count them: whether an
+        entry is an index into `table` or a block id is up to allocate.
         """
         # Idea: of the blocks this write changes, which could another owner see change?
         # Stuck? `miniyaie hint 2.3` prints hints, one level at a time.
@@ -160,7 +161,8 @@ class PagedMemory:
         The request takes one reference on each (allocator.share); it reads
         them freely and copies any of them on its first write into it. Its
         table is a new list: later changes to `blocks` do not reach it. A
-        request that already holds blocks is a ValueError, and so is a list
+        request that already holds blocks is a ValueError (one with an empty
+        table, after allocate(request, 0) say, holds none), and so is a list
         holding a free block (nobody filled it); either way nothing changes:
         no block gains a reference. Used by `fork`, and by chapter 3 to start
         a request on a cached prefix.

@@ -9,7 +9,7 @@ from miniyaie.cli.args import UsageError
 
 def add_parsers(sub) -> None:
     p = sub.add_parser("challenge", help="score your design on a chapter's challenge (after its correctness tests pass)")
-    p.add_argument("chapter", type=int, help="the chapter (0-9)")
+    p.add_argument("chapter", type=int, help="the chapter (0-11)")
     p.add_argument("--impl", default=None, help="which code is yours: default the chapter from chapters/ (see the book)")
     p.set_defaults(handler=cmd_challenge)
 

@@ -87,9 +87,10 @@ class PagedMemory:
         # END SOLUTION
 
     def _shared_blocks_to_write(self, table: list[int], start: int, end: int) -> list[int]:
-        """Of the blocks _blocks_written names, the indexes of those another owner also holds (ascending).
+        """Of the blocks _blocks_written names, the ones another owner also holds: one entry each, ascending.
 
-        Chapter 3 counts them too.
+        Callers outside this class (chapter 3) only count them: whether an
+        entry is an index into `table` or a block id is up to allocate.
         """
         # Nudge: of the blocks this write changes, which could another owner see change?
         # Hint 1: This is the copy-on-write decision: a block is shared when its reference count is
@@ -249,7 +250,8 @@ class PagedMemory:
         The request takes one reference on each (allocator.share); it reads
         them freely and copies any of them on its first write into it. Its
         table is a new list: later changes to `blocks` do not reach it. A
-        request that already holds blocks is a ValueError, and so is a list
+        request that already holds blocks is a ValueError (one with an empty
+        table, after allocate(request, 0) say, holds none), and so is a list
         holding a free block (nobody filled it); either way nothing changes:
         no block gains a reference. Used by `fork`, and by chapter 3 to start
         a request on a cached prefix.
