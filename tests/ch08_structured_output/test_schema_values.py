@@ -12,11 +12,11 @@ import re
 
 import jsonschema
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from miniyaie.structured import PatternError, schema_to_regex
-from miniyaie.structured.schema_values import check_value
+from miniyaie.structured.schema_values import check_value, satisfies
 
 
 def compact(value) -> str:
@@ -64,6 +64,120 @@ def test_without_a_type_each_keyword_judges_only_the_enum_values_of_its_type(val
             f"valid under {keywords}: {rule}. The schema: {schema}")
 
 
+# ---------------------------------------------------------------- satisfies, judged against jsonschema
+KEYS = st.sampled_from(["a", "b", "é"])
+leaves = (st.none() | st.booleans() | st.sampled_from([0, 1, -1, 2, 1.0, 2.0, 0.0, 2.5, -0.5])
+          | st.text("aé😀", max_size=3))
+json_values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
+                           max_leaves=6)
+TYPES = ["integer", "number", "string", "object", "array", "boolean", "null"]
+PATTERNS = ["a", "^é", "😀$", "[ab]"]
+
+
+@st.composite
+def judged_schemas(draw, depth: int = 0):
+    """A schema within schema_to_regex's rules: an anyOf alone, or a type and/or an enum or const with the keywords
+    of its types (nested properties, items and anyOf branches drawn the same way, up to 2 levels)."""
+    if depth < 2 and draw(st.integers(0, 4)) == 4:
+        return {"anyOf": draw(st.lists(judged_schemas(depth + 1), min_size=1, max_size=3))}
+    schema, judged = {}, draw(st.sampled_from(["", "enum", "", "const", "enum", "both"]))
+    types = [draw(st.sampled_from(TYPES))] + draw(st.lists(st.sampled_from(TYPES), max_size=1, unique=True))
+    types = [] if judged and draw(st.integers(0, 3)) == 3 else sorted(set(types), key=types.index)
+    if types:
+        schema["type"] = types[0] if len(types) == 1 and draw(st.booleans()) else types
+    kinds = set(types) if types else set(TYPES)
+    for kind, low, high in (("string", "minLength", "maxLength"), ("array", "minItems", "maxItems")):
+        if kind in kinds and draw(st.booleans()):
+            bounds = sorted(draw(st.lists(st.integers(0, 3), min_size=2, max_size=2)))
+            schema.update({k: b for k, b, keep in zip((low, high), bounds, draw(st.tuples(st.booleans(), st.booleans())))
+                           if keep})
+    if "string" in kinds and draw(st.integers(0, 3)) == 3:
+        schema["pattern"] = draw(st.sampled_from(PATTERNS))
+    if "array" in kinds and depth < 2 and draw(st.booleans()):
+        schema["items"] = draw(judged_schemas(depth + 1))
+    if "object" in kinds and draw(st.booleans()):
+        names = draw(st.lists(KEYS, unique=True, max_size=2))
+        schema["properties"] = {name: draw(judged_schemas(depth + 1)) for name in names} if depth < 2 else {}
+        required = draw(st.lists(KEYS if judged else st.sampled_from(names or ["a"]), unique=True, max_size=2))
+        if required and (judged or names):
+            schema["required"] = required
+        if draw(st.booleans()):
+            schema["additionalProperties"] = False
+    if judged in ("enum", "both"):  # values near the other keywords' edges, so that they decide
+        schema["enum"] = draw(st.lists(near(schema), min_size=1, max_size=4))
+    if judged in ("const", "both"):
+        schema["const"] = draw(st.sampled_from(schema["enum"]) | near(schema) if judged == "both" else near(schema))
+    return schema
+
+
+def twin(value):
+    """The value with true and 1, false and 0 swapped all the way down (equal under ==, not under JSON Schema)."""
+    if isinstance(value, list):
+        return [twin(v) for v in value]
+    if isinstance(value, dict):
+        return {k: twin(v) for k, v in value.items()}
+    return {True: 1, False: 0}[value] if isinstance(value, bool) else bool(value) if value in (0, 1) else value
+
+
+def near(schema: dict):
+    """Values close to the schema's edges: its enum's and const's (and their twins), of its types and the ones mistaken for them
+    (1 and 1.0 and true, "é" and "😀" beside a length), with its properties and one more, any value at all."""
+    own = schema.get("enum", []) + [schema[k] for k in ("const",) if k in schema]
+    options = [st.sampled_from(own), st.sampled_from(own).map(twin)] if own else []
+    options += [near(branch) for branch in schema.get("anyOf", [])]
+    kinds = schema.get("type", TYPES)
+    for kind in kinds if isinstance(kinds, list) else [kinds]:
+        if kind in ("integer", "number", "boolean"):
+            options.append(st.sampled_from([0, 1, 2, 1.0, 2.5, True, False]))
+        elif kind == "string":  # around the length bounds, in characters of 1, 2 and 4 UTF-8 bytes
+            high = schema.get("maxLength", schema.get("minLength", 2))
+            options.append(st.text("é😀a", min_size=max(high - 1, 0), max_size=high + 1))
+        elif kind == "array":
+            options.append(st.lists(near(schema["items"]) if "items" in schema else json_values, max_size=3))
+        elif kind == "object":
+            listed = st.fixed_dictionaries({}, optional={k: near(sub) for k, sub in schema.get("properties", {}).items()})
+            more = st.dictionaries(KEYS, json_values, max_size=1)
+            options.append(st.tuples(listed, more).map(lambda both: {**both[1], **both[0]}))
+    return st.one_of(options + [json_values])
+
+
+def judged_values(schema: dict):
+    return st.tuples(near(schema), st.just(schema))
+
+
+def jsonschema_verdict(value, schema: dict) -> str:
+    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(value)]
+    return f"invalid ({errors[0]})" if errors else "valid"
+
+
+@pytest.mark.task("8.5")
+@settings(max_examples=300)  # each slip of the judge shows on a few drawn pairs in a hundred: the examples pin them
+@given(judged_schemas().flatmap(judged_values))
+@example((1, {"type": "number", "enum": [1, 2.5]})).via("a number includes the integers")
+@example(({"a": 1}, {"type": "object", "properties": {"a": {"type": "number"}}, "enum": [{"a": 1}]})).via(
+    "an integer under a nested number")
+@example((True, {"type": "integer", "enum": [True, 3]})).via("true is no integer")
+@example((False, {"type": ["number", "null"], "enum": [False, None]})).via("false is no number")
+@example(({"a": 1, "b": 2}, {"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False,
+                              "enum": [{"a": 1, "b": 2}, {"a": 1}]})).via("an unlisted property, additionalProperties false")
+@example(({"a": "x"}, {"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "null"}]}},
+                       "enum": [{"a": "x"}, {"a": 1}]})).via("a property's anyOf, under an enum")
+@example(([True], {"items": {"enum": [1]}, "enum": [[True]]})).via("true is not 1, one level down")
+@example(([1, [True]], {"type": "array", "enum": [[1, [1]], [1, [True]]], "const": [1, [1]]})).via(
+    "true is not 1, in a list in a list")
+@example(("é", {"type": "string", "maxLength": 1, "enum": ["é", "ab"]})).via("lengths count characters, not bytes")
+@example(("😀", {"type": "string", "minLength": 2, "enum": ["😀", "ab"]})).via("one character, four UTF-8 bytes")
+def test_satisfies_judges_as_jsonschema_does(case):
+    value, schema = case
+    verdict = jsonschema_verdict(value, schema)
+    said = satisfies(value, schema)
+    assert said == (verdict == "valid"), (
+        f"Task 8.5: satisfies({compact(value)}, schema) returned {said}, but jsonschema finds the value {verdict} under "
+        f"the schema {compact(schema)}: satisfies decides which enum and const values are written, and must answer as "
+        f"JSON Schema does (a number includes the integers, true and false are neither, lengths count characters, "
+        f"additionalProperties false refuses unlisted properties, enum and const compare as `same` all the way down)")
+
+
 # ---------------------------------------------------------------- lone surrogates, refused in words UTF-8 can write
 LONE = st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff"])
 with_lone = st.builds(lambda a, s, b: a + s + b, st.text("aé😀", max_size=3), LONE, st.text("aé", max_size=3))
@@ -108,6 +222,7 @@ NULL = {"type": "null"}
     ({"type": "string", "enum": ["x", "é\udbff"]}, "enum"), ({"type": "array", "items": {"const": "\ud800"}}, "const"),
     ({"type": "object", "properties": {"\udc00": NULL}}, "properties"), ({"properties": {"a\udfff": NULL}}, "properties"),
     ({"type": "string", "pattern": "a\ud800"}, "pattern"),
+    ({"type": "integer", "enum": [1, "\ud800"]}, "enum"),  # refused, though the type would leave the string out
 ], ids=lambda v: ascii(v) if isinstance(v, dict) else v)
 def test_a_schema_holding_a_lone_surrogate_is_refused_in_text_utf8_can_write(schema, named):
     with pytest.raises(PatternError) as refused:

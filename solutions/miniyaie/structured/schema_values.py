@@ -121,11 +121,14 @@ def satisfies(value, schema: dict) -> bool:
     never matches a value jsonschema refuses and never drops one it accepts. As JSON Schema reads them:
     each keyword applies to the values of its types only (minLength to strings, minItems to arrays,
     properties to objects: {"type": "string", "minItems": 3} allows every string); "integer" includes
-    1.0; a pattern is searched for, not matched whole ("b" allows "abc"); const and enum compare as
-    `same` does (true is not 1); an object may hold properties its schema does not list, unless
-    additionalProperties is false; an array without items may hold anything. `schema` has passed
-    schema_to_regex's checks (keywords known and of the right kind). Examples: 1.0 satisfies
-    {"type": "integer"}; {"a": 1} satisfies {"type": "object"}; 1 does not satisfy {"enum": [true]}.
+    1.0 and "number" includes the integers, but true and false are neither; lengths count characters
+    (minLength, maxLength); a pattern is searched for, not matched whole ("b" allows "abc"); const and
+    enum compare as `same` does, all the way down (true is not 1, [true] is not [1]); an object may
+    hold properties its schema does not list, unless additionalProperties is false; an array without
+    items may hold anything; subschemas (properties, items, anyOf's branches) judge as the schema does.
+    `schema` has passed schema_to_regex's checks (keywords known and of the right kind). Examples:
+    1.0 satisfies {"type": "integer"}, 1 {"type": "number"}, "é" {"maxLength": 1}, {"a": 1}
+    {"type": "object"}; true does not satisfy {"type": "integer"}, nor 1 {"enum": [true]}.
     """
     # Nudge: this judge reads the schema as the client's validator will, not as your regex narrows it.
     # Hint 1: Go keyword by keyword: a value is valid when no keyword refuses it. The type-specific
