@@ -430,20 +430,27 @@ def test_the_crawl_checks_the_budget_every_16_states_found_even_when_one_state_f
 
     alphabet = Alphabet.from_groups(*({chr(0x100 + i)} for i in range(40)))  # 40 symbols
 
-    def wide(state, symbol):  # a tree: each state leads to 40 new ones
+    made = []
+
+    def wide(state, symbol):  # a tree: each state leads to 40 new ones, each made once
         if state[0] >= 10_000:
             raise OblivionError
-        return (state[0] * 40 + symbol + 1,)
+        made.append(state[0] * 40 + symbol + 1)
+        return (made[-1],)
 
     small = Recording(Limits(max_states=100))
     try:
         with running_under(small):
             crawl(alphabet, (0,), lambda state: False, wide)
     except PatternError as exc:
-        assert "max_states" in str(exc), f"the budget's refusal names max_states: got {exc}"
+        assert "max_states" in str(exc), f"Task 8.1: the budget's refusal names max_states: got {exc}"
     else:
         pytest.fail(f"Task 8.1: a crawl of 10,000 states under max_states=100 must stop with the budget's PatternError, "
                     f"it finished; the counts checked were {small.seen}")
+    assert 1 + len(made) <= 100 + 16, (
+        f"Task 8.1: the crawl had found {1 + len(made):,} states when the budget refused it (max_states=100): the "
+        f"count it checks is the states found, at least once every 16 of them, so it stops within 16 states of the "
+        f"cap; here each state followed finds 40 new ones, and the counts checked were {small.seen[:8]}")
     gaps = [later - earlier for earlier, later in zip([0] + small.seen, small.seen)]
     assert max(small.seen) <= 100 + 16 and max(gaps) <= 16, (
         f"Task 8.1: check the budget at least once every 16 states found, not every 16 states followed: here each "
