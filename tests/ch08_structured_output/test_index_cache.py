@@ -8,6 +8,7 @@ the contract.
 """
 
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -195,6 +196,30 @@ def test_a_pattern_compiled_twice_at_once_is_the_most_recent_and_compiles_get_a_
         "when p0 came: p1 was evicted instead")
     assert all(isinstance(b, Budget) and b.limits == limits for b in budgets), (
         f"get with no budget compiles with a fresh Budget(limits) of the cache's limits, the compiler got {budgets}")
+
+@pytest.mark.task("8.6")
+def test_each_compile_gets_its_own_budget_whose_deadline_starts_with_that_compile():
+    """A server compiles for hours: a budget made once (with the cache, or at its first compile) runs out for all."""
+    budgets = []
+
+    def compiler(pattern, budget, keyword, vocabulary, model_vocab_size):
+        budgets.append(budget)
+        budget.check()  # past its deadline: the PatternError "took longer than the compile budget"
+        return FakeIndex(pattern)
+
+    cache = IndexCache(byte_vocabulary(), 300, Limits(compile_seconds=0.5), compiler=compiler)
+    cache.get("p1")
+    time.sleep(0.7)  # the first compile's deadline has passed
+    for call, pattern in ((cache.get, "p2"), (cache.take, "p3")):
+        try:
+            call(pattern)
+        except PatternError as exc:
+            pytest.fail(f"Task 8.6: {call.__name__}({pattern!r}) with no budget, 0.7 s after the first compile, was refused "
+                        f"({exc}): each compile gets a fresh Budget(limits), whose deadline (compile_seconds=0.5) starts "
+                        f"with that compile, not one budget for every compile of the cache")
+    assert len(set(map(id, budgets))) == 3, (
+        f"Task 8.6: three compiles with no budget given must get three Budget objects, got {len(set(map(id, budgets)))}")
+
 
 HELD = [r"[ab]x", r"[ab]y"]
 

@@ -36,8 +36,8 @@ class IndexCache:
     """Token indexes by pattern, kept within a byte budget: the least recently used go first, never one in use.
 
     - get(pattern) / take(pattern) return the pattern's index. One the cache does not hold is
-      compiled by `compiler` (build_index if None) with the `budget` given (a fresh
-      Budget(limits) if None); `compiles` counts the compiles started, a failed one too. A
+      compiled by `compiler` (build_index if None) with the `budget` given (if None, a
+      Budget(limits) of its own, whose deadline starts with it); `compiles` counts the compiles started, a failed one too. A
       compile that raises (PatternError, CompileCancelled) raises here and leaves nothing held.
     - take marks the index in use until a matching give_back(pattern): two takes need two
       give_backs; a give_back with no take outstanding changes no count.
