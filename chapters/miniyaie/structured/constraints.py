@@ -128,7 +128,7 @@ class Constraints:
         compile an index it held: even over a cache that keeps nothing unused, start after a prepare
         compiles nothing, and start(["r1"]) then start(["r1"]) of one pattern compiles once.
         """
-        # Idea: between giving back the hold and taking the guides' uses, could the index be evicted?
+        # Idea: follow the index's use count in the cache through every line of start.
         # Stuck? `miniyaie hint 8.6` prints hints, one level at a time.
         # TODO(Task 8.6): The index cache. Replace this line with your code.
         raise NotImplementedError('Chapter 8, Task 6: The index cache — see book/src/ch08_structured_output.md')

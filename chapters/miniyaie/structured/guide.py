@@ -96,7 +96,7 @@ class Guide:
         'abcdab' forced with tokens 'ab', 'c' and no 'd' is ['ab', 'c'], the guide after 'abc';
         'é' (C3 A9) forced with tokens C3, 'A9 x', 'A9 y' is [C3], the guide after C3.
         """
-        # Idea: where does the guide stand when the vocabulary cannot write all of the forced text?
+        # Idea: what do the returned tokens write, and what does the model write next?
         # Stuck? `miniyaie hint 8.7` prints hints, one level at a time.
         # TODO(Task 8.7): Jump-forward. Replace this line with your code.
         raise NotImplementedError('Chapter 8, Task 7: Jump-forward — see book/src/ch08_structured_output.md')

@@ -56,7 +56,7 @@ def object_regex(members: list[tuple[str, bool]]) -> str:
     + 6 * n**2 + 8: no member's regex written more than n times. The
     compiler's time follows the regex's length.
     """
-    # Idea: the comma belongs to the gap between two written members; decide what you carry from one member to the next.
+    # Idea: list the texts of three optional members by hand: where may a comma stand, and what decides it?
     # Stuck? `miniyaie hint 8.3` prints hints, one level at a time.
     # TODO(Task 8.3): Arrays and objects. Replace this line with your code.
     raise NotImplementedError('Chapter 8, Task 3: Arrays and objects — see book/src/ch08_structured_output.md')

@@ -6,9 +6,8 @@ reach) whose transitions read *characters*, grouped into classes (one
 class, "anything else", stands for every character the pattern does not
 name). `char_dfa_of` copies it into a `CharDFA`, the plain form Task 8.1
 spells in bytes. The loop interegular builds every automaton with, `crawl`,
-is Task 8.1's too: ours finds a state in a dict, not a list, and reads
-this thread's compile budget, so a pattern of a million states is stopped,
-not built.
+is Task 8.1's too: ours reads this thread's compile budget, so a pattern
+of a million states is stopped, not built.
 """
 
 from __future__ import annotations
@@ -54,8 +53,8 @@ def char_dfa_of(fsm) -> CharDFA:
 
 
 def install_budgeted_crawl() -> None:
-    """Make interegular build every automaton with `crawl` below (its own finds a state with a list
-    search, quadratic in the states, and never stops for a budget). Its own is kept in ORIGINAL_CRAWL."""
+    """Make interegular build every automaton with `crawl` below (its own takes time quadratic in the
+    states and never stops for a budget). Its own is kept in ORIGINAL_CRAWL."""
     import interegular.fsm
 
     global ORIGINAL_CRAWL

@@ -128,7 +128,7 @@ class Constraints:
         compile an index it held: even over a cache that keeps nothing unused, start after a prepare
         compiles nothing, and start(["r1"]) then start(["r1"]) of one pattern compiles once.
         """
-        # Nudge: between giving back the hold and taking the guides' uses, could the index be evicted?
+        # Nudge: follow the index's use count in the cache through every line of start.
         # Hint 1: Every take must meet exactly one give_back: a leaked use pins an index for
         #   ever, an extra one lets the cache evict an index a guide still reads. The hold keeps
         #   the prepared index in use; give it back only after the guides have taken theirs, or

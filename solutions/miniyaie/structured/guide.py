@@ -96,7 +96,7 @@ class Guide:
         'abcdab' forced with tokens 'ab', 'c' and no 'd' is ['ab', 'c'], the guide after 'abc';
         'é' (C3 A9) forced with tokens C3, 'A9 x', 'A9 y' is [C3], the guide after C3.
         """
-        # Nudge: where does the guide stand when the vocabulary cannot write all of the forced text?
+        # Nudge: what do the returned tokens write, and what does the model write next?
         # Hint 1: The forced text is a path in the byte DFA with no branches. Any split into
         #   vocabulary tokens writes the same bytes; the longest-first rule writes fewest tokens.
         #   The guide's state must follow the tokens, not the forced bytes: a byte no token can

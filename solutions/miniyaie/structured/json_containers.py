@@ -74,7 +74,7 @@ def object_regex(members: list[tuple[str, bool]]) -> str:
     + 6 * n**2 + 8: no member's regex written more than n times. The
     compiler's time follows the regex's length.
     """
-    # Nudge: the comma belongs to the gap between two written members; decide what you carry from one member to the next.
+    # Nudge: list the texts of three optional members by hand: where may a comma stand, and what decides it?
     # Hint 1: Read the members left to right and carry one regex: "the members so far, at
     #   least one of them written" (commas correct inside it), plus one fact: "could every
     #   member so far have been left out?" (true until the first required member). The

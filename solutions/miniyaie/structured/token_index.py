@@ -78,7 +78,7 @@ class TokenIndex:
         self.token_bytes, self.lengths = vocabulary.byte_matrix()
         self._masks: dict[int, np.ndarray] = {}  # state -> its allowed tokens, packed 8 to a byte
         self._lock = threading.Lock()  # masks are built from the engine thread and from request workers
-        self._build_lock = threading.Lock()  # a second lock, for mask() to use as it needs
+        self._build_lock = threading.Lock()
         self.build_seconds = 0.0  # time spent walking the vocabulary, over all states built so far
         self.compile_seconds = 0.0  # regex -> byte DFA (set by IndexCache, which compiles it)
         self.mask_builds = 0  # masks computed (by allowed) so far: one per state, however often it is asked for
