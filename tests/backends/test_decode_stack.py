@@ -58,6 +58,16 @@ def test_decode_steps_run_in_one_call_with_the_layers_tokens_and_cache(tmp_path,
     tolerance = 2e-2 if kv_cache_dtype == "bfloat16" else 1e-4
     for name in ("k", "v"):
         ours, theirs = getattr(engine.pool, name).float(), getattr(plain.pool, name).float()
+        if scheme.endswith("-a8"):
+            # 8-bit activations round each row to steps of 1/127 of its largest value: the one-row steps' SiLU
+            # (torch's in the layers, ours in the stack) can differ in a last bit and flip one rounding, which
+            # moves that token's K/V by about a step from there on (seen on an AMD host: 2 of 232 tokens, 0.018).
+            apart = ((ours - theirs).abs() > tolerance).flatten(0, -2).any(-1)  # per token row of each layer
+            written = (theirs != 0).flatten(0, -2).any(-1)
+            assert apart.sum() <= max(2, written.sum() // 50) and torch.allclose(ours, theirs, atol=0.1), (
+                f"the stack wrote other {name.upper()} rows than the layers: {int(apart.sum())} of {int(written.sum())} "
+                f"token rows apart, largest difference {(ours - theirs).abs().max()} (a flipped rounding moves a few)")
+            continue
         assert torch.allclose(ours, theirs, rtol=tolerance, atol=tolerance), (
             f"the stack wrote other {name.upper()} rows than the layers: largest difference {(ours - theirs).abs().max()}")
 
