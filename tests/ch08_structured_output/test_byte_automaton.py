@@ -451,6 +451,16 @@ def test_the_crawl_checks_the_budget_every_16_states_found_even_when_one_state_f
         f"Task 8.1: the crawl had found {1 + len(made):,} states when the budget refused it (max_states=100): the "
         f"count it checks is the states found, at least once every 16 of them, so it stops within 16 states of the "
         f"cap; here each state followed finds 40 new ones, and the counts checked were {small.seen[:8]}")
+    def nothing(state, symbol):
+        raise OblivionError
+
+    try:
+        with running_under(Recording(Limits(max_states=1))):
+            one = crawl(alphabet, (0,), lambda state: True, nothing)
+    except PatternError as exc:
+        pytest.fail(f"Task 8.1: an automaton of one state under max_states=1 was refused ({exc}): the count checked is "
+                    f"the states found so far, and one state is not over a cap of one")
+    assert len(one.states) == 1, f"Task 8.1: a start nothing follows is an automaton of one state, got {len(one.states)}"
     gaps = [later - earlier for earlier, later in zip([0] + small.seen, small.seen)]
     assert max(small.seen) <= 100 + 16 and max(gaps) <= 16, (
         f"Task 8.1: check the budget at least once every 16 states found, not every 16 states followed: here each "
