@@ -271,11 +271,20 @@ def test_unlocking_a_node_that_holds_no_lock_is_refused_while_another_path_is_lo
 @pytest.mark.task("3.3")
 def test_a_parent_that_becomes_a_leaf_competes_by_its_own_last_use():
     tree = cache_with([[1, 2], [1, 3], [9]], block_size=1)  # (1,) has leaves (2,) and (3,); (9,) is the newest
-    assert tree.evict(3) == 3
+    assert tree.evict(3) == 3, "Task 3.3: evict(3) with 4 unlocked blocks cached must free exactly 3"
     left = {seq: tree.match_prefix(list(seq), touch=False).length for seq in [(1,), (9,)]}
     assert left == {(1,): 0, (9,): 1}, (
-        f"after evict(3), cached lengths of (1,) and (9,) are {left}: a parent that becomes a leaf competes by its "
-        "own last use (the parent (1,) was last used before (9,), so it goes first), not from the end of the order"
+        f"Task 3.3: after evict(3), cached lengths of (1,) and (9,) are {left}: a parent that became a leaf competes "
+        "by its own last use (the parent (1,) was last used before (9,), so it goes first), not from the end of the order"
+    )
+    tree = cache_with([[1, 2], [1, 3], [9]], block_size=1)
+    tree.match_prefix([1])  # the parent (1,) is used again: now more recent than (9,), its leaves are not
+    assert tree.evict(3) == 3, "Task 3.3: evict(3) with 4 unlocked blocks cached must free exactly 3"
+    left = {seq: tree.match_prefix(list(seq), touch=False).length for seq in [(1,), (9,)]}
+    assert left == {(1,): 1, (9,): 0}, (
+        f"Task 3.3: after match_prefix([1]) and evict(3), cached lengths of (1,) and (9,) are {left}: a parent that "
+        "became a leaf competes by its own last use, so (1,), used after (9,), must outlive it; it is not evicted at "
+        "once when its last child goes"
     )
 
 

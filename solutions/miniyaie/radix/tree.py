@@ -308,22 +308,26 @@ class RadixCache:
         #   only, so no running request loses its prefix; oldest first (LRU). The counters
         #   (cached_blocks, evictable_blocks) must match the tree after every eviction. The root
         #   holds no blocks and stays even when it becomes a leaf.
-        # Hint 2: Put every unlocked leaf except the root in a heap keyed by last_access (with a
-        #   tie-breaker such as id(node): nodes do not compare). While fewer than num_blocks are
+        # Hint 2: Put every unlocked leaf except the root in a heap keyed by last_access, with a
+        #   tie-breaker from a running count (nodes do not compare; id(node) would order ties
+        #   differently from run to run, and hypothesis cannot replay a failure). While fewer than num_blocks are
         #   freed and the heap is not empty: pop the oldest leaf, free each of its blocks with the
         #   allocator, count them, subtract them from both counters, remove the leaf from its
         #   parent's children; if the parent is now an unlocked leaf and not the root, push it.
         # Hint 3:
-        #   heap = [(n.last_access, id(n), n) for n in _nodes() if n.is_leaf and n.lock_ref == 0 and n is not root]
+        #   order = itertools.count()
+        #   heap = [(n.last_access, next(order), n) for n in _nodes() if n.is_leaf and n.lock_ref == 0 and n is not root]
         #   heapify(heap); freed = 0
         #   while freed < num_blocks and heap:
         #       leaf = heappop(heap)[2]; free its blocks; freed += len(leaf.blocks)
         #       cached_blocks -= len(leaf.blocks); evictable_blocks -= len(leaf.blocks)
         #       parent = leaf.parent; del parent.children[first block of leaf.key]
-        #       if parent.is_leaf and parent.lock_ref == 0 and parent is not root: heappush(heap, parent)
+        #       if parent.is_leaf and parent.lock_ref == 0 and parent is not root:
+        #           heappush(heap, (parent.last_access, next(order), parent))
         #   return freed
         # BEGIN SOLUTION 3.3: The radix tree's locks and eviction
-        heap = [(n.last_access, id(n), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0 and n is not self.root]
+        order = itertools.count()  # ties go to the node found first, the same way every run
+        heap = [(n.last_access, next(order), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0 and n is not self.root]
         heapq.heapify(heap)
         freed = 0
         while freed < num_blocks and heap:
@@ -336,7 +340,7 @@ class RadixCache:
             parent = leaf.parent
             del parent.children[self._first_block(leaf.key)]
             if parent.is_leaf and parent.lock_ref == 0 and parent is not self.root:
-                heapq.heappush(heap, (parent.last_access, id(parent), parent))
+                heapq.heappush(heap, (parent.last_access, next(order), parent))
         return freed
         # END SOLUTION
     # ANCHOR_END: evict
