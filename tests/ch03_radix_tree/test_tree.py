@@ -309,16 +309,27 @@ def node_spelling(tree, tokens):
 
 
 @pytest.mark.task("3.1")
+def assert_path_stamped(tree, node, stamps, what):
+    """Every node from `node` up to the root's child was stamped after every stamp in `stamps`."""
+    while node is not tree.root:
+        assert node.last_access > max(stamps.values()), (
+            f"Task 3.1: {what} left the node spelling {spelled(node)} at last_access {node.last_access}, not after "
+            f"the earlier uses (up to {max(stamps.values())}): insert stamps every node on its path, the one it creates "
+            "or grows too, with a fresh next(_clock) (a use, for LRU)"
+        )
+        node = node.parent
+
+
 def test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth():
     tree = cache_with([[1, 1, 2, 2]], block_size=2)
     stamps = last_uses(tree)
-    node = insert(tree, [1, 1, 2, 2])
-    while node is not tree.root:
-        assert node.last_access > max(stamps.values()), (
-            f"inserting a cached sequence again left the node spelling {spelled(node)} at last_access "
-            f"{node.last_access}: insert stamps every node on its path with a fresh next(_clock) (a use, for LRU)"
-        )
-        node = node.parent
+    assert_path_stamped(tree, insert(tree, [1, 1, 2, 2]), stamps, "inserting a cached sequence again")
+    stamps = last_uses(tree)
+    assert_path_stamped(tree, insert(tree, [5, 5]), stamps, "inserting a new sequence [5 5]")
+    stamps = last_uses(tree)
+    assert_path_stamped(tree, insert(tree, [5, 5, 6, 6]), stamps, "inserting [5 5 6 6] below the cached [5 5]")
+    stamps = last_uses(tree)
+    assert_path_stamped(tree, insert(tree, [1, 1, 7, 7]), stamps, "inserting [1 1 7 7], which parts from [1 1 2 2]")
     lock_by_hand(tree, node_spelling(tree, [1, 1, 2, 2]))
     insert(tree, [1, 1, 3, 3])  # splits the locked edge after [1 1]
     upper = node_spelling(tree, [1, 1])
