@@ -39,16 +39,24 @@ def prefix_then_suffix(tiny, caching):
 
 def test_a_cached_prefix_computes_only_the_suffix(tiny):
     second, computed, cached, out = prefix_then_suffix(tiny, caching=True)
-    assert cached == 32, "the 40 shared tokens hold two whole blocks of 16"
-    assert computed == len(second) - 32 + GREEDY.max_tokens - 1
-    assert out.token_ids == transformers_greedy(tiny[1], second, GREEDY.max_tokens)
+    assert cached == 32, "Tasks 3.1-3.4: the 40 shared tokens hold two whole blocks of 16"
+    assert computed == len(second) - 32 + GREEDY.max_tokens - 1, (
+        f"Tasks 3.1-3.4: {computed} tokens computed for a {len(second)}-token prompt starting on 32 cached tokens and "
+        f"{GREEDY.max_tokens} output tokens: only the suffix and the decodes go through the model"
+    )
+    assert out.token_ids == transformers_greedy(tiny[1], second, GREEDY.max_tokens), (
+        "Tasks 3.1-3.4: greedy output on a cached prefix differs from transformers': the request started on blocks "
+        "that do not hold its prefix's K/V"
+    )
 
 
 @pytest.mark.ungraded  # the control: no chapter 3 code runs without the cache
 def test_without_the_cache_every_token_is_computed(tiny):
     second, computed, cached, out = prefix_then_suffix(tiny, caching=False)
-    assert cached == 0 and computed == len(second) + GREEDY.max_tokens - 1
-    assert out.token_ids == transformers_greedy(tiny[1], second, GREEDY.max_tokens)
+    assert cached == 0 and computed == len(second) + GREEDY.max_tokens - 1, (
+        f"the control: with the cache off, {cached} tokens came from a cache and {computed} were computed"
+    )
+    assert out.token_ids == transformers_greedy(tiny[1], second, GREEDY.max_tokens), "the control: output differs from transformers'"
 
 
 def test_a_full_prompt_hit_computes_one_token(tiny):
@@ -58,8 +66,10 @@ def test_a_full_prompt_hit_computes_one_token(tiny):
     first = engine.generate([prompt], GREEDY)[0]
     before = engine.stats["computed_tokens"]
     again = engine.generate([prompt], GREEDY)[0]
-    assert engine.stats["computed_tokens"] - before == 1 + GREEDY.max_tokens - 1, "only the last prompt token is recomputed"
-    assert again.token_ids == first.token_ids == transformers_greedy(hf_model, prompt, GREEDY.max_tokens)
+    assert engine.stats["computed_tokens"] - before == 1 + GREEDY.max_tokens - 1, "Tasks 3.1-3.4: only the last prompt token is recomputed"
+    assert again.token_ids == first.token_ids == transformers_greedy(hf_model, prompt, GREEDY.max_tokens), (
+        "Tasks 3.1-3.4: the output of a prompt run again on a full cache hit differs from its first run or from transformers'"
+    )
 
 
 @pytest.mark.parametrize("block_size,num_blocks,policy", [(1, 120, "lpm"), (4, 30, "fcfs"), (16, 8, "lpm")])
@@ -74,7 +84,10 @@ def test_shared_prefix_batches_match_transformers_under_eviction(tiny, block_siz
     )
     outputs = engine.generate(prompts, GREEDY)
     for prompt, out in zip(prompts, outputs):
-        assert out.token_ids == transformers_greedy(hf_model, prompt, GREEDY.max_tokens)
-    assert engine.stats["cached_tokens"] > 0, "later requests of a group hit the cache"
+        assert out.token_ids == transformers_greedy(hf_model, prompt, GREEDY.max_tokens), (
+            f"Tasks 3.1-3.4: greedy output differs from transformers' for prompt {prompts.index(prompt)} "
+            f"(block_size {block_size}, {num_blocks} blocks, {policy}): a cached or evicted block held the wrong K/V"
+        )
+    assert engine.stats["cached_tokens"] > 0, "Tasks 3.1-3.4: later requests of a group hit the cache"
     engine.memory.check_integrity()
-    assert engine.memory.num_used_blocks == engine.memory.cache.cached_blocks, "all blocks not cached came back"
+    assert engine.memory.num_used_blocks == engine.memory.cache.cached_blocks, "Tasks 3.1-3.4: all blocks not cached came back"

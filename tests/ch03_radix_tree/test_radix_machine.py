@@ -157,6 +157,6 @@ class RadixMachine(RuleBasedStateMachine):
 
 def test_radix_state_machine():
     ORDER_SLIPS.clear()
-    run_state_machine_as_test(RadixMachine, settings=settings(max_examples=int(__import__("os").environ.get("MX", 150)), stateful_step_count=30))
+    run_state_machine_as_test(RadixMachine, settings=settings(max_examples=150, stateful_step_count=30))
     if ORDER_SLIPS:
         pytest.fail(min(ORDER_SLIPS)[1] + f" ({len(ORDER_SLIPS)} such evictions in this run; the shortest shown)", pytrace=False)

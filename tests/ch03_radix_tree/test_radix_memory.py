@@ -35,12 +35,12 @@ def checked(memory):
         match = memory.cache.match_prefix(memory.tokens_of(request)[:whole], touch=False)
         what = "its cached prefix" if admitted_on else "its computed whole blocks"
         assert match.length == whole and match.blocks == memory.block_table(request.request_id)[: whole // memory.block_size], (
-            f"after allocate, request {request.request_id!r} has {request.num_computed_tokens} tokens computed but the "
+            f"Task 3.4: after allocate, request {request.request_id!r} has {request.num_computed_tokens} tokens computed but the "
             f"tree holds {match.length} of them in its table's blocks: a running request's whole computed blocks are in "
             "the tree"
         )
         assert match.node.lock_ref > 0, (
-            f"after allocate, {what} ({whole} tokens) of request {request.request_id!r} is not locked: the blocks a "
+            f"Task 3.4: after allocate, {what} ({whole} tokens) of request {request.request_id!r} is not locked: the blocks a "
             "running request starts on and has computed stay locked until it is freed"
         )
 
@@ -62,7 +62,7 @@ def run(memory, prompts, max_tokens=4, budget=32, seqs=4, policy="fcfs", one_by_
             break
         driver.step()
         memory.check_integrity()
-    assert not scheduler.has_unfinished(), f"requests still unfinished after 2000 steps: {[r.request_id for r in requests if not r.is_finished]}"
+    assert not scheduler.has_unfinished(), f"Task 3.4: requests still unfinished after 2000 steps: {[r.request_id for r in requests if not r.is_finished]}"
     return requests, driver
 
 
@@ -77,12 +77,14 @@ def test_a_request_starts_after_the_cached_prefix(block_size, shared, suffix):
     (a, b), driver = run(memory, [first, second], one_by_one=True)
     b_first_chunk = next(c for out in driver.trace.steps for c in out.chunks if c.request is b)
     aligned = shared // block_size * block_size
-    assert b_first_chunk.start == aligned, f"b starts at {b_first_chunk.start}: its {aligned} cached tokens are not computed again"
+    assert b_first_chunk.start == aligned, f"Task 3.4: b starts at {b_first_chunk.start}: its {aligned} cached tokens are not computed again"
     assert b.num_cached_tokens == aligned and memory.hit_tokens == aligned, (
-        f"hit_tokens {memory.hit_tokens}, b.num_cached_tokens {b.num_cached_tokens}: b started on {aligned} cached tokens"
+        f"Task 3.4: hit_tokens {memory.hit_tokens}, b.num_cached_tokens {b.num_cached_tokens}: b started on {aligned} cached tokens"
     )
     for r in (a, b):
-        assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens)
+        assert r.output_token_ids == reference_output(r.prompt_token_ids, r.max_tokens), (
+            f"Task 3.4: request {r.request_id!r} produced {r.output_token_ids}: its table does not hold its tokens' K/V"
+        )
 
 
 @pytest.mark.task("3.4")
@@ -91,12 +93,15 @@ def test_a_full_hit_still_computes_the_last_token():
     prompt = list(range(1, 17))  # four whole blocks
     (a, b), driver = run(memory, [prompt, prompt], one_by_one=True)
     b_chunks = [c for out in driver.trace.steps for c in out.chunks if c.request is b]
-    assert (b_chunks[0].start, b_chunks[0].num_tokens) == (15, 1), "all 16 tokens cached: only the last is computed"
+    assert (b_chunks[0].start, b_chunks[0].num_tokens) == (15, 1), "Task 3.4: all 16 tokens cached: only the last is computed"
     assert memory.hit_tokens == b.num_cached_tokens == 15, (
-        f"hit_tokens is {memory.hit_tokens}: a full hit of 16 tokens serves 15 from the cache, the 16th is recomputed "
+        f"Task 3.4: hit_tokens is {memory.hit_tokens}: a full hit of 16 tokens serves 15 from the cache, the 16th is recomputed "
         "(hit_tokens counts the num_computed_tokens a request starts with)"
     )
-    assert b.output_token_ids == a.output_token_ids == reference_output(prompt, 4)
+    assert b.output_token_ids == a.output_token_ids == reference_output(prompt, 4), (
+        f"Task 3.4: the same prompt gave {a.output_token_ids}, then {b.output_token_ids} on a full hit; expected "
+        f"{reference_output(prompt, 4)}"
+    )
 
 
 @pytest.mark.task("3.4")
@@ -114,14 +119,16 @@ def test_shared_prefix_workloads_reuse_and_return_every_block(groups, per_group,
     prompts = [[g + 1] * 9 + [40 + q, 41 + g] for g in range(groups) for q in range(per_group)]
     requests, _ = run(memory, prompts, max_tokens=3, budget=16, seqs=3, policy=policy)
     for r in requests:
-        assert r.output_token_ids == reference_output(r.prompt_token_ids, 3)
+        assert r.output_token_ids == reference_output(r.prompt_token_ids, 3), (
+            f"Task 3.4: request {r.request_id!r} produced {r.output_token_ids}: a block it read was not its prefix's"
+        )
     if per_group > 3 and num_blocks >= 40:  # more requests in a group than seats: a later one finds the prefix
-        assert memory.hit_tokens > 0, "requests of a group reuse their shared prefix"
+        assert memory.hit_tokens > 0, "Task 3.4: requests of a group reuse their shared prefix"
     assert memory.num_used_blocks == memory.cache.cached_blocks, (
-        f"{memory.num_used_blocks - memory.cache.cached_blocks} blocks still held after every request stopped"
+        f"Task 3.4: {memory.num_used_blocks - memory.cache.cached_blocks} blocks still held after every request stopped"
     )
     memory.cache.reset()
-    assert memory.num_free_blocks == num_blocks, f"{num_blocks - memory.num_free_blocks} blocks lost after a reset"
+    assert memory.num_free_blocks == num_blocks, f"Task 3.4: {num_blocks - memory.num_free_blocks} blocks lost after a reset"
 
 
 @pytest.mark.task("3.4")
@@ -133,7 +140,10 @@ def test_lpm_admits_the_request_with_the_longest_cached_prefix():
     scheduler.add_request(cold)
     scheduler.add_request(warm)
     (chunk,) = scheduler.schedule().chunks
-    assert chunk.request is warm and chunk.start == 10
+    assert chunk.request is warm and chunk.start == 10, (
+        f"Task 3.4: LPM admitted {chunk.request.request_id!r} at token {chunk.start}; the request 'warm' has 10 tokens "
+        "cached and goes first, starting at 10"
+    )
 
 
 @pytest.mark.task("3.4")
@@ -143,14 +153,14 @@ def test_an_allocation_that_fits_in_free_blocks_evicts_nothing():
     prompt = list(range(1, 17))  # four whole blocks
     run(memory, [prompt], one_by_one=True)
     cached = memory.cache.cached_blocks
-    assert cached >= 4
+    assert cached >= 4, f"Task 3.4: a finished 16-token prompt left {cached} blocks of 4 in the cache; its 4 whole blocks stay"
     run(memory, [[40 + i for i in range(5)]], one_by_one=True)  # needs a couple of blocks; dozens are free
     assert memory.cache.cached_blocks >= cached, (
-        f"an allocation that fit in the free blocks evicted cached ones ({cached} cached before, "
+        f"Task 3.4: an allocation that fit in the free blocks evicted cached ones ({cached} cached before, "
         f"{memory.cache.cached_blocks} after): evict only what the request is short of"
     )
     (again,), _ = run(memory, [prompt], one_by_one=True)
-    assert again.num_cached_tokens == 15, f"the cached prompt was lost: {again.num_cached_tokens} tokens hit, 15 expected"
+    assert again.num_cached_tokens == 15, f"Task 3.4: the cached prompt was lost: {again.num_cached_tokens} tokens hit, 15 expected"
 
 
 @pytest.mark.task("3.4")
@@ -167,11 +177,14 @@ def test_a_decode_whose_duplicate_blocks_are_given_back_evicts_nothing():
         memory.allocate(r, 2)
         r.num_computed_tokens = 2
         r.output_token_ids.append(5)
-    assert memory.num_free_blocks == 0
+    assert memory.num_free_blocks == 0, (
+        f"Task 3.4: {memory.num_free_blocks} blocks free after caching [9] and [8] and admitting a and b on [1 2] in a "
+        "pool of 6: a request's allocation takes free blocks, it does not evict while they last"
+    )
     memory.allocate(a, 1)  # short of one block: [9] goes
     memory.allocate(b, 1)  # b's copy of [1 2] duplicates the tree's: its two blocks come back, enough for the next
     assert memory.cache.match_prefix([8], touch=False).length == 1, (
-        "b's decode evicted the cached [8], though caching b's computed blocks gave back its two duplicate blocks, "
+        "Task 3.4: b's decode evicted the cached [8], though caching b's computed blocks gave back its two duplicate blocks, "
         "enough for the block it needs: evict only what the pool is short of after the request's blocks are cached"
     )
     memory.check_integrity()
