@@ -72,7 +72,7 @@ def test_a_score_is_refused_when_a_correctness_test_fails(monkeypatch, capsys):
 
 
 def test_the_learners_design_module_is_optional(monkeypatch):
-    assert base.learner_design(3, "make_cache", "default") == "default"  # the reference tree has no radix/challenge.py
+    assert base.learner_design(1, "make_scheduler", "default") == "default"  # the reference tree has no scheduler/challenge.py
 
 
 def test_the_command_refuses_an_unknown_chapter_or_impl(capsys):
@@ -136,3 +136,37 @@ def test_chapter_11_refuses_a_victim_that_is_not_idle():
 
     with pytest.raises(ValueError, match="victim returned 'not-an-adapter', which is not one of the idle adapters"):
         ch11.mean_wait_ms(Busy)
+
+
+def test_chapter_3_scores_only_verified_hits_and_always_checks_the_tree():
+    """A cache whose match_prefix claims the whole prompt (padding its blocks with any others) scores what its real
+    matches score, not 100; anything but a RadixCache is refused; a design that breaks the counters scores nothing;
+    the reference's entry is not in the harness module, nor copied into the learner's tree."""
+    from miniyaie.challenges import ch03_radix_eviction as ch03
+    from miniyaie.course.sync import generated_tree
+    from miniyaie.radix import RadixCache
+    from miniyaie.radix.tree import PrefixMatch
+
+    class ClaimsEverything(RadixCache):
+        def match_prefix(self, tokens, touch=True):
+            real = super().match_prefix(tokens, touch)
+            n = len(tokens) // self.block_size
+            padding = [b for b in range(self.allocator.num_blocks) if b not in real.blocks][: n - len(real.blocks)]
+            return PrefixMatch(n * self.block_size, real.blocks + padding, real.node)
+
+    class LosesCount(RadixCache):
+        def evict(self, num_blocks):
+            freed = super().evict(num_blocks)
+            self.evictable_blocks += 1
+            return freed
+
+    baseline = ch03.hit_rate(ch03.lru_cache)
+    claimed = ch03.hit_rate(ClaimsEverything)
+    assert claimed == baseline, f"a match_prefix that claims the whole prompt scored {claimed} (its real matches: {baseline})"
+    with pytest.raises(TypeError, match="RadixCache"):
+        ch03.hit_rate(lambda allocator, block_size: object())
+    with pytest.raises(AssertionError, match="evictable_blocks"):
+        ch03.hit_rate(LosesCount)
+    harness = Path(ch03.__file__).read_text()
+    assert "def evict" not in harness and "heapq" not in harness, "the harness module carries an eviction policy"
+    assert "radix/challenge.py" not in generated_tree(), "course sync copies the reference's challenge entry into chapters/"

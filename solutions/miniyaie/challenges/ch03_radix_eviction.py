@@ -3,12 +3,13 @@
 Your lever: a `make_cache(allocator, block_size)` in your `miniyaie/radix/challenge.py`, returning
 a RadixCache (typically a subclass of yours whose `evict` chooses differently; the chapter's tests
 pin `RadixCache.evict` to LRU). The default, your RadixCache as it is, is LRU: the baseline.
-Score: cached prompt tokens / prompt tokens over the trace (deterministic).
+Score: cached prompt tokens / prompt tokens over the trace (deterministic), counting only the matched
+blocks that hold what the harness itself put there for that prefix. The reference's entry is its own
+`make_cache`, in solutions/miniyaie/radix/challenge.py (the reference column runs it).
 """
 
 from __future__ import annotations
 
-import heapq
 import random
 
 from miniyaie.challenges.base import Challenge, learner_design
@@ -39,30 +40,56 @@ def chat_trace(seed: int = 0) -> list[tuple[list[int], list[int]]]:
     return trace
 
 
+def verified_blocks(prompt, blocks, held, allocator) -> int:
+    """How many of `blocks`, from the first, hold what this harness put there for the prompt's own prefix.
+
+    `held` maps a block to the tokens (from the start of a sequence) whose K/V it holds, as the harness
+    recorded at its own inserts; a block counts while the tree still holds it and it holds the prompt's
+    prefix up to that block. The first block that does not stops the count: only those are a real hit.
+    """
+    n = 0
+    while n < len(blocks) and (n + 1) * BLOCK_SIZE <= len(prompt):
+        block = blocks[n]
+        if allocator.ref_count(block) < 1 or held.get(block) != tuple(prompt[: (n + 1) * BLOCK_SIZE]):
+            break
+        n += 1
+    return n
+
+
 def hit_rate(make_cache) -> float:
-    """Serve the trace one turn at a time: match, lock, make room, cache prompt + answer, unlock."""
+    """Serve the trace one turn at a time: match, lock, make room, cache prompt + answer, unlock.
+
+    A hit counts only the matched blocks that verifiably hold the prompt's prefix (not what
+    match_prefix claims), and the tree's integrity check runs at the end whatever the design.
+    """
     from miniyaie.paged import BlockAllocator
+    from miniyaie.radix import RadixCache
 
     allocator = BlockAllocator(NUM_BLOCKS)
     cache = make_cache(allocator, BLOCK_SIZE)
+    if not isinstance(cache, RadixCache):
+        raise TypeError(f"make_cache returned a {type(cache).__name__}; the challenge measures a RadixCache (or a subclass)")
+    held: dict[int, tuple[int, ...]] = {}  # block -> the tokens from the start whose K/V the harness put in it
     hit = total = 0
     for prompt, answer in chat_trace(seed=0):
         match = cache.match_prefix(prompt)
-        hit, total = hit + match.length, total + len(prompt)
+        prefix = match.blocks[: verified_blocks(prompt, match.blocks, held, allocator)]
+        hit, total = hit + len(prefix) * BLOCK_SIZE, total + len(prompt)
         cache.lock(match.node)
         sequence = prompt + answer
         whole = len(sequence) // BLOCK_SIZE * BLOCK_SIZE
-        needed = whole // BLOCK_SIZE - len(match.blocks)
+        needed = whole // BLOCK_SIZE - len(prefix)
         if allocator.num_free < needed:
             cache.evict(needed - allocator.num_free)
         if allocator.num_free >= needed:
             blocks = allocator.allocate_many(needed)
-            cache.insert(sequence[:whole], match.blocks + blocks)
+            for i, block in enumerate(blocks, start=len(prefix)):
+                held[block] = tuple(sequence[: (i + 1) * BLOCK_SIZE])
+            cache.insert(sequence[:whole], prefix + blocks)
             for block in blocks:  # the tree holds its own reference now
                 allocator.free(block)
         cache.unlock(match.node)
-    if hasattr(cache, "check_integrity"):  # a design that breaks the tree's counters scores nothing
-        cache.check_integrity()
+    RadixCache.check_integrity(cache)  # a design that breaks the tree's counters scores nothing
     return 100 * hit / total
 
 
@@ -70,52 +97,6 @@ def lru_cache(allocator, block_size):
     from miniyaie.radix import RadixCache
 
     return RadixCache(allocator, block_size)
-
-
-def reference_cache(allocator, block_size):
-    """What the reference did: LRU, but a leaf gives up only the blocks still needed, from its end."""
-    from miniyaie.radix import RadixCache
-
-    class TrimTails(RadixCache):
-        def evict(self, num_blocks: int) -> int:
-            return evict_tails(self, num_blocks)
-
-    return TrimTails(allocator, block_size)
-
-
-def evict_tails(cache, num_blocks: int) -> int:
-    """Free num_blocks from unlocked leaves, least recently used first, each trimmed from its end only as far as needed.
-
-    A long conversation is one long leaf: whole-leaf LRU throws all of it away to make room for a
-    few blocks, though its beginning is what the next turn would match.
-    """
-    if num_blocks <= 0:
-        return 0
-    nodes, stack = [], [cache.root]
-    while stack:
-        node = stack.pop()
-        nodes.append(node)
-        stack.extend(node.children.values())
-    heap = [(n.last_access, id(n), n) for n in nodes if n.is_leaf and n.lock_ref == 0 and n is not cache.root]
-    heapq.heapify(heap)
-    freed = 0
-    while freed < num_blocks and heap:
-        _, _, leaf = heapq.heappop(heap)
-        take = min(len(leaf.blocks), num_blocks - freed)
-        for block in leaf.blocks[len(leaf.blocks) - take:]:
-            cache.allocator.free(block)
-        freed += take
-        cache.cached_blocks -= take
-        cache.evictable_blocks -= take
-        if take < len(leaf.blocks):  # keep the leaf's beginning: still a whole number of blocks
-            leaf.blocks = leaf.blocks[:-take]
-            leaf.key = leaf.key[: len(leaf.blocks) * cache.block_size]
-            continue
-        parent = leaf.parent
-        del parent.children[tuple(leaf.key[: cache.block_size])]
-        if parent.is_leaf and parent.lock_ref == 0 and parent is not cache.root:
-            heapq.heappush(heap, (parent.last_access, id(parent), parent))
-    return freed
 
 
 CHALLENGE = Challenge(
@@ -129,6 +110,5 @@ CHALLENGE = Challenge(
               "its prompt and answer"),
     run=lambda: hit_rate(learner_design(3, "make_cache", lru_cache)),
     baseline=lambda: hit_rate(lru_cache),
-    reference=lambda: hit_rate(reference_cache),
     correctness_tests=["tests/ch03_radix_tree"],
 )

@@ -8,6 +8,9 @@ from miniyaie.course.regions import Region, find_regions
 from miniyaie.course.registry import Chapter
 
 SKIP_DIRS = {"__pycache__", ".ipynb_checkpoints"}
+# A chapter package's challenge.py is an entry to `miniyaie challenge N`, not course code: the reference's
+# stays in solutions/ (never copied into chapters/), and a learner's in chapters/ is theirs alone.
+CHALLENGE_ENTRY = "challenge.py"
 
 
 def chapter_files(ch: Chapter) -> list[Path]:
@@ -18,6 +21,7 @@ def chapter_files(ch: Chapter) -> list[Path]:
         p
         for p in ch.solution_dir.rglob("*")
         if p.is_file() and not SKIP_DIRS.intersection(p.parts) and p.suffix not in {".pyc", ".pyo"}
+        and not (p.name == CHALLENGE_ENTRY and p.parent == ch.solution_dir)
     )
 
 

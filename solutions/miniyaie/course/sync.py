@@ -14,7 +14,7 @@ from miniyaie._switch import CHAPTERS_ROOT
 from miniyaie.course import hints
 from miniyaie.course.regions import find_regions, function_kinds, stub_regions
 from miniyaie.course.registry import CHAPTERS
-from miniyaie.course.sources import SKIP_DIRS, chapter_files, regions_of
+from miniyaie.course.sources import CHALLENGE_ENTRY, SKIP_DIRS, chapter_files, regions_of
 from miniyaie.course.stub_imports import drop_unused_stdlib_imports
 
 __all__ = ["MANIFEST", "chapter_files", "check", "generated_tree", "kind_changes", "regions_of", "sync"]
@@ -50,6 +50,7 @@ def _existing_files() -> set[str]:
         p.relative_to(CHAPTERS_ROOT).as_posix()
         for p in CHAPTERS_ROOT.rglob("*")
         if p.is_file() and not SKIP_DIRS.intersection(p.parts) and p.suffix != ".pyc"
+        and p.relative_to(CHAPTERS_ROOT).parts[1:] != (CHALLENGE_ENTRY,)  # a learner's challenge entry: theirs
     }
 
 
