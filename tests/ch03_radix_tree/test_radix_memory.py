@@ -184,7 +184,8 @@ def test_a_decode_whose_duplicate_blocks_are_given_back_evicts_nothing():
     memory.allocate(a, 1)  # short of one block: [9] goes
     memory.allocate(b, 1)  # b's copy of [1 2] duplicates the tree's: its two blocks come back, enough for the next
     assert memory.cache.match_prefix([8], touch=False).length == 1, (
-        "Task 3.4: b's decode evicted the cached [8], though caching b's computed blocks gave back its two duplicate blocks, "
-        "enough for the block it needs: evict only what the pool is short of after the request's blocks are cached"
+        "Task 3.4: b's decode evicted the cached [8], though no eviction was needed: b computed [1 2] again into its "
+        "own two blocks, the tree already holds [1 2], and caching b's blocks gives those two back, more than the one "
+        "block b needs"
     )
     memory.check_integrity()

@@ -8,7 +8,7 @@ K/V are stored once.
 Requests *lock* the node where their cached prefix ends: a lock counts on
 every node up to the root, and a node with a lock count above zero is never
 evicted. Unlocked leaves are evicted least recently used first, which frees
-their blocks, and may turn their parent into an evictable leaf.
+their blocks; a node whose children are all gone is a leaf too.
 """
 
 from __future__ import annotations
@@ -41,9 +41,7 @@ class Node:
 class PrefixMatch:
     length: int  # tokens of the query found in the tree (a multiple of the block size)
     blocks: list[int]  # the blocks holding them, in order
-    # The node whose edge holds the last matched block: when the match ends partway along an
-    # edge, the node that edge leads to (so that locking it protects every matched block);
-    # the root when nothing matched.
+    # The node whose edge holds the last matched block; the root when nothing matched.
     node: Node
 # ANCHOR_END: node
 
@@ -71,10 +69,12 @@ class RadixCache:
 
         Only whole blocks match: a block of the query that differs from the
         tree's in any token ends the match before it. `touch` stamps every
-        node the match passes through (the partly matched one too) with one
-        fresh time, next(_clock), in last_access: eviction (Task 3.3) takes
-        the least recently used leaf first. A peek (the scheduler's
-        prefix-length oracle) passes touch=False and changes nothing.
+        node the match passes through (the partly matched one too): its
+        last_access becomes a value of next(_clock) taken during the call,
+        later than every stamp before it (one value for the walk or one per
+        node, either is right); eviction (Task 3.3) takes the least recently
+        used leaf first. A peek (the scheduler's prefix-length oracle) passes
+        touch=False and changes nothing.
         """
         # Idea: where can a match end, and which node then protects every block it matched?
         # Stuck? `miniyaie hint 3.2` prints hints, one level at a time.
@@ -87,16 +87,16 @@ class RadixCache:
         """Cache `tokens` (whole blocks), held in `blocks`; returns the node whose path from the root spells exactly `tokens`.
 
         The part already cached is left as it is (the caller's duplicate
-        blocks stay the caller's); the tree takes one allocator reference on
-        each block of the new part and counts it in cached_blocks (and in
-        evictable_blocks unless the node that holds it is locked: a leaf a
-        request locked may be the one that grows). Afterwards every cached
-        block-aligned prefix is spelled by exactly one path and held by
-        exactly one block, every edge is a whole number of blocks, and a node
-        ends exactly where `tokens` ends (even partway along an old edge);
-        the shape is otherwise yours. Every node below the root on the path
-        to the returned node is stamped with one fresh time, next(_clock),
-        in last_access.
+        blocks stay the caller's). Afterwards every cached block-aligned
+        prefix is spelled by exactly one path and held by exactly one block,
+        on which the tree holds one allocator reference; every edge is a
+        whole number of blocks, and a node ends exactly where `tokens` ends
+        (even partway along an old edge); the shape is otherwise yours.
+        cached_blocks counts the blocks the tree holds, and evictable_blocks
+        exactly those of the nodes whose lock_ref is 0.
+        Every node below the root on the path to the returned node, one that
+        insert created or grew included, is stamped in last_access with a
+        value of next(_clock) later than every stamp before the call.
         Inserting no tokens returns the root.
         """
         assert len(tokens) == len(blocks) * self.block_size, "insert whole blocks only"
@@ -109,9 +109,11 @@ class RadixCache:
         """Cut `child`'s edge after `num_blocks` blocks (0 < num_blocks < its length); returns the new upper node.
 
         Afterwards the upper node's path from the root spells the edge's first
-        num_blocks blocks, and `child`'s path still spells what it spelled
-        before; every path keeps its blocks, locks and last use. No block
-        changes owner, so no counter changes.
+        num_blocks blocks, `child`'s path still spells what it spelled before,
+        and each prefix is held by the same block as before. Example (blocks
+        of 2): [1 1 2 2] cached as one edge and locked once; inserting
+        [1 1 3 3] cuts it after [1 1], and then the node spelling [1 1] has
+        lock_ref 1 and evictable_blocks is 1 (the new leaf [3 3]).
         """
         # Idea: only the shape changes: what must a node put in the middle inherit?
         # Stuck? `miniyaie hint 3.1` prints hints, one level at a time.
@@ -136,9 +138,11 @@ class RadixCache:
         """One user fewer on the path from `node` to the root: undoes one lock(node).
 
         evictable_blocks still counts exactly the blocks of the nodes whose
-        lock_ref is 0. Unlocking a node that holds no lock of its own (its
-        lock_ref is 0, or only counts the locks below it: the sum of its
-        children's) is a caller's bug: ValueError, and nothing changes.
+        lock_ref is 0. Unlocking a node that holds no lock of its own is a
+        caller's bug: ValueError, and nothing changes. Examples (blocks of
+        2): with [1 1] locked, unlocking the node of an unlocked [2 2] is
+        refused; with [1 1 2 2] locked and [1 1 3 3] cached beside it,
+        unlocking the node spelling [1 1] is refused too.
         """
         # Idea: what must be checked before anything changes?
         # Stuck? `miniyaie hint 3.3` prints hints, one level at a time.
@@ -151,11 +155,12 @@ class RadixCache:
         """Free at least `num_blocks` blocks (if that many are evictable), LRU leaves first.
 
         Only unlocked leaves are evicted, whole (all their blocks), least
-        recently used (smallest last_access) first; evicting a leaf can make
-        its parent an unlocked leaf, a candidate in turn that competes by its
-        own last_access with every other candidate. The root is never
+        recently used (smallest last_access) first. The root is never
         evicted. Stops as soon as num_blocks are freed, or nothing is left to
         evict. Returns the number of blocks freed (given back to the allocator).
+        Examples (one-token blocks): [1 2], [1 3] and [9] inserted in that
+        order, then evict(3) leaves only [9] cached; the same with
+        match_prefix([1]) run after the inserts leaves only [1] cached.
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
