@@ -345,7 +345,7 @@ def test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth():
     stamps = last_uses(tree)
     assert_path_stamped(tree, insert(tree, [5, 5, 6, 6]), stamps, "inserting [5 5 6 6] below the cached [5 5]")
     stamps = last_uses(tree)
-    assert_path_stamped(tree, insert(tree, [1, 1, 7, 7]), stamps, "inserting [1 1 7 7], which parts from [1 1 2 2]")
+    assert_path_stamped(tree, insert(tree, [5, 5, 8, 8]), stamps, "inserting [5 5 8 8], which parts from [5 5 6 6]")
     lock_by_hand(tree, node_spelling(tree, [1, 1, 2, 2]))
     insert(tree, [1, 1, 3, 3])  # splits the locked edge after [1 1]
     upper = node_spelling(tree, [1, 1])

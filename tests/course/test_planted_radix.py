@@ -4,6 +4,7 @@ Each case replaces one piece of the reference radix cache with a plausible wrong
 test of that piece's task that should catch it, and checks that it fails with a message naming the mistake.
 """
 
+import heapq
 import re
 from pathlib import Path
 
@@ -46,8 +47,35 @@ def split_without_the_lock(self, child, num_blocks):
     return upper
 
 
+def evict_variant(wrong):
+    """The reference evict with a parent evicted as soon as it becomes a leaf ("parent at once"), or the largest
+    leaf first ("largest first", ties by id(node))."""
+
+    def evict(self, num_blocks):
+        nodes = [n for n in self._nodes() if n.is_leaf and n.lock_ref == 0 and n is not self.root]
+        heap = [((-len(n.blocks) if wrong == "largest first" else n.last_access), id(n), n) for n in nodes]
+        heapq.heapify(heap)
+        freed = 0
+        while freed < num_blocks and heap:
+            _, _, leaf = heapq.heappop(heap)
+            for block in leaf.blocks:
+                self.allocator.free(block)
+            freed += len(leaf.blocks)
+            self.cached_blocks -= len(leaf.blocks)
+            self.evictable_blocks -= len(leaf.blocks)
+            parent = leaf.parent
+            del parent.children[self._first_block(leaf.key)]
+            if parent.is_leaf and parent.lock_ref == 0 and parent is not self.root:
+                key = -1 if wrong == "parent at once" else -len(parent.blocks)
+                heapq.heappush(heap, (key, id(parent), parent))
+        return freed
+
+    return evict
+
+
 def insert_variant(stamp=True, locked_growth_evictable=False):
-    """The reference insert, without stamping the path, or counting a locked leaf's new blocks as evictable."""
+    """The reference insert, without stamping the path (stamp="path only": without stamping the leaf it creates), or
+    counting a locked leaf's new blocks as evictable."""
 
     def insert(self, tokens, blocks):
         node, done, now = self.root, 0, next(_clock)
@@ -65,7 +93,7 @@ def insert_variant(stamp=True, locked_growth_evictable=False):
                     self.evictable_blocks += len(new_blocks)
                 return node
             if child is None:
-                leaf = Node(tuple(rest), list(blocks[done // self.block_size :]), parent=node, last_access=now if stamp else 0)
+                leaf = Node(tuple(rest), list(blocks[done // self.block_size :]), parent=node, last_access=now if stamp is True else 0)
                 for block in leaf.blocks:
                     self.allocator.share(block)
                 node.children[self._first_block(rest)] = leaf
@@ -136,10 +164,25 @@ PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what 
         tree.RadixCache, "insert", insert_variant(locked_growth_evictable=True), "test_tree",
         "test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth",
         r"blocks added to a locked node's edge are locked"),
+    "3.1 new leaf not stamped": (
+        tree.RadixCache, "insert", insert_variant(stamp="path only"), "test_tree",
+        "test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth", r"Task 3.1: inserting a new sequence"),
+    "3.3 parent evicted at once": (
+        tree.RadixCache, "evict", evict_variant("parent at once"), "test_tree",
+        "test_a_parent_that_becomes_a_leaf_competes_by_its_own_last_use", r"Task 3.3: .* must outlive it"),
+    "3.3 parent evicted at once, in the state machine": (
+        tree.RadixCache, "evict", evict_variant("parent at once"), "test_radix_machine",
+        "test_radix_state_machine", r"Task 3.3: evict\(\d+\) took .* competes by its own last use\. Steps: "),
+    "3.3 largest leaf first": (
+        tree.RadixCache, "evict", evict_variant("largest first"), "test_tree",
+        "test_eviction_takes_least_recently_used_leaves_first", r"whatever the size of the others"),
+    "3.3 largest leaf first, in the state machine (ties by id: not a hypothesis Flaky)": (
+        tree.RadixCache, "evict", evict_variant("largest first"), "test_radix_machine",
+        "test_radix_state_machine", r"Task 3.3: evict\(\d+\) took .* Steps: "),
     "3.4 shortfall before caching": (
         memory.RadixMemory, "allocate", allocate_variant("short first"), "test_radix_memory",
         "test_a_decode_whose_duplicate_blocks_are_given_back_evicts_nothing",
-        r"evict only what the pool is short of after the request's blocks are cached"),
+        r"caching b's blocks gives those two back, more than the one block b needs"),
     "3.4 no _cache_computed": (
         memory.RadixMemory, "allocate", allocate_variant("no caching"), "test_radix_memory",
         "test_a_request_starts_after_the_cached_prefix", r"a running request's whole computed blocks are in the tree"),
