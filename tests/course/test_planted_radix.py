@@ -5,6 +5,7 @@ test of that piece's task that should catch it, and checks that it fails with a 
 """
 
 import heapq
+import itertools
 import re
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def evict_variant(wrong):
 
     def evict(self, num_blocks):
         nodes = [n for n in self._nodes() if n.is_leaf and n.lock_ref == 0 and n is not self.root]
-        heap = [((-len(n.blocks) if wrong == "largest first" else n.last_access), id(n), n) for n in nodes]
+        tie = id if wrong == "largest first" else (lambda node, count=itertools.count(): next(count))  # ids: run-dependent
+        heap = [((-len(n.blocks) if wrong == "largest first" else n.last_access), tie(n), n) for n in nodes]
         heapq.heapify(heap)
         freed = 0
         while freed < num_blocks and heap:
@@ -67,7 +69,7 @@ def evict_variant(wrong):
             del parent.children[self._first_block(leaf.key)]
             if parent.is_leaf and parent.lock_ref == 0 and parent is not self.root:
                 key = -1 if wrong == "parent at once" else -len(parent.blocks)
-                heapq.heappush(heap, (key, id(parent), parent))
+                heapq.heappush(heap, (key, tie(parent), parent))
         return freed
 
     return evict
