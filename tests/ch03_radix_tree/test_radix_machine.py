@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from miniyaie.paged import BlockAllocator
 from miniyaie.radix import RadixCache
+from tree_paths import spelled
 
 pytestmark = [pytest.mark.task(f"3.{n}") for n in range(1, 4)]
 tokens = st.lists(st.integers(0, 2), max_size=12)
@@ -20,13 +21,6 @@ tokens = st.lists(st.integers(0, 2), max_size=12)
 # when hypothesis replays the example, which it would then report as flaky instead of the wrong order.
 ORDER_SLIPS: list[tuple[int, str]] = []
 
-
-def spelled(node) -> tuple:
-    parts = []
-    while node is not None:
-        parts.append(tuple(node.key))
-        node = node.parent
-    return tuple(t for part in reversed(parts) for t in part)
 
 
 class RadixMachine(RuleBasedStateMachine):

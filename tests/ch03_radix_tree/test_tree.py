@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from miniyaie.paged import BlockAllocator
 from miniyaie.radix import RadixCache
+from tree_paths import spelled
 
 
 def cache_with(sequences, block_size, num_blocks=200):
@@ -40,14 +41,6 @@ def longest_prefix(sequences, query, block_size):
 
 tokens = st.lists(st.integers(0, 2), max_size=14)  # a tiny vocabulary: lots of sharing and splits
 
-
-def spelled(node) -> tuple:
-    """The tokens on the path from the root to `node`."""
-    parts = []
-    while node is not None:
-        parts.append(tuple(node.key))
-        node = node.parent
-    return tuple(t for part in reversed(parts) for t in part)
 
 
 @pytest.mark.task("3.2")

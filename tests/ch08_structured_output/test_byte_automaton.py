@@ -275,6 +275,24 @@ class Recording(Budget):
         super().check(states)
 
 
+def refused_by_max_states_100(alphabet, follow, states: str) -> Recording:
+    """Crawl from (0,) with `follow` under max_states=100; fail unless the budget refuses it by name. The budget
+    comes back: its `seen` holds the counts the crawl checked."""
+    from miniyaie.structured.char_automaton import crawl
+
+    small = Recording(Limits(max_states=100))
+    try:
+        with running_under(small):
+            crawl(alphabet, (0,), lambda state: False, follow)
+    except PatternError as exc:
+        assert "max_states" in str(exc), f"Task 8.1: the budget's refusal names max_states: got {exc}"
+    else:
+        pytest.fail(f"Task 8.1: a crawl of {states} states under max_states=100 must stop with the budget's "
+                    f"PatternError (budget.check(states found so far) at least once every 16 states while it runs): "
+                    f"it finished, the counts checked were {small.seen}")
+    return small
+
+
 @pytest.mark.task("8.1")
 def test_the_budget_is_checked_as_states_are_made_and_stops_the_build():
     n = 100
@@ -368,16 +386,7 @@ def test_the_crawl_knows_an_unhashable_state_seen_before_and_reads_the_budget():
             raise OblivionError
         return (state[0] + 1,)
 
-    small = Recording(Limits(max_states=100))
-    try:
-        with running_under(small):
-            crawl(alphabet, (0,), lambda state: False, long)
-    except PatternError as exc:
-        assert "max_states" in str(exc), f"the budget's refusal names max_states: got {exc}"
-    else:
-        pytest.fail(f"a crawl of 3,001 states under max_states=100 must stop with the budget's PatternError "
-                    f"(budget.check(states found so far) at least once every 16 states while it runs): it "
-                    f"finished, the counts checked were {small.seen}")
+    small = refused_by_max_states_100(alphabet, long, "3,001")
     assert max(small.seen) <= 100 + 2 * 16 + 2, f"the crawl stops within 16 states of max_states=100, it reached {max(small.seen)}"
     gaps = [later - earlier for earlier, later in zip(small.seen, small.seen[1:])]
     assert max(gaps) <= 16, (
@@ -438,15 +447,7 @@ def test_the_crawl_checks_the_budget_every_16_states_found_even_when_one_state_f
         made.append(state[0] * 40 + symbol + 1)
         return (made[-1],)
 
-    small = Recording(Limits(max_states=100))
-    try:
-        with running_under(small):
-            crawl(alphabet, (0,), lambda state: False, wide)
-    except PatternError as exc:
-        assert "max_states" in str(exc), f"Task 8.1: the budget's refusal names max_states: got {exc}"
-    else:
-        pytest.fail(f"Task 8.1: a crawl of 10,000 states under max_states=100 must stop with the budget's PatternError, "
-                    f"it finished; the counts checked were {small.seen}")
+    small = refused_by_max_states_100(alphabet, wide, "10,000")
     assert 1 + len(made) <= 100 + 16, (
         f"Task 8.1: the crawl had found {1 + len(made):,} states when the budget refused it (max_states=100): the "
         f"count it checks is the states found, at least once every 16 of them, so it stops within 16 states of the "
