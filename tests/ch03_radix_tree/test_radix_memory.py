@@ -148,7 +148,7 @@ def test_lpm_admits_the_request_with_the_longest_cached_prefix():
 
 @pytest.mark.task("3.4")
 def test_an_allocation_that_fits_in_free_blocks_evicts_nothing():
-    """Making room evicts only the blocks that are short: a cached prefix survives while the pool has room."""
+    """Making room evicts only the blocks that are short: cached blocks survive while the free ones suffice, to the last."""
     memory = RadixMemory(num_blocks=64, block_size=4)
     prompt = list(range(1, 17))  # four whole blocks
     run(memory, [prompt], one_by_one=True)
@@ -161,6 +161,26 @@ def test_an_allocation_that_fits_in_free_blocks_evicts_nothing():
     )
     (again,), _ = run(memory, [prompt], one_by_one=True)
     assert again.num_cached_tokens == 15, f"Task 3.4: the cached prompt was lost: {again.num_cached_tokens} tokens hit, 15 expected"
+    # A tight pool: the decode step fits exactly, in the last free block or inside the request's own last block.
+    for prompt_len, free_after in ((8, 0), (9, 0)):  # blocks of 2, a pool of 8: [9 9] [8 8] [7 7] cached, 5 free
+        memory = checked(RadixMemory(num_blocks=8, block_size=2))
+        for token in (9, 8, 7):
+            cached_request = Request(f"c{token}", [token, token], 1)
+            memory.allocate(cached_request, 2)
+            cached_request.num_computed_tokens = 2
+            memory.free(cached_request)
+        request = Request("r", [1 + i for i in range(prompt_len)], 4)
+        memory.allocate(request, prompt_len)
+        request.num_computed_tokens = prompt_len
+        request.output_token_ids.append(0)
+        free, needed = memory.num_free_blocks, 1 - prompt_len % 2  # a new block only when the last one is full
+        memory.allocate(request, 1)
+        evicted = [t for t in (9, 8, 7) if memory.cache.match_prefix([t, t], touch=False).length == 0]
+        assert not evicted and memory.num_free_blocks == free_after, (
+            f"Task 3.4: a decode after a {prompt_len}-token prompt evicted {len(evicted)} blocks although the pool had "
+            f"enough free ({free} free, {needed} needed; {memory.num_free_blocks} free after): an allocation "
+            "that fits in the free blocks evicts nothing, even when it takes the last one"
+        )
 
 
 @pytest.mark.task("3.4")

@@ -131,6 +131,9 @@ def allocate_variant(order):
             self.hit_tokens += request.num_computed_tokens
         elif order != "no caching":
             self._cache_computed(request)
+        if order == "one more when tight":  # evicts one block whenever fewer than two are free
+            short = self._blocks_short(request, num_new_tokens, [])
+            short = max(short, 1) if self.allocator.num_free < 2 else short
         if order != "evict first":
             self.cache.evict(short if short is not None else self._blocks_short(request, num_new_tokens, []))
         PagedMemory.allocate(self, request, num_new_tokens)
@@ -182,6 +185,10 @@ PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what 
         memory.RadixMemory, "allocate", allocate_variant("short first"), "test_radix_memory",
         "test_a_decode_whose_duplicate_blocks_are_given_back_evicts_nothing",
         r"caching b's blocks gives those two back, more than the one block b needs"),
+    "3.4 one block evicted when the pool is nearly full": (
+        memory.RadixMemory, "allocate", allocate_variant("one more when tight"), "test_radix_memory",
+        "test_an_allocation_that_fits_in_free_blocks_evicts_nothing",
+        r"Task 3.4: .* evicted 1 blocks although the pool had enough free"),
     "3.4 no _cache_computed": (
         memory.RadixMemory, "allocate", allocate_variant("no caching"), "test_radix_memory",
         "test_a_request_starts_after_the_cached_prefix", r"a running request's whole computed blocks are in the tree"),
