@@ -86,6 +86,41 @@ class RadixMachine(RuleBasedStateMachine):
         if forks:
             self._match(list(forks[i % len(forks)]))
 
+    @rule(
+        parent=st.lists(st.integers(0, 2), min_size=1, max_size=2),
+        forks=st.sampled_from([(0, 1), (0, 2), (1, 2)]),
+        other=st.lists(st.integers(0, 2), min_size=1, max_size=2),
+        shift=st.integers(1, 2),
+    )
+    def a_parent_used_after_a_leaf_outlives_it(self, parent, forks, other, shift):
+        """Cache a parent with two children and another leaf, use the parent, then evict all but the parent's path:
+        the children go, the parent (now a leaf, used last) stays, and the older leaf goes before it."""
+        spread = lambda seq: tuple(t for t in seq for _ in range(self.bs))  # noqa: E731 - one token per block
+        p = spread(parent)
+        leaf = spread([(parent[0] + shift) % 3, *other[1:]])  # parts from the parent at its first block
+        children = (p + spread(forks[:1]), p + spread(forks[1:]))
+        for seq in (*children, leaf):
+            self.insert_like_a_finished_request(seq)
+        if not all(self.tree.match_prefix(q, touch=False).length == len(q) for q in (*children, leaf)):
+            return  # the pool is too small or too locked for all three
+        node = self.tree.match_prefix(p, touch=False).node
+        if node.lock_ref:
+            return
+        self._match(p)
+        path = []
+        while node is not self.tree.root:
+            path.append(node)
+            node = node.parent
+        n = self.tree.evictable_blocks - sum(len(on_path.blocks) for on_path in path if on_path.lock_ref == 0)
+        self.evict(n)
+        if self.tree.match_prefix(p, touch=False).length != len(p):
+            ORDER_SLIPS.append((len(self.steps), (
+                f"Task 3.3: evict({n}) took {list(p)}, a parent used (matched) after the leaf "
+                f"{list(leaf)} was cached, once its children {list(children[0])} and {list(children[1])} were gone: it "
+                "competes by its own last use, so the older leaf goes first and every block not on its path was "
+                "enough. Steps: " + "; ".join(self.steps)
+            )))
+
     @rule(i=st.integers(0, 63))
     def lock(self, i):
         if not self.prefixes:

@@ -175,6 +175,9 @@ PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what 
     "3.3 parent evicted at once": (
         tree.RadixCache, "evict", evict_variant("parent at once"), "test_tree",
         "test_a_parent_that_becomes_a_leaf_competes_by_its_own_last_use", r"Task 3.3: .* must outlive it"),
+    "3.3 parent evicted at once (or up the chain), in the state machine": (
+        tree.RadixCache, "evict", evict_variant("parent at once"), "test_radix_machine",
+        "test_radix_state_machine", r"Task 3.3: evict\(\d+\) took .* competes by its own last use.* Steps: "),
     "3.3 largest leaf first": (
         tree.RadixCache, "evict", evict_variant("largest first"), "test_tree",
         "test_eviction_takes_least_recently_used_leaves_first", r"whatever the size of the others"),
