@@ -5,7 +5,9 @@ then every linear over blocks rounds its input to signed bytes per row and block
 block's sum, GGUF's Q8_1, as llama.cpp does) and multiplies bytes by codes with integer dot products
 (backends/cpu/quant_a8.cpp: AVX512-VNNI, AVX-VNNI or AVX2). Where the CPU has AMX, steps of AMX_ROWS rows or
 more go to its 8-bit tiles, and prefill chunks of BF16_ROWS or more to its bfloat16 tiles instead, the weights
-dequantized per call and x rounded to bfloat16 rather than to bytes (quant_bf16_amx.cpp says why). It is faster
+dequantized per call and x rounded to bfloat16 rather than to bytes (quant_bf16_amx.cpp says why). Without AMX,
+steps of AVX512_BF16_ROWS rows or more go to the same bfloat16 rounding on AVX512-BF16's dot products where the
+CPU has them (quant_bf16_avx512.cpp): a busy decode step as well as a prefill chunk. It is faster
 and it is not the float32 model any more: the default schemes stay exact and this one is chosen by name;
 `miniyaie bench quality` prices it.
 """
@@ -21,6 +23,7 @@ SUFFIX = "-a8"
 BLOCK = 32  # activations per block
 AMX_ROWS = 2  # quant_a8.cpp sends steps with this many rows or more to the AMX tiles where the layer has them
 BF16_ROWS = 64  # and with this many (prefill chunks) to the tiles' bfloat16 multiplies (quant_bf16_amx.cpp)
+AVX512_BF16_ROWS = 16  # without tiles, this many to AVX512-BF16 (quant_bf16_avx512.cpp: its crossover, measured)
 ISAS = {3: "AVX512-VNNI", 2: "AVX-VNNI", 1: "AVX2"}
 calls = {"linear": 0, "rows": 0}  # kernel calls and rows they multiplied, since the process started
 

@@ -7,7 +7,7 @@
 // weights instead, once per call: each tile of 16 columns has its blocks dequantized (d * code + m, rounded
 // to bfloat16) into the order tdpbf16ps reads, and float32 tiles then sum a row's whole width with no store
 // until the end. Every row of the chunk reuses the dequantized tile, so its cost fades as rows grow; at a
-// decode step's few rows it would not, and the 8-bit paths keep those (quant_a8.cpp's dispatcher).
+// decode step's few rows it would not, and the 8-bit paths keep those (quant_a8_dispatch.cpp).
 //
 // What it computes differs from the 8-bit tiles' rounding: x is rounded to bfloat16 (8 significant bits,
 // finer than 8-bit steps per block) and so is each dequantized weight; sums are float32.

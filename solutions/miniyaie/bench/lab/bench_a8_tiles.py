@@ -3,7 +3,7 @@
     python -m miniyaie.bench.lab.bench_a8_tiles [--threads 1]
 
 The bundled model's layer 0 projections and head (its GGUF blocks, with 8-bit activations), each row count
-on both tile paths in turn (quant_a8.cpp's dispatcher forced), and torch's bfloat16 matmul over random
+on both tile paths in turn (quant_a8_dispatch.cpp forced), and torch's bfloat16 matmul over random
 weights of the same shape (oneDNN on AMX: weights already in bfloat16, nothing to dequantize) beside them;
 then a 512-token prefill through the engine both ways. Best process time of 15 calls.
 """
