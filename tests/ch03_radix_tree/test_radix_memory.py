@@ -209,3 +209,38 @@ def test_a_decode_whose_duplicate_blocks_are_given_back_evicts_nothing():
         "block b needs"
     )
     memory.check_integrity()
+
+
+@pytest.mark.task("3.4")
+def test_a_request_that_computed_cached_tokens_again_moves_onto_the_trees_blocks():
+    """Two requests compute [1 2] at once; when the second caches it, it uses the first one's blocks and frees its own."""
+    memory = RadixMemory(num_blocks=8, block_size=1)
+    a, b = Request("a", [1, 2], 4), Request("b", [1, 2], 4)
+    for r in (a, b):  # admitted in one step on an empty path: each computes [1 2] into its own blocks
+        memory.allocate(r, 2)
+        r.num_computed_tokens = 2
+        r.output_token_ids.append(5)
+    b_own = memory.block_table("b")[:2]
+    memory.allocate(a, 1)  # a's [1 2] is cached first
+    tree = memory.cache.match_prefix([1, 2], touch=False).blocks
+    memory.allocate(b, 1)  # b's [1 2] duplicates the tree's
+    allocator, table = memory.allocator, memory.block_table("b")
+    assert table[:2] == tree, (
+        f"Task 3.4: b computed [1 2] into blocks {b_own}, and the tree holds [1 2] in blocks {tree}; after b's blocks "
+        f"were cached its table starts {table[:2]}: it must start on the tree's blocks (the pool keeps one copy)"
+    )
+    refs = [allocator.ref_count(block) for block in tree]
+    assert refs == [3, 3], (
+        f"Task 3.4: the tree's blocks {tree} hold {refs} references after b moved onto them: the tree, a and b hold one "
+        "each (b takes its own, as a request sharing cached blocks does, and the tree's stays)"
+    )
+    left = [allocator.ref_count(block) for block in b_own]
+    assert left == [0, 0], (
+        f"Task 3.4: b's own copies of [1 2], blocks {b_own}, still hold {left} references after b moved onto the tree's: "
+        "b gives its duplicates back to the pool"
+    )
+    for r in (a, b):
+        r.num_computed_tokens = 3
+        memory.free(r)
+    memory.cache.reset()
+    assert memory.num_free_blocks == 8, f"Task 3.4: {8 - memory.num_free_blocks} blocks lost after a, b and the cache let go"

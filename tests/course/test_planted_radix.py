@@ -141,6 +141,21 @@ def allocate_variant(order):
     return allocate
 
 
+def use_tree_blocks_variant(wrong):
+    """The reference exchange of a request's duplicate blocks for the tree's, with one slip."""
+
+    def use_tree_blocks(self, table, tokens):
+        for i, block in enumerate(self.cache.match_prefix(tokens, touch=False).blocks):
+            if table[i] != block:
+                if wrong != "no reference taken":
+                    self.allocator.share(block)
+                self.allocator.free(block if wrong == "the tree's block freed" else table[i])
+                if wrong != "table left on the duplicate":
+                    table[i] = block
+
+    return use_tree_blocks
+
+
 def unlock_checking_the_count_only(self, node):
     """Refuses only a count of 0: a parent whose count comes from a locked child is unlocked anyway."""
     while node is not None:
@@ -192,6 +207,15 @@ PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what 
         memory.RadixMemory, "allocate", allocate_variant("one more when tight"), "test_radix_memory",
         "test_an_allocation_that_fits_in_free_blocks_evicts_nothing",
         r"Task 3.4: .* evicted 1 blocks although the pool had enough free"),
+    "3.4 duplicate exchange: the tree's block freed": (
+        memory.RadixMemory, "_use_tree_blocks", use_tree_blocks_variant("the tree's block freed"), "test_radix_memory",
+        "test_a_request_that_computed_cached_tokens_again_moves_onto_the_trees_blocks", r"Task 3.4: the tree's blocks .* hold \[2, 2\] references"),
+    "3.4 duplicate exchange: no reference taken": (
+        memory.RadixMemory, "_use_tree_blocks", use_tree_blocks_variant("no reference taken"), "test_radix_memory",
+        "test_a_request_that_computed_cached_tokens_again_moves_onto_the_trees_blocks", r"Task 3.4: the tree's blocks .* hold \[2, 2\] references"),
+    "3.4 duplicate exchange: table left on the duplicate": (
+        memory.RadixMemory, "_use_tree_blocks", use_tree_blocks_variant("table left on the duplicate"), "test_radix_memory",
+        "test_a_request_that_computed_cached_tokens_again_moves_onto_the_trees_blocks", r"Task 3.4: b computed .* it must start on the tree's blocks"),
     "3.4 no _cache_computed": (
         memory.RadixMemory, "allocate", allocate_variant("no caching"), "test_radix_memory",
         "test_a_request_starts_after_the_cached_prefix", r"a running request's whole computed blocks are in the tree"),

@@ -11,6 +11,7 @@ evicted, least recently used first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from miniyaie.paged import OutOfBlocksError, PagedMemory, blocks_needed
@@ -117,13 +118,9 @@ class RadixMemory(PagedMemory):
         tokens = self.tokens_of(request)[: num_blocks * self.block_size]
         node = self.cache.insert(tokens, table[:num_blocks])
         # Where the tree already held these tokens (another request computed
-        # them first), use its blocks and give ours back: the pool keeps one
-        # copy, and free + evictable blocks stay what can_allocate counted.
-        for i, block in enumerate(self.cache.match_prefix(tokens, touch=False).blocks):
-            if table[i] != block:
-                self.allocator.share(block)
-                self.allocator.free(table[i])
-                table[i] = block
+        # them first), insert kept its own blocks: the request moves onto them
+        # (Task 3.4), so the pool keeps one copy.
+        self._use_tree_blocks(table, tokens)
         self.cache.lock(node)
         old = self._locked.pop(request.request_id, None)
         if old is not None:
@@ -131,6 +128,31 @@ class RadixMemory(PagedMemory):
         self._locked[request.request_id] = node
         self._num_cached[request.request_id] = num_blocks
     # ANCHOR_END: cache_computed
+
+    # ANCHOR: use_tree_blocks
+    def _use_tree_blocks(self, table: list[int], tokens: Sequence) -> None:
+        """Move a request onto the tree's blocks where its own blocks duplicate them.
+
+        `tokens` are the request's first len(tokens) // block_size blocks of
+        tokens, held in the first blocks of its `table`, and insert has just
+        cached them; where the tree held them already (another request
+        computed them first), insert kept the tree's blocks and left the
+        request's duplicates to the request. Afterwards the table holds, at
+        each of those positions, the block the tree holds, so the pool keeps
+        one copy: each block the table took has one more allocator reference
+        (the request's), each duplicate it gave up one fewer (free again unless
+        someone else still holds it). Positions that held the tree's block
+        already are unchanged. Example (blocks of 1): request a computed
+        [1 2] into blocks 3 and 4, now cached; request b computed [1 2] into
+        its own blocks 7 and 8 and caches them: afterwards b's table starts
+        [3, 4], blocks 3 and 4 have three references each (the tree, a and b)
+        and blocks 7 and 8 are free.
+        """
+        # Idea: which copy stays, and who holds a reference on it afterwards?
+        # Stuck? `miniyaie hint 3.4` prints hints, one level at a time.
+        # TODO(Task 3.4): Start on the cached prefix, cache what is computed. Replace this line with your code.
+        raise NotImplementedError('Chapter 3, Task 4: Start on the cached prefix, cache what is computed — see book/src/ch03_radix_tree.md')
+    # ANCHOR_END: use_tree_blocks
 
     def free(self, request: Request) -> None:
         """Cache what the request computed, then drop its lock and its share of every block."""
