@@ -201,9 +201,12 @@ def test_lpm_cannot_starve_a_request_that_never_matches():
 )
 @example(prefixes=[0, 2, 2], queued=[0, 1, 1, 0, 0, 0, 0, 0], now=3, max_wait=3, max_queue=9)  # queued exactly now - max_wait
 @example(prefixes=[0, 1, 2], queued=[0] * 8, now=0, max_wait=5, max_queue=3)  # exactly lpm_max_queue waiting: sorted
+@example(prefixes=[0, 0, 1], queued=[0, 0, 0, 0, 0, 0, 0, 0], now=4, max_wait=2, max_queue=9)  # all overdue
 def test_admission_order_is_lpm_with_overdue_requests_first(prefixes, queued, now, max_wait, max_queue):
     entries = [(request(4, 1), p, q) for p, q in zip(prefixes, queued)]
     waiting = [r for r, _, _ in entries]
+    for position, r in enumerate(waiting):  # the queue's front arrived last, as preempted requests put back in front do
+        r.arrival = 100 - position
     prefix = {r.request_id: p for r, p, _ in entries}
     queued_at = {r.request_id: q for r, _, q in entries}
     asked = []
@@ -230,7 +233,8 @@ def test_admission_order_is_lpm_with_overdue_requests_first(prefixes, queued, no
         f"{len(waiting)} waiting, lpm_max_queue={max_queue} (up to that many are sorted): requests queued at or "
         f"before now - max_wait_steps = {now - max_wait} first (in queue order), then the rest by longest prefix: "
         f"expected {ids(overdue + rest)}, got {ids(order)} (prefix lengths {[prefix[r.request_id] for r in waiting]}, "
-        f"queued at {[queued_at[r.request_id] for r in waiting]}, in queue order)"
+        f"queued at {[queued_at[r.request_id] for r in waiting]}, in queue order). Task 1.6: the overdue keep the "
+        "queue's order, not their arrival order (the requests at the front here arrived last, as preempted ones do)"
     )
 
 

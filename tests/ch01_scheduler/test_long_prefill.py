@@ -127,6 +127,36 @@ def test_a_long_prompt_held_back_with_a_cached_prefix_is_left_untouched():
     )
 
 
+class CachedFor(TokenCountingMemory):
+    """A prefix cache that holds the first `cached[request_id]` tokens of a prompt."""
+
+    def __init__(self, capacity, cached):
+        super().__init__(capacity)
+        self.cached = cached
+
+    def cached_prefix_len(self, request):
+        return self.cached.get(request.request_id, 0)
+
+
+@pytest.mark.task("1.7")
+def test_a_prompt_whose_rest_after_its_cached_prefix_is_short_is_not_long():
+    config = SchedulerConfig(16, 8, long_prefill_token_threshold=8, max_long_partial_prefills=1)
+    long, cached = request(60), request(40)
+    s = Scheduler(config, CachedFor(1000, {cached.request_id: 36}))
+    s.add_request(long)
+    s.update(s.schedule(), {})  # the long prompt alone: 16 of its 60 tokens
+    s.add_request(cached)
+    out = s.schedule()
+    got = [(c.request.request_id, c.start, c.num_tokens) for c in out.chunks]
+    want = [(long.request_id, 16, 12), (cached.request_id, 36, 4)]
+    assert got == want, (
+        f"Task 1.7: got (id, start, tokens) {got}, expected {want}: the 40-token prompt has 36 tokens cached, so only "
+        "4 are still to compute when admission asks tokens_for about it: it is short (threshold 8) and is admitted "
+        "beside the long prefill (8 + the 4 left over). A request is long by what it lacks after the start admission "
+        "gives it (set num_computed_tokens to the cached start before asking tokens_for: Task 1.2's _admit_waiting)"
+    )
+
+
 @pytest.mark.task("1.7")
 def test_a_long_prompt_still_queued_when_the_budget_runs_out_is_not_counted_as_held():
     s, driver = bounded(budget=4, threshold=4)

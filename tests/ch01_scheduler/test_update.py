@@ -105,11 +105,15 @@ def test_an_end_of_sequence_token_that_is_also_the_last_allowed_one_is_a_stop(ma
 
 @pytest.mark.task("1.3")
 def test_a_finished_request_gives_back_its_memory_and_its_id():
-    first = request(3, max_tokens=1)
-    s, out = admitted(first)
-    assert s.update(out, {first.request_id: 9}) == [first]
+    first, second = request(3, max_tokens=1), request(2, max_tokens=1)
+    s, out = admitted(first, second)
+    assert s.update(out, {first.request_id: 9, second.request_id: 9}) == [first, second]
     assert s.memory.num_used_tokens == 0, (
         f"the finished request still holds {s.memory.num_used_tokens} tokens of memory: a finished request holds none"
+    )
+    assert not s.requests, (
+        f"Task 1.3: after both requests finished, scheduler.requests still holds {sorted(s.requests)}: a finished "
+        "request is no longer known by its id (_finish forgets it), or a server would keep every request it ever served"
     )
     again = Request(first.request_id, [5, 6, 7], 2, eos_token_ids=[EOS])
     try:
@@ -121,6 +125,10 @@ def test_a_finished_request_gives_back_its_memory_and_its_id():
         )
     out = s.schedule()
     assert [c.request for c in out.chunks] == [again], "the request that reuses a finished one's id is admitted"
+    try:
+        s.add_forked(Request(second.request_id, [5, 6], 2, eos_token_ids=[EOS]))
+    except ValueError as error:
+        pytest.fail(f"Task 1.3: add_forked refused the id of a request that finished ({error!r}): its id is free again")
 
 
 @pytest.mark.task("1.3")
