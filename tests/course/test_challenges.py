@@ -72,7 +72,26 @@ def test_a_score_is_refused_when_a_correctness_test_fails(monkeypatch, capsys):
 
 
 def test_the_learners_design_module_is_optional(monkeypatch):
-    assert base.learner_design(1, "make_scheduler", "default") == "default"  # the reference tree has no scheduler/challenge.py
+    assert base.learner_design(2, "make_memory", "default") == "default"  # the reference tree has no paged/challenge.py
+
+
+def test_chapter_1s_reference_entry_stays_in_solutions_and_an_inf_score_says_why():
+    """The reference's settings live in solutions/miniyaie/scheduler/challenge.py (the reference column runs it), not in
+    the harness the learner reads, and sync never copies them into chapters/; a design below the throughput floor
+    scores inf and the line under the table gives its throughput and the floor."""
+    from miniyaie.challenges import ch01_scheduler as ch01
+    from miniyaie.course.sync import generated_tree
+    from miniyaie.scheduler import Scheduler, SchedulerConfig
+
+    assert base.learner_design(1, "make_scheduler", None) is not None, "the reference tree has no scheduler/challenge.py"
+    harness = Path(ch01.__file__).read_text()
+    assert "long_prefill_token_threshold=" not in harness, "the harness module carries the reference's settings"
+    assert "scheduler/challenge.py" not in generated_tree(), "course sync copies the reference's challenge entry into chapters/"
+    starved = lambda memory: Scheduler(SchedulerConfig(max_num_batched_tokens=24, max_num_seqs=64), memory)  # noqa: E731
+    score = ch01._score(starved)
+    note = ch01.CHALLENGE.explain(score)
+    assert score == float("inf") and "below the 95% floor" in note and "% of the plain scheduler's" in note, (score, note)
+    assert "the floor is 95%" in ch01.CHALLENGE.explain(ch01._score(ch01.plain_scheduler))
 
 
 def test_the_command_refuses_an_unknown_chapter_or_impl(capsys):

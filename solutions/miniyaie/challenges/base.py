@@ -50,6 +50,7 @@ class Challenge:
     correctness_tests: list[str]  # must pass on the selected tree for a score to count
     reference: Callable[[], float] | None = None  # the reference design's score; None: run() on the reference
     note: str = ""  # printed under the table (e.g. "timed only on a GPU")
+    explain: Callable[[float], str] | None = None  # called after run() with its score, in that process: a line about it
     extra: dict[str, Any] = field(default_factory=dict)  # anything a chapter wants to carry (unused by the runner)
 
     @property

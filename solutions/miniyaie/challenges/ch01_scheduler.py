@@ -3,7 +3,8 @@
 Your lever: a `make_scheduler(memory)` in your `miniyaie/scheduler/challenge.py`, returning a
 Scheduler (your own, with the settings, policy or subclass you choose). The plain chapter 1
 scheduler (FCFS, budget 512, no bound on a long prefill's share of a step) is the default and
-the baseline. Scored in simulated time from a step-cost model (simulate.py): deterministic. Five
+the baseline. The reference's entry is its own `make_scheduler`, in solutions/miniyaie/scheduler/challenge.py
+(the reference column runs it). Scored in simulated time from a step-cost model (simulate.py): deterministic. Five
 seeded traces, their 361 chat turns pooled: the p99 is then a turn near the top, not the single worst.
 """
 
@@ -21,15 +22,6 @@ def plain_scheduler(memory):
     from miniyaie.scheduler import Scheduler, SchedulerConfig
 
     return Scheduler(SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=64), memory)
-
-
-def reference_scheduler(memory):
-    """What the reference did: bound a long prefill's share of each step (vLLM's long-prefill threshold)."""
-    from miniyaie.scheduler import Scheduler, SchedulerConfig
-
-    config = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=64,
-                             long_prefill_token_threshold=128, max_long_partial_prefills=1)
-    return Scheduler(config, memory)
 
 
 TRACE_SEEDS = (0, 1, 2, 3, 4)  # five traces: a design tuned to one trace's accidents does not carry the score
@@ -51,11 +43,26 @@ def _chat_ttfts_and_throughput(make_scheduler) -> tuple[list[float], float]:
     return ttfts, 1000 * tokens / milliseconds
 
 
+_last_ratio: list[float] = []  # the throughput / plain of the last design scored in this process, for explain()
+
+
 def _score(make_scheduler) -> float:
     """The chat turns' p99 TTFT over the traces; infinite when throughput falls below the floor (latency bought with throughput)."""
     ttfts, throughput = _chat_ttfts_and_throughput(make_scheduler)
-    floor = THROUGHPUT_FLOOR * _chat_ttfts_and_throughput(plain_scheduler)[1]
-    return percentile(ttfts, 99) if throughput >= floor else float("inf")
+    ratio = throughput / _chat_ttfts_and_throughput(plain_scheduler)[1]
+    _last_ratio[:] = [ratio]
+    return percentile(ttfts, 99) if ratio >= THROUGHPUT_FLOOR else float("inf")
+
+
+def _explain(score: float) -> str:
+    """The line under the table: your design's throughput next to the floor, and why a score is inf."""
+    if not _last_ratio:
+        return ""
+    ratio = _last_ratio[0]
+    if score == float("inf"):
+        return (f"yours is inf: its throughput is {ratio:.1%} of the plain scheduler's, below the "
+                f"{THROUGHPUT_FLOOR:.0%} floor (latency bought with throughput does not count)")
+    return f"your throughput: {ratio:.1%} of the plain scheduler's (the floor is {THROUGHPUT_FLOOR:.0%})"
 
 
 CHALLENGE = Challenge(
@@ -69,6 +76,6 @@ CHALLENGE = Challenge(
               "a design whose throughput falls below 95% of the plain scheduler's scores inf"),
     run=lambda: _score(learner_design(1, "make_scheduler", plain_scheduler)),
     baseline=lambda: _score(plain_scheduler),
-    reference=lambda: _score(reference_scheduler),
+    explain=_explain,
     correctness_tests=["tests/ch01_scheduler"],
 )

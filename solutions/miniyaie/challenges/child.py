@@ -2,7 +2,7 @@
 
     python -m miniyaie.challenges.child N yours|reference
 
-prints one JSON line: {"yours": x} or {"reference": x, "baseline": y}.
+prints one JSON line: {"yours": x} (and "yours_note", a line about it, when the challenge explains) or {"reference": x, "baseline": y}.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ def main(argv: list[str]) -> int:
     number, role = int(argv[0]), argv[1]
     challenge = challenge_for(number)
     if role == "yours":
-        out = {"yours": _num(challenge.run())}
+        score = challenge.run()
+        out = {"yours": _num(score)}
+        if challenge.explain is not None:
+            out["yours_note"] = challenge.explain(score)
     else:
         out = {"reference": _num((challenge.reference or challenge.run)())}
         if challenge.baseline is not None:

@@ -27,7 +27,7 @@ def failing_tests(challenge: Challenge, impl: str) -> list[str]:
             for r in results if r.outcome == "failed"]
 
 
-def score_in_child(number: int, role: str, impl: str, timeout: float = 600) -> dict[str, float | None]:
+def score_in_child(number: int, role: str, impl: str, timeout: float = 600) -> dict[str, float | str | None]:
     """Run one column of the challenge in a fresh process that imports only the tree `impl` selects."""
     env = {**os.environ, ENV_VAR: impl}
     proc = subprocess.run([sys.executable, "-m", "miniyaie.challenges.child", str(number), role],
@@ -72,6 +72,8 @@ def challenge(number: int, impl: str | None = None) -> int:
         return 1
     scores = {**score_in_child(number, "yours", impl), **score_in_child(number, "reference", "solutions")}
     print(score_table(ch, scores, impl))
+    if scores.get("yours_note"):
+        print(scores["yours_note"])
     if ch.extra.get("ratio") and scores.get("yours") and scores.get("reference"):  # a timing: machines differ
         print(f"yours / reference: {scores['yours'] / scores['reference']:.2f}x, both measured in this run")
     if ch.note:
