@@ -65,6 +65,16 @@ def test_grade_names_the_earlier_stub_a_failing_task_ran_into():
     assert "Task 1.2" in status["1.3"] and status["1.3"].startswith("FAIL")
 
 
+def test_grade_blames_the_learners_code_not_a_later_stub_it_reached():
+    """Task 1.3's tests pass with Task 1.4 stubbed (book order): reaching 1.4's stub means 1.3's code is wrong
+    (a finished request left running), so the status must not send the learner to do 1.4 first."""
+    message = "NotImplementedError: Chapter 1, Task 4: Serve running requests within the budget — see book/src/ch01_scheduler.md"
+    rows, _ = task_table(1, [TestResult("tests/ch01_scheduler/test_x.py::t", 1, ["1.3"], False, True, "failed", message)])
+    status = {row[0]: row[3] for row in rows}["1.3"]
+    assert status.startswith("FAIL") and "do it first" not in status, status
+    assert "Task 1.4's stub" in status and "your code up to Task 1.3" in status, status
+
+
 def _scheduler_tree(tmp_path: Path, old: str, new: str) -> Path:
     root = tmp_path / "miniyaie"
     shutil.copytree(chapter(1).solution_dir, root / "scheduler", ignore=shutil.ignore_patterns("__pycache__"))

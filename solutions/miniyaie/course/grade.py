@@ -59,9 +59,16 @@ def task_table(number: int, results: list[TestResult], only: str | None = None) 
             status = f"{'no tests ran' if not tests else status}: a test file could not load (below)"
         blockers = sorted({b for t in tests if t.outcome == "failed" and (b := stub_hit(t.message)) not in (None, task)},
                           key=_task_key)
-        if blockers:
-            status += f" (ran into Task {', '.join(blockers)}'s stub: do it first)"
-        elif any(t.outcome == "failed" and "TaskTimeout" in t.message for t in tests):
+        # Book order (course holes (c)): a task's tests pass with the later tasks stubbed, so a later stub is reached
+        # only through a bug in the code up to this task, never because that later task is missing.
+        earlier = [b for b in blockers if task == END_TO_END or _task_key(b) < _task_key(task)]
+        later = [b for b in blockers if b not in earlier]
+        if earlier:
+            status += f" (ran into Task {', '.join(earlier)}'s stub: do it first)"
+        if later:
+            status += (f" (reached Task {', '.join(later)}'s stub, which these tests never need when your code up to "
+                       f"Task {task} is right: the bug is in that code, not a missing task)")
+        if not blockers and any(t.outcome == "failed" and "TaskTimeout" in t.message for t in tests):
             status += " (timed out: a loop that never ends?)"
         if task in what:
             label, read = what[task], f"{ch.page_of(task)}#{heading_id(f'Task {task}: {what[task]}')}"
