@@ -202,6 +202,7 @@ def test_lpm_cannot_starve_a_request_that_never_matches():
 @example(prefixes=[0, 2, 2], queued=[0, 1, 1, 0, 0, 0, 0, 0], now=3, max_wait=3, max_queue=9)  # queued exactly now - max_wait
 @example(prefixes=[0, 1, 2], queued=[0] * 8, now=0, max_wait=5, max_queue=3)  # exactly lpm_max_queue waiting: sorted
 @example(prefixes=[0, 0, 1], queued=[0, 0, 0, 0, 0, 0, 0, 0], now=4, max_wait=2, max_queue=9)  # all overdue
+@example(prefixes=[0, 1, 0, 3], queued=[4, 3, 1, 2, 0, 0, 0, 0], now=5, max_wait=2, max_queue=9)  # the docstring's [b c d a]
 def test_admission_order_is_lpm_with_overdue_requests_first(prefixes, queued, now, max_wait, max_queue):
     entries = [(request(4, 1), p, q) for p, q in zip(prefixes, queued)]
     waiting = [r for r, _, _ in entries]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from planted import import_planted
 
-from miniyaie.scheduler import RequestStatus, ScheduledChunk, long_prefill, scheduler
+from miniyaie.scheduler import RequestStatus, ScheduledChunk, long_prefill, policy, scheduler
 from miniyaie.scheduler.step import SchedulerOutput
 
 pytestmark = pytest.mark.ungraded
@@ -82,6 +82,40 @@ def schedule_admitting_after_a_preemption(self):
     return out
 
 
+def admit_asking_before_the_cached_start(self, out, budget):
+    """Asks tokens_for before setting the cached start, then clips the grant to what is left after the cache."""
+    for request in self._admission_order():
+        if budget == 0 or len(self.running) >= self.config.max_num_seqs:
+            break
+        cached = min(self.memory.cached_prefix_len(request), request.num_tokens - 1)
+        num_new = min(self.long_prefills.tokens_for(request, budget), request.num_tokens - cached)
+        if num_new == 0:
+            continue
+        request.num_computed_tokens = cached
+        if not policy.fits_with_reserve(self.memory, self.running, request, num_new, self.config.decode_reserve):
+            request.num_computed_tokens = 0
+            break
+        self.memory.allocate(request, num_new)
+        request.num_cached_tokens = cached
+        self.waiting.remove(request)
+        self.running.append(request)
+        request.status = RequestStatus.RUNNING
+        out.chunks.append(ScheduledChunk(request, cached, num_new))
+        budget -= num_new
+    self.long_prefills.top_up(out, self.config.max_num_batched_tokens - out.num_batched_tokens, self.memory)
+    if self.long_prefills.lift(out, self.config.max_num_batched_tokens - out.num_batched_tokens):
+        self._admit_waiting(out, self.config.max_num_batched_tokens - out.num_batched_tokens)
+
+
+def overdue_by_arrival(waiting, prefix_len, config, queued_at, now):
+    """Puts the overdue requests first, but in arrival order rather than queue order."""
+    if len(waiting) > config.lpm_max_queue:
+        return list(waiting)
+    limit = now - config.max_wait_steps
+    overdue = sorted((r for r in waiting if queued_at(r) <= limit), key=lambda r: r.arrival)
+    return overdue + [r for r in policy.lpm_order(waiting, prefix_len) if queued_at(r) > limit]
+
+
 def lpm_ties_by_arrival(waiting, prefix_len):
     """Breaks ties by arrival, not by the place in the queue (a preempted request waits in front)."""
     return sorted(waiting, key=lambda request: (-prefix_len(request), request.arrival))
@@ -105,7 +139,15 @@ PLANTS = {  # mistake: (class or module, attribute, wrong answer, test module, t
         "test_each_schedule_counts_itself", r"num_schedules is 0 after 3 schedules"),
     "_finish keeps the id": (
         scheduler.Scheduler, "_finish", finish_keeping_the_id, "test_update",
-        "test_a_finished_request_gives_back_its_memory_and_its_id", r"a finished request's id is free again"),
+        "test_a_finished_request_gives_back_its_memory_and_its_id", r"Task 1.3: .* a finished request is no longer known by its id"),
+    "admission asks tokens_for before the cached start": (
+        scheduler.Scheduler, "_admit_waiting", admit_asking_before_the_cached_start, "test_long_prefill",
+        "test_a_prompt_whose_rest_after_its_cached_prefix_is_short_is_not_long",
+        r"Task 1.7: .*set num_computed_tokens to the cached start before asking tokens_for"),
+    "overdue requests by arrival": (
+        None, "admission_order", overdue_by_arrival, "test_admission_rules",
+        "test_admission_order_is_lpm_with_overdue_requests_first",
+        r"Task 1.6: the overdue keep the queue's order, not their arrival order"),
     "admission in a step that preempted": (
         scheduler.Scheduler, "schedule", schedule_admitting_after_a_preemption, "test_scheduler",
         "test_no_request_is_admitted_in_a_step_that_preempted",

@@ -66,15 +66,18 @@ class LongPrefillBound:
     def top_up(self, out: SchedulerOutput, budget: int, memory: KVMemory) -> None:
         """Give `budget` (what is left of the step's) to the chunks that stop short of their request's end.
 
-        Oldest chunk first (out.chunks order): each takes what its request
-        still lacks after it, or all the budget left when that is less, if
-        the memory can grow it by that much without preempting anyone
-        (memory.can_allocate); a chunk it cannot grow by that much stays as
-        it is (never grown by a part). A grown chunk is
-        allocated and replaces the old one at the same place in out.chunks.
-        Then num_held grows by the requests in self.asked that end the step
-        with fewer tokens than they wanted (a request with no chunk got 0;
-        a chunk never grows past what its request wanted).
+        Afterwards the oldest such chunks (out.chunks order) have had first
+        call on the budget, and each one has either grown by all it may
+        take (what its request still lacks, or the budget left when that is
+        less) or, when memory.can_allocate says the memory cannot hold that
+        much more, stayed as it was: never grown by a part, and nobody is
+        preempted for it. A grown chunk is allocated and keeps its place in
+        out.chunks. Example (asserted): budget 16, threshold 4, two long
+        prefills and a 3-token prompt get 4, 4 and 3; the 5 left go to the
+        older long prefill: 9, 4, 3. num_held has then grown by the requests
+        in self.asked that end the step with fewer tokens than they wanted
+        (a request with no chunk got 0; a chunk never grows past what its
+        request wanted).
         """
         if not self.threshold or self.lifted:
             return

@@ -100,14 +100,19 @@ def admission_order(
     waiting: Sequence[Request], prefix_len: PrefixLenOracle, config: SchedulerConfig,
     queued_at: Callable[[Request], int], now: int,
 ) -> list[Request]:
-    """The waiting requests in the order admission tries them.
+    """The waiting requests in the order admission tries them, each once.
 
-    FCFS: the queue order. LPM: with more than config.lpm_max_queue waiting
-    requests, the plain queue order (sorting, and asking prefix_len of every
-    waiting request, is not worth its cost: prefix_len is not called);
-    otherwise lpm_order, except that requests queued at or before
-    now - config.max_wait_steps (queued_at(r): the schedule count when r was
-    added; now: the current one) go first, in queue order: no starvation.
+    FCFS: the queue order. LPM: the queue order when more than
+    config.lpm_max_queue requests wait (prefix_len is then never called:
+    asking it of every waiting request is not worth its cost); otherwise
+    longest prefix first, as lpm_order sorts them, except that an overdue
+    request, one queued at or before now - config.max_wait_steps
+    (queued_at(r): the schedule count when r was added; now: the current
+    one), comes before every request that is not, whatever its prefix: no
+    starvation. The overdue keep their queue order among themselves (not
+    their arrival order: a preempted request waits at the front). Example
+    (asserted): LPM, max_wait_steps 2, now 5, the queue [a b c d] with
+    prefix lengths 0 1 0 3, queued at 4 3 1 2: [b c d a].
     """
     if config.policy == "fcfs":
         return fcfs_order(waiting, prefix_len)

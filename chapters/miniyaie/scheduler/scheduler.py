@@ -89,7 +89,8 @@ class Scheduler:
     # ANCHOR: finish
     def _finish(self, request: Request, reason: FinishReason) -> None:
         """End a request that is in neither queue any more. Afterwards it holds no memory, it is
-        FINISHED with `reason` as its finish_reason, and its id is free (add_request may reuse it)."""
+        FINISHED with `reason` as its finish_reason, and it is no longer in self.requests (which
+        holds unfinished requests only): its id is free for add_request and add_forked."""
         # Idea: a finished request holds nothing and is known by nobody.
         # Stuck? `miniyaie hint 1.3` prints hints, one level at a time.
         # TODO(Task 1.3): Record a step's results. Replace this line with your code.
@@ -114,7 +115,7 @@ class Scheduler:
         anyone: admission_order's `now` counts this schedule.
         """
         self.long_prefills.start_step()
-        # Idea: serve those in flight first; admit with what is left, unless memory just ran out.
+        # Idea: one budget, two kinds of request: which is served first, and when does the other get nothing?
         # Stuck? `miniyaie hint 1.2` prints hints, one level at a time.
         # TODO(Task 1.2): Admit waiting requests. Replace this line with your code.
         raise NotImplementedError('Chapter 1, Task 2: Admit waiting requests — see book/src/ch01_scheduler.md')
@@ -128,12 +129,15 @@ class Scheduler:
         as self.long_prefills.tokens_for(request, budget left) grants; no
         chunk is empty, and every chunk is allocated in memory. Older
         requests (earlier in self.running) come first: a request gets
-        tokens only if every older one that wanted some got its grant.
-        When memory cannot hold a chunk, room is made by preemption
-        (self._preempt) of the newest running requests, never of an older
-        one; a request that is itself the newest left is preempted, and then
-        nobody after it is served. The admission reserve (decode_reserve)
-        does not apply to running requests, or they could never finish.
+        tokens only if every older one that wanted some got its grant. When
+        memory cannot hold every chunk, requests are preempted
+        (self._preempt), and afterwards the preempted ones are the newest
+        that were running: no request older than one still running is
+        preempted, and no request newer than a preempted one gets tokens.
+        Example (asserted): a, b and c decode and the memory lets only a
+        grow: c is preempted, then b, and a gets its token. The admission
+        reserve (decode_reserve) does not apply to running requests, or they
+        could never finish.
         """
         if not self.running:
             return  # nothing to serve yet (so Task 1.2's admission can be tried before this task is done)
@@ -145,13 +149,15 @@ class Scheduler:
 
     # ANCHOR: preempt
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
-        """Preemption by recompute: drop the request's KV cache and queue it first.
+        """Preemption by recompute: the request gives its KV cache back and will compute it again.
 
-        Afterwards the request is out of `running`, holds no memory, has
-        num_computed_tokens 0 and status PREEMPTED, waits at the FRONT of
-        `waiting`, is listed in out.preempted, and both it and the scheduler
-        count one more preemption (request.num_preemptions,
-        self.num_preemptions). Its output so far is kept: it is recomputed.
+        Afterwards it is PREEMPTED, holds no memory and no computed tokens,
+        is out of `running` and first in `waiting` (it came before everyone
+        who never ran), is listed in out.preempted, and one more preemption
+        is counted on it and on the scheduler (request.num_preemptions,
+        self.num_preemptions). Its tokens, prompt and output so far, are
+        kept. Example (asserted): c, then b, preempted in one step while d
+        had never run: waiting is [b, c, d].
         """
         # Idea: give the memory back, forget what was computed, and queue it ahead of everyone.
         # Stuck? `miniyaie hint 1.5` prints hints, one level at a time.
