@@ -1,13 +1,9 @@
 """Continuous batching by token budget: one rule decides every step.
 
-Each step the scheduler hands out at most `max_num_batched_tokens` tokens.
-Running requests are served first (a decode wants one token, an unfinished
-prefill its next chunk), then waiting requests are admitted while the budget,
-`max_num_seqs` and memory allow. A prefill, a chunk of one, a prefix-cache hit
-and a decode are all "the tokens after num_computed_tokens". When a running
-request cannot grow, the newest running request is preempted: its memory is
-freed, its computed tokens dropped, and it waits at the front of the queue to
-be recomputed.
+Each step hands out at most `max_num_batched_tokens` tokens, running requests
+first, then admissions while the budget, `max_num_seqs` and memory allow. A
+prefill, a chunk of one, a prefix-cache hit and a decode are all "the tokens
+after num_computed_tokens"; a request preempted for memory is recomputed.
 """
 
 from __future__ import annotations
@@ -132,12 +128,10 @@ class Scheduler:
         tokens only if every older one that wanted some got its grant. When
         memory cannot hold every chunk, requests are preempted
         (self._preempt), and afterwards the preempted ones are the newest
-        that were running: no request older than one still running is
-        preempted, and no request newer than a preempted one gets tokens.
+        that were running, and none newer than a preempted one gets tokens.
         Example (asserted): a, b and c decode and the memory lets only a
         grow: c is preempted, then b, and a gets its token. The admission
-        reserve (decode_reserve) does not apply to running requests, or they
-        could never finish.
+        reserve (decode_reserve) is not asked of running requests, or they could never finish.
         """
         if not self.running:
             return  # nothing to serve yet (so Task 1.2's admission can be tried before this task is done)
@@ -153,11 +147,9 @@ class Scheduler:
 
         Afterwards it is PREEMPTED, holds no memory and no computed tokens,
         is out of `running` and first in `waiting` (it came before everyone
-        who never ran), is listed in out.preempted, and one more preemption
-        is counted on it and on the scheduler (request.num_preemptions,
-        self.num_preemptions). Its tokens, prompt and output so far, are
-        kept. Example (asserted): c, then b, preempted in one step while d
-        had never run: waiting is [b, c, d].
+        who never ran), is in out.preempted, and request.num_preemptions and
+        self.num_preemptions count it. Its prompt and output are kept.
+        Example (asserted): c, then b, preempted while d waits: [b, c, d].
         """
         # Idea: give the memory back, forget what was computed, and queue it ahead of everyone.
         # Stuck? `miniyaie hint 1.5` prints hints, one level at a time.
