@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from miniyaie.bench.quality import (DEFAULT_VARIANTS, PROMPTS, book_text, format_table, greedy_agreement, greedy_outputs,
-                                    perplexity, plain_text, quantized_copy)
+                                    perplexity, plain_text, quality_text, quantized_copy)
 from miniyaie.quant import QuantizedLinear
 
 pytestmark = pytest.mark.ungraded  # provided machinery, not a learner's task
@@ -112,6 +112,9 @@ def test_the_text_is_the_book_s_prose_without_markup():
     assert not any(s in text for s in ("#", "*", "`", "http", "x = 1", "|", "---"))
     book = book_text()
     assert book.startswith("Chapter 0") and len(book) > 50_000 and "```" not in book
+    shipped = quality_text()
+    assert shipped.startswith("Chapter 0") and len(shipped) > 50_000 and "```" not in shipped, (
+        "the shipped text is a book page's prose")
 
 
 def test_the_table_has_a_row_per_measured_variant_and_names_the_ones_that_could_not_apply():

@@ -1,7 +1,8 @@
 """`miniyaie bench quality`: what weights in blocks cost in model quality, measured against the float32 model.
 
 The speed tables say what 4- and 8-bit weights save; this says what they cost, two ways. Perplexity on a
-fixed text that ships with the course (the book's own chapter pages), and greedy agreement with the float32
+fixed text that ships with the course (quality_text.txt: the prose of chapter 0's page, frozen so that
+tables measured on different days compare while the pages keep changing), and greedy agreement with the float32
 model on fixed chat prompts: a quantization can move the perplexity by a fraction of a percent and still
 change what a user reads. Every variant is the same transformers model with its projections swapped for
 blocks (miniyaie.quant), run by transformers' own forward and generate, so only the weights differ; a
@@ -64,15 +65,23 @@ def plain_text(markdown: str) -> str:
 
 
 def book_text(book_dir: Path | None = None) -> str:
-    """The chapter pages (ch0*.md, in file-name order) as one plain text: fixed, offline, shipped with the course."""
+    """The chapter pages (ch0*.md, in file-name order) as one plain text: what quality_text.txt was cut from."""
     if book_dir is None:
         from miniyaie._switch import REPO_ROOT
 
         book_dir = REPO_ROOT / "book" / "src"
     pages = sorted(Path(book_dir).glob("ch0*.md"))
     if not pages:
-        raise FileNotFoundError(f"no chapter pages (ch0*.md) in {book_dir}: bench quality reads the book's text")
+        raise FileNotFoundError(f"no chapter pages (ch0*.md) in {book_dir}")
     return "\n\n".join(plain_text(p.read_text()) for p in pages)
+
+
+QUALITY_TEXT = Path(__file__).with_name("quality_text.txt")  # book_text() of 2026-11-29, its first 58,696 characters
+
+
+def quality_text() -> str:
+    """The fixed text perplexity is measured on (16,477 tokens with SmolLM2's tokenizer)."""
+    return QUALITY_TEXT.read_text()
 
 
 def perplexity(model: nn.Module, ids: Sequence[int] | torch.Tensor, window: int) -> float:
@@ -187,7 +196,7 @@ def run(args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     gguf_path = bundled_gguf() if args.model in (None, DEFAULT_MODEL) else None
-    ids = tokenizer(book_text(), add_special_tokens=False)["input_ids"][: args.tokens]
+    ids = tokenizer(quality_text(), add_special_tokens=False)["input_ids"][: args.tokens]
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
                                              tokenize=True, return_dict=True)["input_ids"] for p in PROMPTS[: args.prompts]]
     eos = eos_token_ids(path, tokenizer) or None
@@ -218,7 +227,7 @@ def run(args) -> dict:
         del variant
     return dict(
         command="miniyaie " + shlex.join(sys.argv[1:]),
-        model=str(path), text=f"book/src/ch0*.md, plain text, first {len(ids)} tokens",
+        model=str(path), text=f"miniyaie/bench/quality_text.txt, first {len(ids)} tokens",
         text_sha256=hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16], window=args.window,
         prompts=len(prompts), new_tokens=args.new_tokens, cpu=cpu_name(), threads=torch.get_num_threads(),
         torch=torch.__version__, transformers=transformers.__version__,

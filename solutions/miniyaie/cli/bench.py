@@ -138,7 +138,7 @@ def add_parsers(sub) -> None:
                         "reference) is always measured; gguf needs the bundled model; +kv-bf16 (or kv-bf16 alone) "
                         "also rounds keys and values as a bfloat16 K/V cache holds them")
     p.add_argument("--tokens", type=positive_int, default=4096,
-                   help="perplexity over the first N tokens of the book's chapter pages (default 4096)")
+                   help="perplexity over the first N tokens of the shipped text, bench/quality_text.txt (default 4096)")
     p.add_argument("--window", type=positive_int, default=512, help="tokens per perplexity forward call (default 512)")
     p.add_argument("--prompts", type=positive_int, default=len(PROMPTS),
                    help=f"fixed chat prompts for greedy agreement, at most {len(PROMPTS)} (default {len(PROMPTS)})")
