@@ -72,7 +72,8 @@ def test_a_score_is_refused_when_a_correctness_test_fails(monkeypatch, capsys):
 
 
 def test_the_learners_design_module_is_optional(monkeypatch):
-    assert base.learner_design(2, "make_memory", "default") == "default"  # the reference tree has no paged/challenge.py
+    """A chapter whose package has no challenge.py in the selected tree scores its default design."""
+    assert base.learner_design(9, "make_proposer", "default") == "default"  # the reference tree has no speculative/challenge.py
 
 
 def test_chapter_1s_reference_entry_stays_in_solutions_and_an_inf_score_says_why():
@@ -92,6 +93,18 @@ def test_chapter_1s_reference_entry_stays_in_solutions_and_an_inf_score_says_why
     note = ch01.CHALLENGE.explain(score)
     assert score == float("inf") and "below the 95% floor" in note and "% of the plain scheduler's" in note, (score, note)
     assert "the floor is 95%" in ch01.CHALLENGE.explain(ch01._score(ch01.plain_scheduler))
+
+
+def test_chapter_2s_reference_entry_stays_in_solutions():
+    """The reference's pool and scheduler live in solutions/miniyaie/paged/challenge.py (the reference column runs
+    them), not in the harness module the learner reads; sync never copies them into chapters/."""
+    from miniyaie.challenges import ch02_paged_pool as ch02
+    from miniyaie.course.sync import generated_tree
+
+    assert base.learner_design(2, "make_memory", None) is not None, "the reference tree has no paged/challenge.py"
+    harness = Path(ch02.__file__).read_text()
+    assert "decode_reserve=0.2" not in harness and "// 24" not in harness, "the harness module carries the reference's design"
+    assert "paged/challenge.py" not in generated_tree(), "course sync copies the reference's challenge entry into chapters/"
 
 
 def test_the_command_refuses_an_unknown_chapter_or_impl(capsys):
@@ -116,9 +129,10 @@ def test_chapter_2s_admission_order_hook_is_what_the_page_says(monkeypatch):
             return order
 
     config = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=64, decode_reserve=0.2)
-    short_first = ch02.serve_seconds(ch02.reference_memory, lambda memory: ShortFirst(config, memory))
+    short_first = ch02.serve_seconds(ch02.plain_memory, lambda memory: ShortFirst(config, memory))
     assert tried, "the scheduler never called _admission_order: the hook the page documents does not exist"
-    assert math.isfinite(short_first) and short_first != ch02.serve_seconds(ch02.reference_memory, ch02.reference_scheduler)
+    plain_order = ch02.serve_seconds(ch02.plain_memory, lambda memory: Scheduler(config, memory))
+    assert math.isfinite(short_first) and short_first != plain_order, "the order _admission_order returns changed nothing"
 
 
 def test_chapter_11s_policy_hooks_are_what_the_page_says():

@@ -5,6 +5,7 @@ PagedMemory over that many token slots (the block size is yours: small blocks wa
 pool, but every block a step reads costs time), and `make_scheduler(memory)` (admission headroom,
 batch size: a pool that fills preempts, and a preempted request computes its tokens again; or a
 Scheduler subclass whose `_admission_order` picks the order waiting requests are tried in).
+The reference's entry is its own pair, in solutions/miniyaie/paged/challenge.py (the reference column runs it).
 Scored in simulated time (simulate.py's step cost + BLOCK_MS per block a step reads), the mean over
 SEEDS batches so that a design tuned to one batch's luck gains nothing: deterministic.
 """
@@ -46,28 +47,6 @@ def plain_scheduler(memory):
     return Scheduler(SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=64), memory)
 
 
-def reference_memory(capacity_tokens: int):
-    from miniyaie.paged import PagedMemory
-
-    return PagedMemory(capacity_tokens // 24, 24)
-
-
-def reference_scheduler(memory):
-    """What the reference did, the best mean over SEEDS of a search of block sizes 16-40, budgets 512-2048, decode
-    reserves 0-0.25, max_num_seqs 16-64 and four admission orders (first come first served, fewest known tokens
-    first, preempted requests first, most known tokens first): blocks of 24 tokens, a budget of 1,024 tokens,
-    headroom for a fifth of the outputs to come (fewer preemptions, each of which recomputes a request), and the
-    waiting requests tried fewest known tokens first (prompt and output so far: what a real server knows; max_tokens
-    only as the cap decode_reserve reads). The scores are flat near it: many settings come within 1%."""
-    from miniyaie.scheduler import Scheduler, SchedulerConfig
-
-    class FewestKnownTokensFirst(Scheduler):
-        def _admission_order(self):
-            return sorted(super()._admission_order(), key=lambda request: request.num_tokens)
-
-    return FewestKnownTokensFirst(SchedulerConfig(max_num_batched_tokens=1024, max_num_seqs=64, decode_reserve=0.2), memory)
-
-
 def serve_seconds(make_memory, make_scheduler) -> float:
     from miniyaie.scheduler import Request
 
@@ -91,6 +70,5 @@ CHALLENGE = Challenge(
               f"0.5 ms a request + 0.25 ms a token + {BLOCK_MS} ms a block read"),
     run=lambda: serve_seconds(learner_design(2, "make_memory", plain_memory), learner_design(2, "make_scheduler", plain_scheduler)),
     baseline=lambda: serve_seconds(plain_memory, plain_scheduler),
-    reference=lambda: serve_seconds(reference_memory, reference_scheduler),
     correctness_tests=["tests/ch02_paged_kv_cache"],
 )
