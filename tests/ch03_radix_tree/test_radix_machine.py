@@ -142,6 +142,7 @@ class RadixMachine(RuleBasedStateMachine):
     def evict(self, n):
         free_before, evictable = self.tree.allocator.num_free, self.tree.evictable_blocks
         stamps = {p: self.tree.match_prefix(p, touch=False).node.last_access for p in self.prefixes}
+        held = [self._held_by(node) for node in self._nodes() if node is not self.tree.root]  # each node's prefixes
         freed = self.tree.evict(n)
         self.steps.append(f"evict({n})")
         assert freed >= min(n, evictable), f"Task 3.3: evict({n}) freed {freed} blocks with {evictable} evictable"
@@ -153,6 +154,13 @@ class RadixMachine(RuleBasedStateMachine):
         assert len(self.prefixes) - len(survivors) == freed, f"Task 3.3: evict freed {freed} blocks but dropped {len(self.prefixes) - len(survivors)} cached prefixes"
         for _, prefix in self.locks:
             assert prefix in survivors, f"Task 3.3: the locked prefix {list(prefix)} was evicted"
+        for prefixes in held:
+            gone = [p for p in prefixes if p not in survivors]
+            assert not gone or len(gone) == len(prefixes), (
+                f"Task 3.3: evict({n}) freed {len(gone)} of the {len(prefixes)} blocks of the leaf spelling "
+                f"{list(prefixes[-1])} and kept the rest: a leaf goes whole (all its blocks), so each node's cached "
+                "prefixes are all kept or all gone. Steps: " + "; ".join(self.steps)
+            )
         evicted = max(self.prefixes - survivors, key=lambda p: stamps[p], default=None)
         kept = min((n for n in self._nodes() if not n.children and n.lock_ref == 0 and n is not self.tree.root), key=lambda n: n.last_access, default=None)
         if evicted is not None and kept is not None and stamps[evicted] > kept.last_access:
@@ -162,6 +170,11 @@ class RadixMachine(RuleBasedStateMachine):
                 "and a parent that became a leaf competes by its own last use. Steps: " + "; ".join(self.steps)
             )))
         self.prefixes = survivors
+
+    def _held_by(self, node):
+        """The block-aligned prefixes whose last block `node`'s edge holds, shortest first."""
+        above = spelled(node.parent)
+        return [above + tuple(node.key[: j * self.bs]) for j in range(1, len(node.blocks) + 1)]
 
     def _nodes(self):
         out, stack = [], [self.tree.root]

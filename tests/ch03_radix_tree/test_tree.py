@@ -196,6 +196,24 @@ def test_eviction_takes_least_recently_used_leaves_first():
 
 
 @pytest.mark.task("3.3")
+def test_evict_takes_a_leaf_whole_even_when_fewer_blocks_would_do():
+    tree = cache_with([[2, 2, 2, 2], [1, 1], [3, 3]], block_size=2)  # [2 2 2 2], inserted at once, is the oldest leaf
+    leaf = tree.match_prefix([2, 2, 2, 2], touch=False).node
+    whole, above = len(leaf.blocks), len(spelled(leaf.parent))  # 2 and 0 unless the tree cut [2 2 2 2] into two nodes
+    freed = tree.evict(1)
+    left = tree.match_prefix([2, 2, 2, 2], touch=False).length
+    assert freed == whole and left == above, (
+        f"Task 3.3: evict(1) freed {freed} block{'s' * (freed != 1)} of the {whole}-block leaf [2 2 2 2], the least "
+        f"recently used, and left {left} of its tokens cached: a leaf goes whole (all its blocks), even when fewer "
+        "would do, so a cached prefix is kept or evicted with the node that holds it"
+    )
+    assert tree.match_prefix([1, 1], touch=False).length == 2 == tree.match_prefix([3, 3], touch=False).length, (
+        "Task 3.3: evict(1) took a leaf besides the least recently used [2 2 2 2], whose blocks were enough"
+    )
+    tree.check_integrity()
+
+
+@pytest.mark.task("3.3")
 def test_inserting_a_cached_sequence_again_counts_as_a_use():
     tree = cache_with([[1, 1, 2, 2], [1, 1, 3, 3], [4, 4]], block_size=2)
     insert(tree, [1, 1, 2, 2])  # a request that used [1 1 2 2] caches it again when it finishes

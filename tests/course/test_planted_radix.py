@@ -38,6 +38,31 @@ def evict_parents_at_the_end(self, num_blocks):
     return freed
 
 
+def evict_trimming_the_tail(self, num_blocks):
+    """The reference evict, except that the LRU leaf gives up only the blocks still needed, from its end."""
+    order = itertools.count()
+    heap = [(n.last_access, next(order), n) for n in self._nodes() if n.is_leaf and n.lock_ref == 0 and n is not self.root]
+    heapq.heapify(heap)
+    freed = 0
+    while freed < num_blocks and heap:
+        _, _, leaf = heapq.heappop(heap)
+        take = min(len(leaf.blocks), num_blocks - freed)
+        for block in leaf.blocks[len(leaf.blocks) - take :]:
+            self.allocator.free(block)
+        freed += take
+        self.cached_blocks -= take
+        self.evictable_blocks -= take
+        if take < len(leaf.blocks):
+            leaf.blocks = leaf.blocks[:-take]
+            leaf.key = leaf.key[: len(leaf.blocks) * self.block_size]
+            break
+        parent = leaf.parent
+        del parent.children[self._first_block(leaf.key)]
+        if parent.is_leaf and parent.lock_ref == 0 and parent is not self.root:
+            heapq.heappush(heap, (parent.last_access, next(order), parent))
+    return freed
+
+
 def split_without_the_lock(self, child, num_blocks):
     """The new middle node starts unlocked."""
     cut = num_blocks * self.block_size
@@ -199,6 +224,12 @@ PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what 
     "3.3 largest leaf first, in the state machine (ties by id: not a hypothesis Flaky)": (
         tree.RadixCache, "evict", evict_variant("largest first"), "test_radix_machine",
         "test_radix_state_machine", r"Task 3.3: evict\(\d+\) took .* Steps: "),
+    "3.3 a leaf trimmed from its tail": (
+        tree.RadixCache, "evict", evict_trimming_the_tail, "test_tree",
+        "test_evict_takes_a_leaf_whole_even_when_fewer_blocks_would_do", r"Task 3.3: evict\(1\) freed 1 block of the 2-block leaf .* a leaf goes whole"),
+    "3.3 a leaf trimmed from its tail, in the state machine": (
+        tree.RadixCache, "evict", evict_trimming_the_tail, "test_radix_machine",
+        "test_radix_state_machine", r"Task 3.3: evict\(\d+\) freed \d+ of the \d+ blocks of the leaf .* all kept or all gone\. Steps: "),
     "3.4 shortfall before caching": (
         memory.RadixMemory, "allocate", allocate_variant("short first"), "test_radix_memory",
         "test_a_decode_whose_duplicate_blocks_are_given_back_evicts_nothing",

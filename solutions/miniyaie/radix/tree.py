@@ -305,6 +305,8 @@ class RadixCache:
         Examples (one-token blocks): [1 2], [1 3] and [9] inserted in that
         order, then evict(3) leaves only [9] cached; the same with
         match_prefix([1]) run after the inserts leaves only [1] cached.
+        (Blocks of 2) with [2 2 2 2] a two-block leaf, the least recently
+        used, evict(1) frees both blocks and returns 2.
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
