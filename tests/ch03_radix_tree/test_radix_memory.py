@@ -105,6 +105,31 @@ def test_a_full_hit_still_computes_the_last_token():
 
 
 @pytest.mark.task("3.4")
+def test_a_full_hit_keeps_its_partly_computed_last_block_locked():
+    """Admitted on a full hit, a request starts inside the prefix's last block: that block is locked from admission too."""
+    for prompt in (list(range(1, 17)), [1, 2, 3, 4]):  # blocks of 4: four whole blocks, and a prompt of one block
+        memory = RadixMemory(num_blocks=32, block_size=4)
+        a = Request("a", prompt, 1)
+        memory.allocate(a, len(prompt))
+        a.num_computed_tokens = len(prompt)
+        memory.free(a)  # prompt cached whole
+        b = Request("b", prompt, 4)
+        b.num_computed_tokens = len(prompt) - 1  # admitted on the full hit: the last token is computed again
+        memory.allocate(b, 1)
+        memory.cache.evict(10**6)  # anything evictable goes before b's first step
+        left = memory.cache.match_prefix(prompt, touch=False).length
+        assert left == len(prompt), (
+            f"Task 3.4: an eviction between b's admission on a full hit of the cached {len(prompt)}-token prompt (blocks of 4; "
+            f"{len(prompt) - 1} tokens computed, the last in the prefix's last block) and its first step left {left} of them "
+            "cached: the cached blocks a request starts on, the partly computed last one too, stay locked from admission "
+            "until it is freed"
+        )
+        b.num_computed_tokens = len(prompt)
+        memory.free(b)
+        memory.check_integrity()
+
+
+@pytest.mark.task("3.4")
 @given(
     groups=st.integers(1, 3),
     per_group=st.integers(1, 4),

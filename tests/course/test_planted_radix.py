@@ -149,11 +149,13 @@ def allocate_variant(order):
             self.cache.evict(self._blocks_short(request, num_new_tokens, []))
         prefix, node = self._admission_blocks(request)
         if node is not None:
-            if order != "no lock":
+            if order not in ("no lock", "locked by caching"):
                 self.cache.lock(node)
                 self._locked[request.request_id] = node
             self.share_blocks(request.request_id, prefix)
             self.hit_tokens += request.num_computed_tokens
+            if order == "locked by caching":  # only _cache_computed locks: the whole computed blocks
+                self._cache_computed(request)
         elif order != "no caching":
             self._cache_computed(request)
         if order == "one more when tight":  # evicts one block whenever fewer than two are free
@@ -253,6 +255,9 @@ PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what 
     "3.4 prefix not locked": (
         memory.RadixMemory, "allocate", allocate_variant("no lock"), "test_radix_memory",
         "test_shared_prefix_workloads_reuse_and_return_every_block", r"stay locked until it is freed|must be protected"),
+    "3.4 prefix locked only by _cache_computed": (
+        memory.RadixMemory, "allocate", allocate_variant("locked by caching"), "test_radix_memory",
+        "test_a_full_hit_keeps_its_partly_computed_last_block_locked", r"Task 3.4: an eviction between b's admission on a full hit .* left 12 of them"),
     "3.4 evict before lock": (
         memory.RadixMemory, "allocate", allocate_variant("evict first"), "test_radix_memory",
         "test_shared_prefix_workloads_reuse_and_return_every_block", r"before it was protected|must be protected"),

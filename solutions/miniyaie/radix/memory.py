@@ -88,7 +88,10 @@ class RadixMemory(PagedMemory):
         num_computed_tokens > 0 (the scheduler found that many tokens cached)
         has the cached blocks holding them at the start of its table, shared
         with the tree, not copied; no eviction may take them while it runs
-        (they stay locked until it is freed); hit_tokens has grown by
+        (they stay locked from admission until it is freed, the last one too
+        when it is only partly computed: with [1 .. 16] cached in blocks of 4,
+        a request admitted on it at 15 computed keeps all 16 cached through a
+        cache.evict(10**6) right after allocate); hit_tokens has grown by
         num_computed_tokens. A running request's whole computed blocks are in
         the tree. Unlocked cached blocks may have been evicted, least recently
         used first, only as many as the free blocks were short of: an
