@@ -200,6 +200,9 @@ def test_chapter_3_scores_only_verified_hits_and_always_checks_the_tree():
         ch03.hit_rate(lambda allocator, block_size: object())
     with pytest.raises(AssertionError, match="evictable_blocks"):
         ch03.hit_rate(LosesCount)
+    note = ch03.CHALLENGE.explain(65.0)  # the reference tree has a make_cache: the line compares it with plain LRU
+    assert f"Plain LRU on your own tree (your RadixCache without make_cache): {baseline:.4g}" in note, note
+    assert f"gains {65.0 - baseline:+.2f} points" in note, note
     harness = Path(ch03.__file__).read_text()
     assert "def evict" not in harness and "heapq" not in harness, "the harness module carries an eviction policy"
     assert "radix/challenge.py" not in generated_tree(), "course sync copies the reference's challenge entry into chapters/"

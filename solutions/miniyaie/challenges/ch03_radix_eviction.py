@@ -2,7 +2,9 @@
 
 Your lever: a `make_cache(allocator, block_size)` in your `miniyaie/radix/challenge.py`, returning
 a RadixCache (typically a subclass of yours whose `evict` chooses differently; the chapter's tests
-pin `RadixCache.evict` to LRU). The default, your RadixCache as it is, is LRU: the baseline.
+pin `RadixCache.evict` to LRU). The default is your RadixCache as it is: plain LRU on your tree. The baseline
+row is plain LRU on the reference's tree; a tree's shape moves plain LRU, so the line under the table gives
+plain LRU on your own tree too, the number your make_cache has to beat.
 Score: cached prompt tokens / prompt tokens over the trace (deterministic), counting only the matched
 blocks that hold what the harness itself put there for that prefix. The reference's entry is its own
 `make_cache`, in solutions/miniyaie/radix/challenge.py (the reference column runs it).
@@ -99,6 +101,16 @@ def lru_cache(allocator, block_size):
     return RadixCache(allocator, block_size)
 
 
+def lru_on_your_tree(score: float) -> str:
+    """The line under the table (in the learner's process): plain LRU on the learner's own tree, beside their score."""
+    lru = hit_rate(lru_cache)
+    if learner_design(3, "make_cache", None) is None:
+        return ("No make_cache in your radix/challenge.py: 'yours' is plain LRU on your own tree. The baseline row is "
+                "plain LRU on the reference's tree; a tree's shape moves plain LRU (the page says how much).")
+    return (f"Plain LRU on your own tree (your RadixCache without make_cache): {lru:.4g}; your make_cache gains "
+            f"{score - lru:+.2f} points over it (the baseline row is plain LRU on the reference's tree).")
+
+
 CHALLENGE = Challenge(
     number=3,
     title="an eviction policy that beats LRU's hit rate on a multi-turn chat trace",
@@ -111,4 +123,6 @@ CHALLENGE = Challenge(
     run=lambda: hit_rate(learner_design(3, "make_cache", lru_cache)),
     baseline=lambda: hit_rate(lru_cache),
     correctness_tests=["tests/ch03_radix_tree"],
+    explain=lru_on_your_tree,
+    extra={"baseline_label": "plain LRU on the reference's tree"},
 )
