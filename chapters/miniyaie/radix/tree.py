@@ -41,7 +41,8 @@ class Node:
 class PrefixMatch:
     length: int  # tokens of the query found in the tree (a multiple of the block size)
     blocks: list[int]  # the blocks holding them, in order
-    # The node whose edge holds the last matched block; the root when nothing matched.
+    # The node a caller locks to keep the match (the root when nothing matched): its path from the root begins
+    # with the matched tokens, and its parent's path ends before the last matched block.
     node: Node
 # ANCHOR_END: node
 
@@ -110,10 +111,12 @@ class RadixCache:
 
         Afterwards the upper node's path from the root spells the edge's first
         num_blocks blocks, `child`'s path still spells what it spelled before,
-        and each prefix is held by the same block as before. Example (blocks
-        of 2): [1 1 2 2] cached as one edge and locked once; inserting
-        [1 1 3 3] cuts it after [1 1], and then the node spelling [1 1] has
-        lock_ref 1 and evictable_blocks is 1 (the new leaf [3 3]).
+        each prefix is held by the same block as before, and every invariant
+        of the tree still holds (the module docstring's locks included).
+        Example (blocks of 2): [1 1 2 2] cached as one edge and locked once;
+        inserting [1 1 3 3] cuts it after [1 1]; afterwards evictable_blocks
+        is 1 (the new leaf [3 3]), and one unlock of the [1 1 2 2] node makes
+        all three blocks evictable.
         """
         # Idea: only the shape changes: what must a node put in the middle inherit?
         # Stuck? `miniyaie hint 3.1` prints hints, one level at a time.
@@ -138,11 +141,11 @@ class RadixCache:
         """One user fewer on the path from `node` to the root: undoes one lock(node).
 
         evictable_blocks still counts exactly the blocks of the nodes whose
-        lock_ref is 0. Unlocking a node that holds no lock of its own is a
-        caller's bug: ValueError, and nothing changes. Examples (blocks of
-        2): with [1 1] locked, unlocking the node of an unlocked [2 2] is
-        refused; with [1 1 2 2] locked and [1 1 3 3] cached beside it,
-        unlocking the node spelling [1 1] is refused too.
+        lock_ref is 0. An unlock(node) that no earlier lock(node) of that same
+        node is left to undo is a caller's bug: ValueError, and nothing
+        changes. Examples (blocks of 2): with [1 1] locked, unlocking the node
+        of an unlocked [2 2] is refused; with [1 1 2 2] locked and [1 1 3 3]
+        cached beside it, unlocking the node spelling [1 1] is refused too.
         """
         # Idea: what must be checked before anything changes?
         # Stuck? `miniyaie hint 3.3` prints hints, one level at a time.
@@ -154,15 +157,15 @@ class RadixCache:
     def evict(self, num_blocks: int) -> int:
         """Free at least `num_blocks` blocks (if that many are evictable), LRU leaves first.
 
-        Only unlocked leaves are evicted, whole (all their blocks), least
-        recently used (smallest last_access) first. The root is never
+        Only unlocked leaves are evicted, whole (all their blocks), one at a
+        time, each the least recently used (smallest last_access) of the
+        unlocked leaves the tree has at that moment. The root is never
         evicted. Stops as soon as num_blocks are freed, or nothing is left to
         evict. Returns the number of blocks freed (given back to the allocator).
-        Examples (one-token blocks): [1 2], [1 3] and [9] inserted in that
-        order, then evict(3) leaves only [9] cached; the same with
-        match_prefix([1]) run after the inserts leaves only [1] cached.
-        (Blocks of 2) with [2 2 2 2] a two-block leaf, the least recently
-        used, evict(1) frees both blocks and returns 2.
+        Examples: (one-token blocks) [1 2], [1 3] and [9] inserted in that
+        order, then evict(3) leaves only [9] cached; (blocks of 2) with
+        [2 2 2 2] a two-block leaf, the least recently used, evict(1) frees
+        both blocks and returns 2.
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
