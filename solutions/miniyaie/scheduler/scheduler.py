@@ -87,21 +87,23 @@ class Scheduler:
         Returns the request, now finished with FinishReason.ABORT and in
         neither queue; None for an id that is unknown or already finished.
         """
-        request = self.requests.get(request_id)
-        if request is None or request.is_finished:
-            return None
         # Nudge: a request is in exactly one queue; take it out and finish it.
         # Hint 1: A cancelled request must leave no trace: in neither queue, no memory held,
         #   status FINISHED with FinishReason.ABORT, and no longer known by its id. It may be
         #   waiting (never ran, or preempted) or running.
-        # Hint 2: Remove the request from self.waiting if it is there, from self.running if it
+        # Hint 2: Look the id up in self.requests (None, or a finished request: return None).
+        #   Remove the request from self.waiting if it is there, from self.running if it
         #   is there, then let self._finish(request, FinishReason.ABORT) free its memory and do
         #   the rest of the bookkeeping.
         # Hint 3:
+        #   request = requests.get(request_id); if request is None or request.is_finished: return None
         #   if request in waiting: waiting.remove(request)
         #   if request in running: running.remove(request)
         #   _finish(request, ABORT)
         # BEGIN SOLUTION 1.5: A request leaves early: preemption and abort
+        request = self.requests.get(request_id)
+        if request is None or request.is_finished:
+            return None
         if request in self.waiting:
             self.waiting.remove(request)
         if request in self.running:
