@@ -95,16 +95,21 @@ def test_chapter_1s_reference_entry_stays_in_solutions_and_an_inf_score_says_why
     assert "the floor is 95%" in ch01.CHALLENGE.explain(ch01._score(ch01.plain_scheduler))
 
 
-def test_chapter_2s_reference_entry_stays_in_solutions():
-    """The reference's pool and scheduler live in solutions/miniyaie/paged/challenge.py (the reference column runs
-    them), not in the harness module the learner reads; sync never copies them into chapters/."""
-    from miniyaie.challenges import ch02_paged_pool as ch02
+@pytest.mark.parametrize("number, harness_name, entry, design_marks", [
+    (2, "ch02_paged_pool", "paged/challenge.py", ["decode_reserve=0.2", "// 24"]),
+    (8, "ch08_schemas", "structured/challenge.py", ["np.unique", "Moore"]),
+])
+def test_a_reference_entry_stays_in_solutions(number, harness_name, entry, design_marks):
+    """The reference's design lives in its package's challenge.py (the reference column runs it), not in the
+    harness module the learner reads; sync never copies it into chapters/."""
+    import importlib
+
     from miniyaie.course.sync import generated_tree
 
-    assert base.learner_design(2, "make_memory", None) is not None, "the reference tree has no paged/challenge.py"
-    harness = Path(ch02.__file__).read_text()
-    assert "decode_reserve=0.2" not in harness and "// 24" not in harness, "the harness module carries the reference's design"
-    assert "paged/challenge.py" not in generated_tree(), "course sync copies the reference's challenge entry into chapters/"
+    harness = Path(importlib.import_module(f"miniyaie.challenges.{harness_name}").__file__).read_text()
+    assert (Path(base.__file__).parents[1] / entry).is_file(), f"the reference tree has no {entry}"
+    assert not any(mark in harness for mark in design_marks), f"the {harness_name} harness carries the reference's design"
+    assert entry not in generated_tree(), f"course sync copies the reference's {entry} into chapters/"
 
 
 def test_the_command_refuses_an_unknown_chapter_or_impl(capsys):

@@ -8,15 +8,13 @@ records, arrays of objects, enums, a date pattern) go through your
 (deterministic); the seconds are printed too. Your lever is your whole
 structured/ package (the regexes, the automaton, anything after it), under
 every test of the chapter. Baseline: the automata as the chapter's tasks
-build them (the reference tree; a direct answer scores the same). Reference:
-those automata minimised (`minimised_states`).
+build them (the reference tree; a direct answer scores the same). The
+reference's entry is in solutions/miniyaie/structured/challenge.py (the reference column runs it).
 """
 
 from __future__ import annotations
 
 import time
-
-import numpy as np
 
 from miniyaie.challenges.base import Challenge
 
@@ -72,26 +70,14 @@ def states() -> dict[str, float]:
     return out
 
 
-def minimised_states(dfa) -> int:
-    """The states of `dfa` with equivalent ones merged (Moore's refinement), those between characters kept apart
-    from those inside one (so `char_states` keeps its meaning): the reference's design."""
-    table = np.unique(dfa.next_state.numpy(), axis=1)  # the bytes every state treats alike: one column
-    kind = dfa.accepting.numpy().astype(np.int64) + 2 * (np.arange(len(table)) >= dfa.char_states)
-    block = np.unique(kind, return_inverse=True)[1].reshape(-1)
-    while True:  # split blocks by where their columns lead, until no block splits
-        moved = np.where(table >= 0, block[np.maximum(table, 0)], -1)
-        new = np.unique(np.column_stack([block, moved]), axis=0, return_inverse=True)[1].reshape(-1)
-        if new.max() == block.max():
-            return int(new.max()) + 1
-        block = new
-
-
 def reference() -> float:
-    """The reference's automata of the six schemas, minimised: their states in total."""
+    """The reference's entry (solutions/miniyaie/structured/challenge.py, run with the reference tree selected): its
+    count of the six schemas' states in total."""
+    from miniyaie.structured.challenge import reference_states
     from miniyaie.structured.fsm import compile_regex
     from miniyaie.structured.json_schema import schema_to_regex
 
-    return float(sum(minimised_states(compile_regex(schema_to_regex(schema), built=True)) for schema in SCHEMAS.values()))
+    return float(sum(reference_states(compile_regex(schema_to_regex(schema), built=True)) for schema in SCHEMAS.values()))
 
 
 def run() -> float:
@@ -113,5 +99,5 @@ CHALLENGE = Challenge(
     correctness_tests=["tests/ch08_structured_output"],  # a challenge entry can change anything the chapter compiles
     extra={"baseline_label": "the chapter's automata, as its tasks build them (reference tree)"},
     note=("Deterministic: the same on every machine. Baseline: the automata as the chapter's tasks build them; "
-          "reference: the same automata minimised (miniyaie/challenges/ch08_schemas.py)."),
+          "reference: solutions/miniyaie/structured/challenge.py, once you have a score of your own."),
 )
