@@ -6,6 +6,7 @@ policy changes, as in the engine: a request whose adapter is not resident waits 
 worker reads adapters, LOAD_MS_PER_RANK ms per unit of rank; between two steps a read adapter goes into an
 empty slot or replaces a resident one that no queued or running request uses; the slots are your
 `LoRASlots`. Score: the mean simulated ms a request with an adapter waits for it (deterministic).
+The reference's entry is its own make_policy, in solutions/miniyaie/lora/challenge.py (the reference column runs it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from miniyaie.challenges.simulate import step_cost_ms
 NUM_ADAPTERS, NUM_SLOTS, RANKS, LOAD_MS_PER_RANK = 40, 8, (8, 16, 32, 64), 8.0
 MAX_ROWS, TOKEN_BUDGET, DURATION_MS = 16, 512, 120_000.0
 BACKGROUND_PER_S, BURST_EVERY_MS = 2.5, 8000.0
-HALF_LIFE_MS = 10_000.0  # the reference's memory of how often an adapter is asked for
 
 
 @dataclass
@@ -254,29 +254,6 @@ def mean_wait_ms(make_policy) -> float:
     return sum(waits) / len(waits)
 
 
-class CostAwareReads(LRU):
-    """What the reference did: read first the adapter with the most requests waiting per ms of reading
-    (Smith's rule: a burst's adapter before a lone request's big one), and evict the idle adapter whose
-    reload would cost least: how often it is asked for (arrivals, halved every HALF_LIFE_MS) times its
-    read time, least recently run on a tie. It reads nothing ahead."""
-
-    def __init__(self, num_slots: int, ranks: dict[str, int]):
-        super().__init__(num_slots, ranks)
-        self.ranks, self.asked, self.when = ranks, {}, {}
-
-    def _rate(self, name: str, now_ms: float) -> float:  # arrivals, each halved every HALF_LIFE_MS since
-        return self.asked.get(name, 0.0) * 0.5 ** ((now_ms - self.when.get(name, now_ms)) / HALF_LIFE_MS)
-
-    def on_arrival(self, adapter: str, now_ms: float) -> None:
-        self.asked[adapter], self.when[adapter] = self._rate(adapter, now_ms) + 1, now_ms
-
-    def next_read(self, waiting: dict[str, int], now_ms: float) -> str:
-        return max(waiting, key=lambda name: waiting[name] / self.ranks[name])
-
-    def victim(self, idle: list[str], now_ms: float) -> str | None:
-        return min(idle, key=lambda name: (self._rate(name, now_ms) * self.ranks[name], self.last_step.get(name, -1.0)))
-
-
 CHALLENGE = Challenge(
     number=11,
     title="which adapters stay resident and which load first, on a skewed, bursty trace",
@@ -289,7 +266,6 @@ CHALLENGE = Challenge(
               f"one reader at {LOAD_MS_PER_RANK:g} ms per unit of rank, steps of up to {MAX_ROWS} rows"),
     run=lambda: mean_wait_ms(learner_design(11, "make_policy", LRU)),
     baseline=lambda: mean_wait_ms(LRU),
-    reference=lambda: mean_wait_ms(CostAwareReads),
     correctness_tests=["tests/ch11_lora/test_slots.py"],
     extra={"baseline_label": "the engine's rule: read in the order asked, evict the least recently run"},
     note=("Deterministic: the same on every machine. The slots are your LoRASlots; the rules no policy changes "
