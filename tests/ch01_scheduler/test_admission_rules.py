@@ -195,6 +195,37 @@ def test_lpm_cannot_starve_a_request_that_never_matches():
 
 
 @pytest.mark.task("1.6")
+def test_a_preempted_request_keeps_its_place_in_lpms_overdue_order():
+    # One seat; requests with cached prefixes keep arriving. The request that never matches was added before
+    # schedule 1 and preempted on schedule 2: its wait counts from when it was added, so it is overdue on schedule 3.
+    config = SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=1, policy="lpm", max_wait_steps=3)
+    memory = TokenCountingMemory(10_000)
+    s = Scheduler(config, memory, prefix_len=lambda r: 0 if r.prompt_token_ids[0] == 99 else 3)
+    lonely = request([99, 1, 2, 3], 3)
+    s.add_request(lonely)
+    out = s.schedule()  # schedule 1: admitted alone
+    s.update(out, {lonely.request_id: 1})
+    s.add_request(request(4, 1))
+    memory._capacity = 4  # schedule 2: it cannot grow by its next token and is preempted
+    out = s.schedule()
+    assert out.preempted == [lonely], f"schedule 2 preempted {ids(out.preempted)}, expected {ids([lonely])}"
+    memory._capacity = 10_000
+    admitted_at = None
+    for step in range(3, 8):
+        s.add_request(request(4, 1))
+        out = s.schedule()
+        if any(c.request is lonely for c in out.chunks):
+            admitted_at = step
+            break
+        s.update(out, {c.request.request_id: 1 for c in out.chunks if c.samples_next_token})
+    assert admitted_at == 3, (
+        f"Task 1.6: the preempted request was admitted again on schedule {admitted_at}: added before schedule 1, it is "
+        "overdue (max_wait_steps 3) on schedule 3 and goes first then. A preemption does not restart its wait: "
+        "queued_at is the schedule count when it was added, and Task 1.5's _preempt leaves it as it was"
+    )
+
+
+@pytest.mark.task("1.6")
 @given(
     prefixes=st.lists(st.integers(0, 3), min_size=1, max_size=8), queued=st.lists(st.integers(0, 6), min_size=8, max_size=8),
     now=st.integers(0, 9), max_wait=st.integers(1, 5), max_queue=st.integers(1, 9),

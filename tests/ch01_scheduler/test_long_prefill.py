@@ -209,6 +209,19 @@ def test_the_leftover_budget_grows_a_cut_prefill_only_as_far_as_memory_allows():
         f"step 2: the short request decodes and the long one gets its threshold (4), which fills the 21 slots: the "
         f"leftover budget cannot grow it (memory.can_allocate says no): got {tokens(driver.trace.steps[1])}"
     )
+    # A cut chunk the memory cannot grow does not stop the next one: 15 slots hold 4 + 4 and 7 more, so the older
+    # prompt's 8 leftover tokens do not fit, and the newer one's 6 do.
+    s, driver = bounded(budget=16, threshold=4, max_long=2, capacity=15)
+    older, newer = request(14, max_tokens=1), request(10, max_tokens=1)
+    driver.add(older)
+    driver.add(newer)
+    out = driver.step()
+    want = {older.request_id: 4, newer.request_id: 10}
+    assert tokens(out) == want, (
+        f"Task 1.7: got {tokens(out)}, expected {want}: both long prompts take the threshold (4 each), and 7 slots "
+        f"are left; the older one cannot grow by the 8 tokens it may take, so it stays as it is, and top_up goes on to "
+        f"the next cut chunk: the newer one lacks 6, which fit (a chunk the memory cannot grow does not end the walk)"
+    )
 
 
 @pytest.mark.task("1.7")

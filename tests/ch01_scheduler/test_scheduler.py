@@ -379,6 +379,16 @@ def test_a_request_that_could_never_run_is_refused_at_once():
     assert list(s.waiting) == [just_fits], "a refused request changes nothing"
     out = s.schedule()
     assert [c.request for c in out.chunks] == [just_fits]
+    try:
+        s.add_request(Request(just_fits.request_id, [1], 1))
+    except ValueError:
+        pass
+    else:
+        pytest.fail(
+            f"Task 1.2: add_request accepted a new request under the id {just_fits.request_id!r} of a request that is "
+            "running: an id is in use while its request is unfinished, running as well as waiting"
+        )
+    assert list(s.running) == [just_fits] and not s.waiting, "a refused request changes nothing"
 
 
 @pytest.mark.task("1.2")

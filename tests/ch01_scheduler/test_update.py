@@ -71,6 +71,18 @@ def test_an_end_of_sequence_token_stops_a_request_unless_ignored(ignore_eos):
 
 
 @pytest.mark.task("1.3")
+def test_any_of_a_requests_end_of_sequence_ids_stops_it():
+    # Chat models often have several (Llama 3: <|end_of_text|> and <|eot_id|>): each of them ends the text.
+    first, second = (Request(f"u{next(_ids)}", [5, 6, 7], 5, eos_token_ids=[7, 9]) for _ in range(2))
+    s, out = admitted(first, second)
+    finished = s.update(out, {first.request_id: 9, second.request_id: 7})
+    assert finished == [first, second] and first.finish_reason is FinishReason.STOP, (
+        f"Task 1.3: requests with end-of-sequence ids [7, 9] sampled 9 and 7 and finished {[r.request_id for r in finished]} "
+        f"(expected both, with STOP): any of a request's eos_token_ids stops it, not only the first"
+    )
+
+
+@pytest.mark.task("1.3")
 @given(max_tokens=st.integers(1, 6), prompt_len=st.integers(1, 8))
 @example(max_tokens=1, prompt_len=3)  # the prefill's token is the last one
 def test_a_request_stops_after_max_tokens(max_tokens, prompt_len):

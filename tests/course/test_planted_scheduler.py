@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from planted import import_planted
 
-from miniyaie.scheduler import RequestStatus, ScheduledChunk, long_prefill, policy, scheduler
+from miniyaie.scheduler import FinishReason, RequestStatus, ScheduledChunk, long_prefill, policy, scheduler
 from miniyaie.scheduler.step import SchedulerOutput
 
 pytestmark = pytest.mark.ungraded
@@ -121,6 +121,65 @@ def lpm_ties_by_arrival(waiting, prefix_len):
     return sorted(waiting, key=lambda request: (-prefix_len(request), request.arrival))
 
 
+def top_up_stopping_at_a_chunk_memory_cannot_grow(self, out, budget, memory):
+    """Ends the walk at the first cut chunk the memory cannot grow, leaving newer ones that would fit unserved."""
+    if not self.threshold or self.lifted:
+        return
+    for index, chunk in enumerate(out.chunks):
+        extra = min(chunk.request.num_tokens - chunk.start - chunk.num_tokens, budget)
+        if extra <= 0:
+            continue
+        if not memory.can_allocate(chunk.request, chunk.num_tokens + extra):
+            break
+        memory.allocate(chunk.request, chunk.num_tokens + extra)
+        out.chunks[index] = ScheduledChunk(chunk.request, chunk.start, chunk.num_tokens + extra)
+        budget -= extra
+
+
+def add_request_checking_waiting_ids_only(self, request):
+    """Refuses an id in use only when a waiting request has it (a running one's id is accepted)."""
+    if any(r.request_id == request.request_id for r in self.waiting):
+        raise ValueError(f"request id {request.request_id!r} is already in use")
+    if request.max_total_tokens > self.memory.capacity_tokens:
+        raise ValueError(f"request {request.request_id!r} is too big")
+    self.requests[request.request_id] = request
+    self._queued_at[request.request_id] = self.num_schedules
+    self.waiting.append(request)
+
+
+def update_stopping_at_the_first_eos_only(self, out, sampled):
+    """Stops a request only at the first of its end-of-sequence ids."""
+    finished = []
+    for chunk in out.chunks:
+        request = chunk.request
+        if request.is_finished:
+            continue
+        request.num_computed_tokens += chunk.num_tokens
+        if not chunk.samples_next_token:
+            continue
+        token = sampled[request.request_id]
+        request.output_token_ids.append(token)
+        reason = None
+        if token == request.eos_token_ids[0] and not request.ignore_eos:
+            reason = FinishReason.STOP
+        elif len(request.output_token_ids) >= request.max_tokens:
+            reason = FinishReason.LENGTH
+        if reason is not None:
+            self.running.remove(request)
+            self._finish(request, reason)
+            finished.append(request)
+    return finished
+
+
+_reference_preempt = scheduler.Scheduler._preempt
+
+
+def preempt_restarting_the_wait(self, request, out):
+    """Preempts as the reference does, then counts the request's wait from now."""
+    _reference_preempt(self, request, out)
+    self._queued_at[request.request_id] = self.num_schedules
+
+
 PLANTS = {  # mistake: (class or module, attribute, wrong answer, test module, test, what the message must say)
     "top_up all or nothing": (
         long_prefill.LongPrefillBound, "top_up", top_up_all_or_nothing, "test_long_prefill",
@@ -156,6 +215,21 @@ PLANTS = {  # mistake: (class or module, attribute, wrong answer, test module, t
         None, "lpm_order", lpm_ties_by_arrival, "test_scheduler",
         "test_lpm_order_puts_longer_prefixes_first_and_keeps_the_queue_order_among_equals",
         r"equal prefixes keep their order in the queue \(not their arrival"),
+    "top_up stops at a chunk memory cannot grow": (
+        long_prefill.LongPrefillBound, "top_up", top_up_stopping_at_a_chunk_memory_cannot_grow, "test_long_prefill",
+        "test_the_leftover_budget_grows_a_cut_prefill_only_as_far_as_memory_allows",
+        r"Task 1.7: .*a chunk the memory cannot grow does not end the walk"),
+    "duplicate ids checked in waiting only": (
+        scheduler.Scheduler, "add_request", add_request_checking_waiting_ids_only, "test_scheduler",
+        "test_a_request_that_could_never_run_is_refused_at_once",
+        r"Task 1.2: add_request accepted .* of a request that is running"),
+    "only the first eos id stops": (
+        scheduler.Scheduler, "update", update_stopping_at_the_first_eos_only, "test_update",
+        "test_any_of_a_requests_end_of_sequence_ids_stops_it", r"Task 1.3: .*any of a request's eos_token_ids stops it"),
+    "preemption restarts the LPM wait": (
+        scheduler.Scheduler, "_preempt", preempt_restarting_the_wait, "test_admission_rules",
+        "test_a_preempted_request_keeps_its_place_in_lpms_overdue_order",
+        r"Task 1.6: .*A preemption does not restart its wait.*_preempt leaves it"),
 }
 
 
