@@ -227,6 +227,37 @@ def test_every_request_runs_to_the_end_in_arrival_order(prompt_lens, budget, seq
     assert s.memory.num_used_tokens == 0, "finished requests give their memory back"
 
 
+class PreemptStandIn(Scheduler):
+    """Task 1.5's _preempt stood in for by what Task 1.4's loop relies on: the victim leaves running and
+    gives its memory back (where it waits, and its counters, are Task 1.5's to get right)."""
+
+    def _preempt(self, request, out):
+        self.running.remove(request)
+        self.memory.free(request)
+        out.preempted.append(request)
+
+
+@pytest.mark.task("1.4")
+def test_when_memory_runs_out_the_newest_running_requests_give_way():
+    memory = TokenCountingMemory(100)
+    s = PreemptStandIn(SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=3), memory)
+    a, b, c = (request(4, max_tokens=8) for _ in range(3))
+    for r in (a, b, c):
+        s.add_request(r)
+    out = s.schedule()
+    s.update(out, {ch.request.request_id: 1 for ch in out.chunks if ch.samples_next_token})
+    memory._capacity = 9  # each holds 4 of 12 slots, and the pool shrinks to 9: only a can grow by its next token
+    out = s.schedule()
+    got = ([r.request_id for r in out.preempted], [(ch.request.request_id, ch.num_tokens) for ch in out.chunks])
+    want = ([c.request_id, b.request_id], [(a.request_id, 1)])
+    assert got == want, (
+        f"Task 1.4: preempted {got[0]} and scheduled {got[1]}; expected {want[0]} and {want[1]}: a grows first, the "
+        f"newest ({c.request_id}) gives way, then {b.request_id} cannot grow and is the newest left, so it gives way "
+        "itself and the walk stops (a request that does not fit is never skipped: someone newer pays for it)"
+    )
+    assert memory.num_used_tokens == 5, f"only a holds memory, its 4 tokens and the one scheduled: {memory.num_used_tokens}"
+
+
 @pytest.mark.task("1.5")
 def test_preempted_request_recomputes_and_matches_unpreempted_output():
     # Memory for one long request: the newer one is preempted when the older grows.
@@ -362,6 +393,16 @@ def test_each_schedule_counts_itself():
     assert s.num_schedules == 3, (
         f"num_schedules is {s.num_schedules} after 3 schedules: schedule adds one to it before admitting anyone "
         "(admission_order's `now`, which bounds how long LPM may pass a request over, counts schedules)"
+    )
+    seen = []  # num_schedules while admission orders the queue: hold_shared_prefix asks the prefix oracle then
+    config = SchedulerConfig(max_num_batched_tokens=8, max_num_seqs=8, hold_shared_prefix=True)
+    counted = Scheduler(config, TokenCountingMemory(100), prefix_len=lambda r: seen.append(counted.num_schedules) or 0)
+    counted.add_request(request(3))
+    counted.schedule()
+    assert seen == [1], (
+        f"Task 1.2: admission ran on the first schedule with num_schedules {seen[:1]}, expected [1]: schedule counts "
+        "itself before admitting anyone, so admission_order's `now` is this schedule (counted after admission, "
+        "LPM's overdue requests come one schedule late)"
     )
 
 

@@ -180,6 +180,48 @@ def preempt_restarting_the_wait(self, request, out):
     self._queued_at[request.request_id] = self.num_schedules
 
 
+def schedule_counting_after_admission(self):
+    """Counts the schedule once admission is done: admission_order's `now` is then the previous schedule."""
+    self.long_prefills.start_step()
+    out = SchedulerOutput()
+    self._schedule_running(out, self.config.max_num_batched_tokens)
+    if not out.preempted:
+        self._admit_waiting(out, self.config.max_num_batched_tokens - out.num_batched_tokens)
+    self.num_schedules += 1
+    return out
+
+
+def running_served_skipping_what_does_not_fit(self, out, budget):
+    """Never preempts: a running request the memory cannot grow is passed over this step."""
+    for request in list(self.running):
+        if budget == 0:
+            break
+        num_new = self.long_prefills.tokens_for(request, budget)
+        if not self.memory.can_allocate(request, num_new):
+            continue
+        self.memory.allocate(request, num_new)
+        out.chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new))
+        budget -= num_new
+
+
+def _running_served_preempting(pick):
+    def serve(self, out, budget):
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            num_new = self.long_prefills.tokens_for(request, budget)
+            while not self.memory.can_allocate(request, num_new):
+                victim = pick(self.running, index)
+                self._preempt(victim, out)
+                if victim is request:
+                    return
+            self.memory.allocate(request, num_new)
+            out.chunks.append(ScheduledChunk(request, request.num_computed_tokens, num_new))
+            budget -= num_new
+            index += 1
+    return serve
+
+
 PLANTS = {  # mistake: (class or module, attribute, wrong answer, test module, test, what the message must say)
     "top_up all or nothing": (
         long_prefill.LongPrefillBound, "top_up", top_up_all_or_nothing, "test_long_prefill",
@@ -230,6 +272,21 @@ PLANTS = {  # mistake: (class or module, attribute, wrong answer, test module, t
         scheduler.Scheduler, "_preempt", preempt_restarting_the_wait, "test_admission_rules",
         "test_a_preempted_request_keeps_its_place_in_lpms_overdue_order",
         r"Task 1.6: .*A preemption does not restart its wait.*_preempt leaves it"),
+    "schedule counting after admission": (
+        scheduler.Scheduler, "schedule", schedule_counting_after_admission, "test_scheduler",
+        "test_each_schedule_counts_itself", r"Task 1.2: admission ran on the first schedule with num_schedules \[0\]"),
+    "running requests never preempt": (
+        scheduler.Scheduler, "_schedule_running", running_served_skipping_what_does_not_fit, "test_scheduler",
+        "test_when_memory_runs_out_the_newest_running_requests_give_way", r"Task 1.4: preempted \[\] .*never skipped"),
+    "a running request preempts itself first": (
+        scheduler.Scheduler, "_schedule_running", _running_served_preempting(lambda running, index: running[index]),
+        "test_scheduler", "test_when_memory_runs_out_the_newest_running_requests_give_way",
+        r"Task 1.4: preempted .* the newest .* gives way"),
+    "a running request preempts the next newer": (
+        scheduler.Scheduler, "_schedule_running",
+        _running_served_preempting(lambda running, index: running[min(index + 1, len(running) - 1)]),
+        "test_scheduler", "test_when_memory_runs_out_the_newest_running_requests_give_way",
+        r"Task 1.4: preempted .* the newest .* gives way"),
 }
 
 
