@@ -101,6 +101,7 @@ def test_chapter_1s_reference_entry_stays_in_solutions_and_an_inf_score_says_why
     (4, "ch04_decode_kernel", "kernels/challenge.py", ["default_num_splits", "80%"]),
     (5, "ch05_sampler", "engine/challenge.py", ["sample_top_columns", "40%"]),
     (6, "ch06_histograms", "api/challenge.py", ["7.8%", "log scale"]),
+    (7, "ch07_control_plane", "distributed/challenge.py", ["int32", "377"]),
     (8, "ch08_schemas", "structured/challenge.py", ["np.unique", "Moore"]),
     (11, "ch11_adapter_residency", "lora/challenge.py", ["CostAwareReads", "HALF_LIFE", "Smith's rule"]),
     (10, "ch10_block_search", "quant/challenge.py", ["SHRINK", "make_qkx", "least squares"]),
