@@ -352,11 +352,22 @@ def test_lpm_admits_longest_cached_prefix_first(prefix_lens, seqs):
     for r in requests:
         s.add_request(r)
     admitted = [c.request for c in s.schedule().chunks]
-    assert len(admitted) == min(seqs, len(requests))
+    queue = [(r.request_id, oracle[r.request_id]) for r in requests]
+    assert len(admitted) == min(seqs, len(requests)), (
+        f"Task 1.6: admitted {len(admitted)} of {len(requests)} waiting requests with {seqs} seats, a budget of 1000 "
+        f"and memory for all: LPM changes the order, not how many are admitted (queue (id, cached prefix): {queue})"
+    )
     rest = [r for r in requests if r not in admitted]
-    assert min(oracle[r.request_id] for r in admitted) >= max((oracle[r.request_id] for r in rest), default=0)
+    assert min(oracle[r.request_id] for r in admitted) >= max((oracle[r.request_id] for r in rest), default=0), (
+        f"Task 1.6: LPM admitted {[(r.request_id, oracle[r.request_id]) for r in admitted]} (id, cached prefix) and left "
+        f"{[(r.request_id, oracle[r.request_id]) for r in rest]} waiting: the longest cached prefixes go first"
+    )
     ties = [r for r in requests if oracle[r.request_id] == oracle[admitted[-1].request_id]]
-    assert [r for r in ties if r in admitted] == ties[: len([r for r in ties if r in admitted])], "ties keep the queue order"
+    assert [r for r in ties if r in admitted] == ties[: len([r for r in ties if r in admitted])], (
+        f"Task 1.6: among the requests with {oracle[admitted[-1].request_id]} cached tokens "
+        f"{[r.request_id for r in ties]} (queue order), LPM admitted {[r.request_id for r in ties if r in admitted]}: "
+        "equal prefixes keep the queue order"
+    )
 
 
 @pytest.mark.task("1.5")

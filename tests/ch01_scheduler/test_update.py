@@ -95,8 +95,13 @@ def test_a_request_stops_after_max_tokens(max_tokens, prompt_len):
         finished = s.update(decode_step(r), {r.request_id: 9})
     assert finished == [r] and r.finish_reason is FinishReason.LENGTH, f"max_tokens={max_tokens} reached: LENGTH"
     assert len(r.output_token_ids) == max_tokens
-    assert not s.running and not s.has_unfinished() and s.memory.num_used_tokens == 0, (
-        f"{s.memory.num_used_tokens} tokens still held after the request finished"
+    assert r not in s.running, "Task 1.3: the finished request is still in running: a finished request leaves running"
+    assert not s.has_unfinished(), (
+        f"Task 1.3: has_unfinished() is True after the only request finished (waiting {len(s.waiting)}, running "
+        f"{len(s.running)}): a finished request is in neither queue"
+    )
+    assert s.memory.num_used_tokens == 0, (
+        f"Task 1.3: {s.memory.num_used_tokens} tokens still held after the request finished: _finish frees its memory"
     )
 
 
