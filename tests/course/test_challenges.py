@@ -72,8 +72,12 @@ def test_a_score_is_refused_when_a_correctness_test_fails(monkeypatch, capsys):
 
 
 def test_the_learners_design_module_is_optional(monkeypatch):
-    """A chapter whose package has no challenge.py in the selected tree scores its default design."""
-    assert base.learner_design(9, "make_proposer", "default") == "default"  # the reference tree has no speculative/challenge.py
+    """A chapter whose package has no challenge.py in the selected tree, or one that does not define the name, scores
+    its default design."""
+    assert base.learner_design(9, "make_proposer", "default") == "default", (
+        "a challenge.py that defines no make_proposer (the reference's speculative/challenge.py) did not give the default")
+    monkeypatch.setitem(base.CHAPTER_PACKAGES, 9, "bench")  # a package with no challenge.py
+    assert base.learner_design(9, "make_proposer", "default") == "default", "a package without challenge.py did not give the default"
 
 
 def test_chapter_1s_reference_entry_stays_in_solutions_and_an_inf_score_says_why():
@@ -103,6 +107,7 @@ def test_chapter_1s_reference_entry_stays_in_solutions_and_an_inf_score_says_why
     (6, "ch06_histograms", "api/challenge.py", ["7.8%", "log scale"]),
     (7, "ch07_control_plane", "distributed/challenge.py", ["int32", "377"]),
     (8, "ch08_schemas", "structured/challenge.py", ["np.unique", "Moore"]),
+    (9, "ch09_proposer", "speculative/challenge.py", ["most recent", "3.935", "4.55"]),
     (11, "ch11_adapter_residency", "lora/challenge.py", ["CostAwareReads", "HALF_LIFE", "Smith's rule"]),
     (10, "ch10_block_search", "quant/challenge.py", ["SHRINK", "make_qkx", "least squares"]),
 ])
