@@ -89,10 +89,14 @@ def fits_with_reserve(memory: KVMemory, running: Sequence[Request], request: Req
     chapter's page defines (the prompts still to prefill and `ratio` of the
     outputs still possible). With ratio == 0 it is exactly
     memory.can_allocate(request, num_new). Only memory.can_allocate may be
-    asked (every KVMemory answers it); nothing is allocated. Example: ratio
-    0.5, nothing running, a 4-token prompt with max_tokens 6 asks whether it
-    can grow by 4 + 3 when its chunk is the whole prompt, by 2 + 2 + 3 when
-    the chunk is 2 tokens.
+    asked (every KVMemory answers it); nothing is allocated. It sees
+    requests, not the step: a running request's chunk scheduled earlier in
+    this step is allocated already, yet still among its prompt tokens not
+    computed (num_computed_tokens moves in update), so it is counted again.
+    That is intended: the reserve errs on the safe side, by at most one
+    step's budget. Example: ratio 0.5, nothing running, a 4-token prompt
+    with max_tokens 6 asks whether it can grow by 4 + 3 when its chunk is
+    the whole prompt, by 2 + 2 + 3 when the chunk is 2 tokens.
     """
     # Nudge: admit only if the memory could also hold what the running requests will surely need.
     # Hint 1: Admitting as soon as a prompt fits fills the pool, and a step later a running
