@@ -131,6 +131,7 @@ def test_admission_starts_after_the_cached_prefix(prompt_len, cached, oracle):
 @pytest.mark.task("1.2")
 @given(cached=st.integers(0, 6), third_len=st.integers(1, 4))
 @example(cached=4, third_len=1)
+@example(cached=0, third_len=1)  # _admit_waiting's example: 14 slots, prompts of 10, 8 and 1
 def test_a_request_that_does_not_fit_waits_untouched_and_blocks_the_queue(cached, third_len):
     # Memory for the first prompt and a little more: the second does not fit, the third would.
     memory = PrefixCachingMemory(capacity=14, cached=cached)

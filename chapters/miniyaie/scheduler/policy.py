@@ -106,17 +106,17 @@ def admission_order(
 ) -> list[Request]:
     """The waiting requests in the order admission tries them, each once.
 
-    FCFS: the queue order. LPM: the queue order when more than
-    config.lpm_max_queue requests wait (prefix_len is then never called:
-    asking it of every waiting request is not worth its cost); otherwise
-    longest prefix first, as lpm_order sorts them, except that an overdue
-    request, one queued at or before now - config.max_wait_steps
-    (queued_at(r): the schedule count when r was added; now: the current
-    one), comes before every request that is not, whatever its prefix: no
-    starvation. The overdue keep their queue order among themselves (not
-    their arrival order: a preempted request waits at the front). Example
-    (asserted): LPM, max_wait_steps 2, now 5, the queue [a b c d] with
-    prefix lengths 0 1 0 3, queued at 4 3 1 2: [b c d a].
+    FCFS: the queue order. LPM: an overdue request, one that has waited
+    config.max_wait_steps schedules (queued_at(r) <= now - max_wait_steps;
+    queued_at(r): the schedule count when r was added, now: this
+    schedule's), comes before every request that has not, whatever the
+    prefixes; short of that, longer cached prefixes first as lpm_order
+    puts them. Nothing else reorders: the overdue keep the queue's order (a
+    preempted request waits at its front), and so does a queue longer than
+    config.lpm_max_queue, for which prefix_len is never called (asking
+    every waiting request is not worth its cost). Example (asserted): LPM,
+    max_wait_steps 2, now 5, the queue [a b c d] with prefix lengths
+    0 1 0 3, queued at 4 3 1 2: [b c d a].
     """
     if config.policy == "fcfs":
         return fcfs_order(waiting, prefix_len)

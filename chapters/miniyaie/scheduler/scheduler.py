@@ -101,11 +101,12 @@ class Scheduler:
 
         Serving the running requests is _schedule_running's job (Task 1.4),
         admitting waiting ones _admit_waiting's; this method shares the budget
-        between them. Its invariants: a running request is never passed over
-        for a waiting one (a request in flight always progresses), and no
-        request is admitted in a step that preempted one (memory is tight:
-        the running requests drain first). Adds one to num_schedules before admitting
-        anyone: admission_order's `now` counts this schedule.
+        between them so that a running request is never passed over for a
+        waiting one, and a step that preempted admits nobody (memory is tight:
+        the running requests drain first). Whenever admission runs,
+        num_schedules counts the schedules so far, this one included. Example
+        (asserted): budget 4, a decoding and b waiting with a 3-token prompt:
+        a gets 1 token, then b 3.
         """
         self.long_prefills.start_step()
         # Idea: one budget, two kinds of request: which is served first, and when does the other get nothing?
@@ -142,10 +143,10 @@ class Scheduler:
     def _preempt(self, request: Request, out: SchedulerOutput) -> None:
         """Preemption by recompute: the request gives its KV cache back and will compute it again.
 
-        Afterwards it is PREEMPTED, holds no memory and no computed tokens,
-        is out of `running` and first in `waiting` (it came before everyone
-        who never ran), is in out.preempted, and request.num_preemptions and
-        self.num_preemptions count it. Its prompt and output are kept.
+        A preempted request keeps its tokens (prompt and output) but none of
+        its K/V or memory, and is PREEMPTED; it waits ahead of every request
+        that never ran, and it still counts its wait from when it was added.
+        The step and both counters (request's and scheduler's) know of it.
         Example (asserted): c, then b, preempted while d waits: [b, c, d].
         """
         # Idea: give the memory back, forget what was computed, and queue it ahead of everyone.
@@ -158,21 +159,18 @@ class Scheduler:
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         """Admit waiting requests, in the order self._admission_order() gives, within `budget`.
 
-        Admission never skips: it stops at the first request that finds the
-        budget spent, max_num_seqs requests running, or no room for its
-        chunk (policy.fits_with_reserve with config.decode_reserve). The one
-        exception: a request that self.long_prefills.tokens_for grants 0
-        tokens (a long prompt held back) stays waiting and the next is tried.
-        An admitted request is RUNNING, last in self.running, out of
-        self.waiting, and its first chunk (as many tokens as tokens_for
-        grants) is allocated and scheduled in `out`. Its chunk starts after
-        the prefix the memory already caches (self.memory.cached_prefix_len;
-        the self.prefix_len oracle only orders the queue), but it always
-        computes its last known token, whose logits give the next token;
-        request.num_cached_tokens records the tokens it skipped. A request
-        that is not admitted is left exactly as it was (num_computed_tokens 0).
-        The code after yours hands what is left of the budget to the long
-        prefills (Task 1.7).
+        Nobody is admitted past a request that finds the budget spent,
+        max_num_seqs running, or no room (policy.fits_with_reserve with
+        config.decode_reserve), except past a long prompt that
+        self.long_prefills.tokens_for grants 0. An admitted request runs, the
+        newest, with its first chunk (as tokens_for grants) allocated and in
+        `out`; the chunk skips what self.memory.cached_prefix_len says is
+        cached (self.prefix_len only orders the queue), never the last known
+        token, whose logits give the next one, and num_cached_tokens is what
+        it skipped. A request not admitted is exactly as it was. Example
+        (asserted): 14 slots, prompts of 10, 8 and 1 waiting: the 10 runs,
+        the 8 and the 1 wait. The code after yours hands the budget left to
+        the long prefills (Task 1.7).
         """
         order = self._admission_order()
         # Idea: admit in order until something does not fit; never skip ahead.
