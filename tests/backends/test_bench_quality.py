@@ -113,8 +113,10 @@ def test_the_text_is_the_book_s_prose_without_markup():
     book = book_text()
     assert book.startswith("Chapter 0") and len(book) > 50_000 and "```" not in book
     shipped = quality_text()
-    assert shipped.startswith("Chapter 0") and len(shipped) > 50_000 and "```" not in shipped, (
+    assert shipped.startswith("Chapter 0") and len(shipped) > 20_000 and "```" not in shipped, (
         "the shipped text is a book page's prose")
+    assert "What the reference" not in shipped and "Challenge" not in shipped, (
+        "the shipped text stops before the page's challenge: an installed file must not carry a reference's design")
 
 
 def test_the_table_has_a_row_per_measured_variant_and_names_the_ones_that_could_not_apply():
