@@ -124,6 +124,27 @@ def test_a_reference_entry_stays_in_solutions(number, harness_name, entry, desig
     assert entry not in generated_tree(), f"course sync copies the reference's {entry} into chapters/"
 
 
+def test_a_design_that_reads_the_scored_workload_is_refused(monkeypatch, tmp_path):
+    """A challenge.py that imports the harness (where the seeded trace is made) is refused before it runs, with
+    the rule; a base class the page names (chapter 11's LRU) may be imported."""
+    future = "from miniyaie.challenges.ch03_radix_eviction import chat_trace\n"
+    assert "chat_trace" in base.reads_the_workload(future)
+    assert base.reads_the_workload("import miniyaie.challenges.ch03_radix_eviction as h\n")
+    assert base.reads_the_workload("from miniyaie import challenges\n")
+    assert base.reads_the_workload("import importlib\nh = importlib.import_module('miniyaie.challenges.ch03_radix_eviction')\n")
+    assert base.reads_the_workload("from miniyaie.challenges.ch11_adapter_residency import LRU\n", ("LRU",)) is None
+    assert base.reads_the_workload("from miniyaie.radix import RadixCache\n") is None
+    design = tmp_path / "challenge.py"
+    design.write_text(future + "def make_cache(*args):\n    return None\n")
+
+    class Spec:
+        origin = str(design)
+
+    monkeypatch.setattr(base.importlib.util, "find_spec", lambda name: Spec())
+    with pytest.raises(ValueError, match="may not read the workload it is scored on"):
+        base.learner_design(3, "make_cache", None)
+
+
 def test_the_command_refuses_an_unknown_chapter_or_impl(capsys):
     assert main(["challenge", "42"]) == 2
     assert "no challenge" in capsys.readouterr().err

@@ -29,9 +29,11 @@ exposing `CHALLENGE = Challenge(...)`):
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from miniyaie._switch import CHAPTER_PACKAGES
@@ -51,6 +53,7 @@ class Challenge:
     reference: Callable[[], float] | None = None  # the reference design's score; None: run() on the reference
     note: str = ""  # printed under the table (e.g. "timed only on a GPU")
     explain: Callable[[float], str] | None = None  # called after run() with its score, in that process: a line about it
+    learner_may_import: tuple[str, ...] = ()  # names of the harness a design may import (a base class the page names)
     extra: dict[str, Any] = field(default_factory=dict)  # anything a chapter wants to carry (unused by the runner)
 
     @property
@@ -86,13 +89,43 @@ def challenge_for(number: int) -> Challenge:
     return challenge
 
 
+def reads_the_workload(source: str, allowed: tuple[str, ...] = ()) -> str | None:
+    """Why a design's source reads the challenges package (where the scored workloads are made), or None.
+
+    Importing one of `allowed` from it is fine (a base class the page names); anything else, or the package
+    named in a string (importlib), is not."""
+    import ast
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name.startswith("miniyaie.challenges") for a in node.names):
+            return "imports miniyaie.challenges"
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("miniyaie.challenges"):
+            extra = sorted({a.name for a in node.names} - set(allowed))
+            if extra:
+                return f"imports {', '.join(extra)} from {node.module}"
+        if isinstance(node, ast.ImportFrom) and node.module == "miniyaie" and any(a.name == "challenges" for a in node.names):
+            return "imports miniyaie.challenges"
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "miniyaie.challenges" in node.value:
+            return "names miniyaie.challenges in a string"
+    return None
+
+
 def learner_design(number: int, name: str, default: Any) -> Any:
-    """`name` from the selected tree's `miniyaie/<package>/challenge.py` if it defines it, else `default`."""
+    """`name` from the selected tree's `miniyaie/<package>/challenge.py` if it defines it, else `default`.
+
+    ValueError, before that module runs, when it reads the challenges package beyond the names the chapter's
+    challenge allows: the harness makes the workload a design is scored on, and a design that reads the trace
+    it is scored on measures the trace, not the design."""
     module_name = f"miniyaie.{CHAPTER_PACKAGES[number]}.challenge"
     try:
-        module = importlib.import_module(module_name)
+        spec = importlib.util.find_spec(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:  # the learner's module exists but imports something missing: say so
+        if exc.name != module_name.rsplit(".", 1)[0]:  # the package itself is missing: say so
             raise
+        spec = None
+    if spec is None:
         return default
-    return getattr(module, name, default)
+    if spec.origin and (why := reads_the_workload(Path(spec.origin).read_text(), challenge_for(number).learner_may_import)):
+        raise ValueError(f"{spec.origin} {why}: a design may not read the workload it is scored on; "
+                         "decide from what the engine sees as it runs")
+    return getattr(importlib.import_module(module_name), name, default)

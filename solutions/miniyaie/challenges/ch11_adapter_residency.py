@@ -267,6 +267,7 @@ CHALLENGE = Challenge(
     run=lambda: mean_wait_ms(learner_design(11, "make_policy", LRU)),
     baseline=lambda: mean_wait_ms(LRU),
     correctness_tests=["tests/ch11_lora/test_slots.py"],
+    learner_may_import=("LRU",),  # the page: subclass LRU
     extra={"baseline_label": "the engine's rule: read in the order asked, evict the least recently run"},
     note=("Deterministic: the same on every machine. The slots are your LoRASlots; the rules no policy changes "
           "(a request waits out of the queue, one reader, an adapter in use is never evicted) are the engine's."),
