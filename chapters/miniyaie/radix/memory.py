@@ -87,12 +87,9 @@ class RadixMemory(PagedMemory):
         block goes to a private copy. A request admitted with
         num_computed_tokens > 0 (the scheduler found that many tokens cached)
         has the cached blocks holding them at the start of its table, shared
-        with the tree, not copied; no eviction may take them while it runs
-        (they stay locked from admission until it is freed, the last one too
-        when it is only partly computed: with [1 .. 16] cached in blocks of 4,
-        a request admitted on it at 15 computed keeps all 16 cached through a
-        cache.evict(10**6) right after allocate); hit_tokens has grown by
-        num_computed_tokens. A running request's whole computed blocks are in
+        with the tree, not copied; no eviction may take any of them while it
+        runs (every one stays locked from admission until the request is
+        freed); hit_tokens has grown by num_computed_tokens. A running request's whole computed blocks are in
         the tree. Unlocked cached blocks may have been evicted, least recently
         used first, only as many as the free blocks were short of: an
         allocation that fits in the free blocks evicts nothing. Raises OutOfBlocksError, changing nothing,
@@ -148,8 +145,8 @@ class RadixMemory(PagedMemory):
         already are unchanged. Example (blocks of 1): request a computed
         [1 2] into blocks 3 and 4, now cached; request b computed [1 2] into
         its own blocks 7 and 8 and caches them: afterwards b's table starts
-        [3, 4], blocks 3 and 4 have three references each (the tree, a and b)
-        and blocks 7 and 8 are free.
+        [3, 4], and the reference counts of blocks 3, 4, 7 and 8 are what
+        the rule above makes them (the test reads all four).
         """
         # Idea: which copy stays, and who holds a reference on it afterwards?
         # Stuck? `miniyaie hint 3.4` prints hints, one level at a time.

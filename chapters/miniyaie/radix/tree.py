@@ -41,8 +41,8 @@ class Node:
 class PrefixMatch:
     length: int  # tokens of the query found in the tree (a multiple of the block size)
     blocks: list[int]  # the blocks holding them, in order
-    # The node a caller locks to keep the match (the root when nothing matched): its path from the root begins
-    # with the matched tokens, and its parent's path ends before the last matched block.
+    # The node a caller locks to keep the match (the root when nothing matched): locking it protects every
+    # matched block, and no node nearer the root does.
     node: Node
 # ANCHOR_END: node
 

@@ -87,12 +87,9 @@ class RadixMemory(PagedMemory):
         block goes to a private copy. A request admitted with
         num_computed_tokens > 0 (the scheduler found that many tokens cached)
         has the cached blocks holding them at the start of its table, shared
-        with the tree, not copied; no eviction may take them while it runs
-        (they stay locked from admission until it is freed, the last one too
-        when it is only partly computed: with [1 .. 16] cached in blocks of 4,
-        a request admitted on it at 15 computed keeps all 16 cached through a
-        cache.evict(10**6) right after allocate); hit_tokens has grown by
-        num_computed_tokens. A running request's whole computed blocks are in
+        with the tree, not copied; no eviction may take any of them while it
+        runs (every one stays locked from admission until the request is
+        freed); hit_tokens has grown by num_computed_tokens. A running request's whole computed blocks are in
         the tree. Unlocked cached blocks may have been evicted, least recently
         used first, only as many as the free blocks were short of: an
         allocation that fits in the free blocks evicts nothing. Raises OutOfBlocksError, changing nothing,
@@ -108,12 +105,16 @@ class RadixMemory(PagedMemory):
         #   hit_tokens counts what the request does not compute: num_computed_tokens. Caching what a
         #   running request computed can give blocks back to the pool (where the tree already held
         #   those tokens, the request's duplicates are freed), so what the pool is short of is
-        #   known only after that.
+        #   known only after that. A full hit starts inside the prefix's last block: with [1 .. 16]
+        #   cached in blocks of 4, the request is admitted at 15 computed, so its fourth block is
+        #   computed only in part. Caching "what it computed" then would move its lock onto the
+        #   node of the first 12 tokens and leave that block evictable; kept on the match's node,
+        #   the lock keeps all 16 cached through a cache.evict(10**6) right after allocate.
         # Hint 2: self._admission_blocks(request) gives the cached blocks and their node for a request
         #   being admitted on a hit (none otherwise). With a node: lock it, remember it in
         #   self._locked[request_id], share the blocks into the request's table
-        #   (self.share_blocks) and add num_computed_tokens to hit_tokens. Without: cache what the
-        #   request computed so far (self._cache_computed). Then evict what the pool is short of,
+        #   (self.share_blocks) and add num_computed_tokens to hit_tokens; nothing to cache yet.
+        #   Without: cache what the request computed so far (self._cache_computed). Then evict what the pool is short of,
         #   self._blocks_short(request, n, []), and call chapter 2's allocate (super().allocate).
         # Hint 3:
         #   prefix, node = _admission_blocks(request)
@@ -180,8 +181,8 @@ class RadixMemory(PagedMemory):
         already are unchanged. Example (blocks of 1): request a computed
         [1 2] into blocks 3 and 4, now cached; request b computed [1 2] into
         its own blocks 7 and 8 and caches them: afterwards b's table starts
-        [3, 4], blocks 3 and 4 have three references each (the tree, a and b)
-        and blocks 7 and 8 are free.
+        [3, 4], and the reference counts of blocks 3, 4, 7 and 8 are what
+        the rule above makes them (the test reads all four).
         """
         # Nudge: which copy stays, and who holds a reference on it afterwards?
         # Hint 1: The two copies hold the same K/V, so one can go. The tree's stays: other
@@ -193,6 +194,8 @@ class RadixMemory(PagedMemory):
         # Hint 2: self.cache.match_prefix(tokens, touch=False).blocks lists the tree's blocks for
         #   tokens, position by position. Wherever it differs from the table: share the tree's
         #   block with the allocator, free the table's, and put the tree's block in the table.
+        #   In the example, blocks 3 and 4 end with three references each (the tree, a and b),
+        #   and blocks 7 and 8 with none: free again.
         # Hint 3:
         #   for i, block in enumerate(cache.match_prefix(tokens, touch=False).blocks):
         #       if table[i] != block:
