@@ -183,6 +183,40 @@ def use_tree_blocks_variant(wrong):
     return use_tree_blocks
 
 
+def lock_moving_the_counter_every_time(self, node):
+    """Takes a node's blocks out of evictable_blocks on every lock, not only on the first."""
+    while node is not None:
+        self.evictable_blocks -= len(node.blocks)
+        node.lock_ref += 1
+        node = node.parent
+
+
+def unlock_moving_the_counter_every_time(self, node):
+    """Gives a node's blocks back to evictable_blocks on every unlock, not only on the last."""
+    if node.lock_ref - sum(child.lock_ref for child in node.children.values()) <= 0:
+        raise ValueError("unlock of a node that holds no lock of its own")
+    while node is not None:
+        node.lock_ref -= 1
+        self.evictable_blocks += len(node.blocks)
+        node = node.parent
+
+
+def evict_leaves_found_at_the_start_only(self, num_blocks):
+    """LRU over the leaves there were when evict began: a parent left childless is not a candidate."""
+    leaves = sorted((n for n in self._nodes() if n is not self.root and n.is_leaf and n.lock_ref == 0), key=lambda n: n.last_access)
+    freed = 0
+    for leaf in leaves:
+        if freed >= num_blocks:
+            break
+        for block in leaf.blocks:
+            self.allocator.free(block)
+        freed += len(leaf.blocks)
+        self.cached_blocks -= len(leaf.blocks)
+        self.evictable_blocks -= len(leaf.blocks)
+        del leaf.parent.children[self._first_block(leaf.key)]
+    return freed
+
+
 def unlock_checking_the_count_only(self, node):
     """Refuses only a count of 0: a parent whose count comes from a locked child is unlocked anyway."""
     while node is not None:
@@ -201,6 +235,15 @@ PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what 
     "3.3 unlock of a parent locked from below": (
         tree.RadixCache, "unlock", unlock_checking_the_count_only, "test_tree",
         "test_unlocking_a_parent_whose_count_comes_from_a_lock_below_is_refused", r"must raise ValueError and change nothing \(a node's own locks"),
+    "3.3 lock moves the counter on every lock": (
+        tree.RadixCache, "lock", lock_moving_the_counter_every_time, "test_tree",
+        "test_locks_survive_a_second_user_a_split_and_a_growing_leaf", r"Task 3.3: .*a second lock on a locked node must not move"),
+    "3.3 unlock moves the counter on every unlock": (
+        tree.RadixCache, "unlock", unlock_moving_the_counter_every_time, "test_tree",
+        "test_locks_survive_a_second_user_a_split_and_a_growing_leaf", r"Task 3.3: evictable_blocks is 2 with one user still holding"),
+    "3.3 a parent left childless is no candidate": (
+        tree.RadixCache, "evict", evict_leaves_found_at_the_start_only, "test_tree",
+        "test_evicting_a_leaf_can_make_its_parent_evictable", r"Task 3.3: evict\(3\) freed 2 .* the parent is an unlocked leaf and goes too"),
     "3.1 split drops the lock": (
         tree.RadixCache, "_split", split_without_the_lock, "test_tree",
         "test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth", r"_split must carry the lock count"),

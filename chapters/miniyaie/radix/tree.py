@@ -132,7 +132,7 @@ class RadixCache:
         more lock in lock_ref, and evictable_blocks still counts exactly the
         blocks of the nodes whose lock_ref is 0.
         """
-        # Idea: which counter moves, and at which transition only?
+        # Idea: what does one more user change on the path, and what does evictable_blocks need to know of it?
         # Stuck? `miniyaie hint 3.3` prints hints, one level at a time.
         # TODO(Task 3.3): The radix tree's locks and eviction. Replace this line with your code.
         raise NotImplementedError("Chapter 3, Task 3: The radix tree's locks and eviction — see book/src/ch03_radix_tree.md")
@@ -158,9 +158,8 @@ class RadixCache:
         """Free at least `num_blocks` blocks (if that many are evictable), LRU leaves first.
 
         Only unlocked leaves are evicted, whole (all their blocks), one at a
-        time, each the least recently used (smallest last_access) of the
-        unlocked leaves the tree has at that moment. The root is never
-        evicted. Stops as soon as num_blocks are freed, or nothing is left to
+        time, least recently used (smallest last_access) first. The root is
+        never evicted. Stops as soon as num_blocks are freed, or nothing is left to
         evict. Returns the number of blocks freed (given back to the allocator).
         Examples: (one-token blocks) [1 2], [1 3] and [9] inserted in that
         order, then evict(3) leaves only [9] cached; (blocks of 2) with
@@ -169,7 +168,7 @@ class RadixCache:
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
-        # Idea: which nodes are candidates, and can a new one appear while you evict?
+        # Idea: which nodes may go, and in what order?
         # Stuck? `miniyaie hint 3.3` prints hints, one level at a time.
         # TODO(Task 3.3): The radix tree's locks and eviction. Replace this line with your code.
         raise NotImplementedError("Chapter 3, Task 3: The radix tree's locks and eviction — see book/src/ch03_radix_tree.md")

@@ -241,7 +241,7 @@ class RadixCache:
         more lock in lock_ref, and evictable_blocks still counts exactly the
         blocks of the nodes whose lock_ref is 0.
         """
-        # Nudge: which counter moves, and at which transition only?
+        # Nudge: what does one more user change on the path, and what does evictable_blocks need to know of it?
         # Hint 1: A request using a prefix needs every block on its path to stay, so the lock goes
         #   on the whole path: a node's lock count is the number of users below or at it, never
         #   less than any child's. evictable_blocks counts the blocks of unlocked nodes, so it
@@ -302,9 +302,8 @@ class RadixCache:
         """Free at least `num_blocks` blocks (if that many are evictable), LRU leaves first.
 
         Only unlocked leaves are evicted, whole (all their blocks), one at a
-        time, each the least recently used (smallest last_access) of the
-        unlocked leaves the tree has at that moment. The root is never
-        evicted. Stops as soon as num_blocks are freed, or nothing is left to
+        time, least recently used (smallest last_access) first. The root is
+        never evicted. Stops as soon as num_blocks are freed, or nothing is left to
         evict. Returns the number of blocks freed (given back to the allocator).
         Examples: (one-token blocks) [1 2], [1 3] and [9] inserted in that
         order, then evict(3) leaves only [9] cached; (blocks of 2) with
@@ -313,7 +312,7 @@ class RadixCache:
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
-        # Nudge: which nodes are candidates, and can a new one appear while you evict?
+        # Nudge: which nodes may go, and in what order?
         # Hint 1: Leaves only, so a shared prefix outlives the suffixes hanging off it; unlocked
         #   only, so no running request loses its prefix; oldest first (LRU). A parent whose last
         #   child goes is a leaf from then on, and competes by its own last_access: not evicted at
