@@ -151,7 +151,8 @@ def allocate_variant(order):
         if node is not None:
             if order not in ("no lock", "locked by caching"):
                 self.cache.lock(node)
-                self._locked[request.request_id] = node
+                if order != "lock not recorded":
+                    self._locked[request.request_id] = node
             self.share_blocks(request.request_id, prefix)
             self.hit_tokens += request.num_computed_tokens
             if order == "locked by caching":  # only _cache_computed locks: the whole computed blocks
@@ -217,6 +218,18 @@ def evict_leaves_found_at_the_start_only(self, num_blocks):
     return freed
 
 
+reference_insert = tree.RadixCache.insert
+
+
+def insert_giving_a_new_leaf_its_parents_lock(self, tokens, blocks):
+    """The reference insert, except that a leaf it hangs below a locked node starts with that node's lock count."""
+    node = reference_insert(self, tokens, blocks)
+    if node.parent not in (None, self.root) and node.lock_ref == 0 < node.parent.lock_ref:
+        node.lock_ref = node.parent.lock_ref
+        self.evictable_blocks -= len(node.blocks)
+    return node
+
+
 def unlock_checking_the_count_only(self, node):
     """Refuses only a count of 0: a parent whose count comes from a locked child is unlocked anyway."""
     while node is not None:
@@ -244,6 +257,9 @@ PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what 
     "3.3 a parent left childless is no candidate": (
         tree.RadixCache, "evict", evict_leaves_found_at_the_start_only, "test_tree",
         "test_evicting_a_leaf_can_make_its_parent_evictable", r"Task 3.3: evict\(3\) freed 2 .* the parent is an unlocked leaf and goes too"),
+    "3.1 a new leaf inherits its parent's lock, seen by the integrity check": (
+        tree.RadixCache, "insert", insert_giving_a_new_leaf_its_parents_lock, "test_tree",
+        "test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth", r"Task 3.1 or 3.3: the node spelling \(.*\) \(lock_ref \d+, its children's \[.*\]\) counts fewer locks"),
     "3.1 split drops the lock": (
         tree.RadixCache, "_split", split_without_the_lock, "test_tree",
         "test_insert_stamps_its_path_and_keeps_locks_through_splits_and_growth", r"_split must carry the lock count"),
@@ -301,6 +317,9 @@ PLANTS = {  # mistake: (class, attribute, wrong answer, test module, test, what 
     "3.4 prefix locked only by _cache_computed": (
         memory.RadixMemory, "allocate", allocate_variant("locked by caching"), "test_radix_memory",
         "test_a_full_hit_keeps_its_partly_computed_last_block_locked", r"Task 3.4: an eviction between b's admission on a full hit .* left 12 of them"),
+    "3.4 admission lock not recorded, seen by the integrity check": (
+        memory.RadixMemory, "allocate", allocate_variant("lock not recorded"), "test_radix_memory",
+        "test_shared_prefix_workloads_reuse_and_return_every_block", r"Task 3.4: the root counts \d+ locks, and \d+ requests hold one \(.*node spelling"),
     "3.4 evict before lock": (
         memory.RadixMemory, "allocate", allocate_variant("evict first"), "test_radix_memory",
         "test_shared_prefix_workloads_reuse_and_return_every_block", r"before it was protected|must be protected"),

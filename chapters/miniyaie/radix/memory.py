@@ -172,7 +172,17 @@ class RadixMemory(PagedMemory):
         for block in in_tables + in_tree:
             owners[block] = owners.get(block, 0) + 1
         for block, count in owners.items():
-            assert self.allocator.ref_count(block) == count, f"block {block}: ref count != owners"
+            assert self.allocator.ref_count(block) == count, (
+                f"Task 3.4: block {block} has {self.allocator.ref_count(block)} allocator references and {count} owners (the "
+                "tree and each block table holding it): every owner holds exactly one reference"
+            )
         cached_only = set(in_tree) - set(in_tables)
-        assert self.allocator.num_free + len(cached_only) + len(set(in_tables)) == self.allocator.num_blocks
-        assert self.cache.root.lock_ref == len(self._locked), "one lock per request on the cache"
+        free, total = self.allocator.num_free, self.allocator.num_blocks
+        assert free + len(cached_only) + len(set(in_tables)) == total, (
+            f"Task 3.4: {free} free + {len(cached_only)} cached only + {len(set(in_tables))} in tables != {total} blocks: a block was lost or counted twice"
+        )
+        assert self.cache.root.lock_ref == len(self._locked), (
+            f"Task 3.4: the root counts {self.cache.root.lock_ref} locks, and {len(self._locked)} requests hold one "
+            f"({'; '.join(f'{rid} on {self.cache._where(node)}' for rid, node in self._locked.items())}): one lock per request on the cache, "
+            "taken at admission (or by _cache_computed), recorded in _locked, and dropped by free"
+        )

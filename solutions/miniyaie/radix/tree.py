@@ -376,19 +376,35 @@ class RadixCache:
         self.evict(self.cached_blocks)
         assert self.cached_blocks == 0 and not self.root.children
 
+    def _where(self, node: Node) -> str:
+        """A node named for a message: the tokens its path spells, and its lock count and its children's."""
+        path, up = [], node
+        while up is not None:
+            path[:0], up = up.key, up.parent
+        return f"the node spelling {tuple(path)} (lock_ref {node.lock_ref}, its children's {[c.lock_ref for c in node.children.values()]})"
+
     def check_integrity(self) -> None:
         """The counters agree with the tree, and every lock is accounted for on its parent."""
         nodes = self._nodes()
-        held = sum(len(n.blocks) for n in nodes)
-        assert self.cached_blocks == held, f"cached_blocks is {self.cached_blocks}; the nodes hold {held} blocks"
-        unlocked = sum(len(n.blocks) for n in nodes if n.lock_ref == 0)
-        assert self.evictable_blocks == unlocked, f"evictable_blocks is {self.evictable_blocks}; the unlocked nodes hold {unlocked} blocks"
+        held, unlocked = sum(len(n.blocks) for n in nodes), sum(len(n.blocks) for n in nodes if n.lock_ref == 0)
+        assert self.cached_blocks == held, f"Task 3.1 or 3.3: cached_blocks is {self.cached_blocks}; the nodes hold {held} blocks"
+        assert self.evictable_blocks == unlocked, (
+            f"Task 3.1 or 3.3: evictable_blocks is {self.evictable_blocks}; the unlocked nodes (lock_ref 0) hold {unlocked} blocks"
+        )
         for node in nodes:
-            assert node.lock_ref >= 0, f"a lock count went negative: {node.lock_ref}"
-            assert len(node.key) == len(node.blocks) * self.block_size, "an edge holds whole blocks, one block per block of tokens"
-            assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()), "a lock counts up to the root"
+            assert node.lock_ref >= 0, f"Task 3.3: {self._where(node)}: a lock count went negative"
+            assert len(node.key) == len(node.blocks) * self.block_size, (
+                f"Task 3.1: {self._where(node)} has {len(node.blocks)} blocks for {len(node.key)} tokens: an edge holds whole blocks, one per block of tokens"
+            )
+            assert node.lock_ref >= sum(c.lock_ref for c in node.children.values()), (
+                f"Task 3.1 or 3.3: {self._where(node)} counts fewer locks than its children: a lock counts on every node up to "
+                "the root (lock walks the whole path, and a node insert or _split creates carries the locks below it, no others)"
+            )
             for first, child in node.children.items():
-                assert child.parent is node, "a child's parent is the node whose children hold it"
-                assert self._first_block(child.key) == first, "children are keyed by the first block of their edge"
-        for block in self.blocks():
-            assert self.allocator.ref_count(block) >= 1, f"the tree holds block {block}, which is free"
+                assert child.parent is node, f"Task 3.1: {self._where(child)} sits in the children of a node that is not its parent"
+                assert self._first_block(child.key) == first, f"Task 3.1: {self._where(child)} is keyed {first}: children are keyed by their first block"
+            for block in node.blocks:
+                assert self.allocator.ref_count(block) >= 1, (
+                    f"Task 3.1, 3.3 or 3.4: {self._where(node)} holds block {block}, which is free: the tree keeps one allocator "
+                    "reference on every block it caches until evict takes the block out of the tree"
+                )
