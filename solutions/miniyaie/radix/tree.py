@@ -299,16 +299,17 @@ class RadixCache:
 
     # ANCHOR: evict
     def evict(self, num_blocks: int) -> int:
-        """Free at least `num_blocks` blocks (if that many are evictable), LRU leaves first.
+        """Give up at least `num_blocks` cached blocks (if that many are evictable), LRU leaves first.
 
         Only unlocked leaves are evicted, whole (all their blocks), one at a
         time, least recently used (smallest last_access) first. The root is
-        never evicted. Stops as soon as num_blocks are freed, or nothing is left to
-        evict. Returns the number of blocks freed (given back to the allocator).
-        Examples: (one-token blocks) [1 2], [1 3] and [9] inserted in that
-        order, then evict(3) leaves only [9] cached; (blocks of 2) with
-        [2 2 2 2] a two-block leaf, the least recently used, evict(1) frees
-        both blocks and returns 2.
+        never evicted. Stops as soon as num_blocks are given up, or nothing is
+        left to evict. Returns the number of blocks the tree gave up: it drops
+        its allocator reference on each, so each is free again unless another
+        owner still holds it. Examples: (one-token blocks) [1 2], [1 3] and
+        [9] inserted in that order, then evict(3) leaves only [9] cached;
+        (blocks of 2) with [2 2 2 2] a two-block leaf, the least recently
+        used, evict(1) gives up both blocks and returns 2.
         """
         if num_blocks <= 0:  # runs before every allocation: most of the time there is nothing to walk the tree for
             return 0
