@@ -20,17 +20,23 @@ again after being replaced.
 
 from __future__ import annotations
 
-from miniyaie.challenges.ch11_adapter_residency import LRU
-
 HALF_LIFE_MS = 10_000.0  # how long the policy remembers how often an adapter is asked for
 
 
-class CostAwareReads(LRU):
-    """Read first the most requests waiting per ms of reading; evict the idle adapter cheapest to read again."""
+class CostAwareReads:
+    """Read first the most requests waiting per ms of reading; evict the idle adapter cheapest to read again.
+
+    The policy's five calls are the harness's LRU's (the page lists them); it reads nothing ahead."""
 
     def __init__(self, num_slots: int, ranks: dict[str, int]):
-        super().__init__(num_slots, ranks)
-        self.ranks, self.asked, self.when = ranks, {}, {}
+        self.ranks, self.asked, self.when, self.last_step = ranks, {}, {}, {}
+
+    def on_step(self, adapters: set[str], now_ms: float) -> None:
+        for name in adapters:
+            self.last_step[name] = now_ms
+
+    def prefetch(self, resident: list[str], now_ms: float) -> str | None:
+        return None
 
     def _rate(self, name: str, now_ms: float) -> float:  # arrivals, each halved every HALF_LIFE_MS since
         return self.asked.get(name, 0.0) * 0.5 ** ((now_ms - self.when.get(name, now_ms)) / HALF_LIFE_MS)
