@@ -402,10 +402,6 @@ PLANTS = {  # mistake: (test module, test, params, what the message must say, [(
         r"writes twice into block",
         [(PagedMemory, "_after_release", filter_nothing_at_release),
          (PagedMemory, "take_block_copies", take_copies_whose_destination_is_owned)]),
-    "2.3 the queue filtered when taken (state machine)": (
-        "test_paged_memory", "test_paged_memory_state_machine", {}, r"writes twice into block|took fresh",
-        [(PagedMemory, "_after_release", filter_nothing_at_release),
-         (PagedMemory, "take_block_copies", take_copies_whose_destination_is_owned), SEARCH]),
     "2.3 free filters the queue, truncate does not": (
         "test_paged_memory", "test_a_truncate_before_the_step_drops_the_copy_into_the_block_it_gave_back", {},
         r"writes into a block that has no owner.*truncate\('C', 4\).*rule \(1\)",

@@ -76,7 +76,6 @@ class Scheduler:
         # Stuck? `miniyaie hint 1.5` prints hints, one level at a time.
         # TODO(Task 1.5): A request leaves early: preemption and abort. Replace this line with your code.
         raise NotImplementedError('Chapter 1, Task 5: A request leaves early: preemption and abort — see book/src/ch01_scheduler.md')
-        return request
     # ANCHOR_END: abort
 
     # ANCHOR: finish

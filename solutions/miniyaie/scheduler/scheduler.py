@@ -99,7 +99,7 @@ class Scheduler:
         #   request = requests.get(request_id); if request is None or request.is_finished: return None
         #   if request in waiting: waiting.remove(request)
         #   if request in running: running.remove(request)
-        #   _finish(request, ABORT)
+        #   _finish(request, ABORT); return request
         # BEGIN SOLUTION 1.5: A request leaves early: preemption and abort
         request = self.requests.get(request_id)
         if request is None or request.is_finished:
@@ -109,8 +109,8 @@ class Scheduler:
         if request in self.running:
             self.running.remove(request)
         self._finish(request, FinishReason.ABORT)
-        # END SOLUTION
         return request
+        # END SOLUTION
     # ANCHOR_END: abort
 
     # ANCHOR: finish
