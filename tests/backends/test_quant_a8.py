@@ -103,7 +103,7 @@ def test_the_weights_laid_out_for_amx_give_the_same_products(rows, out, blocks, 
         tiles = layer(x)
     finally:
         LIBRARY.quant_a8_set_amx_rows(a8.AMX_ROWS, a8.BF16_ROWS)
-    assert layer.amx_tiles() is not None and layer.amx_codes.numel() == LIBRARY.quant_a8_tile_bytes(out, blocks * 32, bits)
+    assert layer.tiles() is not None and layer.tile_codes.numel() == LIBRARY.quant_a8_tile_bytes(out, blocks * 32, bits)
     want = reference(*quantize(LIBRARY, x), layer.qweight)
     assert torch.allclose(tiles.double(), want, rtol=1e-5, atol=1e-5 * (float(want.abs().max()) + 1e-6)), (
         f"{bits}-bit, {rows}x{blocks * 32} by {out} on AMX tiles: off by up to {float((tiles.double() - want).abs().max()):.3g} "

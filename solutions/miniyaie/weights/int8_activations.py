@@ -6,8 +6,8 @@ block's sum, GGUF's Q8_1, as llama.cpp does) and multiplies bytes by codes with 
 (backends/cpu/quant_a8.cpp: AVX512-VNNI, AVX-VNNI or AVX2). Where the CPU has AMX, steps of AMX_ROWS rows or
 more go to its 8-bit tiles, and prefill chunks of BF16_ROWS or more to its bfloat16 tiles instead, the weights
 dequantized per call and x rounded to bfloat16 rather than to bytes (quant_bf16_amx.cpp says why). Without AMX,
-steps of AVX512_BF16_ROWS rows or more go to the same bfloat16 rounding on AVX512-BF16's dot products where the
-CPU has them (quant_bf16_avx512.cpp): a busy decode step as well as a prefill chunk. It is faster
+steps of PANEL_ROWS rows or more (a busy decode step, a prefill chunk) go to the same byte products laid out
+across 16 columns a vector where the CPU has AVX512-VNNI (quant_a8_panels.cpp). It is faster
 and it is not the float32 model any more: the default schemes stay exact and this one is chosen by name;
 `miniyaie bench quality` prices it.
 """
@@ -23,7 +23,7 @@ SUFFIX = "-a8"
 BLOCK = 32  # activations per block
 AMX_ROWS = 2  # quant_a8.cpp sends steps with this many rows or more to the AMX tiles where the layer has them
 BF16_ROWS = 64  # and with this many (prefill chunks) to the tiles' bfloat16 multiplies (quant_bf16_amx.cpp)
-AVX512_BF16_ROWS = 16  # without tiles, this many to AVX512-BF16 (quant_bf16_avx512.cpp: its crossover, measured)
+PANEL_ROWS = 1  # without AMX, this many to the VNNI panels (quant_a8_panels.cpp: faster at every row count, bench_a8_panels)
 ISAS = {3: "AVX512-VNNI", 2: "AVX-VNNI", 1: "AVX2"}
 calls = {"linear": 0, "rows": 0}  # kernel calls and rows they multiplied, since the process started
 
@@ -45,27 +45,27 @@ def kernel_isa() -> str | None:
 class Int8ActivationLinear(QuantizedLinear):
     """A QuantizedLinear whose input is rounded to 8 bits per row and block of 32 before the product.
 
-    Where the CPU has AMX it also keeps its weights laid out for the tile unit (buffers amx_codes,
-    amx_scales, amx_mins; quant_a8_amx.cpp says why), made once (by use_int8_activations for the layers that
-    run, on first use for a merge's members): a second copy as large as the codes, which steps of two rows or
-    more read instead of the codes."""
+    Where the CPU has AMX or AVX512-VNNI it also keeps its weights laid out in tiles of 16 columns (buffers
+    tile_codes, tile_scales, tile_mins; quant_a8_amx.cpp and quant_a8_panels.cpp say why), made once (by
+    use_int8_activations for the layers that run, on first use for a merge's members): a second copy as large
+    as the codes, which steps of several rows read instead of the codes."""
 
     def kernel_fields(self) -> list[int] | None:
         if type(self).forward is not Int8ActivationLinear.forward:
             return None
-        tiles = self.amx_tiles()
+        tiles = self.tiles()
         return self._fields(rounds_activations=1, tiles=[0, 0, 0] if tiles is None else [t.data_ptr() for t in tiles])
 
-    def amx_tiles(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """(codes, scales, minimums) laid out for the tile unit, or None where the CPU has no AMX."""
+    def tiles(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(codes, scales, minimums) laid out in tiles, or None where the CPU has neither AMX nor AVX512-VNNI."""
         from miniyaie.backends.cpu.kernels import load
 
-        made_from = self.__dict__.get("_amx_made_from")
+        made_from = self.__dict__.get("_tiles_made_from")
         if made_from is not None and made_from[0] is self.qweight:
             return made_from[1]
         library, w = load(), self.qweight
         tiles = None
-        if library is not None and library.quant_a8_amx_ready():
+        if library is not None and (library.quant_a8_amx_ready() or library.quant_a8_panels_ready()):
             n, k = self.out_features, self.in_features
             tiles = (torch.empty(library.quant_a8_tile_bytes(n, k, w.bits), dtype=torch.uint8),
                      torch.empty(library.quant_a8_tile_halves(n, k), dtype=torch.float16),
@@ -73,15 +73,15 @@ class Int8ActivationLinear(QuantizedLinear):
             library.quant_a8_lay_out_tiles(w.codes.data_ptr(), w.bits, w.scales.data_ptr(),
                                            None if w.mins is None else w.mins.data_ptr(), n, k, w.group,
                                            *(t.data_ptr() for t in tiles))
-            for name, tensor in zip(("amx_codes", "amx_scales", "amx_mins"), tiles):
+            for name, tensor in zip(("tile_codes", "tile_scales", "tile_mins"), tiles):
                 self.register_buffer(name, tensor, persistent=False)  # counted by weight_bytes
-        self.__dict__["_amx_made_from"] = (self.qweight, tiles)
+        self.__dict__["_tiles_made_from"] = (self.qweight, tiles)
         return tiles
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from miniyaie.backends.cpu.kernels import load
 
-        library, w, tiles = load(), self.qweight, self.amx_tiles()
+        library, w, tiles = load(), self.qweight, self.tiles()
         tile_pointers = [None] * 3 if tiles is None else [t.data_ptr() for t in tiles]
         rows = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
         out = torch.empty(rows.shape[0], self.out_features)
@@ -135,5 +135,5 @@ def use_int8_activations(model: nn.Module, device: str | torch.device = "cpu",
     for layer in layers:
         layer.__class__ = Int8ActivationLinear
         if getattr(layer, "merged", None) is None:  # a merge's members run only where it cannot: tiles when they do
-            layer.amx_tiles()
+            layer.tiles()
     return len(layers)

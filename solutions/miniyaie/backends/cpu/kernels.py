@@ -7,8 +7,8 @@ RoPE, SiLU-times-up, each in one pass; used by layer_ops.py) and
 quant_matmul.cpp (linears over 4- and 8-bit weight blocks; miniyaie/quant) and quant_a8.cpp
 (the same with activations rounded to 8 bits: the opt-in -a8 schemes, miniyaie/weights; steps of two
 rows or more on AMX tiles in quant_a8_amx.cpp where the CPU has them, over codes laid out for them at load;
-prefill chunks on the tiles' bfloat16 multiplies in quant_bf16_amx.cpp; without AMX, steps of many rows on
-AVX512-BF16's dot products in quant_bf16_avx512.cpp; the choice among them in quant_a8_dispatch.cpp), and
+prefill chunks on the tiles' bfloat16 multiplies in quant_bf16_amx.cpp; without AMX, steps of several rows on
+AVX512-VNNI over panels of 16 columns in quant_a8_panels.cpp; the choice among them in quant_a8_dispatch.cpp), and
 decode_stack.cpp (a decode step's
 layers through those kernels in one call: decode_stack.py), and lora_delta.cpp (a step's LoRA deltas of
 a projection for every adapter in one call: lora_delta.py, chapter 11). The two
@@ -46,7 +46,7 @@ import torch
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in (
     "paged_decode_attention.cpp", "paged_chunk_attention.cpp", "layer_ops.cpp", "quant_matmul.cpp", "quant_a8.cpp",
-    "quant_a8_amx.cpp", "quant_bf16_amx.cpp", "quant_bf16_avx512.cpp", "quant_a8_dispatch.cpp", "decode_stack.cpp",
+    "quant_a8_amx.cpp", "quant_bf16_amx.cpp", "quant_a8_panels.cpp", "quant_a8_dispatch.cpp", "decode_stack.cpp",
     "lora_delta.cpp"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("cpu_vector.h", "quant_blocks.h", "paged_decode_units.h", "paged_decode_bf16.h"))  # included: in the cache key
 # -ffast-math lets g++ vectorise expf (glibc's libmvec) and reorder the sums. It is given to the
@@ -79,9 +79,9 @@ SIGNATURES = {
     "quant_a8_set_amx_rows": [_i64, _i64],
     "quant_bf16_amx_ready": [],
     "quant_matmul_bf16_tiles": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _ptr, _int],
-    "quant_bf16_avx512_ready": [],
-    "quant_a8_set_bf16_rows": [_i64],
-    "quant_matmul_bf16_avx512": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _int],
+    "quant_a8_set_panel_rows": [_i64],
+    "quant_a8_panels_ready": [],
+    "quant_matmul_a8_panels": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _ptr, _int],
     "quant_matmul_a8_layer": [_ptr, _i64, _i64, _ptr, _int, _ptr, _ptr, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _int],
     "quant_a8_tile_bytes": [_i64, _i64, _int],
     "quant_a8_tile_halves": [_i64, _i64],
@@ -95,7 +95,7 @@ SIGNATURES = {
 }
 
 CACHE_TYPES = {torch.float32: 0, torch.bfloat16: 1}  # the K/V pools the attention kernels read (float32 arithmetic)
-RESTYPES = {"paged_chunk_attention": ctypes.c_int, "quant_a8_isa": ctypes.c_int, "quant_a8_amx_ready": ctypes.c_int, "quant_bf16_amx_ready": ctypes.c_int, "quant_bf16_avx512_ready": ctypes.c_int,
+RESTYPES = {"paged_chunk_attention": ctypes.c_int, "quant_a8_isa": ctypes.c_int, "quant_a8_amx_ready": ctypes.c_int, "quant_bf16_amx_ready": ctypes.c_int, "quant_a8_panels_ready": ctypes.c_int,
             "quant_a8_tile_bytes": ctypes.c_int64, "quant_a8_tile_halves": ctypes.c_int64,
             "decode_stack_fields": ctypes.c_int, "decode_stack_lora_fields": ctypes.c_int}  # 0, or 1: a head size it was not compiled for (nothing written)
 
