@@ -6,8 +6,8 @@ block's sum, GGUF's Q8_1, as llama.cpp does) and multiplies bytes by codes with 
 (backends/cpu/quant_a8.cpp: AVX512-VNNI, AVX-VNNI or AVX2). Where the CPU has AMX, steps of AMX_ROWS rows or
 more go to its 8-bit tiles, and prefill chunks of BF16_ROWS or more to its bfloat16 tiles instead, the weights
 dequantized per call and x rounded to bfloat16 rather than to bytes (quant_bf16_amx.cpp says why). Without AMX,
-steps of PANEL_ROWS rows or more (a busy decode step, a prefill chunk) go to the same byte products laid out
-across 16 columns a vector where the CPU has AVX512-VNNI (quant_a8_panels.cpp). It is faster
+every step goes to the same byte products across the tiles' 16 columns on AVX512-VNNI where the CPU has it
+(quant_a8_panels.cpp; with AMX, the one-row steps the tile unit does not take). It is faster
 and it is not the float32 model any more: the default schemes stay exact and this one is chosen by name;
 `miniyaie bench quality` prices it.
 """
@@ -23,7 +23,7 @@ SUFFIX = "-a8"
 BLOCK = 32  # activations per block
 AMX_ROWS = 2  # quant_a8.cpp sends steps with this many rows or more to the AMX tiles where the layer has them
 BF16_ROWS = 64  # and with this many (prefill chunks) to the tiles' bfloat16 multiplies (quant_bf16_amx.cpp)
-PANEL_ROWS = 1  # without AMX, this many to the VNNI panels (quant_a8_panels.cpp: faster at every row count, bench_a8_panels)
+PANEL_ROWS = 1  # steps AMX does not take, from this many rows, to the VNNI panels (quant_a8_panels.cpp: bench_a8_panels)
 ISAS = {3: "AVX512-VNNI", 2: "AVX-VNNI", 1: "AVX2"}
 calls = {"linear": 0, "rows": 0}  # kernel calls and rows they multiplied, since the process started
 

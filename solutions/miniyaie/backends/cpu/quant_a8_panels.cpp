@@ -1,4 +1,5 @@
-// Rows of 8-bit activations times weight blocks on AVX512-VNNI, for the -a8 schemes on CPUs without AMX.
+// Rows of 8-bit activations times weight blocks on AVX512-VNNI, for the -a8 schemes: every step on CPUs without
+// AMX, the one-row steps on CPUs with it.
 //
 // The 8-bit loop (quant_a8.cpp) lays a block of one column along a vector: 32 codes times 32 bytes of x,
 // summed into lanes that must then be added across, converted and scaled for each row, column and
