@@ -5,7 +5,8 @@
 The bundled SmolLM2-135M-Instruct in float32, or with `--weights gguf` in its GGUF file's own blocks (what the
 engine serves it in by default on a CPU; decode steps then run in the CPU decode stack, adapters' deltas
 included: backends/cpu/decode_stack_lora.py, and a fourth row (b') runs (b) with every step layer by layer,
-as before the stack took adapters); `--adapters` random adapters made by peft (rank `--rank`,
+as before the stack took adapters), or with `--weights gguf-a8` in those blocks with 8-bit activations (the
+fastest base of chapter 10; (c) then rounds its activations too); `--adapters` random adapters made by peft (rank `--rank`,
 every projection, A and B drawn at random: peft would start B at zero), saved in PEFT's format to a temporary
 folder; the random workload (bench/workloads.py, seed 0: input U[32,256], output U[32,128], ignore_eos),
 request i for adapter i mod 8. Three systems in one run, one after the other, each warmed first:
@@ -15,7 +16,8 @@ request i for adapter i mod 8. Three systems in one run, one after the other, ea
   (c) merge in turn    what serving without multi-LoRA does: the requests grouped by adapter; for each group
                        the adapter merged into the weights (W += scaling * B @ A), an engine over them (the cpu
                        backend packs the merged weights; with --weights gguf a copy of them put in int4 blocks,
-                       the blocks nearest the GGUF's Q4_1), the group run, the weights restored.
+                       the blocks nearest the GGUF's Q4_1, and int4-a8 with gguf-a8), the group run, the weights
+                       restored.
 Output tokens per second of each (all requests' output tokens / wall seconds, merging and packing included
 in (c)), the load before each row, the ratios b/a and b/c, and how many requests (b) and (c) answer with the
 same tokens (merged weights round differently: a near-tie may part them). The header names the CPU, its
@@ -46,6 +48,7 @@ from miniyaie.lora.adapter import PROJECTIONS
 from miniyaie.model import load_model, resolve_model_path
 from miniyaie.quant import quantize_model
 from miniyaie.weights.engine_plugin import load_quantized
+from miniyaie.weights.int8_activations import split_scheme, use_int8_activations
 
 FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 TARGETS = list(PROJECTIONS)
@@ -88,9 +91,9 @@ def run(engine: LLMEngine, prompts: list[list[int]], outputs: list[int], adapter
 
 
 def merge_in_turn(model, workload: Workload, adapter_of: list[str], paths: dict[str, str], rank: int,
-                  blocks: bool = False) -> list[list[int]]:
-    """(c): for each adapter, its delta merged into the weights (put in blocks if `blocks`), its requests run on an
-    engine of their own, then the weights restored; each request's tokens."""
+                  blocks: str | None = None) -> list[list[int]]:
+    """(c): for each adapter, its delta merged into the weights (put in the scheme `blocks`, e.g. "int4", if given),
+    its requests run on an engine of their own, then the weights restored; each request's tokens."""
     layers = model.model.layers
     tokens: list[list[int] | None] = [None] * len(workload.prompts)
     for name, path in paths.items():
@@ -106,7 +109,10 @@ def merge_in_turn(model, workload: Workload, adapter_of: list[str], paths: dict[
         served = model
         if blocks:
             served = copy.deepcopy(model)
-            quantize_model(served, "int4")
+            scheme, a8 = split_scheme(blocks)
+            quantize_model(served, scheme)
+            if a8:
+                use_int8_activations(served)
         engine = LLMEngine(served, EngineConfig())
         out = run(engine, [workload.prompts[i] for i in mine], [workload.output_lens[i] for i in mine], [None] * len(mine))
         for i, t in zip(mine, out):
@@ -124,11 +130,11 @@ def main() -> None:
     parser.add_argument("--num-requests", type=int, default=32)
     parser.add_argument("--adapters", type=int, default=8)
     parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--weights", choices=("float32", "gguf"), default="float32")
+    parser.add_argument("--weights", choices=("float32", "gguf", "gguf-a8"), default="float32")
     args = parser.parse_args()
-    blocks = args.weights == "gguf"
+    blocks = {"float32": None, "gguf": "int4", "gguf-a8": "int4-a8"}[args.weights]  # what (c) puts merged weights in
     model = load_model(None)  # float32: what (c) merges into
-    served = load_quantized(None, "gguf", torch.float32, "cpu").model if blocks else model  # what (a) and (b) serve
+    served = load_quantized(None, args.weights, torch.float32, "cpu").model if blocks else model  # what (a) and (b) serve
     workload = random_workload(args.num_requests, model.config.vocab_size)
     warm = random_workload(args.adapters, model.config.vocab_size, (16, 32), (4, 4), seed=1)
     rows = []
@@ -175,7 +181,7 @@ def main() -> None:
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"{args.num_requests} random requests (input U[32,256], output U[32,128], {workload.num_output_tokens} output "
           f"tokens), {args.adapters} adapters of rank {args.rank} on every projection, request i on adapter i mod "
-          f"{args.adapters}; weights: {'the GGUF blocks (Q4_1/Q8_0; (c): int4)' if blocks else 'float32'}")
+          f"{args.adapters}; weights: {f'{args.weights}: the GGUF blocks (Q4_1/Q8_0; (c): {blocks})' if blocks else 'float32'}")
     print(f"{'system':48} {'seconds':>8} {'out tok/s':>10}  load before")
     for label, seconds, rate, load_now in rows:
         print(f"{label:48} {seconds:8.1f} {rate:10.1f}  {load_now}")
