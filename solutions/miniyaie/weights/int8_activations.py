@@ -48,7 +48,8 @@ class Int8ActivationLinear(QuantizedLinear):
     Where the CPU has AMX or AVX512-VNNI it also keeps its weights laid out in tiles of 16 columns (buffers
     tile_codes, tile_scales, tile_mins; quant_a8_amx.cpp and quant_a8_panels.cpp say why), made once (by
     use_int8_activations for the layers that run, on first use for a merge's members): a second copy as large
-    as the codes, which steps of several rows read instead of the codes."""
+    as the codes, which the tiles' kernels read instead of the codes (every step without AMX; with AMX, the
+    tile unit's steps and the one-row steps on AVX512-VNNI)."""
 
     def kernel_fields(self) -> list[int] | None:
         if type(self).forward is not Int8ActivationLinear.forward:
