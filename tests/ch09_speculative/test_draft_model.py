@@ -282,14 +282,21 @@ def test_smollm2_drafting_for_itself_has_every_draft_accepted():
     from miniyaie.engine import InferenceEngine
 
     prompt = "Repeat exactly: the quick brown fox jumps over the lazy dog."
-    plain_engine = InferenceEngine("smollm2")
-    plain = plain_engine.generate(prompt, SamplingParams(max_tokens=24))
-    loaded = plain_engine.loaded  # the same weights drafting for themselves: loaded once
-    engine = InferenceEngine(loaded, speculative="draft", draft_model=loaded, num_speculative_tokens=3)
-    spec = engine.generate(prompt, SamplingParams(max_tokens=24))
-    assert spec.text == plain.text
-    stats = engine.get_stats()["speculative"]
-    assert stats["method"] == "draft" and stats["acceptance_rate"] == 1.0, stats
+    pool = 64 << 20  # K/V for 1,456 tokens: plenty here, where the default GiB would be filled with zeros twice
+    plain_engine, engine = InferenceEngine("smollm2", EngineConfig(kv_cache_bytes=pool)), None
+    try:
+        plain = plain_engine.generate(prompt, SamplingParams(max_tokens=24))
+        loaded = plain_engine.loaded  # the same weights drafting for themselves: loaded once
+        engine = InferenceEngine(loaded, EngineConfig(kv_cache_bytes=pool), speculative="draft", draft_model=loaded,
+                                 num_speculative_tokens=3)
+        spec = engine.generate(prompt, SamplingParams(max_tokens=24))
+        assert spec.text == plain.text
+        stats = engine.get_stats()["speculative"]
+        assert stats["method"] == "draft" and stats["acceptance_rate"] == 1.0, stats
+    finally:
+        plain_engine.close()
+        if engine is not None:
+            engine.close()
 
 
 @pytest.mark.task("9.4")

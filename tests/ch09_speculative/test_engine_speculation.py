@@ -374,7 +374,9 @@ def test_smollm2_with_speculation_answers_exactly_as_without_it():
     (drafts mostly rejected): the same tokens with and without speculation, the first in far fewer steps."""
     from miniyaie.engine import InferenceEngine
 
-    plain, spec = InferenceEngine("smollm2"), InferenceEngine("smollm2", speculative="ngram", num_speculative_tokens=4)
+    pool = 64 << 20  # K/V for 1,456 tokens: plenty here, where the default GiB would be filled with zeros twice
+    plain = InferenceEngine("smollm2", EngineConfig(kv_cache_bytes=pool))
+    spec = InferenceEngine("smollm2", EngineConfig(kv_cache_bytes=pool), speculative="ngram", num_speculative_tokens=4)
     try:
         passage = "The scheduler hands out at most max_num_batched_tokens tokens per step, oldest requests first."
         prompts = [f"Repeat the following text exactly, word for word:\n\n{passage}", "What is the capital of France?"]
