@@ -28,15 +28,16 @@
 #define HAS_VNNI_PANELS 0
 #endif
 
-extern "C" void quantize_activations_q8(const float* x, int64_t M, int64_t K, int8_t* xq, float* dx, float* xs,
-                                        int threads);  // quant_a8.cpp
+extern "C" {
+void quantize_activations_q8(const float* x, int64_t M, int64_t K, int8_t* xq, float* dx, float* xs,
+                             int threads);  // quant_a8.cpp
+int64_t quant_a8_tile_bytes(int64_t N, int64_t K, int bits);  // quant_a8_amx.cpp: the layout's size
+}
 
 namespace {
 
 constexpr int64_t B = 32;    // codes per block
 constexpr int64_t ROWS = 8;  // rows a micro-kernel call takes
-
-int64_t bytes_per_column_tile(int64_t K, int bits) { return (bits == 4 ? (K / B + 1) / 2 : K / B) * 512; }
 
 #if HAS_VNNI_PANELS
 inline __m512i word(const int8_t* p) {  // 4 bytes of x in every lane
@@ -118,7 +119,7 @@ void quant_matmul_a8_panels(const float* x, int64_t M, int64_t K, const uint8_t*
 #if HAS_VNNI_PANELS
   thread_local std::vector<int8_t> xq_buffer;
   thread_local std::vector<float> dx_buffer, xs_buffer;
-  const int64_t blocks = K / B, per_tile = bytes_per_column_tile(K, bits);
+  const int64_t blocks = K / B, per_tile = quant_a8_tile_bytes(16, K, bits);  // one tile of 16 columns
   if (int64_t(xq_buffer.size()) < M * K) xq_buffer.resize(M * K);
   if (int64_t(dx_buffer.size()) < M * blocks) dx_buffer.resize(M * blocks), xs_buffer.resize(M * blocks);
   int8_t* xq = xq_buffer.data();  // this thread's buffers: the team reads them through these pointers
