@@ -6,29 +6,19 @@ For CPUs with AVX512-VNNI and no AMX (quant_a8_panels.cpp): the bundled model's 
 head (its GGUF blocks), each row count on both paths in turn (quant_a8_dispatch.cpp's threshold moved), and
 torch's bfloat16 matmul over random weights of the same shape beside them (oneDNN, weights already in
 bfloat16, nothing to dequantize: what a bfloat16 engine runs). The two paths compute the same sums, so their
-largest difference (relative to the largest output) is float32 rounding. Best process time of 10 calls; the
-crossover is where PANEL_ROWS (weights/int8_activations.py) comes from.
+largest difference (relative to the largest output) is float32 rounding. Best process time of 15 calls
+(bench_a8_tiles' best_ms); the crossover is where PANEL_ROWS (weights/int8_activations.py) comes from.
 """
 import argparse
-import time
 
 import torch
 
 from miniyaie.backends.cpu import kernels
+from miniyaie.bench.lab.bench_a8_tiles import best_ms
 from miniyaie.weights import int8_activations as a8
 from miniyaie.weights.engine_plugin import load_quantized
 
 NEVER, ALWAYS = 1 << 40, 1  # thresholds for the dispatcher
-
-
-def best_ms(call, repeats: int = 10) -> float:
-    call()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.process_time()
-        call()
-        best = min(best, time.process_time() - start)
-    return best * 1e3
 
 
 def linears(model) -> dict:
